@@ -1,0 +1,94 @@
+"""Configuration: frozen dataclasses and the paper's named presets (SPEC.md, "The model", Table 3).
+
+Special token ids are fixed for every vocabulary vtx builds or accepts (SentencePiece is trained with
+these ids): pad 0, unk 1, bos 2, eos 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and regularisation of an encoder-decoder Transformer (paper section 3)."""
+
+    vocab_size: int = 37000  # joint source-target vocabulary; one shared embedding matrix
+    num_layers: int = 6  # N, identical layers in each of the encoder and decoder stacks
+    d_model: int = 512  # model width: embeddings, every sub-layer output
+    d_ff: int = 2048  # inner width of the position-wise feed-forward network
+    num_heads: int = 8  # h; d_k = d_v = d_model / h
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embedding+position sums
+    attention_dropout: float = 0.0  # on attention weights (paper: none)
+    relu_dropout: float = 0.0  # inside the FFN, after the ReLU (paper: none)
+    max_positions: int = 1024  # longest sequence (source or target) the model accepts
+    layer_norm_epsilon: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_positions"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.vocab_size <= EOS_ID:
+            raise ValueError(f"vocab_size must exceed the {EOS_ID + 1} special ids")
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / h."""
+        return self.d_model // self.num_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown model configuration keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def save(self, path: str | Path) -> None:
+        """Write as JSON atomically (temp file, then rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+BASE = ModelConfig()
+BIG = dataclasses.replace(BASE, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3)
+# Section 6.3: 4 layers, d_model 1024; dropout is tuned on WSJ section 22, 0.3 as a starting point.
+PARSE_BIG = dataclasses.replace(BIG, num_layers=4, vocab_size=16000)
+TINY = dataclasses.replace(BASE, num_layers=2, d_model=64, d_ff=128, num_heads=4, vocab_size=1000)
+
+PRESETS: dict[str, ModelConfig] = {"base": BASE, "big": BIG, "parse-big": PARSE_BIG, "tiny": TINY}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """Return the named preset with `overrides` applied (None values are ignored).
+
+    Raises:
+        KeyError: `name` is not a preset; the message lists the known ones.
+    """
+    if name not in PRESETS:
+        raise KeyError(f"unknown arch {name!r}; choose one of: {', '.join(PRESETS)}")
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(PRESETS[name], **changes)

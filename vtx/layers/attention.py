@@ -1,0 +1,95 @@
+"""Multi-head scaled dot-product attention with masks and a key/value cache (section 3.2).
+
+Shapes: B batch, T query length, S key length, D model width, H heads, K head width (D / H).
+Masks are boolean, True where a query may attend: [B, 1, S] (padding) or [B, T, S] (causal).
+"""
+
+import math
+
+import keras
+from keras import ops
+
+# Added to masked scores in float32; exp() of it underflows to exactly 0.
+_MASK_VALUE = -1e9
+
+
+@keras.saving.register_keras_serializable(package="vtx")
+class MultiHeadAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(K)) V over H heads, then an output projection.
+
+    The softmax runs in float32 whatever the compute dtype. Keys and values can be projected once
+    (`project_key_value`) and reused: the decoder caches them for cross-attention and grows its
+    self-attention cache one position a step.
+
+    Args:
+        num_heads: H.
+        d_model: D; each head has width D / H.
+        attention_dropout: dropout on the attention weights (paper: 0).
+    """
+
+    def __init__(self, num_heads: int, d_model: int, attention_dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.num_heads, self.d_model = num_heads, d_model
+        self.head_dim = d_model // num_heads
+        self.attention_dropout = attention_dropout
+        dense = lambda name: keras.layers.Dense(d_model, name=name, dtype=self.dtype_policy)
+        self.query_dense, self.key_dense = dense("query"), dense("key")
+        self.value_dense, self.output_dense = dense("value"), dense("output")
+        self.dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+
+    def build(self, query_shape, memory_shape=None):
+        for layer in (self.query_dense, self.key_dense, self.value_dense, self.output_dense):
+            layer.build(query_shape)
+        self.built = True
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))  # [B, L, H, K]
+
+    def project_query(self, query):
+        """[B, T, D] -> [B, T, H, K], already scaled by 1/sqrt(K)."""
+        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
+        return self._split_heads(self.query_dense(query)) * scale
+
+    def project_key_value(self, memory):
+        """[B, S, D] -> keys, values, each [B, S, H, K]."""
+        return self._split_heads(self.key_dense(memory)), self._split_heads(self.value_dense(memory))
+
+    def attend(self, query_heads, keys, values, mask=None, training=False):
+        """Attention of projected queries over projected keys/values.
+
+        Args:
+            query_heads: [B, T, H, K] from `project_query`.
+            keys, values: [B, S, H, K] from `project_key_value` (or a cache).
+            mask: bool [B, 1 or T, S], True = may attend; None attends everywhere.
+
+        Returns:
+            [B, T, D].
+        """
+        scores = ops.einsum("bthk,bshk->bhts", query_heads, keys)  # [B, H, T, S]
+        scores = ops.cast(scores, "float32")
+        if mask is not None:
+            scores = ops.where(mask[:, None, :, :], scores, _MASK_VALUE)
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        weights = self.dropout(weights, training=training)
+        context = ops.einsum("bhts,bshk->bthk", weights, values)  # [B, T, H, K]
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
+        return self.output_dense(ops.reshape(context, (batch, length, self.d_model)))
+
+    def call(self, query, memory, mask=None, training=False):
+        """Full (uncached) attention of `query` [B, T, D] over `memory` [B, S, D] -> [B, T, D]."""
+        keys, values = self.project_key_value(memory)
+        return self.attend(self.project_query(query), keys, values, mask, training)
+
+    def compute_output_shape(self, query_shape, memory_shape=None):
+        return query_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "d_model": self.d_model,
+            "attention_dropout": self.attention_dropout,
+        }

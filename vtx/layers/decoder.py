@@ -1,0 +1,90 @@
+"""Post-norm Transformer decoder layer with an incremental-decoding step (section 3.1).
+
+Shapes: B batch, T target length, S source length, D model width, H heads, K head width,
+M cache length (the longest target the cache holds).
+"""
+
+import keras
+from keras import ops
+
+from vtx.layers.attention import MultiHeadAttention
+from vtx.layers.encoder import EncoderLayer
+
+
+@keras.saving.register_keras_serializable(package="vtx")
+class DecoderLayer(EncoderLayer):
+    """Causal self-attention, attention over the encoder output, FFN; each post-norm with dropout.
+
+    Same arguments as `EncoderLayer`. `call` runs teacher-forced over a whole target; `step`
+    consumes one position using a key/value cache and gives the same result.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, num_heads: int, **kwargs):
+        super().__init__(d_model, d_ff, num_heads, **kwargs)
+        policy = self.dtype_policy
+        self.cross_attention = MultiHeadAttention(num_heads, d_model, self.attention_dropout,
+                                                  name="cross_attention", dtype=policy)
+        self.cross_attention_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="cross_attention_norm", dtype=policy)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.cross_attention.build(input_shape)
+        self.cross_attention_norm.build(input_shape)
+        self.built = True
+
+    def _residual(self, norm, x, sublayer_output, training):
+        return norm(x + self.dropout(sublayer_output, training=training))
+
+    def _cross_and_feed_forward(self, x, memory_keys, memory_values, memory_mask, training):
+        query = self.cross_attention.project_query(x)
+        attended = self.cross_attention.attend(query, memory_keys, memory_values, memory_mask,
+                                               training=training)
+        x = self._residual(self.cross_attention_norm, x, attended, training)
+        return self._residual(self.feed_forward_norm, x, self.feed_forward(x, training=training),
+                              training)
+
+    def call(self, x, memory, memory_mask=None, training=False):
+        """Teacher-forced pass.
+
+        Args:
+            x: [B, T, D] target-side inputs (shifted right).
+            memory: [B, S, D] encoder output. memory_mask: bool [B, 1, S], True on real tokens.
+
+        Returns:
+            [B, T, D].
+        """
+        length = ops.shape(x)[1]
+        positions = ops.arange(length)
+        causal = (positions[None, :] <= positions[:, None])[None]  # [1, T, T]: key <= query
+        attended = self.self_attention(x, x, causal, training=training)
+        x = self._residual(self.attention_norm, x, attended, training)
+        memory_keys, memory_values = self.cross_attention.project_key_value(memory)
+        return self._cross_and_feed_forward(x, memory_keys, memory_values, memory_mask, training)
+
+    def project_memory(self, memory):
+        """Cross-attention keys and values of the encoder output, each [B, S, H, K]: once a sentence."""
+        return self.cross_attention.project_key_value(memory)
+
+    def step(self, x, index, self_keys, self_values, memory_keys, memory_values, memory_mask):
+        """One decoding position (inference: no dropout).
+
+        Args:
+            x: [B, 1, D] input at position `index`.
+            index: int32 scalar, the position being decoded.
+            self_keys, self_values: [B, M, H, K] cache of the earlier positions (M > index).
+            memory_keys, memory_values: [B, S, H, K] from `project_memory`. memory_mask: [B, 1, S].
+
+        Returns:
+            (output [B, 1, D], updated self_keys, updated self_values).
+        """
+        attention = self.self_attention
+        new_keys, new_values = attention.project_key_value(x)  # [B, 1, H, K]
+        start = (0, index, 0, 0)
+        self_keys = ops.slice_update(self_keys, start, ops.cast(new_keys, self_keys.dtype))
+        self_values = ops.slice_update(self_values, start, ops.cast(new_values, self_values.dtype))
+        visible = (ops.arange(ops.shape(self_keys)[1]) <= index)[None, None, :]  # [1, 1, M]
+        attended = attention.attend(attention.project_query(x), self_keys, self_values, visible)
+        x = self._residual(self.attention_norm, x, attended, False)
+        x = self._cross_and_feed_forward(x, memory_keys, memory_values, memory_mask, False)
+        return x, self_keys, self_values

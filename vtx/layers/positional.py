@@ -1,0 +1,50 @@
+"""Sinusoidal positional encoding (paper section 3.5).
+
+Shapes: B batch, T length, D model width.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="vtx")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
+
+    The angles are computed in float32 whatever the compute dtype (in bfloat16, `pos` itself loses
+    precision past 256), then cast. The layer has no weights.
+
+    Args:
+        max_wavelength: the 10000 of the formula.
+    """
+
+    def __init__(self, max_wavelength: float = 10000.0, **kwargs):
+        super().__init__(**kwargs)
+        self.max_wavelength = max_wavelength
+
+    def call(self, inputs, start_index=0):
+        """Encodings for positions start_index .. start_index + T - 1.
+
+        Args:
+            inputs: [B, T, D] embeddings; only the shape is used.
+            start_index: position of the first element (a scalar, may be a tensor in decoding).
+
+        Returns:
+            [T, D] encodings in the layer's compute dtype, to be broadcast over B.
+        """
+        length, width = ops.shape(inputs)[1], inputs.shape[-1]
+        positions = ops.cast(ops.arange(length) + start_index, "float32")  # [T]
+        dims = ops.arange(width)  # [D]
+        exponent = ops.cast(2 * (dims // 2), "float32") / float(width)
+        inv_freq = ops.exp(-math.log(self.max_wavelength) * exponent)  # [D]: 10000^(-2i/D)
+        angles = positions[:, None] * inv_freq[None, :]  # [T, D]
+        encoding = ops.where(dims % 2 == 0, ops.sin(angles), ops.cos(angles))
+        return ops.cast(encoding, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[1], input_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "max_wavelength": self.max_wavelength}

@@ -1,0 +1,150 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (section 3, Figure 1).
+
+Shapes: B batch, S source length, T target length, D model width, H heads, K head width,
+L layers, M decoding cache length, V vocabulary.
+
+Decoding interface (what beam search needs, and all it needs):
+    state = model.init_state(source_ids, max_length)
+    logits, state = model.decode_step(token_ids, state)   # [B] ids -> [B, V] float32 logits
+Every tensor of `state` of rank >= 1 has B as its leading axis, so a search may reorder or
+replicate hypotheses by gathering every such tensor along axis 0; the rank-0 `index` is shared.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from vtx.config import BOS_ID, PAD_ID, ModelConfig
+from vtx.layers import DecoderLayer, EncoderLayer, SharedEmbedding, SinusoidalPositionEncoding
+
+
+@keras.saving.register_keras_serializable(package="vtx")
+class Transformer(keras.Model):
+    """Post-norm encoder-decoder Transformer with one shared, scaled embedding matrix.
+
+    Args:
+        config: a `ModelConfig`.
+        dtype: a Keras dtype policy name ("float32", "mixed_bfloat16", "mixed_float16").
+    """
+
+    def __init__(self, config: ModelConfig, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config
+        policy = self.dtype_policy
+        self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="embedding",
+                                         dtype=policy)
+        self.position_encoding = SinusoidalPositionEncoding(name="position_encoding", dtype=policy)
+        self.embedding_dropout = keras.layers.Dropout(config.dropout, dtype=policy)
+        layer_args = dict(d_model=config.d_model, d_ff=config.d_ff, num_heads=config.num_heads,
+                          dropout=config.dropout, attention_dropout=config.attention_dropout,
+                          relu_dropout=config.relu_dropout,
+                          layer_norm_epsilon=config.layer_norm_epsilon, dtype=policy)
+        self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
+                               for i in range(config.num_layers)]
+        self.decoder_layers = [DecoderLayer(name=f"decoder_{i}", **layer_args)
+                               for i in range(config.num_layers)]
+
+    def build(self, input_shape=None):
+        hidden_shape = (None, None, self.config.d_model)
+        self.embedding.build()
+        for layer in self.encoder_layers + self.decoder_layers:
+            layer.build(hidden_shape)
+        self.built = True
+
+    def _embed(self, token_ids, start_index=0, training=False):
+        """[B, T] ids -> [B, T, D]: sqrt(D)-scaled embeddings + positions, then dropout."""
+        vectors = self.embedding(token_ids)
+        vectors = vectors + self.position_encoding(vectors, start_index=start_index)[None]
+        return self.embedding_dropout(vectors, training=training)
+
+    def encode(self, source_ids, training=False):
+        """[B, S] source ids (PAD_ID-padded) -> (memory [B, S, D], memory_mask bool [B, 1, S])."""
+        memory_mask = (source_ids != PAD_ID)[:, None, :]
+        x = self._embed(source_ids, training=training)
+        for layer in self.encoder_layers:
+            x = layer(x, memory_mask, training=training)
+        return x, memory_mask
+
+    def decode(self, target_in, memory, memory_mask, training=False):
+        """Teacher-forced decoder: [B, T] inputs (bos + target) -> [B, T, V] float32 logits."""
+        x = self._embed(target_in, training=training)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, memory_mask, training=training)
+        return self.embedding.project(x)
+
+    def call(self, inputs, training=False):
+        """inputs = (source_ids [B, S], target_in [B, T]) -> logits [B, T, V] (float32)."""
+        source_ids, target_in = inputs
+        memory, memory_mask = self.encode(source_ids, training=training)
+        return self.decode(target_in, memory, memory_mask, training=training)
+
+    def init_state(self, source_ids, max_length: int) -> dict:
+        """Encode the source and allocate the decoding cache for up to `max_length` positions.
+
+        Returns:
+            dict with `index` (int32 scalar, next position), `memory_mask` [B, 1, S], and per
+            layer `memory_keys`/`memory_values` [B, S, H, K] and `self_keys`/`self_values`
+            [B, M, H, K] (zeros, filled one position per `decode_step`).
+        """
+        memory, memory_mask = self.encode(source_ids)
+        batch = ops.shape(source_ids)[0]
+        cache_shape = (batch, max_length, self.config.num_heads, self.config.head_dim)
+        state = {"index": ops.zeros((), "int32"), "memory_mask": memory_mask,
+                 "memory_keys": [], "memory_values": [], "self_keys": [], "self_values": []}
+        for layer in self.decoder_layers:
+            keys, values = layer.project_memory(memory)
+            state["memory_keys"].append(keys)
+            state["memory_values"].append(values)
+            state["self_keys"].append(ops.zeros(cache_shape, self.compute_dtype))
+            state["self_values"].append(ops.zeros(cache_shape, self.compute_dtype))
+        return state
+
+    def decode_step(self, token_ids, state: dict):
+        """Feed one token per sentence at position state["index"].
+
+        Args:
+            token_ids: [B] int ids (BOS_ID at index 0).
+            state: from `init_state` or the previous `decode_step`.
+
+        Returns:
+            (logits [B, V] float32 for the next position, the new state).
+        """
+        index = state["index"]
+        x = self._embed(token_ids[:, None], start_index=index)  # [B, 1, D]
+        new_keys, new_values = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, keys, values = layer.step(x, index, state["self_keys"][i], state["self_values"][i],
+                                         state["memory_keys"][i], state["memory_values"][i],
+                                         state["memory_mask"])
+            new_keys.append(keys)
+            new_values.append(values)
+        logits = self.embedding.project(x)[:, 0, :]
+        new_state = {**state, "index": index + 1, "self_keys": new_keys, "self_values": new_values}
+        return logits, new_state
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        model_config = ModelConfig.from_dict(config.pop("config"))
+        return cls(model_config, **config)
+
+
+def build(config: ModelConfig, dtype: str = "float32") -> Transformer:
+    """Create a Transformer with its weights allocated.
+
+    Args:
+        config: the model configuration.
+        dtype: Keras dtype policy: "float32", "mixed_bfloat16" or "mixed_float16".
+    """
+    model = Transformer(config, dtype=dtype, name="transformer")
+    model.build()
+    return model
+
+
+def start_tokens(batch_size: int):
+    """[B] BOS_ID tokens, the first decoder input."""
+    return ops.full((batch_size,), BOS_ID, "int32")
