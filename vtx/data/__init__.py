@@ -1,0 +1,1 @@
+"""Data: SentencePiece vocabulary, binarization into shards, and the tf.data input pipeline. Depends only on vtx.config."""

@@ -1,0 +1,1 @@
+"""Inference: beam search (knows the model only through decode_step) and translation."""

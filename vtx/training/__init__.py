@@ -1,0 +1,1 @@
+"""Training: learning-rate schedule, label-smoothed loss, the distributed custom loop, checkpoints and averaging."""
