@@ -1,0 +1,109 @@
+import keras
+import numpy as np
+import pytest
+
+from vtx import config
+from vtx.config import BOS_ID, PAD_ID
+from vtx.models import transformer
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transformer.build(config.preset("tiny", dropout=0.0))
+
+
+def random_ids(shape, vocab_size=config.TINY.vocab_size):
+    return RNG.integers(4, vocab_size, shape).astype("int32")
+
+
+def test_exactly_one_embedding_matrix_is_shared_with_the_output_projection(model):
+    vocab_shaped = [w for w in model.weights if tuple(w.shape) == (model.config.vocab_size,
+                                                                   model.config.d_model)]
+    assert len(vocab_shaped) == 1
+    assert not any(w.shape[-1] == model.config.vocab_size for w in model.weights)
+    src, tgt = random_ids((1, 4)), random_ids((1, 3))
+    hidden_probe = model((src, tgt))
+    matrix = vocab_shaped[0]
+    matrix.assign(matrix * 2.0)  # the output projection must see the change
+    assert not np.allclose(model((src, tgt)), hidden_probe)
+
+
+def test_changing_a_future_target_token_changes_no_earlier_logit(model):
+    src, tgt = random_ids((2, 6)), random_ids((2, 8))
+    base = np.asarray(model((src, tgt)))
+    for t in (1, 4, 7):
+        changed = tgt.copy()
+        changed[:, t] = (changed[:, t] + 1 - 4) % (model.config.vocab_size - 4) + 4
+        out = np.asarray(model((src, changed)))
+        np.testing.assert_array_equal(out[:, :t], base[:, :t])
+        assert not np.allclose(out[:, t], base[:, t])
+
+
+def test_extra_source_padding_changes_no_logit(model):
+    src, tgt = random_ids((2, 5)), random_ids((2, 6))
+    src[1, 3:] = PAD_ID
+    padded = np.concatenate([src, np.zeros((2, 9), "int32")], axis=1)
+    np.testing.assert_allclose(model((padded, tgt)), model((src, tgt)), atol=1e-5)
+
+
+def test_cached_decode_step_equals_full_forward_over_24_steps(model):
+    src = random_ids((3, 9))
+    src[0, 4:] = PAD_ID
+    tgt = random_ids((3, 24))
+    tgt[:, 0] = BOS_ID
+    full = np.asarray(model((src, tgt)))
+    state = model.init_state(src, max_length=30)
+    for t in range(24):
+        logits, state = model.decode_step(tgt[:, t], state)
+        assert np.abs(np.asarray(logits) - full[:, t]).max() < 1e-4
+    assert int(state["index"]) == 24
+
+
+def test_compiled_decode_step_matches_eager(model):
+    import tensorflow as tf
+
+    src, tgt = random_ids((2, 5)), random_ids((2, 3))
+    eager_state = model.init_state(src, 8)
+    compiled = tf.function(model.decode_step, jit_compile=True)
+    compiled_state = model.init_state(src, 8)
+    for t in range(3):
+        eager, eager_state = model.decode_step(tgt[:, t], eager_state)
+        fast, compiled_state = compiled(tgt[:, t], compiled_state)
+        np.testing.assert_allclose(fast, eager, atol=1e-5)
+
+
+def test_save_and_load_give_identical_logits(model, tmp_path):
+    src, tgt = random_ids((2, 5)), random_ids((2, 4))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert isinstance(loaded, transformer.Transformer)
+    assert loaded.config == model.config
+    np.testing.assert_array_equal(loaded((src, tgt)), model((src, tgt)))
+
+
+def test_dropout_is_active_only_in_training():
+    model = transformer.build(config.preset("tiny", dropout=0.5))
+    src, tgt = random_ids((2, 5)), random_ids((2, 4))
+    np.testing.assert_array_equal(model((src, tgt)), model((src, tgt)))
+    assert not np.allclose(model((src, tgt), training=True), model((src, tgt)))
+
+
+def test_mixed_bfloat16_model_returns_float32_logits_close_to_float32():
+    cfg = config.preset("tiny", dropout=0.0)
+    full, mixed = transformer.build(cfg), transformer.build(cfg, dtype="mixed_bfloat16")
+    mixed.set_weights(full.get_weights())
+    src, tgt = random_ids((2, 5)), random_ids((2, 4))
+    logits = mixed((src, tgt))
+    assert logits.dtype == "float32"
+    np.testing.assert_allclose(logits, full((src, tgt)), atol=0.3)
+
+
+@pytest.mark.parametrize("arch,paper", [("base", 65e6), ("big", 213e6)])
+def test_parameter_count_within_5_percent_of_the_paper(arch, paper):
+    model = transformer.build(config.preset(arch, vocab_size=37000))
+    count = model.count_params()
+    assert abs(count - paper) / paper < 0.05
+    if arch == "base":
+        assert count == 63_082_496  # tied, no output bias, post-norm: no final LayerNorm

@@ -1,0 +1,40 @@
+import dataclasses
+
+import pytest
+
+from vtx import config
+
+
+def test_presets_have_the_papers_settings():
+    assert (config.BASE.num_layers, config.BASE.d_model, config.BASE.d_ff, config.BASE.num_heads,
+            config.BASE.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (config.BIG.num_layers, config.BIG.d_model, config.BIG.d_ff, config.BIG.num_heads,
+            config.BIG.dropout) == (6, 1024, 4096, 16, 0.3)
+    assert (config.PARSE_BIG.num_layers, config.PARSE_BIG.d_model, config.PARSE_BIG.d_ff,
+            config.PARSE_BIG.num_heads) == (4, 1024, 4096, 16)
+    assert config.BASE.head_dim == config.BIG.head_dim == 64
+    assert config.BASE.attention_dropout == config.BASE.relu_dropout == 0.0
+
+
+def test_invalid_shapes_are_refused_with_the_values():
+    with pytest.raises(ValueError, match="d_model \\(100\\).*num_heads \\(8\\)"):
+        dataclasses.replace(config.BASE, d_model=100)
+    with pytest.raises(ValueError, match="dropout"):
+        dataclasses.replace(config.BASE, dropout=1.5)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(KeyError, match="base, big, parse-big, tiny"):
+        config.preset("huge")
+
+
+def test_json_round_trip(tmp_path):
+    cfg = config.preset("big", vocab_size=32000, dropout=0.1)
+    cfg.save(tmp_path / "model.json")
+    assert config.ModelConfig.load(tmp_path / "model.json") == cfg
+    assert not (tmp_path / "model.json.tmp").exists()
+
+
+def test_unknown_keys_are_refused():
+    with pytest.raises(ValueError, match="unknown model configuration keys: colour"):
+        config.ModelConfig.from_dict({"colour": "red"})
