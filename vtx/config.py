@@ -92,3 +92,59 @@ def preset(name: str, **overrides) -> ModelConfig:
         raise KeyError(f"unknown arch {name!r}; choose one of: {', '.join(PRESETS)}")
     changes = {k: v for k, v in overrides.items() if v is not None}
     return dataclasses.replace(PRESETS[name], **changes)
+
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """How to train (paper section 5). A "step" is one optimizer update."""
+
+    max_tokens: int = 4096  # per replica and micro-batch, source and target each, padding counted
+    update_freq: int = 1  # micro-batches accumulated per update (gradient accumulation)
+    max_steps: int = 100_000
+    warmup_steps: int = 4000
+    lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    label_smoothing: float = 0.1  # epsilon_ls
+    seed: int = 1
+    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    jit_compile: bool = False  # XLA on the per-replica gradient function (helps on GPU)
+    save_interval_minutes: float = 10.0  # the paper's checkpoint cadence; 0 disables
+    save_interval_steps: int = 0  # 0 disables
+    keep_last: int = 0  # keep this many newest checkpoints; 0 keeps all
+    validate_interval_steps: int = 1000  # 0 disables
+    log_interval_steps: int = 100
+    max_nonfinite_in_a_row: int = 10  # stop after this many consecutive non-finite losses
+
+    def __post_init__(self) -> None:
+        positive = ("max_tokens", "update_freq", "max_steps", "warmup_steps", "log_interval_steps",
+                    "max_nonfinite_in_a_row")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("save_interval_steps", "keep_last", "validate_interval_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.lr_scale <= 0:
+            raise ValueError(f"lr_scale must be positive, got {self.lr_scale}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown training configuration keys: {', '.join(unknown)}")
+        return cls(**values)
+

@@ -1,0 +1,116 @@
+"""Checkpoint files: one self-contained `.npz` per checkpoint, written atomically.
+
+A checkpoint holds the model's variables (weights and dropout RNG state, in the model's variable
+order), the optimizer's variables, and a JSON `meta` record: step, data-stream position, model and
+training configuration. It may also carry the SentencePiece model bytes, so that a single file is
+enough to translate. `average` is a pure function over such files (fairseq's
+`average_checkpoints.py`, without its command line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+_NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
+BEST_NAME = "checkpoint_best.npz"
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """In-memory checkpoint contents."""
+
+    model: list  # np.ndarray per model variable, in `model.variables` order
+    optimizer: list  # np.ndarray per optimizer variable, in `optimizer.variables` order
+    meta: dict  # step, position, model_config, train_config, ...
+    vocab: bytes | None = None  # serialized SentencePiece model
+
+
+def checkpoint_path(save_dir: str | Path, step: int) -> Path:
+    return Path(save_dir) / f"checkpoint_{step:08d}.npz"
+
+
+def list_checkpoints(save_dir: str | Path) -> list[Path]:
+    """Numbered checkpoints of `save_dir`, oldest first (by step, not by file time)."""
+    found = [(int(m.group(1)), p) for p in Path(save_dir).glob("checkpoint_*.npz")
+             if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def save(path: str | Path, checkpoint: Checkpoint) -> None:
+    """Write `checkpoint` to `path` via a temporary file and an atomic rename."""
+    path = Path(path)
+    arrays = {f"model_{i:05d}": a for i, a in enumerate(checkpoint.model)}
+    arrays.update({f"optimizer_{i:05d}": a for i, a in enumerate(checkpoint.optimizer)})
+    arrays["meta"] = np.array(json.dumps(checkpoint.meta, sort_keys=True))
+    if checkpoint.vocab is not None:
+        arrays["vocab"] = np.frombuffer(checkpoint.vocab, dtype=np.uint8)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: str | Path) -> Checkpoint:
+    """Read a checkpoint file.
+
+    Raises:
+        ValueError: the file is not a vtx checkpoint (the message names it).
+    """
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            names = sorted(data.files)
+            model = [data[n] for n in names if n.startswith("model_")]
+            optimizer = [data[n] for n in names if n.startswith("optimizer_")]
+            meta = json.loads(str(data["meta"]))
+            vocab = data["vocab"].tobytes() if "vocab" in data.files else None
+    except (OSError, KeyError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable vtx checkpoint ({error})") from error
+    return Checkpoint(model, optimizer, meta, vocab)
+
+
+def average(paths: list[str | Path]) -> Checkpoint:
+    """Mean of the floating-point model variables of `paths`.
+
+    Integer state (dropout RNG counters) and the optimizer state are copied from the checkpoint
+    with the highest step; so is the meta record, with `averaged_from` added.
+
+    Raises:
+        ValueError: no paths, or checkpoints of different architectures.
+    """
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    loaded = sorted(((load(p), p) for p in paths), key=lambda pair: pair[0].meta.get("step", 0))
+    checkpoints = [checkpoint for checkpoint, _ in loaded]
+    newest = checkpoints[-1]
+    for checkpoint, path in loaded:
+        _check_same_architecture(newest, checkpoint, path)
+    averaged = []
+    for i, array in enumerate(newest.model):
+        if np.issubdtype(array.dtype, np.floating):
+            total = np.sum([c.model[i].astype(np.float64) for c in checkpoints], axis=0)
+            averaged.append((total / len(checkpoints)).astype(array.dtype))
+        else:
+            averaged.append(array)
+    meta = {**newest.meta, "averaged_from": [c.meta.get("step") for c in checkpoints]}
+    return Checkpoint(averaged, newest.optimizer, meta, newest.vocab)
+
+
+def _check_same_architecture(reference: Checkpoint, other: Checkpoint, path) -> None:
+    if other.meta.get("model_config") != reference.meta.get("model_config"):
+        raise ValueError(f"{path}: different architecture from the newest checkpoint: "
+                         f"{other.meta.get('model_config')} vs {reference.meta.get('model_config')}")
+    shapes = [a.shape for a in other.model]
+    if shapes != [a.shape for a in reference.model]:
+        raise ValueError(f"{path}: variable shapes differ from the newest checkpoint")

@@ -1,0 +1,108 @@
+"""Progress of a training run: one line per interval, TensorBoard scalars, a learning-curve PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Accumulates training figures between reports and writes them out.
+
+    Args:
+        save_dir: where `history.jsonl` and `learning_curve.png` go.
+        max_steps: for the ETA.
+        log: where lines go (e.g. `print` to stderr).
+        tensorboard_dir: optional TensorBoard log directory.
+    """
+
+    def __init__(self, save_dir: Path, max_steps: int, log: Callable[[str], None],
+                 tensorboard_dir: str | None = None):
+        self.save_dir, self.max_steps, self.log = Path(save_dir), max_steps, log
+        self.history_path = self.save_dir / "history.jsonl"
+        self._writer = None
+        if tensorboard_dir:
+            import tensorflow as tf
+
+            self._writer = tf.summary.create_file_writer(str(tensorboard_dir))
+        self._reset(time.monotonic())
+        self._run_start = time.monotonic()
+        self._start_step: int | None = None
+
+    def _reset(self, now: float) -> None:
+        self._loss = self._nll = self._tokens = 0.0
+        self._interval_start = now
+
+    def add(self, loss_sum: float, nll_sum: float, tokens: float) -> None:
+        self._loss += loss_sum
+        self._nll += nll_sum
+        self._tokens += tokens
+
+    def report_train(self, step: int, learning_rate: float, skipped: int) -> None:
+        now = time.monotonic()
+        if self._start_step is None:
+            self._start_step = step - 1
+        tokens = max(self._tokens, 1.0)
+        loss, nll = self._loss / tokens, self._nll / tokens
+        rate = self._tokens / max(now - self._interval_start, 1e-9)
+        done = step - self._start_step
+        eta = (now - self._run_start) / max(done, 1) * (self.max_steps - step)
+        self.log(f"step {step}/{self.max_steps} | loss {loss:.3f} | nll {nll:.3f} | "
+                 f"ppl {math.exp(min(nll, 50)):.2f} | lr {learning_rate:.3e} | tok/s {rate:.0f} | "
+                 f"elapsed {format_duration(now - self._run_start)} | eta {format_duration(eta)}"
+                 + (f" | skipped {skipped}" if skipped else ""))
+        self.record(step, {"train_loss": loss, "train_nll": nll, "lr": learning_rate,
+                           "tokens_per_second": rate})
+        self._reset(now)
+
+    def report_valid(self, step: int, loss: float, nll: float, best: bool) -> None:
+        self.log(f"valid step {step} | loss {loss:.3f} | nll {nll:.3f} | "
+                 f"ppl {math.exp(min(nll, 50)):.2f}" + (" | best" if best else ""))
+        self.record(step, {"valid_loss": loss, "valid_nll": nll})
+
+    def record(self, step: int, values: dict) -> None:
+        with open(self.history_path, "a") as handle:
+            handle.write(json.dumps({"step": step, **values}) + "\n")
+        if self._writer is not None:
+            import tensorflow as tf
+
+            with self._writer.as_default():
+                for name, value in values.items():
+                    tf.summary.scalar(name, value, step=step)
+            self._writer.flush()
+
+    def plot(self) -> None:
+        """Write learning_curve.png (train and valid loss per step) atomically."""
+        write_learning_curve(self.history_path, self.save_dir / "learning_curve.png")
+
+
+def write_learning_curve(history_path: Path, png_path: Path) -> None:
+    """Plot train/valid loss from a history.jsonl file into a PNG (temp file, then rename)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in Path(history_path).read_text().splitlines() if line]
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for key, label in (("train_loss", "train"), ("valid_loss", "valid")):
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if points:
+            axis.plot(*zip(*points), marker="." if key == "valid_loss" else None, label=label)
+    axis.set_xlabel("step")
+    axis.set_ylabel("label-smoothed loss (nats/token)")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    tmp = png_path.with_name(f".{png_path.name}.tmp-{os.getpid()}.png")
+    figure.savefig(tmp, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    os.replace(tmp, png_path)

@@ -1,0 +1,346 @@
+"""The training loop: a custom `strategy.run` loop with gradient accumulation (paper section 5).
+
+Shapes: B batch, S source length, T target length, V vocabulary.
+
+One update ("step") = `update_freq` micro-batches on every replica. Gradients are accumulated
+unnormalised (sum over tokens) in per-replica variables and divided by the number of non-pad target
+tokens over all replicas and micro-batches, so 1 replica x 8 micro-batches and 8 replicas x 1
+micro-batch train the same model. A non-finite loss skips the update (the accumulators are
+cleared) and is counted; too many in a row stop training.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from vtx.config import PAD_ID, ModelConfig, TrainConfig
+from vtx.models import transformer
+from vtx.training import checkpoints
+from vtx.training.distribute import make_strategy, topology
+from vtx.training.loss import label_smoothed_loss
+from vtx.training.progress import Progress
+from vtx.training.schedule import TransformerSchedule, paper_learning_rate
+from vtx.training.stream import BatchStream
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite losses in a row, out of memory, incompatible save dir)."""
+
+
+def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
+    """Adam(0.9, 0.98, 1e-9) on the paper's schedule; loss-scaled for float16."""
+    schedule = TransformerSchedule(model_config.d_model, train_config.warmup_steps,
+                                   train_config.lr_scale)
+    optimizer = keras.optimizers.Adam(schedule, beta_1=train_config.adam_beta_1,
+                                      beta_2=train_config.adam_beta_2,
+                                      epsilon=train_config.adam_epsilon)
+    if train_config.precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _empty_batch() -> dict:
+    """A batch of one pad token: contributes no loss and no tokens (fills idle replicas)."""
+    pad = np.full((1, 1), PAD_ID, np.int32)
+    return {"source": pad, "target_in": pad, "target_out": pad}
+
+
+class Trainer:
+    """Owns the model, optimizer, accumulators and compiled step functions of one run.
+
+    Args:
+        model_config, train_config: what to train and how.
+        save_dir: checkpoints, config, history and learning curve; resumed from when it has
+            checkpoints.
+        strategy: default `make_strategy()` (every GPU, or TF_CONFIG's cluster).
+        log: receives progress lines.
+        vocab: serialized SentencePiece model stored in every checkpoint.
+        tensorboard_dir: optional TensorBoard log directory.
+    """
+
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
+                 strategy: tf.distribute.Strategy | None = None,
+                 log: Callable[[str], None] = print, vocab: bytes | None = None,
+                 tensorboard_dir: str | None = None):
+        self.model_config, self.config = model_config, train_config
+        self.save_dir = Path(save_dir)
+        self.strategy = strategy or make_strategy()
+        self.topology = topology(self.strategy)
+        self.log, self.vocab = log, vocab
+        self._tensorboard_dir = tensorboard_dir
+        keras.utils.set_random_seed(train_config.seed)
+        with self.strategy.scope():
+            self.model = transformer.build(model_config, dtype=train_config.precision)
+            self.optimizer = make_optimizer(model_config, train_config)
+            self.optimizer.build(self.model.trainable_variables)
+            self._accumulators = [self._local_variable(v.shape) for v in
+                                  self.model.trainable_variables]
+            self._token_count = self._local_variable(())
+        self.step, self.skipped, self.best_valid = 0, 0, math.inf
+        self.positions = [(0, 0)] * self.topology.num_workers  # per worker: (epoch, offset)
+        self._stop_signal: int | None = None
+        gradient_fn = self._replica_gradients
+        if train_config.jit_compile:
+            gradient_fn = tf.function(gradient_fn, jit_compile=True)
+        self._gradient_fn = gradient_fn
+        self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True)
+        self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True)
+        self._apply = tf.function(self._apply_impl)
+        self._reset = tf.function(self._reset_impl)
+
+    @staticmethod
+    def _local_variable(shape):
+        return tf.Variable(tf.zeros(shape, tf.float32), trainable=False,
+                           synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.SUM)
+
+    # ---- per-replica computations (traced inside strategy.run) ----
+
+    def _replica_gradients(self, batch):
+        with tf.GradientTape() as tape:
+            logits = self.model((batch["source"], batch["target_in"]), training=True)
+            loss_sum, nll_sum, tokens = label_smoothed_loss(logits, batch["target_out"],
+                                                            self.config.label_smoothing)
+            # Differentiate the per-token mean (well-scaled for low precision), then re-weight.
+            scaled = self.optimizer.scale_loss(loss_sum / tf.maximum(tokens, 1.0))
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        return tf.stack([loss_sum, nll_sum, tokens]), grads
+
+    def _accumulate_impl(self, batch):
+        def replica(batch):
+            sums, grads = self._gradient_fn(batch)
+            for accumulator, grad in zip(self._accumulators, grads):
+                accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32) * sums[2])
+            self._token_count.assign_add(sums[2])
+            return sums
+
+        return self.strategy.reduce(SUM, self.strategy.run(replica, args=(batch,)), axis=None)
+
+    def _apply_impl(self):
+        def replica():
+            context = tf.distribute.get_replica_context()
+            total = tf.maximum(context.all_reduce(SUM, self._token_count.read_value()), 1.0)
+            grads = [a.read_value() / total for a in self._accumulators]
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+            self._zero_accumulators()
+
+        self.strategy.run(replica)
+
+    def _reset_impl(self):
+        self.strategy.run(self._zero_accumulators)
+
+    def _zero_accumulators(self):
+        for accumulator in self._accumulators + [self._token_count]:
+            accumulator.assign(tf.zeros_like(accumulator))
+
+    def _evaluate_impl(self, batch):
+        def replica(batch):
+            logits = self.model((batch["source"], batch["target_in"]), training=False)
+            return tf.stack(label_smoothed_loss(logits, batch["target_out"],
+                                                self.config.label_smoothing))
+
+        return self.strategy.reduce(SUM, self.strategy.run(replica, args=(batch,)), axis=None)
+
+    # ---- host side ----
+
+    def _distribute(self, local_batches: list):
+        local = self.topology.local_replicas
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: local_batches[context.replica_id_in_sync_group % local])
+
+    def _any_worker(self, flag: bool) -> bool:
+        """True when `flag` is true on any worker (a collective when there are several)."""
+        if self.topology.num_workers == 1:
+            return flag
+        value = self._distribute([np.float32(flag)] * self.topology.local_replicas)
+        return float(self.strategy.reduce(SUM, value, axis=None)) > 0
+
+    def learning_rate(self, step: int) -> float:
+        """The rate used by update number `step` (counted from 1)."""
+        return float(paper_learning_rate(step, self.model_config.d_model,
+                                         self.config.warmup_steps, self.config.lr_scale))
+
+    def train_update(self, stream: BatchStream) -> np.ndarray:
+        """One update: `update_freq` micro-batches per replica. Returns [loss, nll, tokens] sums."""
+        totals = np.zeros(3, np.float64)
+        for _ in range(self.config.update_freq):
+            batches = [stream.next() for _ in range(self.topology.local_replicas)]
+            try:
+                totals += self._accumulate(self._distribute(batches)).numpy()
+            except tf.errors.ResourceExhaustedError as error:
+                shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
+                                   f"{tuple(b['target_in'].shape)}" for b in batches)
+                raise TrainingError(f"out of memory on a batch of {shapes}; lower --max-tokens "
+                                    f"(now {self.config.max_tokens}) and raise --update-freq "
+                                    f"to keep the tokens per step") from error
+        if np.isfinite(totals).all():
+            self._apply()
+        else:
+            self._reset()
+        return totals
+
+    def evaluate(self, batches: Iterable[dict]) -> tuple[float, float]:
+        """Mean label-smoothed loss and NLL per target token over `batches` (no dropout)."""
+        batches, replicas = list(batches), self.strategy.num_replicas_in_sync
+        totals, first = np.zeros(3, np.float64), self.topology.worker_index * self.topology.local_replicas
+        for start in range(0, len(batches), replicas):
+            group = batches[start + first:start + first + self.topology.local_replicas]
+            group += [_empty_batch()] * (self.topology.local_replicas - len(group))
+            totals += self._evaluate(self._distribute(group)).numpy()
+        tokens = max(totals[2], 1.0)
+        return totals[0] / tokens, totals[1] / tokens
+
+    # ---- checkpoints ----
+
+    def _meta(self) -> dict:
+        return {"step": self.step, "positions": [list(p) for p in self.positions],
+                "skipped": self.skipped, "best_valid": self.best_valid,
+                "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
+                "num_workers": self.topology.num_workers}
+
+    def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
+        """Every worker's stream position (a collective when there are several workers)."""
+        workers = self.topology.num_workers
+        if workers == 1:
+            return [stream.position]
+        table = np.zeros((workers, 2), np.float64)
+        table[self.topology.worker_index] = stream.position
+        values = [table if i == 0 else np.zeros_like(table)
+                  for i in range(self.topology.local_replicas)]
+        table = self.strategy.reduce(SUM, self._distribute(values), axis=None).numpy()
+        return [(int(e), int(o)) for e, o in table]
+
+    def save(self, stream: BatchStream) -> Path | None:
+        """Write checkpoint_<step>.npz (chief only) and prune to `keep_last`."""
+        self.positions = self._gather_positions(stream)
+        if not self.topology.is_chief:
+            return None
+        path = checkpoints.checkpoint_path(self.save_dir, self.step)
+        checkpoints.save(path, checkpoints.Checkpoint(
+            model=[np.asarray(v.numpy()) for v in self.model.variables],
+            optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables],
+            meta=self._meta(), vocab=self.vocab))
+        if self.config.keep_last:
+            for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
+                old.unlink(missing_ok=True)
+        return path
+
+    def restore(self, path) -> None:
+        """Load weights, optimizer state, RNG state, step and data positions from `path`.
+
+        Raises:
+            TrainingError: the checkpoint is of another architecture or worker count.
+        """
+        checkpoint = checkpoints.load(path)
+        if checkpoint.meta.get("model_config") != self.model_config.to_dict():
+            raise TrainingError(f"{path} holds a different architecture "
+                                f"({checkpoint.meta.get('model_config')}); use another --save-dir")
+        if checkpoint.meta.get("num_workers", 1) != self.topology.num_workers:
+            raise TrainingError(f"{path} was written by {checkpoint.meta.get('num_workers')} "
+                                f"workers, this run has {self.topology.num_workers}")
+        for variables, arrays in ((self.model.variables, checkpoint.model),
+                                  (self.optimizer.variables, checkpoint.optimizer)):
+            if [tuple(v.shape) for v in variables] != [a.shape for a in arrays]:
+                raise TrainingError(f"{path}: variable shapes do not match this model")
+            for variable, array in zip(variables, arrays):
+                variable.assign(array)
+        meta = checkpoint.meta
+        self.step, self.skipped = meta["step"], meta.get("skipped", 0)
+        self.best_valid = meta.get("best_valid", math.inf)
+        self.positions = [tuple(p) for p in meta["positions"]]
+        if self.vocab is None:
+            self.vocab = checkpoint.vocab
+
+    # ---- the loop ----
+
+    def _request_stop(self, signum, frame) -> None:
+        self._stop_signal = signum
+        self.log(f"received signal {signum}: saving a checkpoint after this update, then exiting")
+
+    def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
+            make_valid: Callable[[], Iterable[dict]] | None = None) -> int | None:
+        """Train until `max_steps`, resuming from the newest checkpoint of `save_dir`.
+
+        Args:
+            make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
+            make_valid: `() -> batches` of the validation set (the same on every worker).
+
+        Returns:
+            None when `max_steps` was reached; the signal number when SIGTERM/SIGINT stopped it.
+
+        Raises:
+            TrainingError: too many non-finite losses in a row, or out of memory.
+        """
+        self.save_dir.mkdir(parents=True, exist_ok=True)
+        existing = checkpoints.list_checkpoints(self.save_dir)
+        if existing:
+            self.restore(existing[-1])
+            self.log(f"resumed from {existing[-1]} at step {self.step}")
+        stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
+        progress = Progress(self.save_dir, self.config.max_steps,
+                            self.log if self.topology.is_chief else (lambda line: None),
+                            self._tensorboard_dir if self.topology.is_chief else None)
+        handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._loop(stream, progress, make_valid)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def _loop(self, stream, progress, make_valid) -> int | None:
+        config, in_a_row = self.config, 0
+        last_save = time.monotonic()
+        while self.step < config.max_steps:
+            loss_sum, nll_sum, tokens = self.train_update(stream)
+            if not math.isfinite(loss_sum):
+                self.skipped, in_a_row = self.skipped + 1, in_a_row + 1
+                self.log(f"non-finite loss at step {self.step + 1}: update skipped "
+                         f"({in_a_row} in a row, {self.skipped} in all)")
+                if in_a_row >= config.max_nonfinite_in_a_row:
+                    raise TrainingError(f"{in_a_row} non-finite losses in a row at step "
+                                        f"{self.step + 1}; lower --lr-scale or use float32")
+                continue
+            self.step, in_a_row = self.step + 1, 0
+            progress.add(loss_sum, nll_sum, tokens)
+            if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
+                progress.report_train(self.step, self.learning_rate(self.step), self.skipped)
+            is_best = False
+            if make_valid and config.validate_interval_steps and (
+                    self.step % config.validate_interval_steps == 0):
+                loss, nll = self.evaluate(make_valid())
+                is_best = loss < self.best_valid
+                self.best_valid = min(self.best_valid, loss)
+                progress.report_valid(self.step, loss, nll, is_best)
+            due = (config.save_interval_steps and self.step % config.save_interval_steps == 0) or (
+                config.save_interval_minutes and
+                time.monotonic() - last_save >= 60 * config.save_interval_minutes)
+            stop = self._stop_signal is not None
+            if self._any_worker(bool(due or stop or is_best)) or self.step == config.max_steps:
+                path = self.save(stream)
+                last_save = time.monotonic()
+                if path is not None:
+                    if is_best:
+                        _copy_atomically(path, self.save_dir / checkpoints.BEST_NAME)
+                    if progress.history_path.exists():
+                        progress.plot()
+            if self._any_worker(stop):
+                return self._stop_signal or signal.SIGTERM
+        return None
+
+
+def _copy_atomically(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
