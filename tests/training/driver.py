@@ -1,0 +1,75 @@
+"""Runs a small training job in its own process (logical CPU devices must be set before TF starts).
+
+    python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
+        [--dropout P] [--save-every S] [--step-sleep SECONDS]
+
+Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
+"""
+
+import argparse
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("save_dir")
+    parser.add_argument("--max-steps", type=int, required=True)
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--update-freq", type=int, default=1)
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--save-every", type=int, default=0)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * max(args.devices, 1))
+
+    import numpy as np
+
+    from tests.training.synthetic import epoch_maker, make_pairs
+    from vtx import config
+    from vtx.training.distribute import make_strategy
+    from vtx.training.trainer import Trainer
+
+    model_config = config.preset("tiny", vocab_size=24, dropout=args.dropout)
+    # Adam divides by sqrt(v) + epsilon: at the paper's 1e-9, a parameter whose true gradient is 0
+    # (an attention key bias, which the softmax ignores) moves a whole learning-rate step on
+    # float32 round-off, and round-off differs with the summation order of 1 vs 8 replicas.
+    # 1e-5 keeps the comparisons about the gradients.
+    train_config = config.TrainConfig(max_steps=args.max_steps, update_freq=args.update_freq,
+                                      adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
+                                      validate_interval_steps=0, save_interval_minutes=0,
+                                      save_interval_steps=args.save_every)
+    devices = [f"/cpu:{i}" for i in range(args.devices)]
+    trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices))
+    make_epoch = epoch_maker(make_pairs(96, 24, seed=3), batch_size=4, seed=5)
+    first = []
+
+    def slow_epoch(epoch, skip):
+        for batch in make_epoch(epoch, skip):
+            time.sleep(args.step_sleep)
+            yield batch
+
+    original = trainer.train_update
+
+    def recorded_update(stream):
+        totals = original(stream)
+        if not first:
+            first.append(totals[0] / totals[2])
+            print(f"loss-step-{trainer.step + 1}: {first[0]:.8f}", flush=True)
+        return totals
+
+    trainer.train_update = recorded_update
+    trainer.fit(slow_epoch)
+    weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
+    out = Path(args.save_dir) / f"final_weights_{trainer.topology.worker_index}.npz"
+    np.savez(out, **weights)
+    print(f"finished at step {trainer.step}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.training.synthetic import epoch_maker, make_pairs, to_batch
+from vtx import config
+from vtx.training import checkpoints
+from vtx.training.trainer import Trainer, TrainingError
+
+
+def driver(save_dir, *args, env=None, wait=True):
+    command = [sys.executable, "-m", "tests.training.driver", str(save_dir), *map(str, args)]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env)
+    if not wait:
+        return process
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    return output
+
+
+def final_weights(save_dir, worker=0):
+    with np.load(save_dir / f"final_weights_{worker}.npz") as data:
+        return [data[k] for k in sorted(data.files)]
+
+
+def first_loss(output):
+    return float(next(l for l in output.splitlines() if l.startswith("loss-step-1:")).split()[1])
+
+
+def test_tiny_overfits_50_pairs_to_95_percent_token_accuracy(tmp_path):
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    train_config = config.TrainConfig(max_steps=400, warmup_steps=50, lr_scale=0.2,
+                                      label_smoothing=0.0, log_interval_steps=100,
+                                      validate_interval_steps=0, save_interval_minutes=0)
+    pairs = make_pairs(50, 20)
+    trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
+    trainer.fit(epoch_maker(pairs, 10))
+    batch = to_batch(pairs)
+    predictions = np.argmax(trainer.model((batch["source"], batch["target_in"])), axis=-1)
+    real = batch["target_out"] != 0
+    accuracy = (predictions == batch["target_out"])[real].mean()
+    assert accuracy >= 0.95
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    losses = [json.loads(l)["train_loss"] for l in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert losses[-1] < losses[0] / 5
+
+
+def test_one_and_eight_replicas_train_the_same_model(tmp_path):
+    one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 8)
+    eight = driver(tmp_path / "eight", "--max-steps", 3, "--devices", 8, "--update-freq", 1)
+    assert first_loss(one) == pytest.approx(first_loss(eight), abs=1e-5)
+    for a, b in zip(final_weights(tmp_path / "one"), final_weights(tmp_path / "eight")):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_run_killed_with_sigkill_resumes_to_the_same_weights(tmp_path):
+    steps = ("--max-steps", 16, "--dropout", 0.1, "--save-every", 3)
+    driver(tmp_path / "straight", *steps)
+    victim = driver(tmp_path / "killed", *steps, "--step-sleep", 0.3, wait=False)
+    deadline = time.time() + 300
+    while not checkpoints.list_checkpoints(tmp_path / "killed") and time.time() < deadline:
+        time.sleep(0.2)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    saved = checkpoints.list_checkpoints(tmp_path / "killed")
+    assert saved and checkpoints.load(saved[-1]).meta["step"] < 16
+    output = driver(tmp_path / "killed", *steps)
+    assert "resumed from" in output
+    for a, b in zip(final_weights(tmp_path / "straight"), final_weights(tmp_path / "killed")):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_workers_with_tf_config_end_with_identical_weights(tmp_path):
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    processes = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster,
+                                                      "task": {"type": "worker", "index": index}})}
+        processes.append(driver(tmp_path / f"w{index}", "--max-steps", 5, env=env, wait=False))
+    for process in processes:
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, output
+        assert "finished at step 5" in output
+    for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    train_config = config.TrainConfig(max_steps=5, max_nonfinite_in_a_row=2,
+                                      save_interval_minutes=0, validate_interval_steps=0)
+    trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
+    trainer.model.embedding.embeddings.assign(
+        np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
+    with pytest.raises(TrainingError, match="2 non-finite losses in a row at step 1"):
+        trainer.fit(epoch_maker(make_pairs(8, 20), 4))
+    assert trainer.skipped == 2 and trainer.step == 0
+
+
+def test_resuming_with_another_architecture_is_refused(tmp_path):
+    pairs = make_pairs(8, 20)
+    train_config = config.TrainConfig(max_steps=1, save_interval_minutes=0,
+                                      validate_interval_steps=0)
+    Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+            log=lambda line: None).fit(epoch_maker(pairs, 4))
+    other = Trainer(config.preset("tiny", vocab_size=20, d_ff=64), train_config, tmp_path,
+                    log=lambda line: None)
+    with pytest.raises(TrainingError, match="different architecture"):
+        other.fit(epoch_maker(pairs, 4))
