@@ -16,8 +16,8 @@ It reads the tokens left to right with a stack of open phrases and repairs, coun
 2. `mismatched_closes`: a closing token whose label differs from the innermost open phrase still
    closes that phrase (which keeps its opening label).
 3. `extra_slots`: a slot token after every word is placed is dropped.
-4. `missing_slots`: words left over at the end are appended, as preterminals, to the last
-   top-level phrase (to the root when there is none).
+4. `missing_slots`: words left over at the end are appended, as preterminals, to the root's last
+   child when that is a phrase, else to the root (either way after every placed word).
 5. `unclosed_opens`: phrases still open at the end are closed there.
 6. `empty_constituents`: phrases that received no word are removed.
 7. `dropped_tokens`: tokens that are neither slots nor brackets with a label (`(`, `)`) are dropped;
@@ -145,11 +145,14 @@ def _close(stack: list[Tree], label: str, stats: RepairStats) -> None:
 
 def _place_missing_words(root: Tree, words: Sequence[str], tags: Sequence[str] | None,
                          next_word: int, stats: RepairStats) -> None:
-    """Appends words no slot took to the last top-level phrase that holds a word (else to the root)."""
+    """Appends words no slot took to the root's last child if it is a phrase, else to the root.
+
+    Either host ends at the last placed word, so the words stay in order.
+    """
     if next_word == len(words):
         return
-    phrases = [child for child in root.children if not child.is_preterminal and child.leaves()]
-    host = phrases[-1] if phrases else root
+    last = root.children[-1] if root.children else None
+    host = last if last is not None and not last.is_preterminal else root
     for index in range(next_word, len(words)):
         tag = tags[index] if tags is not None else DEFAULT_TAG
         host.children.append(Tree(tag, [words[index]]))

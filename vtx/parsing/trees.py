@@ -113,6 +113,8 @@ def iter_trees(text: str, where: str = "<text>") -> Iterator[Tree]:
     tokens = _tokenize(text)
     pos, number = 0, 1
     while pos < len(tokens):
+        if tokens[pos] == ")":
+            raise TreeSyntaxError(f"{where}: unbalanced brackets (an extra ')' after tree {number - 1})")
         if tokens[pos] != "(":
             raise TreeSyntaxError(f"{where}: expected '(' before tree {number} but found {tokens[pos]!r}")
         tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
