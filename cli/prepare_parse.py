@@ -29,7 +29,7 @@ def _expand(flag: str, patterns: tuple[str, ...]) -> list[Path]:
               help="Output folder for PREFIX.words, PREFIX.trees, PREFIX.gold.")
 @click.option("--keep-tags", is_flag=True, help="Keep POS tags in the linearized trees instead of XX.")
 def prepare_parse(treebank, train_files, valid_files, test_files, destdir, keep_tags):
-    """Linearize a treebank (Vinyals et al. 2015) into parallel text for `vtx preprocess`."""
+    """Linearize a treebank into words/trees parallel text (Vinyals et al., 2015) for `vtx preprocess`."""
     from vtx.parsing import prepare, trees
 
     explicit = {"train": train_files, "valid": valid_files, "test": test_files}

@@ -86,15 +86,16 @@ def _parse_node(tokens: list[str], pos: int, where: str) -> tuple[Tree, int]:
         label = tokens[pos]
         pos += 1
     children: list[Union[Tree, str]] = []
+    has_word = False
     while pos < len(tokens) and tokens[pos] != ")":
         if tokens[pos] == "(":
             child, pos = _parse_node(tokens, pos, where)
         else:
-            child, pos = tokens[pos], pos + 1
+            child, pos, has_word = tokens[pos], pos + 1, True
         children.append(child)
     if pos >= len(tokens):
         raise TreeSyntaxError(f"{where}: unbalanced brackets (a bracket of {label or '(root)'!r} is never closed)")
-    if any(isinstance(c, str) for c in children) and len(children) > 1:
+    if has_word and len(children) > 1:
         raise TreeSyntaxError(f"{where}: bracket {label!r} holds a word beside other elements: "
                               f"{' '.join(str(c) for c in children)[:80]}")
     return Tree(label, children), pos + 1
