@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from vtx.parsing import prepare, trees
+from vtx.parsing.linearize import delinearize
+
+
+def _ldc_layout(root: Path, sample_files: list[Path]) -> Path:
+    """wsj/SS/wsj_SS01.mrg for sections 00-24, each a symlink to one sample file (nothing copied)."""
+    for section in range(25):
+        folder = root / "wsj" / f"{section:02d}"
+        folder.mkdir(parents=True)
+        (folder / f"wsj_{section:02d}01.mrg").symlink_to(sample_files[section])
+    return root
+
+
+def test_wsj_split_uses_sections_02_21_22_23(tmp_path, sample_files):
+    splits = prepare.wsj_split(_ldc_layout(tmp_path, sample_files))
+    assert [p.name for p in splits["train"]] == [f"wsj_{s:02d}01.mrg" for s in range(2, 22)]
+    assert [p.name for p in splits["valid"]] == ["wsj_2201.mrg"]
+    assert [p.name for p in splits["test"]] == ["wsj_2301.mrg"]
+    assert prepare.wsj_split(tmp_path / "wsj") == splits
+
+
+def test_wsj_split_names_a_missing_section(tmp_path, sample_files):
+    _ldc_layout(tmp_path, sample_files)
+    (tmp_path / "wsj" / "22" / "wsj_2201.mrg").unlink()
+    with pytest.raises(FileNotFoundError, match="22"):
+        prepare.wsj_split(tmp_path)
+
+
+def test_prepare_writes_aligned_words_trees_and_gold(tmp_path, sample_files):
+    splits = {"train": sample_files[:3], "valid": sample_files[3:5]}
+    summaries = prepare.prepare(splits, tmp_path / "out")
+    expected_train = sum(len(trees.read_mrg(p)) for p in sample_files[:3])
+    assert summaries["train"] == prepare.SplitSummary(files=3, sentences=expected_train, dropped=0)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "train.gold", "train.trees", "train.words", "valid.gold", "valid.trees", "valid.words"]
+    for prefix in splits:
+        words, targets, golds = ((tmp_path / "out" / f"{prefix}.{suffix}").read_text().splitlines()
+                                 for suffix in prepare.SUFFIXES)
+        assert len(words) == len(targets) == len(golds) == summaries[prefix].sentences
+        for sentence, target, gold_line in zip(words, targets, golds):
+            gold = trees.parse_tree(gold_line)
+            assert sentence.split() == gold.leaves()
+            tags = [tag for _, tag in gold.tagged_words()]
+            assert delinearize(target.split(), sentence.split(), tags)[0] == gold
+            assert "XX" in target.split()
+
+
+def test_prepare_keep_tags(tmp_path, sample_files):
+    prepare.prepare({"train": sample_files[:1]}, tmp_path, keep_tags=True)
+    first = (tmp_path / "train.trees").read_text().splitlines()[0].split()
+    assert first[:5] == ["(S", "(NP", "(NP", "NNP", "NNP"]
+
+
+def test_prepare_drops_trees_with_only_empty_elements(tmp_path):
+    source = tmp_path / "wsj_9901.mrg"
+    source.write_text("( (S (NP-SBJ (-NONE- *)) (VP (-NONE- *?*))) )\n( (S (NP (NN a)) (VP (VB b))) )\n")
+    summary = prepare.prepare({"test": [source]}, tmp_path / "out")["test"]
+    assert (summary.sentences, summary.dropped) == (1, 1)
+    assert (tmp_path / "out" / "test.words").read_text() == "a b\n"
+
+
+def test_a_malformed_file_leaves_nothing_behind(tmp_path, sample_files):
+    bad = tmp_path / "bad.mrg"
+    bad.write_text("( (S (NP (NN a)) )\n")
+    out = tmp_path / "out"
+    with pytest.raises(trees.TreeSyntaxError, match="bad.mrg"):
+        prepare.prepare({"train": sample_files[:2], "valid": [bad]}, out)
+    assert list(out.iterdir()) == []

@@ -1,0 +1,172 @@
+"""Trees as token sequences, after Vinyals et al. 2015 ("Grammar as a Foreign Language", section 2).
+
+The source is the words; the target is the tree's brackets in pre-order, each phrase opening as
+`(LABEL` and closing as `)LABEL`, each word replaced by one slot token (`XX`, or its POS tag):
+
+    (TOP (S (NP (DT The) (NN cat)) (VP (VBZ sleeps)) (. .)))
+    source: The cat sleeps .
+    target: (S (NP XX XX )NP (VP XX )VP XX )S
+
+The `TOP` root of a normalised tree is left out of the target when it has a single child.
+
+`delinearize` turns any token sequence back into a well-formed tree over exactly the given words.
+It reads the tokens left to right with a stack of open phrases and repairs, counting each kind:
+
+1. `extra_closes`: a closing token with no open phrase is dropped.
+2. `mismatched_closes`: a closing token whose label differs from the innermost open phrase still
+   closes that phrase (which keeps its opening label).
+3. `extra_slots`: a slot token after every word is placed is dropped.
+4. `missing_slots`: words left over at the end are appended, as preterminals, to the root's last
+   child when that is a phrase, else to the root (either way after every placed word).
+5. `unclosed_opens`: phrases still open at the end are closed there.
+6. `empty_constituents`: phrases that received no word are removed.
+7. `dropped_tokens`: tokens that are neither slots nor brackets with a label (`(`, `)`) are dropped;
+   a bare `)` is not counted here but closes like any closing token.
+
+The result is always rooted in `TOP` with the words in order as its leaves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from vtx.parsing.trees import ROOT_LABEL, Tree
+
+# Slot token standing for one word when POS tags are not kept (Vinyals et al. 2015).
+SLOT_TOKEN = "XX"
+# Part-of-speech tag given to words when the target names no tag (slot `XX`) and none is supplied.
+DEFAULT_TAG = "XX"
+
+
+@dataclasses.dataclass
+class RepairStats:
+    """How many repairs of each kind `delinearize` made (see the module docstring for the rules)."""
+
+    extra_closes: int = 0
+    mismatched_closes: int = 0
+    extra_slots: int = 0
+    missing_slots: int = 0
+    unclosed_opens: int = 0
+    empty_constituents: int = 0
+    dropped_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Number of repairs of every kind together."""
+        return sum(dataclasses.astuple(self))
+
+    def __add__(self, other: "RepairStats") -> "RepairStats":
+        return RepairStats(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
+
+
+def linearize(tree: Tree, keep_tags: bool = False) -> tuple[list[str], list[str]]:
+    """Source words and target bracket tokens of a tree.
+
+    Args:
+        tree: a tree, normally from `trees.normalize`.
+        keep_tags: write each word's POS tag as its slot instead of `XX`.
+
+    Returns:
+        (words, target): the N words, and the target tokens (N slots plus two per phrase).
+    """
+    root = tree
+    if root.label == ROOT_LABEL and len(root.children) == 1 and not root.is_preterminal:
+        root = root.children[0]
+    target: list[str] = []
+    _linearize_into(root, keep_tags, target)
+    return root.leaves(), target
+
+
+def _linearize_into(tree: Tree, keep_tags: bool, target: list[str]) -> None:
+    if tree.is_preterminal:
+        target.append(tree.label if keep_tags else SLOT_TOKEN)
+        return
+    target.append("(" + tree.label)
+    for child in tree.children:
+        _linearize_into(child, keep_tags, target)
+    target.append(")" + tree.label)
+
+
+def delinearize(target: Sequence[str], words: Sequence[str],
+                tags: Sequence[str] | None = None) -> tuple[Tree, RepairStats]:
+    """Rebuilds a well-formed tree over exactly `words` from (possibly broken) target tokens.
+
+    Args:
+        target: target tokens, e.g. a model's output split on spaces.
+        words: the N source words, placed in order into the slots.
+        tags: N POS tags for the preterminals; default: the slot token itself when it is not
+            `XX` (targets written with `keep_tags`), else `XX`.
+
+    Returns:
+        (tree, stats): a `TOP`-rooted tree whose leaves are `words`, and the repairs made.
+
+    Raises:
+        ValueError: `tags` is given with a length other than N.
+    """
+    if tags is not None and len(tags) != len(words):
+        raise ValueError(f"{len(tags)} tags for {len(words)} words")
+    stats = RepairStats()
+    root = Tree(ROOT_LABEL)
+    stack = [root]
+    next_word = 0
+    for token in target:
+        if token.startswith("(") and len(token) > 1:
+            phrase = Tree(token[1:])
+            stack[-1].children.append(phrase)
+            stack.append(phrase)
+        elif token.startswith(")"):
+            _close(stack, token[1:], stats)
+        elif token == "(":
+            stats.dropped_tokens += 1
+        elif next_word < len(words):
+            tag = tags[next_word] if tags is not None else token if token != SLOT_TOKEN else DEFAULT_TAG
+            stack[-1].children.append(Tree(tag, [words[next_word]]))
+            next_word += 1
+        else:
+            stats.extra_slots += 1
+    stats.unclosed_opens += len(stack) - 1
+    _place_missing_words(root, words, tags, next_word, stats)
+    _remove_empty(root, stats)
+    only = root.children[0] if len(root.children) == 1 else None
+    if only is not None and not only.is_preterminal and only.label == ROOT_LABEL:
+        root = only  # the target spelled out the root itself: (TOP ... )TOP
+    return root, stats
+
+
+def _close(stack: list[Tree], label: str, stats: RepairStats) -> None:
+    if len(stack) == 1:
+        stats.extra_closes += 1
+        return
+    if label and stack[-1].label != label:
+        stats.mismatched_closes += 1
+    stack.pop()
+
+
+def _place_missing_words(root: Tree, words: Sequence[str], tags: Sequence[str] | None,
+                         next_word: int, stats: RepairStats) -> None:
+    """Appends words no slot took to the root's last child if it is a phrase, else to the root.
+
+    Either host ends at the last placed word, so the words stay in order.
+    """
+    if next_word == len(words):
+        return
+    last = root.children[-1] if root.children else None
+    host = last if last is not None and not last.is_preterminal else root
+    for index in range(next_word, len(words)):
+        tag = tags[index] if tags is not None else DEFAULT_TAG
+        host.children.append(Tree(tag, [words[index]]))
+    stats.missing_slots += len(words) - next_word
+
+
+def _remove_empty(tree: Tree, stats: RepairStats) -> None:
+    """Drops, bottom-up, every phrase without a word below it."""
+    kept: list[Tree] = []
+    for child in tree.children:
+        if not child.is_preterminal:
+            _remove_empty(child, stats)
+            if not child.children:
+                stats.empty_constituents += 1
+                continue
+        kept.append(child)
+    tree.children = kept

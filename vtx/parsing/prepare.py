@@ -1,0 +1,132 @@
+"""Treebank -> linearized parallel text for training a parser as a translation model.
+
+For every split PREFIX (`train`, `valid`, `test`) three line-aligned files are written:
+`PREFIX.words` (the sentence), `PREFIX.trees` (its linearized tree, see `linearize`) and
+`PREFIX.gold` (the normalised tree on one line, `(TOP ...)`, for `evalb` scoring). All files are
+first written under temporary names and renamed only once every split is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from vtx.parsing.linearize import linearize
+from vtx.parsing.trees import normalize, read_mrg
+
+# The standard WSJ split for parsing (Collins 1997 and after): train 02-21, dev 22, test 23.
+WSJ_SECTIONS = {"train": [f"{s:02d}" for s in range(2, 22)], "valid": ["22"], "test": ["23"]}
+SUFFIXES = ("words", "trees", "gold")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSummary:
+    """What one split's files hold.
+
+    Attributes:
+        files: treebank files read.
+        sentences: lines written.
+        dropped: trees left empty by normalisation (nothing but `-NONE-` elements), not written.
+    """
+
+    files: int
+    sentences: int
+    dropped: int
+
+
+def wsj_split(treebank_dir: str | Path) -> dict[str, list[Path]]:
+    """Files of the standard split in the LDC layout `SS/wsj_SSNN.mrg`.
+
+    Args:
+        treebank_dir: the folder holding the section folders `00` ... `24` (the LDC `.../mrg/wsj`),
+            or a folder with such a `wsj` folder inside.
+
+    Returns:
+        {"train": [...], "valid": [...], "test": [...]}, each sorted.
+
+    Raises:
+        FileNotFoundError: a section folder is missing or holds no `wsj_*.mrg` file.
+    """
+    root = Path(treebank_dir)
+    if not (root / "02").is_dir() and (root / "wsj").is_dir():
+        root = root / "wsj"
+    splits: dict[str, list[Path]] = {}
+    for split, sections in WSJ_SECTIONS.items():
+        splits[split] = []
+        for section in sections:
+            files = sorted((root / section).glob(f"wsj_{section}*.mrg"))
+            if not files:
+                raise FileNotFoundError(f"no {root / section / f'wsj_{section}NN.mrg'} files: "
+                                        f"{treebank_dir} is not the LDC layout wsj/SS/wsj_SSNN.mrg")
+            splits[split].extend(files)
+    return splits
+
+
+def split_lines(files: Sequence[Path], keep_tags: bool = False) -> tuple[list[tuple[str, str, str]], int]:
+    """(words, linearized tree, gold tree) lines of the trees in `files`, and how many were dropped.
+
+    Raises:
+        FileNotFoundError, TreeSyntaxError: see `trees.read_mrg`.
+    """
+    lines, dropped = [], 0
+    for path in files:
+        for tree in read_mrg(path):
+            normal = normalize(tree)
+            if normal is None:
+                dropped += 1
+                continue
+            words, target = linearize(normal, keep_tags)
+            lines.append((" ".join(words), " ".join(target), normal.to_string()))
+    return lines, dropped
+
+
+def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
+            keep_tags: bool = False) -> dict[str, SplitSummary]:
+    """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`.
+
+    Args:
+        splits: split prefix -> treebank files, e.g. from `wsj_split`.
+        destdir: output folder (created when missing).
+        keep_tags: linearize with POS tags instead of `XX`.
+
+    Returns:
+        Split prefix -> what was written.
+
+    Raises:
+        FileNotFoundError, TreeSyntaxError: a treebank file is missing or malformed; nothing is
+            left in `destdir` then.
+    """
+    destdir = Path(destdir)
+    destdir.mkdir(parents=True, exist_ok=True)
+    summaries, pending = {}, []
+    try:
+        for prefix, files in splits.items():
+            lines, dropped = split_lines(files, keep_tags)
+            for column, suffix in enumerate(SUFFIXES):
+                pending.append((_write_temp(destdir, (line[column] for line in lines)),
+                                destdir / f"{prefix}.{suffix}"))
+            summaries[prefix] = SplitSummary(len(files), len(lines), dropped)
+    except BaseException:
+        for temp, _ in pending:
+            temp.unlink(missing_ok=True)
+        raise
+    for temp, final in pending:
+        os.replace(temp, final)
+    return summaries
+
+
+def _write_temp(destdir: Path, lines: Iterable[str]) -> Path:
+    """Writes lines to a new hidden temporary file in `destdir` (same file system: rename is atomic)."""
+    handle, name = tempfile.mkstemp(dir=destdir, prefix=".prepare-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            for line in lines:
+                out.write(line + "\n")
+        os.chmod(name, 0o644)  # mkstemp makes 0600 files; these are ordinary outputs
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
