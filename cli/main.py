@@ -6,7 +6,7 @@ so `vtx --help` answers instantly.
 
 import click
 
-from vtx_cli import prepare_parse, score_trees, train
+from vtx_cli import average_checkpoints, prepare_parse, score_trees, train, translate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,6 +16,8 @@ def main() -> None:
 
 
 main.add_command(train.train)
+main.add_command(average_checkpoints.average_checkpoints)
+main.add_command(translate.translate)
 main.add_command(score_trees.score_trees)
 main.add_command(prepare_parse.prepare_parse)
 

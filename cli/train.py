@@ -1,26 +1,98 @@
-"""`vtx train`: train a Transformer (for now: `--dry-run` builds the model and reports its size)."""
+"""`vtx train`: train a Transformer on binarized data (paper section 5), resumable."""
+
+import sys
 
 import click
 
 ARCHS = ("base", "big", "parse-big", "tiny")
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 @click.command()
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset (SPEC.md Table 3).")
+@click.option("--save-dir", type=click.Path(file_okay=False),
+              help="Checkpoints, config, history, learning curve; resumed from if it has any.")
 @click.option("--vocab-size", type=click.IntRange(min=8), default=None,
-              help="Joint vocabulary size; default: the data's, or the preset's with --dry-run.")
+              help="With --dry-run: vocabulary size (default: the data's, else the preset's).")
+@click.option("--layers", type=click.IntRange(min=1), help="Override the preset's N.")
+@click.option("--d-model", type=click.IntRange(min=8), help="Override the preset's d_model.")
+@click.option("--d-ff", type=click.IntRange(min=8), help="Override the preset's d_ff.")
+@click.option("--heads", type=click.IntRange(min=1), help="Override the preset's h.")
+@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), help="P_drop.")
+@click.option("--attention-dropout", type=click.FloatRange(0, 1, max_open=True))
+@click.option("--relu-dropout", type=click.FloatRange(0, 1, max_open=True))
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Tokens per replica and micro-batch (source and target each, padding counted).")
+@click.option("--update-freq", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Micro-batches accumulated per update.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--warmup-steps", type=click.IntRange(min=1), default=4000, show_default=True)
+@click.option("--lr-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="Multiplier on the paper's learning-rate schedule.")
+@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1,
+              show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True)
+@click.option("--jit/--no-jit", default=False, show_default=True,
+              help="XLA-compile the per-replica gradient function (helps on GPU).")
+@click.option("--devices", default=None,
+              help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
+@click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,
+              show_default=True)
+@click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep the N newest checkpoints (0: all).")
+@click.option("--validate-interval-steps", type=click.IntRange(min=0), default=1000,
+              show_default=True)
+@click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--tensorboard-dir", type=click.Path(file_okay=False))
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
-def train(data_dir, arch, vocab_size, dry_run):
-    """Train a Transformer on the binarized data in DATA_DIR."""
-    if not dry_run:
-        raise click.UsageError("training is not implemented yet; only --dry-run is available")
+def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
+          attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, **train_options):
+    """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
+    from vtx import config
+
+    overrides = dict(num_layers=layers, d_model=d_model, d_ff=d_ff, num_heads=heads,
+                     dropout=dropout, attention_dropout=attention_dropout,
+                     relu_dropout=relu_dropout)
+    if dry_run:
+        _dry_run(arch, vocab_size, data_dir, overrides)
+        return
+    if not data_dir or not save_dir:
+        raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
+    from vtx.data.text import DataError
+    from vtx.training import run
+    from vtx.training.trainer import TrainingError
+
+    try:
+        train_config = config.TrainConfig(
+            jit_compile=train_options.pop("jit"), **train_options)
+        stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
+                            devices=devices.split(",") if devices else None,
+                            tensorboard_dir=tensorboard_dir,
+                            log=lambda line: click.echo(line, err=True))
+    except (ValueError, DataError, TrainingError) as error:
+        raise click.ClickException(str(error)) from error
+    if stopped:
+        sys.exit(128 + stopped)
+
+
+def _dry_run(arch, vocab_size, data_dir, overrides):
     from vtx import config
     from vtx.models import transformer
 
-    cfg = config.preset(arch, vocab_size=vocab_size)
-    model = transformer.build(cfg)
-    click.echo(f"arch: {arch}  vocab_size: {cfg.vocab_size}  layers: {cfg.num_layers}  "
-               f"d_model: {cfg.d_model}  d_ff: {cfg.d_ff}  heads: {cfg.num_heads}")
+    if vocab_size is None and data_dir:
+        from vtx.data.pipeline import vocab_size as data_vocab_size
+
+        vocab_size = data_vocab_size(data_dir)
+    try:
+        model_config = config.preset(arch, vocab_size=vocab_size, **overrides)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    model = transformer.build(model_config)
+    click.echo(f"arch: {arch}  vocab_size: {model_config.vocab_size}  "
+               f"layers: {model_config.num_layers}  d_model: {model_config.d_model}  "
+               f"d_ff: {model_config.d_ff}  heads: {model_config.num_heads}")
     click.echo(f"parameters: {model.count_params()}")

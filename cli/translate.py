@@ -1,0 +1,65 @@
+"""`vtx translate`: beam search from stdin (or --input) to stdout (paper section 6.1)."""
+
+import os
+import sys
+
+import click
+
+
+@click.command()
+@click.option("--checkpoint", required=True, type=click.Path(exists=True),
+              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")
+@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
+              help="Source text, one sentence per line (default: stdin).")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False),
+              help="Where to write translations (default: stdout); written atomically.")
+@click.option("--beam", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--lenpen", type=float, default=0.6, show_default=True,
+              help="Length penalty alpha.")
+@click.option("--length-penalty", "penalty_form", type=click.Choice(["gnmt", "fairseq"]),
+              default="gnmt", show_default=True,
+              help="gnmt: ((5+|Y|)/6)^alpha as the paper; fairseq: |Y|^alpha.")
+@click.option("--max-len-a", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--max-len-b", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Output length limit: a * source length + b.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Source tokens per batch, padding counted.")
+@click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Lines read before translating (1: answer each line at once).")
+@click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Hypotheses per input: K lines 'score<TAB>text' each when K > 1.")
+@click.option("--reference", type=click.Path(exists=True, dir_okay=False),
+              help="Reference translations: print detokenized sacreBLEU and its signature.")
+@click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
+def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a,
+              max_len_b, max_tokens, buffer_size, nbest, reference, jit):
+    """Translate sentences with a trained model."""
+    from vtx.inference import translate as lib
+
+    warn = lambda message: click.echo(f"warning: {message}", err=True)
+    try:
+        options = lib.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+                                    max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+                                    max_tokens=max_tokens, jit_compile=jit)
+        path = lib.resolve_checkpoint(checkpoint)
+        translator = lib.load_translator(path, options, warn)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"checkpoint: {path}", err=True)
+    source = open(input_path, "rb") if input_path else sys.stdin.buffer
+    sink = open(output_path + ".tmp", "w", encoding="utf-8") if output_path else sys.stdout
+    write = lambda line: (sink.write(line + "\n"), buffer_size == 1 and sink.flush())
+    try:
+        best = lib.translate_stream(translator, lib.read_lines(source, warn), write, buffer_size)
+    finally:
+        if output_path:
+            sink.close()
+    if output_path:
+        os.replace(output_path + ".tmp", output_path)
+    if reference:
+        try:
+            score, signature = lib.bleu(best, reference)
+        except ValueError as error:
+            raise click.ClickException(str(error)) from error
+        click.echo(score, err=True)
+        click.echo(signature, err=True)

@@ -1,0 +1,215 @@
+"""Translate text with a trained checkpoint (paper section 6.1).
+
+Lines are read in buffers, encoded, sorted by length and cut into batches of a few fixed padded
+shapes (so each compiled search is reused), searched, decoded and written back in input order.
+Shapes: B batch, S padded source length, R nbest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from vtx.config import PAD_ID, ModelConfig
+from vtx.training import checkpoints
+
+LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    """Search settings; defaults are the paper's for translation (section 6.1)."""
+
+    beam: int = 4
+    lenpen: float = 0.6  # alpha
+    length_penalty: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha; "fairseq": |Y|^alpha
+    max_len_a: float = 1.0  # |Y| <= a * |X| + b
+    max_len_b: int = 50
+    nbest: int = 1
+    max_tokens: int = 8192  # source tokens per batch, padding counted
+    jit_compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.beam < 1 or not 1 <= self.nbest <= self.beam:
+            raise ValueError(f"need 1 <= nbest <= beam, got nbest {self.nbest}, beam {self.beam}")
+        if self.length_penalty not in ("gnmt", "fairseq"):
+            raise ValueError(f"length_penalty must be gnmt or fairseq, got {self.length_penalty!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    score: float  # log P(Y | X) / lp(|Y|)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the newest numbered checkpoint of a `vtx train` save directory.
+
+    Raises:
+        ValueError: nothing usable at `path`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        found = checkpoints.list_checkpoints(path)
+        if not found:
+            raise ValueError(f"{path}: no checkpoint_*.npz in this directory")
+        return found[-1]
+    if not path.is_file():
+        raise ValueError(f"{path}: no such checkpoint file or directory")
+    return path
+
+
+def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
+    """Build the checkpoint's Transformer and load its weights (optimizer state is ignored)."""
+    from vtx.models import transformer
+
+    model_config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    model = transformer.build(model_config, dtype=dtype)
+    if [tuple(v.shape) for v in model.variables] != [a.shape for a in checkpoint.model]:
+        raise ValueError("checkpoint variables do not match its own model configuration")
+    for variable, array in zip(model.variables, checkpoint.model):
+        variable.assign(array)
+    return model
+
+
+def padded_batches(encoded: list[list[int]], max_tokens: int) -> Iterator[tuple[list[int], np.ndarray]]:
+    """Group sentence indices by length into [B, S] arrays of few distinct shapes.
+
+    Sentences are sorted by length; S is rounded up to a multiple of LENGTH_BUCKET; B is the
+    largest power of two with B * S <= max_tokens (at least 1), and a short last batch is padded
+    with empty rows up to a power of two.
+
+    Yields:
+        (indices of the real rows, int32 [B, S] source ids).
+    """
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    start = 0
+    while start < len(order):
+        longest = len(encoded[order[min(start, len(order) - 1)]])
+        width = max(LENGTH_BUCKET, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
+        rows = 1 << max(0, (max_tokens // width).bit_length() - 1)
+        chunk = [i for i in order[start:start + rows] if len(encoded[i]) <= width]
+        start += len(chunk)
+        array = np.full((1 << (len(chunk) - 1).bit_length(), width), PAD_ID, np.int32)
+        for row, index in enumerate(chunk):
+            array[row, :len(encoded[index])] = encoded[index]
+        yield chunk, array
+
+
+class Translator:
+    """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
+
+    Args:
+        model: a vtx Transformer.
+        vocab: a `vtx.data.vocab.Vocabulary` (encode/decode).
+        options: search settings.
+        warn: receives warnings (truncated lines).
+    """
+
+    def __init__(self, model, vocab, options: DecodeOptions,
+                 warn: Callable[[str], None] = lambda message: None):
+        from vtx.inference.model_search import make_search_fn
+
+        self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
+        self._search = make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
+                                      length_penalty=options.length_penalty,
+                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b,
+                                      nbest=options.nbest, jit_compile=options.jit_compile)
+
+    def encode(self, text: str, line_number: int) -> list[int]:
+        """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
+        ids = self.vocab.encode(text)
+        limit = self.model.config.max_positions
+        if len(ids) > limit:
+            self.warn(f"line {line_number}: {len(ids)} tokens, truncated to the model's "
+                      f"{limit} positions")
+            ids = ids[:limit]
+        return ids
+
+    def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Hypothesis]]:
+        """nbest hypotheses for each line, in input order; an empty line gets no hypothesis."""
+        results: list[list[Hypothesis]] = [[] for _ in lines]
+        wanted = [i for i, line in enumerate(lines) if line.strip()]
+        encoded = [self.encode(lines[i], first_line_number + i) for i in wanted]
+        for rows, source in padded_batches(encoded, self.options.max_tokens):
+            output = self._search(source)
+            tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
+            scores = output.scores.numpy()
+            for row, index in enumerate(rows):
+                results[wanted[index]] = [
+                    Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
+                               float(scores[row, r]))
+                    for r in range(self.options.nbest)]
+        return results
+
+
+def read_lines(stream: Iterable[bytes], warn: Callable[[str], None]) -> Iterator[str]:
+    """Decode byte lines as UTF-8; invalid bytes are replaced and the line number is reported."""
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
+        yield text.rstrip("\r\n")
+
+
+def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
+                     buffer_size: int) -> list[str]:
+    """Translate `lines` `buffer_size` at a time, writing one output line per input line (nbest
+    lines `score<TAB>text` per input with nbest > 1). Returns the best hypotheses' texts."""
+    best, number = [], 1
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, buffer_size)):
+        for hypotheses in translator.translate(chunk, number):
+            best.append(hypotheses[0].text if hypotheses else "")
+            if translator.options.nbest == 1:
+                write(best[-1])
+            else:
+                padded = hypotheses or [Hypothesis("", float("nan"))] * translator.options.nbest
+                for hypothesis in padded:
+                    write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
+        number += len(chunk)
+    return best
+
+
+def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
+    """Detokenized sacreBLEU of `hypotheses` against a reference file: (score line, signature).
+
+    Raises:
+        ValueError: the reference has another number of lines (both counts named).
+    """
+    import sacrebleu
+
+    references = Path(reference_path).read_text(encoding="utf-8").splitlines()
+    if len(references) != len(hypotheses):
+        raise ValueError(f"--reference {reference_path} has {len(references)} lines, the input "
+                         f"{len(hypotheses)}")
+    metric = sacrebleu.metrics.BLEU()
+    score = metric.corpus_score(hypotheses, [references])
+    return str(score), str(metric.get_signature())
+
+
+def load_translator(path: str | Path, options: DecodeOptions,
+                    warn: Callable[[str], None] = lambda message: None) -> Translator:
+    """A Translator from a checkpoint file that carries its vocabulary.
+
+    Raises:
+        ValueError: the checkpoint is unreadable, has no vocabulary, or its vocabulary does not
+            match the model's embedding size.
+    """
+    from vtx.data.vocab import Vocabulary
+
+    checkpoint = checkpoints.load(path)
+    if checkpoint.vocab is None:
+        raise ValueError(f"{path}: the checkpoint carries no vocabulary")
+    vocab = Vocabulary.from_bytes(checkpoint.vocab, name=f"{path} (vocabulary)")
+    vocab_size = checkpoint.meta["model_config"]["vocab_size"]
+    if vocab.size != vocab_size:
+        raise ValueError(f"{path}: vocabulary has {vocab.size} pieces but the model "
+                         f"{vocab_size} embeddings")
+    return Translator(load_model(checkpoint), vocab, options, warn)

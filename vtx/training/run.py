@@ -1,0 +1,83 @@
+"""`vtx train` as a library call: a preprocessed data directory in, checkpoints out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from vtx import config
+from vtx.config import ModelConfig, TrainConfig
+
+CONFIG_FILE = "config.json"
+
+
+def resolve_model_config(data_dir, arch: str, overrides: dict) -> ModelConfig:
+    """The preset `arch` with the data's vocabulary size and `overrides` (None values ignored)."""
+    from vtx.data import pipeline
+
+    return config.preset(arch, vocab_size=pipeline.vocab_size(data_dir), **overrides)
+
+
+def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelConfig,
+                     train_config: TrainConfig) -> None:
+    """Save the resolved configuration beside the checkpoints; refuse a different model."""
+    path = save_dir / CONFIG_FILE
+    record = {"arch": arch, "data_dir": str(Path(data_dir).resolve()),
+              "model": model_config.to_dict(), "train": train_config.to_dict()}
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if previous.get("model") != record["model"]:
+            raise ValueError(f"{path} describes another model ({previous.get('model')}); "
+                             f"use a new --save-dir or the same model flags")
+    save_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainConfig,
+          devices: list[str] | None = None, tensorboard_dir: str | None = None,
+          log: Callable[[str], None] = print) -> int | None:
+    """Train (or resume) on `data_dir`, writing to `save_dir`.
+
+    Returns:
+        None when max_steps was reached, else the signal number that stopped training.
+    """
+    from vtx.training.distribute import make_strategy
+
+    strategy = make_strategy(devices)  # first: MultiWorkerMirroredStrategy must precede other TF ops
+    from vtx.data import pipeline
+    from vtx.training.trainer import Trainer
+
+    save_dir = Path(save_dir)
+    model_config = resolve_model_config(data_dir, arch, overrides)
+    write_run_config(save_dir, data_dir, arch, model_config, train_config)
+    vocab = pipeline.vocabulary_path(data_dir).read_bytes()
+    trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
+                      vocab=vocab, tensorboard_dir=tensorboard_dir)
+    shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
+    log(f"model: {arch}, {trainer.model.count_params()} parameters; "
+        f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
+        f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
+
+    def make_epoch(epoch: int, skip: int):
+        return pipeline.train_batches(
+            data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed, epoch=epoch,
+            skip_batches=skip, num_shards=shards, shard_index=shard).as_numpy_iterator()
+
+    valid = None
+    if "valid" in pipeline.load_meta(data_dir).get("splits", {}):
+        cached = []
+
+        def valid():
+            if not cached:
+                cached.extend(_without_index(b) for b in pipeline.eval_batches(
+                    data_dir, "valid", train_config.max_tokens).as_numpy_iterator())
+            return cached
+
+    return trainer.fit(make_epoch, valid)
+
+
+def _without_index(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k != "index"}
