@@ -74,12 +74,8 @@ def test_output_length_limits_follow_source_length_plus_b():
 
 def test_beam_of_one_equals_greedy_on_the_transformer(model):
     source = padded(SOURCES)
-    greedy = make_search_fn(model, beam_size=1, alpha=0.0, max_len_b=8)(source)
-    max_length, limits = output_length_limits(source, 1.0, 8, 1024)
-    state = model.init_state(source, max_length)
-    one_beam = tf.function(lambda: beam_search(model.decode_step, state, 3, beam_size=1,
-                                               max_length=max_length, max_lengths=limits,
-                                               alpha=0.0))()
+    greedy = make_search_fn(model, beam_size=1, alpha=0.0, max_len_b=8)(source)  # greedy_search
+    one_beam = biased_search(model, 0.0, 8, beam_size=1, alpha=0.0)(source)
     assert_same_hypotheses(hypotheses(one_beam), hypotheses(greedy))
     biased_greedy = biased_search(model, 0.5, 8, greedy=True, alpha=0.0)(source)
     biased_beam = biased_search(model, 0.5, 8, beam_size=1, alpha=0.0)(source)
