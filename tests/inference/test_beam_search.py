@@ -1,0 +1,165 @@
+"""Beam and greedy search on a toy decoder whose logits depend on the whole prefix."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.inference.toy_decoder import HashPrefixDecoder, exhaustive_ranking
+from vtx.config import EOS_ID
+from vtx.inference.beam_search import beam_search, greedy_search, length_penalty
+
+STARTS = [5, 17, 333]
+
+
+def run_beam(decoder, starts=STARTS, **options):
+    search = tf.function(lambda: beam_search(decoder, decoder.initial_state(starts), len(starts),
+                                             **options))
+    return tf.nest.map_structure(lambda x: x.numpy(), search())
+
+
+def run_greedy(decoder, starts=STARTS, **options):
+    search = tf.function(lambda: greedy_search(decoder, decoder.initial_state(starts),
+                                               len(starts), **options))
+    return tf.nest.map_structure(lambda x: x.numpy(), search())
+
+
+def words(output, sentence, rank=0):
+    return tuple(output.tokens[sentence, rank, :output.lengths[sentence, rank]].tolist())
+
+
+def test_length_penalty_matches_the_formulas():
+    lengths = tf.constant([1, 7, 10])
+    np.testing.assert_allclose(length_penalty(lengths, 0.6, "gnmt"),
+                               [1.0, 2.0 ** 0.6, 2.5 ** 0.6], rtol=1e-6)
+    np.testing.assert_allclose(length_penalty(lengths, 0.6, "fairseq"),
+                               [1.0, 7.0 ** 0.6, 10.0 ** 0.6], rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_of_one_equals_greedy_without_length_penalty(seed):
+    decoder = HashPrefixDecoder(vocab_size=9, seed=seed, eos_bias=1.0)
+    beam = run_beam(decoder, beam_size=1, max_length=7, alpha=0.0)
+    greedy = run_greedy(decoder, max_length=7, alpha=0.0)
+    np.testing.assert_array_equal(beam.tokens, greedy.tokens)
+    np.testing.assert_array_equal(beam.finished, greedy.finished)
+    np.testing.assert_allclose(beam.scores, greedy.scores, rtol=1e-6)
+
+
+def test_beam_of_one_scores_at_least_greedy_with_length_penalty():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=3, eos_bias=1.0)
+    beam = run_beam(decoder, beam_size=1, max_length=7, alpha=1.0)
+    greedy = run_greedy(decoder, max_length=7, alpha=1.0)
+    assert np.all(beam.scores >= greedy.scores - 1e-6)
+
+
+def test_greedy_takes_the_argmax_path():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=4, eos_bias=1.0)
+    greedy = run_greedy(decoder, starts=[5], max_length=7, alpha=0.0)
+    hash_value, expected, logprob = decoder.next_hash(5, 2), [], 0.0
+    for _ in range(7):
+        log_probs = decoder.log_probs_after(hash_value)
+        log_probs[[0, 2]] = -np.inf  # PAD and BOS are never generated
+        token = int(np.argmax(log_probs))
+        logprob += log_probs[token]
+        if token == EOS_ID:
+            break
+        expected.append(token)
+        hash_value = decoder.next_hash(hash_value, token)
+    assert words(greedy, 0) == tuple(expected)
+    np.testing.assert_allclose(greedy.scores[0, 0], logprob, rtol=1e-5)
+
+
+@pytest.mark.parametrize("penalty,alpha", [("gnmt", 0.6), ("gnmt", 2.0), ("fairseq", 1.0)])
+def test_wide_beam_returns_the_exhaustive_best(penalty, alpha):
+    # V = 6 leaves 3 words + EOS to choose from (PAD and BOS are never generated); with
+    # max_length 4 at most 27 prefixes are live and 108 candidates compete: a beam of 128 keeps all.
+    decoder = HashPrefixDecoder(vocab_size=6, seed=7)
+    output = run_beam(decoder, beam_size=128, max_length=4, alpha=alpha, length_penalty=penalty,
+                      nbest=3)
+    for sentence, start in enumerate(STARTS):
+        ranking = exhaustive_ranking(decoder, start, 4, alpha, penalty)
+        for rank in range(3):
+            assert words(output, sentence, rank) == ranking[rank][1]
+            np.testing.assert_allclose(output.scores[sentence, rank], ranking[rank][0], rtol=1e-5)
+    assert output.finished.all()
+
+
+def test_small_beam_never_beats_the_exhaustive_best():
+    decoder = HashPrefixDecoder(vocab_size=6, seed=8)
+    output = run_beam(decoder, beam_size=2, max_length=4)
+    for sentence, start in enumerate(STARTS):
+        best_score = exhaustive_ranking(decoder, start, 4, 0.6, "gnmt")[0][0]
+        assert output.scores[sentence, 0] <= best_score + 1e-5
+
+
+def test_per_sentence_max_lengths_are_respected():
+    never_ends = HashPrefixDecoder(vocab_size=9, seed=5, eos_bias=-50.0)
+    output = run_beam(never_ends, beam_size=3, max_length=6, max_lengths=[2, 6, 4], nbest=2)
+    np.testing.assert_array_equal(output.lengths, [[2, 2], [6, 6], [4, 4]])
+    assert not output.finished.any()
+    assert (output.tokens[0, :, 2:] == 0).all()
+
+
+def test_batched_limits_equal_one_sentence_at_a_time():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=6)
+    limits = [3, 7, 5]
+    batched = run_beam(decoder, beam_size=3, max_length=7, max_lengths=limits, nbest=2)
+    for sentence, (start, limit) in enumerate(zip(STARTS, limits)):
+        single = run_beam(decoder, starts=[start], beam_size=3, max_length=limit, nbest=2)
+        for rank in range(2):
+            assert words(batched, sentence, rank) == words(single, 0, rank)
+        np.testing.assert_allclose(batched.scores[sentence], single.scores[0], rtol=1e-6)
+        np.testing.assert_array_equal(batched.finished[sentence], single.finished[0])
+
+
+def test_early_stop_returns_the_full_run_result_in_fewer_steps():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=9, eos_bias=3.0)
+    stopped = run_beam(decoder, beam_size=4, max_length=8, nbest=2)
+    full = run_beam(decoder, beam_size=4, max_length=8, nbest=2, early_stop=False)
+    assert full.steps == 8 and stopped.steps < 8
+    np.testing.assert_array_equal(stopped.tokens, full.tokens)
+    np.testing.assert_array_equal(stopped.scores, full.scores)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 2.0])
+def test_early_stop_never_changes_the_result(alpha):
+    # Several start hashes and a weaker EOS, so that long hypotheses often overtake short ones.
+    starts = list(range(1, 400, 23))
+    decoder = HashPrefixDecoder(vocab_size=9, seed=12, eos_bias=1.0)
+    stopped = run_beam(decoder, starts=starts, beam_size=3, max_length=8, alpha=alpha, nbest=2)
+    full = run_beam(decoder, starts=starts, beam_size=3, max_length=8, alpha=alpha, nbest=2,
+                    early_stop=False)
+    np.testing.assert_array_equal(stopped.tokens, full.tokens)
+    np.testing.assert_array_equal(stopped.scores, full.scores)
+
+
+def test_same_input_twice_gives_the_same_output():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=10)
+    first, second = (run_beam(decoder, beam_size=4, max_length=7, nbest=4) for _ in range(2))
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_eager_execution_equals_the_traced_search():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=11)
+    eager = beam_search(decoder, decoder.initial_state(STARTS), 3, beam_size=3, max_length=5)
+    traced = run_beam(decoder, beam_size=3, max_length=5)
+    np.testing.assert_array_equal(eager.tokens.numpy(), traced.tokens)
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(beam_size=0), "beam_size must be a positive int, got 0"),
+    (dict(max_length=2.5), "max_length must be a positive int, got 2.5"),
+    (dict(beam_size=2, nbest=3), "nbest (3) must not exceed beam_size (2)"),
+    (dict(alpha=-0.5), "alpha must be >= 0, got -0.5"),
+    (dict(length_penalty="average"), "unknown length_penalty 'average'"),
+    (dict(eos_id=0), "eos_id (0) must differ"),
+    (dict(max_lengths=[1, 9, 2]), "max_lengths must lie in [1, max_length=5], got [1 9 2]"),
+    (dict(max_lengths=[1, 2]), "max_lengths must have shape [3], got (2,)"),
+])
+def test_bad_settings_raise_one_clear_error(options, message):
+    decoder = HashPrefixDecoder(vocab_size=9)
+    options = {"max_length": 5, **options}
+    with pytest.raises(ValueError) as error:
+        beam_search(decoder, decoder.initial_state(STARTS), 3, **options)
+    assert message in str(error.value)

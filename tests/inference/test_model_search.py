@@ -1,0 +1,127 @@
+"""The search bound to a tiny Transformer with random weights and a 12-token vocabulary.
+
+A random Transformer with tied embeddings mostly repeats one token and rarely ends; `biased_search`
+raises the EOS logit with the position so that hypotheses finish at varied lengths and early stop
+happens.
+"""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from vtx.config import EOS_ID, PAD_ID, TINY
+from vtx.inference.beam_search import beam_search, greedy_search
+from vtx.inference.model_search import make_search_fn, output_length_limits
+from vtx.models import transformer
+
+# Three sources of different lengths; PAD_ID-padded to one batch.
+SOURCES = [[5, 9, 4, 7, 11, 6], [8, 4], [10, 6, 5, 9]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(0)
+    return transformer.build(dataclasses.replace(TINY, vocab_size=12))
+
+
+def padded(sources, length=None):
+    length = length or max(map(len, sources))
+    return tf.constant([s + [PAD_ID] * (length - len(s)) for s in sources], tf.int32)
+
+
+def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False, **options):
+    """Like `make_search_fn` (beam or greedy), with eos_slope * (position - 3) added to the EOS
+    logit: hypotheses then end after a few words, at lengths that depend on the sentence."""
+    eos = tf.one_hot(EOS_ID, model.config.vocab_size)  # [V]
+
+    def tokens_to_logits(token_ids, state):
+        logits, new_state = model.decode_step(token_ids, state)
+        return logits + eos_slope * tf.cast(state["index"] - 3, tf.float32) * eos, new_state
+
+    @tf.function
+    def search(source):
+        max_length, limits = output_length_limits(source, 1.0, max_len_b, 1024)
+        run = greedy_search if greedy else beam_search
+        return run(tokens_to_logits, model.init_state(source, max_length), source.shape[0],
+                   max_length=max_length, max_lengths=limits, **options)
+
+    return search
+
+
+def hypotheses(output):
+    """Per sentence, the list of (words tuple, score) of its R hypotheses."""
+    tokens, lengths, scores = output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy()
+    return [[(tuple(tokens[b, r, :lengths[b, r]]), scores[b, r]) for r in range(tokens.shape[1])]
+            for b in range(tokens.shape[0])]
+
+
+def assert_same_hypotheses(actual, expected, rtol=1e-5):
+    for got, want in zip(actual, expected):
+        assert [words for words, _ in got] == [words for words, _ in want]
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=rtol)
+
+
+def test_output_length_limits_follow_source_length_plus_b():
+    max_length, limits = output_length_limits(padded(SOURCES), 1.0, 5, max_positions=1024)
+    assert max_length == 6 + 5
+    np.testing.assert_array_equal(limits, [11, 7, 9])
+    max_length, limits = output_length_limits(padded(SOURCES), 1.0, 50, max_positions=20)
+    assert max_length == 20 and limits.numpy().max() == 20
+
+
+def test_beam_of_one_equals_greedy_on_the_transformer(model):
+    source = padded(SOURCES)
+    greedy = make_search_fn(model, beam_size=1, alpha=0.0, max_len_b=8)(source)  # greedy_search
+    one_beam = biased_search(model, 0.0, 8, beam_size=1, alpha=0.0)(source)
+    assert_same_hypotheses(hypotheses(one_beam), hypotheses(greedy))
+    biased_greedy = biased_search(model, 0.5, 8, greedy=True, alpha=0.0)(source)
+    biased_beam = biased_search(model, 0.5, 8, beam_size=1, alpha=0.0)(source)
+    assert biased_greedy.finished.numpy().any()
+    assert_same_hypotheses(hypotheses(biased_beam), hypotheses(biased_greedy))
+
+
+@pytest.mark.parametrize("eos_slope", [None, 0.5])
+def test_batched_search_equals_one_sentence_at_a_time(model, eos_slope):
+    if eos_slope is None:
+        search = make_search_fn(model, beam_size=4, nbest=2, max_len_b=10)
+    else:
+        search = biased_search(model, eos_slope, 10, beam_size=4, nbest=2)
+    batched = hypotheses(search(padded(SOURCES, length=8)))
+    single = [hypotheses(search(padded([source])))[0] for source in SOURCES]
+    assert_same_hypotheses(batched, single)
+
+
+def test_early_stop_matches_running_to_max_length(model):
+    source = padded(SOURCES)
+    stopped = biased_search(model, 0.5, 10, beam_size=4, nbest=2)(source)
+    full = biased_search(model, 0.5, 10, beam_size=4, nbest=2, early_stop=False)(source)
+    assert int(full.steps) == 16 and int(stopped.steps) < 16
+    assert stopped.finished.numpy().all() and len(set(stopped.lengths.numpy().ravel())) > 1
+    assert_same_hypotheses(hypotheses(stopped), hypotheses(full), rtol=0)
+
+
+def test_the_same_input_twice_gives_the_same_output(model):
+    search = make_search_fn(model, beam_size=3, nbest=3, max_len_b=6)
+    assert_same_hypotheses(hypotheses(search(padded(SOURCES))), hypotheses(search(padded(SOURCES))),
+                           rtol=0)
+
+
+@pytest.mark.slow
+def test_xla_compiled_search_equals_the_graph_search(model):
+    source = padded(SOURCES)
+    graph = make_search_fn(model, beam_size=3, nbest=2, max_len_b=6)(source)
+    xla = make_search_fn(model, beam_size=3, nbest=2, max_len_b=6, jit_compile=True)(source)
+    assert_same_hypotheses(hypotheses(xla), hypotheses(graph))
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(max_len_a=-1.0), "max_len_a and max_len_b must be >= 0, got -1.0, 50"),
+    (dict(beam_size=1, nbest=2), "nbest (2) needs beam_size > 1"),
+])
+def test_bad_search_settings_raise(model, options, message):
+    with pytest.raises(ValueError) as error:
+        make_search_fn(model, **options)
+    assert message in str(error.value)

@@ -1,0 +1,376 @@
+"""Beam search and greedy search over any autoregressive decoder (paper section 6.1).
+
+The search knows the model only through one function,
+    tokens_to_logits(token_ids [N], state) -> (logits [N, V], new state),   N = B * K,
+where every tensor of `state` of rank >= 1 has N as its leading axis (the rank-0 ones, such as a
+shared position index, are left alone). The search repeats each sentence's initial state K times,
+and after each step reorders the state by beam index (a gather on axis 0), so past positions are
+never recomputed. Everything is TensorFlow graph code: call it inside one `tf.function` (with
+`jit_compile=True` for XLA) so that it is traced once per padded shape.
+
+Shapes: B batch (sentences), K beam size, V vocabulary, L = max_length (tokens a hypothesis may
+hold), C = 2K candidates per sentence and step, R nbest.
+
+Definitions used throughout:
+  * A hypothesis Y is the tokens generated after BOS. A *finished* one ends with EOS. |Y| counts
+    every generated token, EOS included (the convention of fairseq and of flax's decoder), so an
+    empty translation has |Y| = 1.
+  * `max_length` L bounds |Y|: a finished hypothesis holds at most L - 1 words + EOS; a hypothesis
+    still live after L steps holds L words and no EOS.
+  * score(Y) = log P(Y | X) / lp(|Y|), with lp the GNMT length penalty ((5 + |Y|) / 6)^alpha
+    (Wu et al. 2016, eq. 14, the paper's choice) or fairseq's |Y|^alpha.
+  * Search stops for a sentence when no live hypothesis can beat its R-th best finished one. Log
+    probabilities only fall as a hypothesis grows and lp only grows with |Y| (alpha >= 0), so a live
+    hypothesis with log-prob s can at best score s / lp(L) (the argument of flax's decoder).
+    Because the bound is strict, stopping early returns exactly what running to L steps returns.
+  * If a sentence has fewer than R finished hypotheses after L steps, its best live ones fill the
+    remaining slots, scored log P / lp(L) and marked `finished = False`.
+  * Each step takes the 2K best one-token extensions (so K live ones remain however many end in
+    EOS); one ending in EOS is finished only if it ranks among the K best of them (fairseq's rule;
+    flax finishes any of the 2K). So a beam of 1 takes the greedy path, and equals greedy search
+    when alpha = 0; with alpha > 0 its length-penalised bound may keep it going after greedy's EOS.
+  * PAD and BOS are never generated (their log-probs are masked after the softmax, as fairseq does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+from vtx.config import BOS_ID, EOS_ID, PAD_ID
+
+TokensToLogits = Callable[[tf.Tensor, Any], tuple[tf.Tensor, Any]]
+
+_NEG_INF = float("-inf")
+LENGTH_PENALTIES = ("gnmt", "fairseq")
+
+
+class BeamState(NamedTuple):
+    """Loop state of the beam search (a NamedTuple so that `tf.nest` and `tf.while_loop` take it)."""
+
+    step: tf.Tensor  # int32 []: decoder steps run; live hypotheses hold `step` tokens after BOS
+    live_seqs: tf.Tensor  # int32 [B, K, L + 1]: BOS, then the tokens of each live hypothesis
+    live_logprobs: tf.Tensor  # float32 [B, K]: log P of each live hypothesis; -inf = empty slot
+    finished_seqs: tf.Tensor  # int32 [B, K, L + 1]: BOS, tokens, EOS, then PAD
+    finished_scores: tf.Tensor  # float32 [B, K]: log P / lp(|Y|), descending; -inf = empty slot
+    done: tf.Tensor  # bool [B]: the sentence's search is over (early stop or its length limit)
+    cache: Any  # the decoder state: tensors of rank >= 1 have B * K leading rows
+
+
+class SearchOutput(NamedTuple):
+    """What `beam_search` and `greedy_search` return (same fields whatever the options)."""
+
+    tokens: tf.Tensor  # int32 [B, R, L]: the words of each hypothesis (no BOS, no EOS), PAD after
+    lengths: tf.Tensor  # int32 [B, R]: words per hypothesis (EOS not counted)
+    scores: tf.Tensor  # float32 [B, R]: log P(Y | X) / lp(|Y|), best first
+    finished: tf.Tensor  # bool [B, R]: the hypothesis ended with EOS (False: cut at max_length)
+    steps: tf.Tensor  # int32 []: decoder steps run for the whole batch
+
+
+def length_penalty(lengths, alpha: float, kind: str = "gnmt") -> tf.Tensor:
+    """lp(|Y|): GNMT ((5 + |Y|) / 6)^alpha, or fairseq's |Y|^alpha.
+
+    Args:
+        lengths: int or float tensor of any shape, |Y| (EOS included).
+        alpha: the exponent; 0 disables the penalty.
+        kind: "gnmt" (the paper's) or "fairseq".
+
+    Returns:
+        float32 tensor of the shape of `lengths`.
+    """
+    lengths = tf.cast(lengths, tf.float32)
+    if kind == "gnmt":
+        return tf.pow((5.0 + lengths) / 6.0, alpha)
+    if kind == "fairseq":
+        return tf.pow(lengths, alpha)
+    raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
+
+
+def expand_to_beams(nested, beam_size: int):
+    """Repeat each sentence's rows `beam_size` times: [B, ...] -> [B * K, ...]; rank 0 unchanged."""
+    return tf.nest.map_structure(
+        lambda x: x if x.shape.rank == 0 else tf.repeat(x, beam_size, axis=0), nested)
+
+
+def gather_rows(nested, rows: tf.Tensor):
+    """Gather axis 0 of every tensor of rank >= 1 with `rows` int32 [N]; rank 0 unchanged."""
+    return tf.nest.map_structure(
+        lambda x: x if x.shape.rank == 0 else tf.gather(x, rows, axis=0), nested)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """The static settings of one search, and the pieces of its loop body."""
+
+    tokens_to_logits: TokensToLogits
+    batch_size: int  # B
+    beam_size: int  # K
+    max_length: int  # L
+    alpha: float
+    penalty: str
+    eos_id: int
+    bos_id: int
+    banned_ids: tuple[int, ...]  # never generated (PAD, BOS)
+    nbest: int  # R
+    early_stop: bool
+
+    def log_probs(self, token_ids, cache):
+        """One decoder step: [N] ids -> (float32 [N, V] log-probs with banned ids at -inf, cache)."""
+        logits, cache = self.tokens_to_logits(token_ids, cache)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        vocab_size = tf.shape(log_probs)[-1]
+        banned = tf.reduce_any(tf.range(vocab_size)[:, None] == tf.constant(self.banned_ids), -1)
+        return tf.where(banned[None, :], _NEG_INF, log_probs), cache
+
+    def penalty_of(self, lengths) -> tf.Tensor:
+        return length_penalty(lengths, self.alpha, self.penalty)
+
+    def write_token(self, seqs, position, token_ids):
+        """seqs [B, C, L + 1] with column `position` set to token_ids [B, C]."""
+        column = tf.range(self.max_length + 1) == position  # [L + 1]
+        return tf.where(column[None, None, :], token_ids[:, :, None], seqs)
+
+
+def _top_candidates(search: _Search, state: BeamState, log_probs):
+    """The 2K best one-token extensions of each sentence's live hypotheses.
+
+    Two K are taken so that K live ones remain even if K of them end with EOS (flax's reasoning).
+
+    Returns:
+        logprobs float32 [B, C], parent beam int32 [B, C], sequences int32 [B, C, L + 1],
+        is_eos bool [B, C].
+    """
+    batch, beam = search.batch_size, search.beam_size
+    vocab_size = tf.shape(log_probs)[-1]
+    totals = state.live_logprobs[:, :, None] + tf.reshape(log_probs, (batch, beam, -1))
+    logprobs, flat = tf.math.top_k(tf.reshape(totals, (batch, -1)), k=2 * beam)  # [B, C]
+    parents, token_ids = flat // vocab_size, flat % vocab_size
+    seqs = tf.gather(state.live_seqs, parents, batch_dims=1)  # [B, C, L + 1]
+    seqs = search.write_token(seqs, state.step + 1, token_ids)
+    return logprobs, parents, seqs, tf.equal(token_ids, search.eos_id)
+
+
+def _keep_best(scores, seqs, k: int):
+    """The k best of scores [B, M] (descending) with their seqs [B, M, L + 1]; also their indices."""
+    best, index = tf.math.top_k(scores, k=k)
+    return best, tf.gather(seqs, index, batch_dims=1), index
+
+
+def _search_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
+    """Extend every live hypothesis by one token; sentences that are done stay as they are."""
+    flat_ids = tf.reshape(tf.gather(state.live_seqs, state.step, axis=2), (-1,))  # [B * K]
+    log_probs, cache = search.log_probs(flat_ids, state.cache)
+    logprobs, parents, seqs, is_eos = _top_candidates(search, state, log_probs)
+
+    live_logprobs, live_seqs, kept = _keep_best(
+        tf.where(is_eos, _NEG_INF, logprobs), seqs, search.beam_size)
+    # EOS ends a hypothesis only from the K best candidates (fairseq's rule): a finished one then
+    # holds a place a beam of K would have given it, and a beam of 1 follows the greedy path.
+    in_beam = tf.range(2 * search.beam_size)[None, :] < search.beam_size  # [1, C]
+    new_scores = tf.where(is_eos & in_beam, logprobs / search.penalty_of(state.step + 1), _NEG_INF)
+    finished_scores, finished_seqs, _ = _keep_best(
+        tf.concat([state.finished_scores, new_scores], axis=1),
+        tf.concat([state.finished_seqs, seqs], axis=1), search.beam_size)
+
+    active = ~state.done  # [B]
+    beams = tf.range(search.beam_size)[None, :]  # [1, K]: a done sentence keeps its own rows
+    parent_beams = tf.where(active[:, None], tf.gather(parents, kept, batch_dims=1), beams)
+    rows = tf.reshape(tf.range(search.batch_size)[:, None] * search.beam_size + parent_beams, (-1,))
+    keep = lambda new, old: tf.where(
+        tf.reshape(active, (-1,) + (1,) * (new.shape.rank - 1)), new, old)
+    step = state.step + 1
+    new_state = BeamState(
+        step=step,
+        live_seqs=keep(live_seqs, state.live_seqs),
+        live_logprobs=keep(live_logprobs, state.live_logprobs),
+        finished_seqs=keep(finished_seqs, state.finished_seqs),
+        finished_scores=keep(finished_scores, state.finished_scores),
+        done=state.done,
+        cache=gather_rows(cache, rows))
+    return new_state._replace(done=state.done | _sentence_done(search, max_lengths, new_state))
+
+
+def _sentence_done(search: _Search, max_lengths, state: BeamState):
+    """bool [B]: the sentence reached its length limit, or can no longer improve its R-best."""
+    at_limit = state.step >= max_lengths
+    if not search.early_stop:
+        return at_limit
+    best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)  # live sorted
+    rth_finished = state.finished_scores[:, search.nbest - 1]
+    # Strictly greater: a later hypothesis can then never tie, so the result equals a full run.
+    return at_limit | (rth_finished > best_possible)
+
+
+
+def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamState:
+    """Only beam 0 of each sentence is live at first, so the K copies cannot all pick one token."""
+    batch, beam, width = search.batch_size, search.beam_size, search.max_length + 1
+    seqs = search.write_token(tf.fill((batch, beam, width), PAD_ID), 0,
+                              tf.fill((batch, beam), search.bos_id))
+    first_live = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (beam - 1)]), (batch, 1))
+    return BeamState(step=tf.constant(0, tf.int32), live_seqs=seqs, live_logprobs=first_live,
+                     finished_seqs=seqs, finished_scores=tf.fill((batch, beam), _NEG_INF),
+                     done=max_lengths <= 0, cache=expand_to_beams(initial_state, beam))
+
+
+def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
+    """The R best of each sentence: finished ones first, then live ones if too few finished.
+
+    Returns:
+        seqs int32 [B, R, L + 1], scores float32 [B, R], finished bool [B, R].
+    """
+    beam, nbest = search.beam_size, search.nbest
+    num_finished = tf.reduce_sum(tf.cast(state.finished_scores > _NEG_INF, tf.int32), 1)  # [B]
+    slots = tf.range(nbest)[None, :]  # [1, R]
+    # Index into [finished (K, sorted) | live (K, sorted)]: slot j past the finished count
+    # takes live hypothesis j - num_finished.
+    index = tf.where(slots < num_finished[:, None], slots, beam + slots - num_finished[:, None])
+    live_scores = state.live_logprobs / search.penalty_of(max_lengths)[:, None]
+    scores = tf.gather(tf.concat([state.finished_scores, live_scores], 1), index, batch_dims=1)
+    seqs = tf.gather(tf.concat([state.finished_seqs, state.live_seqs], 1), index, batch_dims=1)
+    return seqs, scores, index < beam
+
+
+def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
+    """seqs [B, R, L + 1] (BOS, words, EOS if finished, PAD) -> SearchOutput without BOS/EOS."""
+    words = seqs[:, :, 1:]  # [B, R, L]
+    words = tf.where(words == search.eos_id, PAD_ID, words)  # EOS only ever ends a hypothesis
+    lengths = tf.reduce_sum(tf.cast(words != PAD_ID, tf.int32), axis=2)  # PAD is never generated
+    return SearchOutput(tokens=words, lengths=lengths, scores=scores, finished=finished,
+                        steps=steps)
+
+
+def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
+                 bos_id, nbest, early_stop) -> _Search:
+    """Check the settings (one clear error each) and bundle them."""
+    for name, value in (("batch_size", batch_size), ("beam_size", beam_size),
+                        ("max_length", max_length), ("nbest", nbest)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if nbest > beam_size:
+        raise ValueError(f"nbest ({nbest}) must not exceed beam_size ({beam_size})")
+    if penalty not in LENGTH_PENALTIES:
+        raise ValueError(
+            f"unknown length_penalty {penalty!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
+    if not alpha >= 0.0:  # the early-stop bound needs lp to grow with |Y|
+        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    if eos_id in (PAD_ID, bos_id):
+        raise ValueError(f"eos_id ({eos_id}) must differ from PAD_ID ({PAD_ID}) and bos_id ({bos_id})")
+    return _Search(tokens_to_logits, int(batch_size), int(beam_size), int(max_length),
+                   float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
+                   int(nbest), bool(early_stop))
+
+
+def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tensor:
+    """int32 [B] per-sentence limits (default: all `max_length`); concrete values are checked."""
+    if max_lengths is None:
+        return tf.fill((batch_size,), max_length)
+    max_lengths = tf.cast(max_lengths, tf.int32)
+    if max_lengths.shape.rank != 1 or max_lengths.shape[0] not in (None, batch_size):
+        raise ValueError(f"max_lengths must have shape [{batch_size}], got {max_lengths.shape}")
+    if not tf.is_symbolic_tensor(max_lengths):
+        values = max_lengths.numpy()
+        if values.min() < 1 or values.max() > max_length:
+            raise ValueError(f"max_lengths must lie in [1, max_length={max_length}], got {values}")
+    return max_lengths
+
+
+def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
+                beam_size: int = 4, max_length: int = 50, max_lengths=None, alpha: float = 0.6,
+                length_penalty: str = "gnmt", eos_id: int = EOS_ID, bos_id: int = BOS_ID,
+                nbest: int = 1, early_stop: bool = True) -> SearchOutput:
+    """Beam search with finished hypotheses kept apart and a length-penalised score (section 6.1).
+
+    Graph code: run it inside a `tf.function` (optionally `jit_compile=True`) to trace once per
+    padded shape; eagerly it works, slowly.
+
+    Args:
+        tokens_to_logits: (token_ids int32 [B * K], state) -> (logits [B * K, V], new state).
+        initial_state: the decoder state of the B sentences (rank >= 1 tensors lead with B); it is
+            repeated K times per sentence and must have room for `max_length` positions.
+        batch_size: B.
+        beam_size: K, live hypotheses kept per sentence.
+        max_length: L, the largest |Y| (EOS included); fixes every shape.
+        max_lengths: optional int [B], each sentence's own limit in [1, L] (the paper: source
+            length + 50); default L for all.
+        alpha: length-penalty exponent (paper 0.6); must be >= 0.
+        length_penalty: "gnmt" ((5 + |Y|) / 6)^alpha, or "fairseq" |Y|^alpha.
+        eos_id, bos_id: end and start tokens (PAD_ID and bos_id are never generated).
+        nbest: R <= K hypotheses returned per sentence.
+        early_stop: stop a sentence once no live hypothesis can beat its R-th finished one; the
+            result is the same either way, only the number of steps changes.
+
+    Returns:
+        `SearchOutput` with R hypotheses per sentence, best first.
+
+    Raises:
+        ValueError: a setting is out of range (the message names it).
+    """
+    search = _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
+                          length_penalty, eos_id, bos_id, nbest, early_stop)
+    max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
+    state = tf.while_loop(
+        lambda state: ~tf.reduce_all(state.done),
+        lambda state: (_search_step(search, max_lengths, state),),
+        (_initial_beam_state(search, initial_state, max_lengths),),
+        maximum_iterations=search.max_length)[0]
+    seqs, scores, finished = _best_hypotheses(search, state, max_lengths)
+    return _finalize(search, seqs, scores, finished, state.step)
+
+
+class GreedyState(NamedTuple):
+    """Loop state of the greedy search."""
+
+    step: tf.Tensor  # int32 []: decoder steps run
+    seqs: tf.Tensor  # int32 [B, L + 1]: BOS, the argmax tokens, EOS, then PAD
+    logprobs: tf.Tensor  # float32 [B]: log P of the sequence so far
+    finished: tf.Tensor  # bool [B]: the sequence ended with EOS
+    done: tf.Tensor  # bool [B]: finished, or at the sentence's length limit
+    cache: Any  # the decoder state, B leading rows
+
+
+def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
+    """Append the most probable token to every sentence not done yet."""
+    log_probs, cache = search.log_probs(state.seqs[:, state.step], state.cache)  # [B, V]
+    token_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]
+    active = ~state.done
+    seqs = search.write_token(state.seqs[:, None, :], state.step + 1, token_ids[:, None])[:, 0]
+    logprobs = state.logprobs + tf.reduce_max(log_probs, axis=-1)
+    finished = active & tf.equal(token_ids, search.eos_id)
+    step = state.step + 1
+    return GreedyState(step=step, seqs=tf.where(active[:, None], seqs, state.seqs),
+                       logprobs=tf.where(active, logprobs, state.logprobs),
+                       finished=state.finished | finished,
+                       done=state.done | finished | (step >= max_lengths), cache=cache)
+
+
+def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
+                  max_length: int = 50, max_lengths=None, alpha: float = 0.6,
+                  length_penalty: str = "gnmt", eos_id: int = EOS_ID,
+                  bos_id: int = BOS_ID) -> SearchOutput:
+    """Take the most probable token at each step until EOS or the length limit.
+
+    Same arguments and output as `beam_search` (R = 1); the score uses the same length penalty.
+    It equals `beam_search` with beam_size 1 when alpha = 0. With alpha > 0 they may differ: after
+    an EOS, a beam of 1 still follows the best non-EOS continuation while its length-penalised
+    bound can beat the finished score, so it returns a score >= greedy's.
+    """
+    search = _make_search(tokens_to_logits, batch_size, 1, max_length, alpha, length_penalty,
+                          eos_id, bos_id, 1, True)
+    max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
+    seqs = tf.concat([tf.fill((batch_size, 1), search.bos_id),
+                      tf.fill((batch_size, search.max_length), PAD_ID)], axis=1)
+    state = GreedyState(step=tf.constant(0, tf.int32), seqs=seqs, logprobs=tf.zeros((batch_size,)),
+                        finished=tf.zeros((batch_size,), tf.bool), done=max_lengths <= 0,
+                        cache=initial_state)
+    state = tf.while_loop(lambda state: ~tf.reduce_all(state.done),
+                          lambda state: (_greedy_step(search, max_lengths, state),),
+                          (state,), maximum_iterations=search.max_length)[0]
+    # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
+    generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)
+    scores = state.logprobs / search.penalty_of(generated)
+    return _finalize(search, state.seqs[:, None, :], scores[:, None], state.finished[:, None],
+                     state.step)

@@ -1,0 +1,69 @@
+"""Bind the search of `beam_search.py` to a vtx Transformer and compile it once per padded shape.
+
+Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypothesis may hold).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+
+from vtx.config import PAD_ID
+from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
+from vtx.models.transformer import Transformer
+
+
+def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
+                         max_positions: int) -> tuple[int, tf.Tensor]:
+    """The paper's limit |Y| <= a * |X| + b (a = 1, b = 50), |X| counting non-PAD source tokens.
+
+    Args:
+        source_ids: int [B, S], PAD_ID-padded.
+        max_len_a, max_len_b: a and b.
+        max_positions: the model's longest sequence; no limit exceeds it.
+
+    Returns:
+        (L = the batch's static limit from the padded length S, int32 [B] per-sentence limits).
+    """
+    padded_length = source_ids.shape[1]
+    if padded_length is None:
+        raise ValueError("source_ids needs a static length (pad batches to fixed shapes)")
+    max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
+    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float32), axis=1)  # [B]
+    limits = tf.cast(tf.floor(max_len_a * lengths), tf.int32) + max_len_b
+    return max_length, tf.clip_by_value(limits, 1, max_length)
+
+
+def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
+                   length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
+                   nbest: int = 1, early_stop: bool = True,
+                   jit_compile: bool = False) -> Callable[[tf.Tensor], SearchOutput]:
+    """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
+
+    The function is a `tf.function` traced once per (B, S) shape; batches padded to a few fixed
+    shapes reuse their traces. Arguments are those of `beam_search`; max_len_a and max_len_b set
+    each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`).
+
+    Raises:
+        ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
+    """
+    if not (max_len_a >= 0 and max_len_b >= 0):
+        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
+    if beam_size == 1 and nbest != 1:
+        raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
+
+    def search(source_ids):
+        source_ids = tf.cast(source_ids, tf.int32)
+        batch_size = source_ids.shape[0]
+        max_length, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b,
+                                                       model.config.max_positions)
+        state = model.init_state(source_ids, max_length)
+        common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
+                      length_penalty=length_penalty)
+        if beam_size == 1:
+            return greedy_search(model.decode_step, state, batch_size, **common)
+        return beam_search(model.decode_step, state, batch_size, beam_size=beam_size,
+                           nbest=nbest, early_stop=early_stop, **common)
+
+    return tf.function(search, jit_compile=jit_compile)
