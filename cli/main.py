@@ -6,7 +6,7 @@ so `vtx --help` answers instantly.
 
 import click
 
-from vtx_cli import train
+from vtx_cli import preprocess, train
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +15,7 @@ def main() -> None:
     """vtx: Transformer sequence-to-sequence models (Vaswani et al., 2017) on Keras 3."""
 
 
+main.add_command(preprocess.preprocess)
 main.add_command(train.train)
 
 if __name__ == "__main__":
