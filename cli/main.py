@@ -6,7 +6,8 @@ so `vtx --help` answers instantly.
 
 import click
 
-from vtx_cli import average_checkpoints, prepare_parse, score_trees, train, translate
+from vtx_cli import (average_checkpoints, prepare_parse, preprocess, score_trees, train,
+                     translate)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +16,7 @@ def main() -> None:
     """vtx: Transformer sequence-to-sequence models (Vaswani et al., 2017) on Keras 3."""
 
 
+main.add_command(preprocess.preprocess)
 main.add_command(train.train)
 main.add_command(average_checkpoints.average_checkpoints)
 main.add_command(translate.translate)

@@ -1,0 +1,87 @@
+"""`vtx preprocess` on the command line: summary, exit codes, one clear line per bad input."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.data.conftest import small_corpus, write_lines  # noqa: F401  (a fixture)
+from vtx_cli.main import main
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["preprocess", "-s", "en", "-t", "de", *map(str, args)])
+
+
+@pytest.fixture()
+def corpus(small_corpus):  # noqa: F811
+    """Arguments naming the small corpus: 2000 training pairs, 200 validation pairs."""
+    return ["--trainpref", small_corpus / "train", "--validpref", small_corpus / "valid",
+            "--vocab-size", 1000]
+
+
+def test_preprocess_writes_the_directory_and_prints_counts(corpus, small_corpus,  # noqa: F811
+                                                           tmp_path):
+    valid = small_corpus / "valid"
+    result = run(*corpus, "--testpref", f"{valid},{valid}", "--destdir",
+                 tmp_path / "bin", "--workers", 2)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "bin" / "meta.json").read_text())
+    assert list(meta["splits"]) == ["train", "valid", "test", "test1"]
+    assert "train: 2000 pairs kept" in result.output
+    assert "filtered 0 (empty 0, too_long 0, length_ratio 0)" in result.output
+    assert "vocabulary: 1000 ids, trained (bpe)" in result.output
+
+
+def assert_fails_cleanly(result, message, tmp_path, expected_files=()):
+    assert result.exit_code != 0
+    assert message in result.output
+    assert sum("Error:" in line for line in result.output.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected_files)
+
+
+def test_missing_file(tmp_path):
+    result = run("--trainpref", tmp_path / "nope", "--destdir", tmp_path / "bin")
+    assert_fails_cleanly(result, f"missing file: neither {tmp_path}/nope.en nor "
+                                 f"{tmp_path}/nope.en.gz exists", tmp_path)
+
+
+def test_unequal_line_counts_name_both_files_and_counts(small_corpus, tmp_path):  # noqa: F811
+    write_lines(tmp_path / "v.en", ["a", "b", "c"])
+    write_lines(tmp_path / "v.de", ["a", "b"])
+    result = run("--trainpref", small_corpus / "train", "--validpref", tmp_path / "v",
+                 "--destdir", tmp_path / "bin", "--vocab-size", 1000)
+    assert_fails_cleanly(result, f"line counts differ: {tmp_path}/v.en has 3 lines, "
+                                 f"{tmp_path}/v.de has 2 lines", tmp_path, ["v.en", "v.de"])
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    write_lines(tmp_path / "t.en.gz", ["one", "two", "three"])
+    (tmp_path / "t.de").write_bytes(b"eins\nzwei\ndr\xe9i\n")
+    result = run("--trainpref", tmp_path / "t", "--destdir", tmp_path / "bin")
+    assert_fails_cleanly(result, f"{tmp_path}/t.de:3: invalid UTF-8", tmp_path,
+                         ["t.en.gz", "t.de"])
+
+
+def test_non_empty_destdir_needs_force(corpus, tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "keep.txt").write_text("x")
+    result = run(*corpus, "--destdir", tmp_path / "bin")
+    assert_fails_cleanly(result, f"--destdir {tmp_path}/bin exists and is not empty (use "
+                                 f"--force to replace it)", tmp_path, ["bin"])
+    assert (tmp_path / "bin" / "keep.txt").exists()
+    assert run(*corpus, "--destdir", tmp_path / "bin", "--force").exit_code == 0
+    assert not (tmp_path / "bin" / "keep.txt").exists()
+
+
+def test_bad_spm_model_is_named(small_corpus, tmp_path):  # noqa: F811
+    (tmp_path / "x.model").write_text("junk")
+    result = run("--validpref", small_corpus / "valid", "--spm-model", tmp_path / "x.model", "--destdir",
+                 tmp_path / "bin")
+    assert_fails_cleanly(result, f"cannot load SentencePiece model {tmp_path}/x.model",
+                         tmp_path, ["x.model"])
+
+
+def test_bad_flag_value_is_named(corpus, tmp_path):
+    result = run(*corpus, "--destdir", tmp_path / "bin", "--workers", 0)
+    assert_fails_cleanly(result, "--workers must be positive, got 0", tmp_path)

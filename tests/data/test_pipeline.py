@@ -1,0 +1,148 @@
+"""tf.data input pipeline: token bound, exactly-once epochs, deterministic order, resume, sharding."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from tests.data.conftest import SMALL_VOCAB
+from vtx.config import BOS_ID, EOS_ID, PAD_ID
+from vtx.data import pipeline
+from vtx.data.binarize import read_shard
+
+MAX_TOKENS = 600
+
+
+def batches_as_numpy(dataset):
+    return [{key: value.numpy() for key, value in batch.items()} for batch in dataset]
+
+
+def unpadded_pairs(batches):
+    """(source, target) id tuples of every row, with padding, bos and eos stripped."""
+    pairs = []
+    for batch in batches:
+        for source, target_out in zip(batch["source"], batch["target_out"]):
+            target = target_out[target_out != PAD_ID]
+            assert target[-1] == EOS_ID
+            pairs.append((tuple(source[source != PAD_ID]), tuple(target[:-1])))
+    return pairs
+
+
+def stored_pairs(data_dir, split):
+    meta = pipeline.load_meta(data_dir)
+    pairs = []
+    for shard in meta["splits"][split]["shards"]:
+        sources, targets = read_shard(data_dir / shard["name"], meta["token_dtype"])
+        pairs += [(tuple(s), tuple(t)) for s, t in zip(sources, targets)]
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def epoch0(small_data_dir):
+    return batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                                   seed=7, epoch=0))
+
+
+def test_data_dir_accessors(small_data_dir):
+    assert pipeline.vocab_size(small_data_dir) == SMALL_VOCAB
+    assert pipeline.vocabulary_path(small_data_dir) == small_data_dir / "spm.model"
+    assert pipeline.load_vocabulary(small_data_dir).size == SMALL_VOCAB
+    with pytest.raises(FileNotFoundError, match="not a `vtx preprocess` output directory"):
+        pipeline.load_meta(small_data_dir.parent)
+
+
+def test_no_batch_exceeds_the_token_bound_counting_padding(epoch0):
+    for batch in epoch0:
+        assert batch["source"].size <= MAX_TOKENS
+        assert batch["target_in"].size <= MAX_TOKENS
+        assert batch["target_in"].shape == batch["target_out"].shape
+
+
+def test_padded_lengths_come_from_the_bucket_ladder(epoch0):
+    lengths = {batch["source"].shape[1] for batch in epoch0}
+    assert lengths <= set(pipeline.default_bucket_boundaries(1024))
+    assert len({batch["source"].shape for batch in epoch0}) < len(epoch0) / 4
+    assert all(batch["source"].dtype == np.int32 for batch in epoch0)
+
+
+def test_target_in_is_bos_plus_target_and_target_out_is_target_plus_eos(epoch0):
+    for batch in epoch0:
+        target_in, target_out = batch["target_in"], batch["target_out"]
+        assert (target_in[:, 0] == BOS_ID).all()
+        # Shifted by one: target_in[t + 1] == target_out[t] wherever target_out is a real token.
+        real = (target_out[:, :-1] != PAD_ID) & (target_out[:, :-1] != EOS_ID)
+        assert (target_in[:, 1:][real] == target_out[:, :-1][real]).all()
+        assert ((target_in != PAD_ID).sum(1) == (target_out != PAD_ID).sum(1)).all()
+
+
+def test_one_epoch_yields_every_kept_pair_exactly_once(small_data_dir, epoch0):
+    assert (collections.Counter(unpadded_pairs(epoch0))
+            == collections.Counter(stored_pairs(small_data_dir, "train")))
+
+
+def test_same_seed_and_epoch_give_the_same_batches_in_the_same_order(small_data_dir, epoch0):
+    again = batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                                    seed=7, epoch=0))
+    assert len(again) == len(epoch0)
+    for first, second in zip(epoch0, again):
+        np.testing.assert_array_equal(first["source"], second["source"])
+        np.testing.assert_array_equal(first["target_out"], second["target_out"])
+
+
+def test_other_epoch_or_seed_gives_another_order(small_data_dir, epoch0):
+    for seed, epoch in ((7, 1), (8, 0)):
+        other = unpadded_pairs(batches_as_numpy(pipeline.train_batches(
+            small_data_dir, max_tokens=MAX_TOKENS, seed=seed, epoch=epoch)))
+        assert other != unpadded_pairs(epoch0)
+        assert collections.Counter(other) == collections.Counter(unpadded_pairs(epoch0))
+
+
+def test_skip_batches_resumes_at_the_tail_of_the_uninterrupted_epoch(small_data_dir, epoch0):
+    skip = len(epoch0) // 3
+    resumed = batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                                      seed=7, epoch=0, skip_batches=skip))
+    assert unpadded_pairs(resumed) == unpadded_pairs(epoch0[skip:])
+
+
+def test_worker_shards_split_the_batches_of_an_epoch(small_data_dir, epoch0):
+    parts = [batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                                     seed=7, epoch=0, num_shards=3,
+                                                     shard_index=i)) for i in range(3)]
+    for i, part in enumerate(parts):
+        assert unpadded_pairs(part) == unpadded_pairs(epoch0[i::3])
+
+
+def test_eval_batches_cover_the_split_in_a_fixed_order_with_indices(small_data_dir):
+    first = batches_as_numpy(pipeline.eval_batches(small_data_dir, "valid", MAX_TOKENS))
+    second = batches_as_numpy(pipeline.eval_batches(small_data_dir, "valid", MAX_TOKENS))
+    assert [b["index"].tolist() for b in first] == [b["index"].tolist() for b in second]
+    stored = stored_pairs(small_data_dir, "valid")
+    indices = np.concatenate([batch["index"] for batch in first])
+    assert sorted(indices.tolist()) == list(range(len(stored)))
+    for index, pair in zip(indices, unpadded_pairs(first)):
+        assert pair == stored[index]
+
+
+def test_custom_bucket_boundaries_are_used(small_data_dir):
+    boundaries = [16, 32, 64, 128]
+    batches = batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                                      bucket_boundaries=boundaries))
+    assert {batch["source"].shape[1] for batch in batches} <= set(boundaries)
+    with pytest.raises(ValueError, match="bucket boundaries end at 16, below the longest pair"):
+        pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS, bucket_boundaries=[8, 16])
+
+
+def test_bad_arguments_are_named(small_data_dir):
+    with pytest.raises(ValueError, match="max_tokens 20 cannot hold the longest pair"):
+        pipeline.train_batches(small_data_dir, max_tokens=20)
+    with pytest.raises(ValueError, match="split 'test' not in the data directory"):
+        pipeline.eval_batches(small_data_dir, "test", MAX_TOKENS)
+    with pytest.raises(ValueError, match="shard_index 2 must be in"):
+        pipeline.train_batches(small_data_dir, num_shards=2, shard_index=2)
+
+
+def test_default_bucket_boundaries_are_few_multiples_of_8():
+    boundaries = pipeline.default_bucket_boundaries(1025)
+    assert boundaries[:8] == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert boundaries[-1] >= 1025 and boundaries[-2] < 1025
+    assert all(b % 8 == 0 for b in boundaries) and len(boundaries) <= 32

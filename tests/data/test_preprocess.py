@@ -1,0 +1,160 @@
+"""`preprocess`: vocabulary + shards + meta.json; filtering of training pairs only; atomic output."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.data.conftest import SMALL_VOCAB, TRAIN_LINES, VALID_LINES, head, write_lines
+from vtx.data.binarize import read_shard
+from vtx.data.preprocess import PreprocessConfig, preprocess
+from vtx.data.text import DataError
+from vtx.data.vocab import Vocabulary
+
+
+def shard_contents(data_dir, meta, split):
+    """All (source ids, target ids) of a split, read back with numpy, in stored order."""
+    pairs = []
+    for shard in meta["splits"][split]["shards"]:
+        sources, targets = read_shard(data_dir / shard["name"], meta["token_dtype"])
+        assert len(sources) == shard["sentences"]
+        assert sum(map(len, sources)) == shard["source_tokens"]
+        assert sum(map(len, targets)) == shard["target_tokens"]
+        pairs.extend(zip(sources, targets))
+    return pairs
+
+
+def test_meta_counts_equal_shard_contents(small_data_dir):
+    meta = json.loads((small_data_dir / "meta.json").read_text())
+    assert meta["vocab"]["size"] == SMALL_VOCAB
+    assert (meta["source_lang"], meta["target_lang"]) == ("en", "de")
+    for split, lines in (("train", TRAIN_LINES), ("valid", VALID_LINES)):
+        pairs = shard_contents(small_data_dir, meta, split)
+        counts = meta["splits"][split]
+        assert counts["sentences"] == len(pairs) == lines - sum(counts["filtered"].values())
+        assert counts["source_tokens"] == sum(len(s) for s, _ in pairs)
+        assert counts["target_tokens"] == sum(len(t) for _, t in pairs)
+        assert counts["max_source_length"] == max(len(s) for s, _ in pairs)
+        assert counts["max_target_length"] == max(len(t) for _, t in pairs)
+    assert len(meta["splits"]["train"]["shards"]) == -(-TRAIN_LINES // 300)
+
+
+def test_shards_hold_the_encoded_text_in_order(small_corpus, small_data_dir):
+    meta = json.loads((small_data_dir / "meta.json").read_text())
+    vocab = Vocabulary(small_data_dir / "spm.model")
+    pairs = shard_contents(small_data_dir, meta, "valid")
+    sources = (small_corpus / "valid.en").read_text().splitlines()
+    targets = (small_corpus / "valid.de").read_text().splitlines()
+    for (source_ids, target_ids), source, target in zip(pairs, sources, targets):
+        assert source_ids.tolist() == vocab.encode(source)
+        assert target_ids.tolist() == vocab.encode(target)
+
+
+def test_two_workers_write_the_same_shards_as_one(small_corpus, small_data_dir, tmp_path):
+    destdir = tmp_path / "two"
+    preprocess(PreprocessConfig("en", "de", destdir, trainpref=str(small_corpus / "train"),
+                                validpref=str(small_corpus / "valid"),
+                                spm_model=small_data_dir / "spm.model", workers=2,
+                                shard_size=300))
+    names = sorted(p.name for p in small_data_dir.glob("*.bin"))
+    assert names == sorted(p.name for p in destdir.glob("*.bin"))
+    for name in names:
+        for suffix in (".bin", ".idx"):
+            stem = name.removesuffix(".bin")
+            assert ((destdir / (stem + suffix)).read_bytes()
+                    == (small_data_dir / (stem + suffix)).read_bytes())
+
+
+def noisy_pairs(shared_data):
+    """20 clean Multi30k pairs plus pairs that each training filter must drop."""
+    en = head(shared_data / "multi30k" / "train.en.gz", 20)
+    de = head(shared_data / "multi30k" / "train.de.gz", 20)
+    long_text = " ".join(["word"] * 200)
+    en += ["", "A dog.", "   ", long_text, "Yes", "Ok"]
+    de += ["", "", "Ein Hund.", long_text, " ".join(["Ja"] * 20), "Gut"]
+    return en, de  # filtered: 3 empty, 1 too_long, 1 length_ratio; "Ok"/"Gut" is kept
+
+
+def test_training_pairs_are_filtered_and_counted_but_valid_and_test_are_not(
+        shared_data, small_data_dir, tmp_path):
+    en, de = noisy_pairs(shared_data)
+    for split in ("train", "valid", "test"):
+        write_lines(tmp_path / f"{split}.en", en)
+        write_lines(tmp_path / f"{split}.de.gz", de)
+    meta = preprocess(PreprocessConfig(
+        "en", "de", tmp_path / "bin", trainpref=str(tmp_path / "train"),
+        validpref=str(tmp_path / "valid"), testprefs=(str(tmp_path / "test"),),
+        spm_model=small_data_dir / "spm.model", max_positions=64, max_length_ratio=3.0))
+    train = meta["splits"]["train"]
+    assert train["filtered"] == {"empty": 3, "too_long": 1, "length_ratio": 1}
+    assert train["sentences"] == len(en) - 5
+    for split in ("valid", "test"):
+        assert meta["splits"][split]["sentences"] == len(en)
+        assert sum(meta["splits"][split]["filtered"].values()) == 0
+        assert meta["splits"][split]["max_source_length"] > 64
+    on_disk = json.loads((tmp_path / "bin" / "meta.json").read_text())
+    assert on_disk["splits"]["train"]["filtered"] == train["filtered"]
+
+
+def test_spm_model_is_reused_and_copied(small_corpus, small_data_dir, tmp_path):
+    meta = preprocess(PreprocessConfig("en", "de", tmp_path / "bin",
+                                       validpref=str(small_corpus / "valid"),
+                                       spm_model=small_data_dir / "spm.model"))
+    assert meta["vocab"]["trained"] is False
+    assert list(meta["splits"]) == ["valid"]
+    assert ((tmp_path / "bin" / "spm.model").read_bytes()
+            == (small_data_dir / "spm.model").read_bytes())
+    assert ((tmp_path / "bin" / "valid.00000.bin").read_bytes()
+            == (small_data_dir / "valid.00000.bin").read_bytes())
+
+
+def test_force_replaces_an_existing_directory_only_at_the_end(small_corpus, small_data_dir,
+                                                              tmp_path):
+    destdir = tmp_path / "bin"
+    destdir.mkdir()
+    (destdir / "old.txt").write_text("old")
+    config = dict(source_lang="en", target_lang="de", destdir=destdir,
+                  validpref=str(small_corpus / "valid"), spm_model=small_data_dir / "spm.model")
+    with pytest.raises(DataError, match="exists and is not empty"):
+        preprocess(PreprocessConfig(**config))
+    preprocess(PreprocessConfig(**config, force=True))
+    assert not (destdir / "old.txt").exists()
+    assert (destdir / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]  # no temporary left behind
+
+
+def test_failed_run_leaves_nothing_behind(small_corpus, small_data_dir, tmp_path):
+    (tmp_path / "bad.en").write_bytes(b"fine\nbad \xc3\x28 byte\n")
+    (tmp_path / "bad.de").write_bytes(b"gut\nschlecht\n")
+    with pytest.raises(DataError, match=r"bad\.en:2: invalid UTF-8"):
+        preprocess(PreprocessConfig("en", "de", tmp_path / "out", workers=2,
+                                    trainpref=str(small_corpus / "train"),
+                                    testprefs=(str(tmp_path / "bad"),), vocab_size=600))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.de", "bad.en"]
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(trainpref=None), "--trainpref is needed"),
+    (dict(target_lang="en"), "are both 'en'"),
+    (dict(vocab_size=4), "--vocab-size 4 leaves no room"),
+    (dict(workers=0), "--workers must be positive, got 0"),
+    (dict(max_length_ratio=0.5), "--max-length-ratio must be >= 1, got 0.5"),
+])
+def test_bad_settings_name_the_flag_and_value(tmp_path, changes, message):
+    config = dict(source_lang="en", target_lang="de", destdir=tmp_path / "x", trainpref="t")
+    with pytest.raises(DataError, match=message):
+        PreprocessConfig(**{**config, **changes})
+
+
+def test_full_multi30k_with_vocabulary_8000(shared_data, tmp_path):
+    prefix = shared_data / "multi30k"
+    meta = preprocess(PreprocessConfig(
+        "en", "de", tmp_path / "bin", trainpref=str(prefix / "train"),
+        validpref=str(prefix / "val"), testprefs=(str(prefix / "test_2016_flickr"),),
+        vocab_size=8000))
+    counts = {name: split["sentences"] for name, split in meta["splits"].items()}
+    assert counts == {"train": 29000, "valid": 1014, "test": 1000}
+    assert meta["vocab"]["size"] == 8000 and meta["token_dtype"] == "<u2"
+    pairs = shard_contents(tmp_path / "bin", meta, "train")
+    assert len(pairs) == 29000
+    assert max(int(np.max(s)) for s, _ in pairs) < 8000

@@ -1,0 +1,76 @@
+"""The joint SentencePiece vocabulary: fixed special ids, round trip, rejection of foreign models."""
+
+import unicodedata
+
+import pytest
+import sentencepiece as spm
+
+from tests.data.conftest import head
+from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from vtx.data.text import DataError
+from vtx.data.vocab import Vocabulary, train_sentencepiece
+
+
+def nmt_normalized(text: str) -> str:
+    """What SentencePiece's default nmt_nfkc normalization makes of a sentence."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+@pytest.fixture(scope="module")
+def lines(shared_data) -> list[str]:
+    multi30k = shared_data / "multi30k"
+    return head(multi30k / "train.en.gz", 1500) + head(multi30k / "train.de.gz", 1500)
+
+
+def test_trained_vocabulary_has_fixed_special_ids_and_size(lines, tmp_path):
+    vocab = train_sentencepiece(iter(lines), tmp_path / "spm.model", vocab_size=800)
+    assert vocab.size == 800
+    assert vocab.pieces([PAD_ID, UNK_ID, BOS_ID, EOS_ID]) == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def test_encode_decode_round_trip(lines, shared_data, tmp_path):
+    vocab = train_sentencepiece(iter(lines), tmp_path / "spm.model", vocab_size=800)
+    # Unseen sentences with digits and NBSP: byte fallback keeps rare characters (no <unk>).
+    unseen = head(shared_data / "multi30k" / "val.de.gz", 300) + ["Größe 4\u00a0m, ½ € — ok"]
+    for text in unseen:
+        ids = vocab.encode(text)
+        assert UNK_ID not in ids
+        assert vocab.decode(ids) == nmt_normalized(text)
+    assert vocab.encode_batch(unseen[:5]) == [vocab.encode(text) for text in unseen[:5]]
+    assert vocab.decode([BOS_ID] + vocab.encode("a dog") + [EOS_ID, PAD_ID]) == "a dog"
+
+
+def test_sampled_training_is_reproducible(lines, tmp_path):
+    first = train_sentencepiece(iter(lines), tmp_path / "a.model", 600, sample_lines=1000, seed=3)
+    second = train_sentencepiece(iter(lines), tmp_path / "b.model", 600, sample_lines=1000, seed=3)
+    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
+    assert first.encode(lines[0]) == second.encode(lines[0])
+
+
+def test_model_with_other_special_ids_is_rejected(lines, tmp_path):
+    # SentencePiece's own defaults: unk 0, bos 1, eos 2, no pad.
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), vocab_size=600,
+                                   model_prefix=str(tmp_path / "foreign"), minloglevel=2)
+    with pytest.raises(DataError, match=r"foreign\.model has special ids .*'pad': -1"):
+        Vocabulary(tmp_path / "foreign.model")
+
+
+def test_unreadable_model_is_named(tmp_path):
+    (tmp_path / "junk.model").write_text("not a model")
+    with pytest.raises(DataError, match=r"cannot load SentencePiece model .*junk\.model"):
+        Vocabulary(tmp_path / "junk.model")
+
+
+def test_vocabulary_too_large_for_the_text_is_reported(lines, tmp_path):
+    with pytest.raises(DataError, match="SentencePiece training failed .*vocab size 50000"):
+        train_sentencepiece(iter(lines[:200]), tmp_path / "spm.model", vocab_size=50000)
+    assert not (tmp_path / "spm.model").exists()
+
+
+def test_error_raised_by_the_text_reader_surfaces_unchanged(lines, tmp_path):
+    def broken():
+        yield from lines[:100]
+        raise DataError("x.de:101: invalid UTF-8")
+
+    with pytest.raises(DataError, match=r"^x\.de:101: invalid UTF-8$"):
+        train_sentencepiece(broken(), tmp_path / "spm.model", vocab_size=600)

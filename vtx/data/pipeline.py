@@ -1,0 +1,212 @@
+"""tf.data input pipeline over a data directory written by `vtx preprocess` (`vtx.data.preprocess`).
+
+Public API (shapes: B batch, S source length, T target length; S == T == the bucket's padded
+length L within one batch):
+    load_meta(data_dir) -> dict                      the directory's meta.json
+    vocabulary_path(data_dir) -> Path                its SentencePiece model
+    vocab_size(data_dir) -> int                      number of ids, special ones included
+    load_vocabulary(data_dir) -> Vocabulary          text <-> ids (vtx.data.vocab)
+    default_bucket_boundaries(max_length) -> list    padded lengths: 8, 16, ..., 64, then x1.125
+    train_batches(data_dir, split="train", max_tokens=4096, seed=0, epoch=0, skip_batches=0,
+                  num_shards=1, shard_index=0, bucket_boundaries=None) -> tf.data.Dataset
+        one epoch of {"source": int32 [B, S], "target_in": int32 [B, T],
+                      "target_out": int32 [B, T]}, PAD_ID-padded; target_in = bos + target,
+        target_out = target + eos. Every kept pair exactly once. B x L <= max_tokens, L counting
+        padding. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
+        fully permuted with a stateless seeded shuffle (the whole shard is the shuffle buffer;
+        a shard is at most `--shard-size` pairs), so `skip_batches=k` yields exactly the batches
+        after the first k of the uninterrupted epoch (resume from a saved position).
+        `num_shards`/`shard_index`: batch i goes to worker i % num_shards (multi-worker
+        training); skip_batches counts this worker's batches. Workers may get one batch less.
+    eval_batches(data_dir, split, max_tokens, bucket_boundaries=None) -> tf.data.Dataset
+        the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
+        outputs can be put back in corpus order; no shuffling, deterministic order.
+
+Why buckets: every distinct padded shape is a separate compiled program, so padded lengths come
+from a short ladder and each bucket's batch size is max_tokens // L.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from vtx.config import BOS_ID, EOS_ID
+from vtx.data.preprocess import FORMAT, META_FILE
+from vtx.data.vocab import Vocabulary
+
+_DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
+
+
+def load_meta(data_dir: str | Path) -> dict:
+    """Read `DATA_DIR/meta.json`.
+
+    Raises:
+        FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
+        ValueError: an unknown format.
+    """
+    path = Path(data_dir) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {data_dir} is not a `vtx preprocess` "
+                                f"output directory")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    return meta
+
+
+def vocabulary_path(data_dir: str | Path) -> Path:
+    """The SentencePiece model of a data directory."""
+    return Path(data_dir) / load_meta(data_dir)["vocab"]["model"]
+
+
+def vocab_size(data_dir: str | Path) -> int:
+    """Number of ids of the data directory's vocabulary (special ids included)."""
+    return int(load_meta(data_dir)["vocab"]["size"])
+
+
+def load_vocabulary(data_dir: str | Path) -> Vocabulary:
+    """The data directory's joint vocabulary."""
+    return Vocabulary(vocabulary_path(data_dir))
+
+
+def default_bucket_boundaries(max_length: int) -> list[int]:
+    """Padded lengths 8, 16, ..., 64, then growing by 1/8 (multiples of 8), up to >= max_length.
+
+    About 30 shapes reach 1024, and padding wastes at most ~1/8 of a batch past length 64.
+    """
+    boundaries = [8]
+    while boundaries[-1] < max_length:
+        grown = boundaries[-1] + 8 if boundaries[-1] < 64 else int(boundaries[-1] * 1.125)
+        boundaries.append(-(-grown // 8) * 8)
+    return boundaries
+
+
+def _split_meta(meta: dict, split: str) -> dict:
+    if split not in meta["splits"]:
+        raise ValueError(f"split {split!r} not in the data directory; it has "
+                         f"{', '.join(meta['splits'])}")
+    return meta["splits"][split]
+
+
+def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,
+                dtype: tf.DType, shuffle: bool) -> tf.data.Dataset:
+    """One shard -> dataset of {"source": [S'], "target": [T'], "index": []}, maybe permuted."""
+    tokens = tf.cast(tf.io.decode_raw(tf.io.read_file(prefix + ".bin"), dtype), tf.int32)
+    lengths = tf.cast(tf.io.decode_raw(tf.io.read_file(prefix + ".idx"), tf.int32), tf.int64)
+    # lengths is [2n]: n source then n target lengths, laid out like the tokens.
+    ends = tf.cumsum(lengths)
+    starts = ends - lengths
+    count = tf.size(lengths, out_type=tf.int64) // 2
+    order = tf.range(count)
+    if shuffle:
+        order = tf.random.experimental.stateless_shuffle(order, seed)
+
+    def pair(i):
+        return {"source": tokens[starts[i]:ends[i]],
+                "target": tokens[starts[count + i]:ends[count + i]],
+                "index": first_index + i}
+
+    return tf.data.Dataset.from_tensor_slices(order).map(pair)
+
+
+def _pairs(data_dir: Path, meta: dict, split: str, seed: int | None, epoch: int) -> tf.data.Dataset:
+    """Every pair of a split; seed None: in file order, else shuffled as a function of (seed, epoch)."""
+    shards = _split_meta(meta, split)["shards"]
+    counts = [shard["sentences"] for shard in shards]
+    first_index = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    prefixes = [str(data_dir / shard["name"]) for shard in shards]
+    rng = np.random.default_rng([seed or 0, epoch])
+    order = rng.permutation(len(shards)) if seed is not None else np.arange(len(shards))
+    shard_seeds = rng.integers(0, 2**31 - 1, size=(len(shards), 2), dtype=np.int64)
+    dtype = _DTYPES[meta["token_dtype"]]
+    files = tf.data.Dataset.from_tensor_slices((
+        tf.constant([prefixes[i] for i in order], tf.string, shape=[len(shards)]),
+        tf.constant(first_index[order], tf.int64, shape=[len(shards)]),
+        tf.constant(shard_seeds[order], tf.int64, shape=[len(shards), 2])))
+    return files.flat_map(lambda prefix, first, shard_seed: _read_shard(
+        prefix, first, shard_seed, dtype, shuffle=seed is not None))
+
+
+def _add_bos_eos(pair: dict) -> dict:
+    """{"source", "target", "index"} -> model inputs: target_in = bos + target, target_out = target + eos."""
+    target = pair["target"]
+    return {"source": pair["source"],
+            "target_in": tf.concat([[BOS_ID], target], axis=0),
+            "target_out": tf.concat([target, [EOS_ID]], axis=0),
+            "index": pair["index"]}
+
+
+def _padded_length_limit(split_meta: dict) -> int:
+    # target_in / target_out are one id longer than the stored target.
+    return max(split_meta["max_source_length"], split_meta["max_target_length"] + 1)
+
+
+def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
+              boundaries: list[int] | None) -> tf.data.Dataset:
+    """Group pairs into batches of max_tokens // L pairs, padded to their bucket length L."""
+    boundaries = sorted(boundaries or default_bucket_boundaries(longest))
+    if boundaries[-1] < longest:
+        raise ValueError(f"bucket boundaries end at {boundaries[-1]}, below the longest pair "
+                         f"({longest} ids with bos/eos)")
+    needed = next(length for length in boundaries if length >= longest)
+    if max_tokens < needed:
+        raise ValueError(f"max_tokens {max_tokens} cannot hold the longest pair, padded to "
+                         f"{needed} ids; raise max_tokens to at least {needed}")
+    batch_sizes = [max(1, max_tokens // length) for length in boundaries]
+    return pairs.map(_add_bos_eos).bucket_by_sequence_length(
+        lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"])),
+        # bucket i holds lengths in [boundaries[i-1] + 1, boundaries[i]], padded to boundaries[i]
+        bucket_boundaries=[length + 1 for length in boundaries],
+        bucket_batch_sizes=batch_sizes + [1],  # the last bucket (too long) stays empty
+        pad_to_bucket_boundary=True)
+
+
+def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.deterministic = True
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 4096,
+                  seed: int = 0, epoch: int = 0, skip_batches: int = 0, num_shards: int = 1,
+                  shard_index: int = 0, bucket_boundaries: list[int] | None = None
+                  ) -> tf.data.Dataset:
+    """One shuffled epoch of token-bounded training batches (see the module docstring).
+
+    Returns:
+        Dataset of {"source": int32 [B, S], "target_in": int32 [B, T], "target_out": int32 [B, T]}.
+
+    Raises:
+        ValueError: unknown split, bad shard arguments, or max_tokens below the longest pair.
+    """
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index {shard_index} must be in [0, num_shards={num_shards})")
+    if skip_batches < 0:
+        raise ValueError(f"skip_batches must be >= 0, got {skip_batches}")
+    data_dir = Path(data_dir)
+    meta = load_meta(data_dir)
+    longest = _padded_length_limit(_split_meta(meta, split))
+    batches = _bucketed(_pairs(data_dir, meta, split, seed, epoch), longest, max_tokens,
+                        bucket_boundaries)
+    batches = batches.map(lambda batch: {key: batch[key]
+                                         for key in ("source", "target_in", "target_out")})
+    return _deterministic(batches.shard(num_shards, shard_index).skip(skip_batches))
+
+
+def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
+                 bucket_boundaries: list[int] | None = None) -> tf.data.Dataset:
+    """All pairs of `split` in token-bounded batches, deterministic order, no shuffling.
+
+    Returns:
+        Dataset of {"source": int32 [B, S], "target_in": int32 [B, T], "target_out": int32 [B, T],
+        "index": int64 [B]}.
+    """
+    data_dir = Path(data_dir)
+    meta = load_meta(data_dir)
+    longest = _padded_length_limit(_split_meta(meta, split))
+    return _deterministic(_bucketed(_pairs(data_dir, meta, split, None, 0), longest,
+                                    max_tokens, bucket_boundaries))

@@ -1,0 +1,173 @@
+"""Raw parallel text -> a data directory: joint SentencePiece vocabulary, shards, `meta.json`.
+
+Layout of the directory (see `vtx.data.binarize` for the shard format):
+    spm.model                the joint vocabulary (trained here, or a copy of `spm_model`)
+    SPLIT.NNNNN.bin/.idx     shards of each split: train, valid, test, test1, ...
+    meta.json                languages, vocabulary, shard format, per split the counts kept and
+                             filtered (by reason) and its shards; written last
+
+Everything is written into a sibling temporary directory which replaces `destdir` only at the
+end, so an interrupted or failed run leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
+from vtx.data.text import DataError, decode_line, read_parallel, resolve_path
+from vtx.data.vocab import MODEL_TYPES, Vocabulary, train_sentencepiece
+
+FORMAT = "vtx-shards-1"
+META_FILE = "meta.json"
+SPM_FILE = "spm.model"
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessConfig:
+    """What `vtx preprocess` was asked to do (flag names as in fairseq-preprocess)."""
+
+    source_lang: str  # file suffix of the source side, e.g. "en"
+    target_lang: str  # file suffix of the target side, e.g. "de"
+    destdir: Path  # the data directory to create
+    trainpref: str | None = None  # PREFIX of the training files (PREFIX.LANG[.gz])
+    validpref: str | None = None  # PREFIX of the validation files, never filtered
+    testprefs: tuple[str, ...] = ()  # test sets: splits test, test1, test2, ...; never filtered
+    vocab_size: int = 37000  # pieces of the joint vocabulary, special ids included
+    model_type: str = "bpe"  # "bpe" (the paper) or "unigram"
+    spm_model: Path | None = None  # reuse this SentencePiece model instead of training one
+    sample_lines: int = 2_000_000  # at most this many random lines train the vocabulary
+    workers: int = 1  # encoding processes
+    max_positions: int = 1024  # training pairs longer than this (ids, + bos/eos) are dropped
+    max_length_ratio: float = 9.0  # training pairs whose length ratio exceeds this are dropped
+    shard_size: int = 100_000  # input pairs per shard
+    seed: int = 1  # seed of the vocabulary's line sample
+    force: bool = False  # replace a non-empty destdir
+
+    def __post_init__(self) -> None:
+        if self.trainpref is None and self.spm_model is None:
+            raise DataError("--trainpref is needed to train a vocabulary (or give --spm-model)")
+        if not (self.trainpref or self.validpref or self.testprefs):
+            raise DataError("nothing to do: give --trainpref, --validpref or --testpref")
+        if self.source_lang == self.target_lang:
+            raise DataError(f"--source-lang and --target-lang are both {self.source_lang!r}")
+        if self.model_type not in MODEL_TYPES:
+            raise DataError(f"--model-type {self.model_type!r} is not one of {MODEL_TYPES}")
+        for name in ("vocab_size", "sample_lines", "workers", "max_positions", "shard_size"):
+            if getattr(self, name) <= 0:
+                raise DataError(f"--{name.replace('_', '-')} must be positive, got "
+                                f"{getattr(self, name)}")
+        if self.vocab_size <= EOS_ID + 1:
+            raise DataError(f"--vocab-size {self.vocab_size} leaves no room beside the 4 "
+                            f"special ids")
+        if self.max_length_ratio < 1.0:
+            raise DataError(f"--max-length-ratio must be >= 1, got {self.max_length_ratio}")
+
+    def splits(self) -> dict[str, str]:
+        """Split name -> file prefix, in processing order."""
+        named = {"train": self.trainpref, "valid": self.validpref}
+        for i, prefix in enumerate(self.testprefs):
+            named["test" if i == 0 else f"test{i}"] = prefix
+        return {name: prefix for name, prefix in named.items() if prefix}
+
+
+def _split_files(config: PreprocessConfig) -> dict[str, tuple[Path, Path]]:
+    """Resolve every split's two files up front, so a missing one fails before any work."""
+    return {name: (resolve_path(prefix, config.source_lang),
+                   resolve_path(prefix, config.target_lang))
+            for name, prefix in config.splits().items()}
+
+
+def _check_destdir(destdir: Path, force: bool) -> None:
+    if destdir.exists() and not destdir.is_dir():
+        raise DataError(f"--destdir {destdir} exists and is not a directory")
+    if destdir.is_dir() and any(destdir.iterdir()) and not force:
+        raise DataError(f"--destdir {destdir} exists and is not empty (use --force to "
+                        f"replace it)")
+
+
+def _training_text(source: Path, target: Path) -> Iterator[str]:
+    """Both sides of the training pairs as str, checked for UTF-8 and equal line counts."""
+    for number, (src, tgt) in enumerate(read_parallel(source, target), start=1):
+        yield decode_line(src, source, number)
+        yield decode_line(tgt, target, number)
+
+
+def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabulary:
+    model_path = workdir / SPM_FILE
+    if config.spm_model is not None:
+        Vocabulary(config.spm_model)  # validates the file and its special ids first
+        shutil.copyfile(config.spm_model, model_path)
+        return Vocabulary(model_path)
+    return train_sentencepiece(_training_text(*files["train"]), model_path, config.vocab_size,
+                               config.model_type, config.sample_lines, config.seed,
+                               num_threads=config.workers)
+
+
+def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict) -> dict:
+    return {
+        "format": FORMAT,
+        "source_lang": config.source_lang,
+        "target_lang": config.target_lang,
+        "vocab": {"model": SPM_FILE, "size": vocab.size,
+                  "trained": config.spm_model is None,
+                  "model_type": config.model_type if config.spm_model is None else None,
+                  "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}},
+        "token_dtype": token_dtype(vocab.size),
+        "max_positions": config.max_positions,
+        "max_length_ratio": config.max_length_ratio,
+        "splits": {name: {"source_file": str(files[name][0]), "target_file": str(files[name][1]),
+                          **stats} for name, stats in splits.items()},
+    }
+
+
+def _install(workdir: Path, destdir: Path) -> None:
+    """Move the finished `workdir` to `destdir`, replacing an old one only now."""
+    if destdir.exists():
+        old = destdir.with_name(f".{destdir.name}.old-{os.getpid()}")
+        destdir.rename(old)
+        workdir.rename(destdir)
+        shutil.rmtree(old)
+    else:
+        workdir.rename(destdir)
+
+
+def preprocess(config: PreprocessConfig) -> dict:
+    """Build the data directory `config.destdir`; return its meta (as written to meta.json).
+
+    Raises:
+        DataError: any bad input (missing file, unequal line counts, invalid UTF-8, non-empty
+            destdir without `force`, bad model); nothing is left in `destdir` then.
+    """
+    destdir = Path(config.destdir)
+    _check_destdir(destdir, config.force)
+    files = _split_files(config)
+    destdir.parent.mkdir(parents=True, exist_ok=True)
+    workdir = destdir.with_name(f".{destdir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir()
+    try:
+        started = time.perf_counter()
+        vocab = _vocabulary(config, files, workdir)
+        splits = {}
+        train_filter = PairFilter(config.max_positions, config.max_length_ratio)
+        with Encoder(workdir / SPM_FILE, config.workers) as encoder:
+            for name, (source, target) in files.items():
+                splits[name] = binarize_split(
+                    encoder, source, target, workdir / name, vocab.size, config.shard_size,
+                    train_filter if name == "train" else None)
+        meta = _meta(config, vocab, files, splits)
+        meta["seconds"] = round(time.perf_counter() - started, 3)
+        (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        _install(workdir, destdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return meta
