@@ -202,12 +202,16 @@ def load_translator(path: str | Path, options: DecodeOptions,
         ValueError: the checkpoint is unreadable, has no vocabulary, or its vocabulary does not
             match the model's embedding size.
     """
+    import tempfile
+
     from vtx.data.vocab import Vocabulary
 
     checkpoint = checkpoints.load(path)
     if checkpoint.vocab is None:
         raise ValueError(f"{path}: the checkpoint carries no vocabulary")
-    vocab = Vocabulary.from_bytes(checkpoint.vocab, name=f"{path} (vocabulary)")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "vocab.model").write_bytes(checkpoint.vocab)
+        vocab = Vocabulary(Path(tmp) / "vocab.model")
     vocab_size = checkpoint.meta["model_config"]["vocab_size"]
     if vocab.size != vocab_size:
         raise ValueError(f"{path}: vocabulary has {vocab.size} pieces but the model "
