@@ -79,7 +79,7 @@ download_multi30k() {
     name=$split.$lang.gz
     [ -s "$dest/$name" ] && continue
     step "downloading $name"
-    curl -fSL --retry 3 -o "$dest/$name.part" "$MULTI30K_URL/$name" \
+    curl -fsSL --show-error --retry 3 -o "$dest/$name.part" "$MULTI30K_URL/$name" \
       || die "download of $MULTI30K_URL/$name failed (pass --data DIR for a local copy)"
     gzip -t "$dest/$name.part" || die "$MULTI30K_URL/$name is not a gzip file"
     mv "$dest/$name.part" "$dest/$name"
@@ -128,13 +128,10 @@ step "vtx average-checkpoints: the last $LAST of $COUNT"
 read_split() {  # split lang -> text on stdout
   if [ -f "$DATA/$1.$2.gz" ]; then gzip -dc "$DATA/$1.$2.gz"; else cat "$DATA/$1.$2"; fi
 }
-if [ "$TEST_LINES" -gt 0 ]; then
-  read_split test_2016_flickr en | head -n "$TEST_LINES" > "$WORK/test.en"
-  read_split test_2016_flickr de | head -n "$TEST_LINES" > "$WORK/test.de"
-else
-  read_split test_2016_flickr en > "$WORK/test.en"
-  read_split test_2016_flickr de > "$WORK/test.de"
-fi
+# sed reads to the end (head would stop early, and pipefail would report gzip's SIGPIPE).
+LINES_KEPT='$'; [ "$TEST_LINES" -gt 0 ] && LINES_KEPT=$TEST_LINES
+read_split test_2016_flickr en | sed -n "1,${LINES_KEPT}p" > "$WORK/test.en"
+read_split test_2016_flickr de | sed -n "1,${LINES_KEPT}p" > "$WORK/test.de"
 step "vtx translate $(wc -l < "$WORK/test.en") test_2016 sentences (beam 4, alpha 0.6)"
 "$VTX" translate --checkpoint "$WORK/average.npz" --input "$WORK/test.en" \
   --output "$WORK/test.hyp.de" --reference "$WORK/test.de" 2> "$WORK/translate.log" \
