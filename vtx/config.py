@@ -116,6 +116,7 @@ class TrainConfig(_JsonConfig):
     max_tokens: int = 4096  # per replica and micro-batch, source and target each, padding counted
     update_freq: int = 1  # micro-batches accumulated per update (gradient accumulation)
     max_steps: int = 100_000
+    max_minutes: float = 0.0  # wall-time budget of this process: stop, save, exit 0; 0 disables
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     adam_beta_1: float = 0.9
@@ -138,7 +139,7 @@ class TrainConfig(_JsonConfig):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("save_interval_steps", "keep_last", "validate_interval_steps"):
+        for name in ("save_interval_steps", "keep_last", "validate_interval_steps", "max_minutes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:
