@@ -1,8 +1,5 @@
 """`vtx parse`: sentences from stdin (or --input) to trees on stdout (paper section 6.3)."""
 
-import os
-import sys
-
 import click
 
 
@@ -35,8 +32,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, max_len_a, max_len_
     from vtx.parsing import evalb, trees
 
     warn = lambda message: click.echo(f"warning: {message}", err=True)
-    source = open(input_path, "rb") if input_path else sys.stdin.buffer
-    lines = list(translate.read_lines(source, warn))
+    with click.open_file(input_path or "-", "rb") as source:  # "-": stdin, left open
+        lines = list(translate.read_lines(source, warn))
     try:
         gold_trees = lib.read_gold(gold, len(lines)) if gold else None
         options = translate.DecodeOptions(beam=beam, lenpen=lenpen, max_len_a=max_len_a,
@@ -47,8 +44,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, max_len_a, max_len_
     except (ValueError, trees.TreeSyntaxError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"checkpoint: {path}", err=True)
-    report = _parse_to(output_path, lambda write: lib.parse_stream(
-        translator, lines, write, buffer_size, gold_trees, warn))
+    with translate.output_sink(output_path) as write:
+        report = lib.parse_stream(translator, lines, write, buffer_size, gold_trees, warn)
     click.echo(report.repair_summary(), err=True)
     if gold_trees is not None:
         try:
@@ -60,17 +57,3 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, max_len_a, max_len_
                 click.echo(f"{result.line} : {result.message}", err=True)
         click.echo(evalb.format_summary(scores), err=True, nl=False)
 
-
-def _parse_to(output_path, run):
-    """Calls run(write) with a writer to stdout or to a temporary file renamed on success."""
-    if not output_path:
-        return run(lambda line: click.echo(line))
-    temp = output_path + ".tmp"
-    try:
-        with open(temp, "w", encoding="utf-8") as sink:
-            report = run(lambda line: sink.write(line + "\n"))
-        os.replace(temp, output_path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
-    return report
