@@ -53,8 +53,10 @@ download_archives() {  # dest
       curl -fSL --retry 3 -o "$dest/archives/$name.part" "$url" || die "download of $url failed"
       mv "$dest/archives/$name.part" "$dest/archives/$name"
     fi
+    [ -f "$dest/orig/.unpacked-$name" ] && continue  # a rerun skips the slow giga-fren tar
     step "unpacking $name"
     tar -xf "$dest/archives/$name" -C "$dest/orig" || die "cannot unpack $dest/archives/$name"
+    touch "$dest/orig/.unpacked-$name"
   done
 }
 
