@@ -6,7 +6,7 @@ so `vtx --help` answers instantly.
 
 import click
 
-from vtx_cli import (average_checkpoints, prepare_parse, preprocess, score_trees, train,
+from vtx_cli import (average_checkpoints, export, prepare_parse, preprocess, score_trees, train,
                      translate)
 
 
@@ -20,6 +20,7 @@ main.add_command(preprocess.preprocess)
 main.add_command(train.train)
 main.add_command(average_checkpoints.average_checkpoints)
 main.add_command(translate.translate)
+main.add_command(export.export)
 main.add_command(score_trees.score_trees)
 main.add_command(prepare_parse.prepare_parse)
 
