@@ -73,7 +73,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                             devices=devices.split(",") if devices else None,
                             tensorboard_dir=tensorboard_dir,
                             log=lambda line: click.echo(line, err=True))
-    except (ValueError, DataError, TrainingError) as error:
+    except (OSError, ValueError, DataError, TrainingError) as error:
         raise click.ClickException(str(error)) from error
     if stopped:
         sys.exit(128 + stopped)

@@ -1,6 +1,5 @@
 """`vtx translate`: beam search from stdin (or --input) to stdout (paper section 6.1)."""
 
-import os
 import sys
 
 import click
@@ -43,23 +42,14 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
                                     max_tokens=max_tokens, jit_compile=jit)
         path = lib.resolve_checkpoint(checkpoint)
         translator = lib.load_translator(path, options, warn)
-    except ValueError as error:
-        raise click.ClickException(str(error)) from error
-    click.echo(f"checkpoint: {path}", err=True)
-    source = open(input_path, "rb") if input_path else sys.stdin.buffer
-    sink = open(output_path + ".tmp", "w", encoding="utf-8") if output_path else sys.stdout
-    write = lambda line: (sink.write(line + "\n"), buffer_size == 1 and sink.flush())
-    try:
-        best = lib.translate_stream(translator, lib.read_lines(source, warn), write, buffer_size)
-    finally:
-        if output_path:
-            sink.close()
-    if output_path:
-        os.replace(output_path + ".tmp", output_path)
-    if reference:
-        try:
+        click.echo(f"checkpoint: {path}", err=True)
+        source = open(input_path, "rb") if input_path else sys.stdin.buffer
+        with lib.output_sink(output_path, flush_each_line=buffer_size == 1) as write:
+            best = lib.translate_stream(translator, lib.read_lines(source, warn), write,
+                                        buffer_size)
+        if reference:
             score, signature = lib.bleu(best, reference)
-        except ValueError as error:
-            raise click.ClickException(str(error)) from error
-        click.echo(score, err=True)
-        click.echo(signature, err=True)
+            click.echo(score, err=True)
+            click.echo(signature, err=True)
+    except (OSError, ValueError) as error:
+        raise click.ClickException(str(error)) from error

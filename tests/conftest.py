@@ -18,3 +18,42 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"shared data not found at {SHARED_DATA}; set VTX_SHARED_DATA")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def multi30k_small(shared_data, tmp_path_factory):
+    """The first 3000 Multi30k training pairs (+ val/test) preprocessed with a 1000-piece vocabulary."""
+    import gzip
+
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    root = tmp_path_factory.mktemp("multi30k_small")
+    for split, count in (("train", 3000), ("val", 200), ("test_2016_flickr", 200)):
+        for lang in ("en", "de"):
+            with gzip.open(shared_data / "multi30k" / f"{split}.{lang}.gz", "rt") as handle:
+                lines = [next(handle) for _ in range(count)]
+            (root / f"{split}.{lang}").write_text("".join(lines))
+    result = CliRunner().invoke(main, [
+        "preprocess", "--source-lang", "en", "--target-lang", "de",
+        "--trainpref", str(root / "train"), "--validpref", str(root / "val"),
+        "--testpref", str(root / "test_2016_flickr"), "--destdir", str(root / "data"),
+        "--vocab-size", "1000"])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(multi30k_small):
+    """A tiny model (max_positions 64) trained 150 steps by the library `vtx train` calls."""
+    from vtx import config
+    from vtx.training import checkpoints, run
+
+    save_dir = multi30k_small / "run"
+    train_config = config.TrainConfig(max_steps=150, max_tokens=1024, warmup_steps=60,
+                                      lr_scale=1.0, save_interval_minutes=0,
+                                      validate_interval_steps=0, log_interval_steps=50)
+    run.train(multi30k_small / "data", save_dir, "tiny", {"max_positions": 64}, train_config,
+              log=lambda line: None)
+    return checkpoints.list_checkpoints(save_dir)[-1]

@@ -7,8 +7,11 @@ Shapes: B batch, S padded source length, R nbest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -175,6 +178,27 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
                     write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
         number += len(chunk)
     return best
+
+
+@contextlib.contextmanager
+def output_sink(path: str | Path | None, flush_each_line: bool = False):
+    """A `write(line)` to stdout, or to `path` via a temporary file renamed on success only."""
+    if path is None:
+        def write(line: str) -> None:
+            sys.stdout.write(line + "\n")
+            if flush_each_line:
+                sys.stdout.flush()
+
+        yield write
+        return
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            yield lambda line: handle.write(line + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:

@@ -1,0 +1,77 @@
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vtx.training import checkpoints
+
+VTX = str(Path(sys.executable).with_name("vtx"))
+SMALL = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--log-interval-steps",
+         "5", "--validate-interval-steps", "10", "--save-interval-minutes", "0"]
+
+
+def vtx(*args, timeout=300):
+    return subprocess.run([VTX, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_preprocess_train_average_translate_end_to_end(multi30k_small, tmp_path):
+    data, save = multi30k_small / "data", tmp_path / "run"
+    result = vtx("train", data, "--save-dir", save, "--max-steps", 20, "--save-interval-steps", 5,
+                 *SMALL)
+    assert result.returncode == 0, result.stderr
+    progress = [l for l in result.stderr.splitlines() if l.startswith("step ")]
+    assert progress and all(k in progress[-1] for k in ("loss", "ppl", "lr", "tok/s", "eta"))
+    assert any(l.startswith("valid step 20") for l in result.stderr.splitlines())
+    saved = json.loads((save / "config.json").read_text())
+    assert saved["model"]["num_layers"] == 2 and saved["train"]["max_tokens"] == 512
+    assert [p.name for p in checkpoints.list_checkpoints(save)][-1] == "checkpoint_00000020.npz"
+    assert (save / "learning_curve.png").exists() and (save / "checkpoint_best.npz").exists()
+
+    result = vtx("average-checkpoints", "--inputs", save, "--num-last", 3,
+                 "--output", save / "avg.npz")
+    assert result.returncode == 0, result.stderr
+    result = subprocess.run([VTX, "translate", "--checkpoint", save / "avg.npz"],
+                            input="A dog runs.\nTwo men.\n", capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+
+
+def test_sigterm_saves_a_checkpoint_then_exits(multi30k_small, tmp_path):
+    save = tmp_path / "run"
+    process = subprocess.Popen([VTX, "train", str(multi30k_small / "data"), "--save-dir",
+                                str(save), "--max-steps", "100000", *SMALL],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (save / "history.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "received signal" in stderr
+    saved = checkpoints.list_checkpoints(save)
+    assert saved and 0 < checkpoints.load(saved[-1]).meta["step"] < 100000
+
+
+def test_missing_data_dir_or_save_dir_is_a_usage_error(tmp_path):
+    result = vtx("train", "--arch", "tiny")
+    assert result.returncode == 2
+    assert "DATA_DIR and --save-dir are required" in result.stderr
+
+
+def test_a_directory_that_is_not_preprocessed_is_named_in_the_error(tmp_path):
+    result = vtx("train", tmp_path, "--save-dir", tmp_path / "s", "--arch", "tiny")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"Error: {tmp_path}/meta.json not found" in result.stderr
+
+
+def test_changing_the_model_on_an_existing_save_dir_is_refused(multi30k_small, tmp_path):
+    save = tmp_path / "run"
+    assert vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 1,
+               *SMALL).returncode == 0
+    result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
+                 "--d-ff", 64, *SMALL)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "describes another model" in result.stderr

@@ -1,0 +1,99 @@
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from vtx.training import checkpoints
+
+VTX = str(Path(sys.executable).with_name("vtx"))
+
+
+def vtx(*args, stdin=b""):
+    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300)
+
+
+def test_issue_example_prints_three_lines_the_second_empty(trained_checkpoint):
+    result = vtx("translate", "--checkpoint", trained_checkpoint.parent,
+                 stdin=b"A man is riding a bike.\n\nTwo dogs play.\n")
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().split("\n")
+    assert len(lines) == 4 and lines[3] == ""
+    assert lines[0] and lines[1] == "" and lines[2]
+
+
+def test_reference_prints_sacrebleu_score_and_signature(trained_checkpoint, multi30k_small, tmp_path):
+    source = (multi30k_small / "test_2016_flickr.en").read_text().splitlines()[:20]
+    reference = (multi30k_small / "test_2016_flickr.de").read_text().splitlines()[:20]
+    (tmp_path / "ref.de").write_text("\n".join(reference) + "\n")
+    out = tmp_path / "hyp.de"
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--output", out,
+                 "--reference", tmp_path / "ref.de", stdin=("\n".join(source) + "\n").encode())
+    stderr = result.stderr.decode()
+    assert result.returncode == 0, stderr
+    assert "BLEU = " in stderr and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in stderr
+    assert len(out.read_text().splitlines()) == 20
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_invalid_utf8_is_warned_not_fatal(trained_checkpoint):
+    result = vtx("translate", "--checkpoint", trained_checkpoint, stdin=b"A dog.\nA \xff cat.\n")
+    assert result.returncode == 0
+    assert len(result.stdout.decode().splitlines()) == 2
+    assert "line 2: invalid UTF-8" in result.stderr.decode()
+
+
+def test_nbest_writes_k_scored_lines_per_input(trained_checkpoint):
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--nbest", 2,
+                 stdin=b"A dog.\n\nA cat.\n")
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 6
+    for line in (lines[0], lines[1], lines[4], lines[5]):
+        score, text = line.split("\t")
+        assert float(score) <= 0 and text
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    result = vtx("translate", "--checkpoint", tmp_path)
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    assert f"{tmp_path}: no checkpoint_*.npz" in result.stderr.decode()
+
+
+def test_checkpoint_without_vocabulary_is_refused(trained_checkpoint, tmp_path):
+    checkpoint = checkpoints.load(trained_checkpoint)
+    checkpoint.vocab = None
+    checkpoints.save(tmp_path / "novocab.npz", checkpoint)
+    result = vtx("translate", "--checkpoint", tmp_path / "novocab.npz", stdin=b"A dog.\n")
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    assert "carries no vocabulary" in result.stderr.decode()
+
+
+def test_vocabulary_that_does_not_match_the_model_is_refused(trained_checkpoint, multi30k_small,
+                                                             tmp_path):
+    checkpoint = checkpoints.load(trained_checkpoint)
+    checkpoint.meta["model_config"]["vocab_size"] = 999
+    checkpoint.model = [np.zeros((999,) + a.shape[1:], a.dtype) if a.shape[:1] == (1000,) else a
+                        for a in checkpoint.model]
+    checkpoints.save(tmp_path / "mismatch.npz", checkpoint)
+    result = vtx("translate", "--checkpoint", tmp_path / "mismatch.npz", stdin=b"A dog.\n")
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    assert "vocabulary has 1000 pieces but the model 999 embeddings" in result.stderr.decode()
+
+
+def test_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
+    (tmp_path / "junk.npz").write_text("junk")
+    result = vtx("translate", "--checkpoint", tmp_path / "junk.npz", stdin=b"A dog.\n")
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr
+    assert "not a readable vtx checkpoint" in result.stderr.decode()
+
+
+def test_output_into_a_missing_directory_is_a_clear_error(trained_checkpoint, tmp_path):
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--output",
+                 tmp_path / "nowhere" / "out.txt", stdin=b"A dog.\n")
+    assert result.returncode == 1
+    assert b"Traceback" not in result.stderr and b"nowhere" in result.stderr
