@@ -102,30 +102,34 @@ def transformer_spec(model, pieces: list[str]):
     return spec
 
 
-def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
-    """Write `checkpoint` as a CTranslate2 model (float32) plus its SentencePiece model.
+def save_model(model, pieces: list[str], directory: str | Path) -> None:
+    """Write vtx Transformer `model` with vocabulary `pieces` as a float32 CTranslate2 model.
 
     Raises:
         ValueError: the `ctranslate2` package is not installed (`pip install vtx[ctranslate2]`).
     """
-    import sentencepiece
-
-    from vtx.inference.translate import load_model
-
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
         raise ValueError("--format ctranslate2 needs the ctranslate2 package: "
                          "pip install 'vtx[ctranslate2]'") from None
-    processor = sentencepiece.SentencePieceProcessor(model_proto=checkpoint.vocab)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    spec = transformer_spec(load_model(checkpoint), pieces)
+    spec = transformer_spec(model, pieces)
     spec.validate()
     spec.optimize(quantization=None)  # aliases the shared embedding; keeps float32
-    directory = Path(directory)
-    directory.mkdir(parents=True)
+    Path(directory).mkdir(parents=True)
     spec.save(str(directory))
-    (directory / SENTENCEPIECE_FILE).write_bytes(checkpoint.vocab)
+
+
+def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
+    """Write `checkpoint` as a CTranslate2 model plus its SentencePiece model."""
+    import sentencepiece
+
+    from vtx.inference.translate import load_model
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=checkpoint.vocab)
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    save_model(load_model(checkpoint), pieces, directory)
+    (Path(directory) / SENTENCEPIECE_FILE).write_bytes(checkpoint.vocab)
 
 
 def translate_lines(translator, processor, lines: Iterable[str], beam_size: int = 4,
