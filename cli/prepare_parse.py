@@ -51,3 +51,5 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, keep_
     for name, summary in summaries.items():
         click.echo(f"{name}: {summary.files} files, {summary.sentences} sentences "
                    f"({summary.dropped} empty trees dropped) -> {Path(destdir) / name}.{{words,trees,gold}}")
+    if "train" in summaries:
+        click.echo(f"bracket tokens of the training trees -> {Path(destdir) / prepare.BRACKETS_FILE}")

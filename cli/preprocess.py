@@ -30,6 +30,9 @@ def _summary(meta: dict) -> list[str]:
               show_default=True, help="SentencePiece model type.")
 @click.option("--spm-model", type=click.Path(), help="Reuse this SentencePiece model "
               "(must have pad=0 unk=1 bos=2 eos=3).")
+@click.option("--whole-word-symbols", type=click.Path(dir_okay=False),
+              help="File of tokens, one a line, each kept as one piece where it stands as a word "
+                   "(e.g. brackets.txt from `vtx prepare-parse`).")
 @click.option("--sample-lines", type=int, default=2_000_000, show_default=True,
               help="Random lines (both languages) the vocabulary is trained on, at most.")
 @click.option("--workers", type=int, default=1, show_default=True,
@@ -45,8 +48,8 @@ def _summary(meta: dict) -> list[str]:
               help="Seed of the vocabulary's line sample.")
 @click.option("--force", is_flag=True, help="Replace a non-empty --destdir.")
 def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir, vocab_size,
-               model_type, spm_model, sample_lines, workers, max_positions, max_length_ratio,
-               shard_size, seed, force):
+               model_type, spm_model, whole_word_symbols, sample_lines, workers, max_positions,
+               max_length_ratio, shard_size, seed, force):
     """Train a joint SentencePiece vocabulary and binarize parallel text into DESTDIR."""
     from pathlib import Path
 
@@ -59,7 +62,9 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
             trainpref=trainpref, validpref=validpref,
             testprefs=tuple(p for p in (testpref or "").split(",") if p),
             vocab_size=vocab_size, model_type=model_type,
-            spm_model=Path(spm_model) if spm_model else None, sample_lines=sample_lines,
+            spm_model=Path(spm_model) if spm_model else None,
+            whole_word_symbols=Path(whole_word_symbols) if whole_word_symbols else None,
+            sample_lines=sample_lines,
             workers=workers, max_positions=max_positions, max_length_ratio=max_length_ratio,
             shard_size=shard_size, seed=seed, force=force)
         meta = run_preprocess(config)

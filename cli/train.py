@@ -28,6 +28,9 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 @click.option("--update-freq", type=click.IntRange(min=1), default=1, show_default=True,
               help="Micro-batches accumulated per update.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=100_000, show_default=True)
+@click.option("--max-minutes", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Wall-time budget of this run: save a checkpoint and exit 0 when it is used "
+                   "up (0: no budget).")
 @click.option("--warmup-steps", type=click.IntRange(min=1), default=4000, show_default=True)
 @click.option("--lr-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
               show_default=True, help="Multiplier on the paper's learning-rate schedule.")

@@ -16,9 +16,40 @@ BOS_ID = 2
 EOS_ID = 3
 
 
+class _JsonConfig:
+    """Dictionary and JSON round trips shared by the configuration dataclasses."""
+
+    _KIND = "configuration"  # names the dataclass in error messages
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict):
+        """Build from a dict; unknown keys are refused by name."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls._KIND} keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def save(self, path: str | Path) -> None:
+        """Write as JSON atomically (temp file, then rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path):
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_JsonConfig):
     """Shape and regularisation of an encoder-decoder Transformer (paper section 3)."""
+
+    _KIND = "model configuration"
 
     vocab_size: int = 37000  # joint source-target vocabulary; one shared embedding matrix
     num_layers: int = 6  # N, identical layers in each of the encoder and decoder stacks
@@ -50,27 +81,6 @@ class ModelConfig:
         """d_k = d_v = d_model / h."""
         return self.d_model // self.num_heads
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "ModelConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown model configuration keys: {', '.join(unknown)}")
-        return cls(**values)
-
-    def save(self, path: str | Path) -> None:
-        """Write as JSON atomically (temp file, then rename)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "ModelConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 BASE = ModelConfig()
@@ -98,12 +108,15 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_JsonConfig):
     """How to train (paper section 5). A "step" is one optimizer update."""
+
+    _KIND = "training configuration"
 
     max_tokens: int = 4096  # per replica and micro-batch, source and target each, padding counted
     update_freq: int = 1  # micro-batches accumulated per update (gradient accumulation)
     max_steps: int = 100_000
+    max_minutes: float = 0.0  # wall-time budget of this process: stop, save, exit 0; 0 disables
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     adam_beta_1: float = 0.9
@@ -126,7 +139,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("save_interval_steps", "keep_last", "validate_interval_steps"):
+        for name in ("save_interval_steps", "keep_last", "validate_interval_steps", "max_minutes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:
@@ -136,15 +149,4 @@ class TrainConfig:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.lr_scale <= 0:
             raise ValueError(f"lr_scale must be positive, got {self.lr_scale}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training configuration keys: {', '.join(unknown)}")
-        return cls(**values)
 

@@ -158,3 +158,17 @@ def test_full_multi30k_with_vocabulary_8000(shared_data, tmp_path):
     pairs = shard_contents(tmp_path / "bin", meta, "train")
     assert len(pairs) == 29000
     assert max(int(np.max(s)) for s, _ in pairs) < 8000
+
+
+def test_whole_word_symbols_file_errors_name_file_and_line(small_corpus, tmp_path):
+    symbols = tmp_path / "symbols.txt"
+    symbols.write_text("(NP\n\n)NP (VP\n")
+    config = dict(source_lang="en", target_lang="de", destdir=tmp_path / "out",
+                  trainpref=str(small_corpus / "train"), vocab_size=600)
+    with pytest.raises(DataError, match=r"symbols\.txt, line 3: one symbol a line"):
+        preprocess(PreprocessConfig(**config, whole_word_symbols=symbols))
+    with pytest.raises(DataError, match="cannot read it"):
+        preprocess(PreprocessConfig(**config, whole_word_symbols=tmp_path / "missing.txt"))
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(DataError, match="cannot change --spm-model"):
+        PreprocessConfig(**config, spm_model=tmp_path / "spm.model", whole_word_symbols=symbols)

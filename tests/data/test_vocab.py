@@ -74,3 +74,21 @@ def test_error_raised_by_the_text_reader_surfaces_unchanged(lines, tmp_path):
 
     with pytest.raises(DataError, match=r"^x\.de:101: invalid UTF-8$"):
         train_sentencepiece(broken(), tmp_path / "spm.model", vocab_size=600)
+
+
+def test_whole_word_symbols_stay_one_piece_at_word_starts_only(lines, tmp_path):
+    brackets = ["(NP", ")NP", "(S", ")S"]
+    trees = ["(S (NP XX XX )NP (NP XX )NP )S"] * 200
+    vocab = train_sentencepiece(iter(lines + trees), tmp_path / "spm.model", vocab_size=800,
+                                whole_words=brackets)
+    tree = "(S (NP XX )NP )S"
+    assert vocab.pieces(vocab.encode(tree))[:2] == ["\u2581(S", "\u2581(NP"]
+    assert len(vocab.encode(tree)) == 5 and vocab.decode(vocab.encode(tree)) == tree
+    # Inside a word the symbol is not matched: "a(NP" is not cut into "a" + "(NP".
+    assert "\u2581(NP" not in vocab.pieces(vocab.encode("a(NP"))
+    assert vocab.decode(vocab.encode("a(NP")) == "a(NP"
+
+
+def test_whole_word_symbols_reject_whitespace(lines, tmp_path):
+    with pytest.raises(DataError, match="'\\(N P' is empty or holds whitespace"):
+        train_sentencepiece(iter(lines), tmp_path / "spm.model", 800, whole_words=["(N P"])

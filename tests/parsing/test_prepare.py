@@ -36,7 +36,8 @@ def test_prepare_writes_aligned_words_trees_and_gold(tmp_path, sample_files):
     expected_train = sum(len(trees.read_mrg(p)) for p in sample_files[:3])
     assert summaries["train"] == prepare.SplitSummary(files=3, sentences=expected_train, dropped=0)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "train.gold", "train.trees", "train.words", "valid.gold", "valid.trees", "valid.words"]
+        "brackets.txt", "train.gold", "train.trees", "train.words", "valid.gold", "valid.trees",
+        "valid.words"]
     for prefix in splits:
         words, targets, golds = ((tmp_path / "out" / f"{prefix}.{suffix}").read_text().splitlines()
                                  for suffix in prepare.SUFFIXES)
@@ -47,6 +48,15 @@ def test_prepare_writes_aligned_words_trees_and_gold(tmp_path, sample_files):
             tags = [tag for _, tag in gold.tagged_words()]
             assert delinearize(target.split(), sentence.split(), tags)[0] == gold
             assert "XX" in target.split()
+
+
+def test_brackets_file_lists_each_training_bracket_once(tmp_path, sample_files):
+    prepare.prepare({"train": sample_files[:3], "valid": sample_files[3:5]}, tmp_path)
+    brackets = (tmp_path / prepare.BRACKETS_FILE).read_text().splitlines()
+    in_train = {t for line in (tmp_path / "train.trees").read_text().splitlines()
+                for t in line.split() if t != "XX"}
+    assert sorted(in_train) == brackets
+    assert {"(S", ")S", "(NP", ")NP"} <= set(brackets)
 
 
 def test_prepare_keep_tags(tmp_path, sample_files):

@@ -123,3 +123,23 @@ def test_resuming_with_another_architecture_is_refused(tmp_path):
                     log=lambda line: None)
     with pytest.raises(TrainingError, match="different architecture"):
         other.fit(epoch_maker(pairs, 4))
+
+
+def test_time_budget_stops_cleanly_with_a_checkpoint_of_the_last_step(tmp_path):
+    lines = []
+    train_config = config.TrainConfig(max_steps=100_000, max_minutes=0.02, save_interval_minutes=0,
+                                      validate_interval_steps=0)
+    trainer = Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+                      log=lines.append)
+    started = time.monotonic()
+    assert trainer.fit(epoch_maker(make_pairs(8, 20), 4)) is None
+    assert 1.2 <= time.monotonic() - started < 60
+    assert 0 < trainer.step < 100_000
+    saved = checkpoints.list_checkpoints(tmp_path)
+    assert len(saved) == 1 and checkpoints.load(saved[-1]).meta["step"] == trainer.step
+    assert any("time budget of 0.02 minutes used up" in line for line in lines)
+
+
+def test_negative_time_budget_is_refused():
+    with pytest.raises(ValueError, match="max_minutes must be >= 0, got -1"):
+        config.TrainConfig(max_minutes=-1)

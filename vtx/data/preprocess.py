@@ -43,6 +43,7 @@ class PreprocessConfig:
     vocab_size: int = 37000  # pieces of the joint vocabulary, special ids included
     model_type: str = "bpe"  # "bpe" (the paper) or "unigram"
     spm_model: Path | None = None  # reuse this SentencePiece model instead of training one
+    whole_word_symbols: Path | None = None  # file of tokens kept as single pieces, one a line
     sample_lines: int = 2_000_000  # at most this many random lines train the vocabulary
     workers: int = 1  # encoding processes
     max_positions: int = 1024  # training pairs longer than this (ids, + bos/eos) are dropped
@@ -67,6 +68,9 @@ class PreprocessConfig:
         if self.vocab_size <= EOS_ID + 1:
             raise DataError(f"--vocab-size {self.vocab_size} leaves no room beside the 4 "
                             f"special ids")
+        if self.whole_word_symbols is not None and self.spm_model is not None:
+            raise DataError("--whole-word-symbols shapes a new vocabulary; it cannot change "
+                            f"--spm-model {self.spm_model}")
         if self.max_length_ratio < 1.0:
             raise DataError(f"--max-length-ratio must be >= 1, got {self.max_length_ratio}")
 
@@ -100,15 +104,35 @@ def _training_text(source: Path, target: Path) -> Iterator[str]:
         yield decode_line(tgt, target, number)
 
 
+def read_symbols(path: Path) -> list[str]:
+    """Tokens of a whole-word symbols file: one a line, blank lines skipped.
+
+    Raises:
+        DataError: the file is missing, not UTF-8, or a line holds two tokens (file and line named).
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"--whole-word-symbols {path}: cannot read it: {err}") from None
+    symbols = []
+    for number, line in enumerate(lines, start=1):
+        tokens = line.split()
+        if len(tokens) > 1:
+            raise DataError(f"{path}, line {number}: one symbol a line, got {line!r}")
+        symbols.extend(tokens)
+    return symbols
+
+
 def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabulary:
     model_path = workdir / SPM_FILE
     if config.spm_model is not None:
         Vocabulary(config.spm_model)  # validates the file and its special ids first
         shutil.copyfile(config.spm_model, model_path)
         return Vocabulary(model_path)
+    symbols = read_symbols(config.whole_word_symbols) if config.whole_word_symbols else []
     return train_sentencepiece(_training_text(*files["train"]), model_path, config.vocab_size,
                                config.model_type, config.sample_lines, config.seed,
-                               num_threads=config.workers)
+                               num_threads=config.workers, whole_words=symbols)
 
 
 def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict) -> dict:
@@ -119,6 +143,8 @@ def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict
         "vocab": {"model": SPM_FILE, "size": vocab.size,
                   "trained": config.spm_model is None,
                   "model_type": config.model_type if config.spm_model is None else None,
+                  "whole_word_symbols": (str(config.whole_word_symbols)
+                                         if config.whole_word_symbols else None),
                   "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}},
         "token_dtype": token_dtype(vocab.size),
         "max_positions": config.max_positions,

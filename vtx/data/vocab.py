@@ -8,7 +8,7 @@ pipeline adds them.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -17,6 +17,8 @@ from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.text import DataError
 
 MODEL_TYPES = ("bpe", "unigram")
+# SentencePiece's whitespace marker; a piece that starts with it begins a word.
+WORD_BOUNDARY = "\u2581"
 SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 
 
@@ -93,7 +95,8 @@ class _RaisingIterator:
 
 def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: int,
                         model_type: str = "bpe", sample_lines: int = 2_000_000,
-                        seed: int = 1, num_threads: int = 1) -> Vocabulary:
+                        seed: int = 1, num_threads: int = 1,
+                        whole_words: Sequence[str] = ()) -> Vocabulary:
     """Train a SentencePiece model on a bounded random sample of `sentences`; write `model_path`.
 
     SentencePiece reservoir-samples `sample_lines` of the streamed sentences, so memory and time
@@ -107,6 +110,9 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
         sample_lines: upper bound on the sentences the trainer keeps.
         seed: seed of the sampling, so a run is reproducible.
         num_threads: trainer threads.
+        whole_words: tokens that must each stay one piece wherever they stand as a word (after
+            whitespace or at the start of a line), e.g. the brackets `(NP` `)NP` of linearized
+            trees, which SentencePiece would otherwise cut into `(` and `NP`.
 
     Returns:
         The trained vocabulary.
@@ -117,6 +123,9 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
     """
     if model_type not in MODEL_TYPES:
         raise DataError(f"model type {model_type!r} is not one of {MODEL_TYPES}")
+    for word in whole_words:
+        if not word or any(c.isspace() for c in word):
+            raise DataError(f"whole-word symbol {word!r} is empty or holds whitespace")
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     reader = _RaisingIterator(sentences)
@@ -128,6 +137,9 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
             # Characters outside the covered alphabet become UTF-8 byte pieces, not <unk>, so
             # any text round-trips (e.g. digits, rare in Multi30k).
             byte_fallback=True,
+            # Marked with the word boundary so that each matches as a whole word only, never
+            # inside another word, and costs one piece rather than a boundary piece plus itself.
+            user_defined_symbols=[WORD_BOUNDARY + word for word in whole_words],
             num_threads=num_threads, minloglevel=2)
     except RuntimeError as err:
         if reader.error is not None:  # the text was bad, not the settings

@@ -2,8 +2,10 @@
 
 For every split PREFIX (`train`, `valid`, `test`) three line-aligned files are written:
 `PREFIX.words` (the sentence), `PREFIX.trees` (its linearized tree, see `linearize`) and
-`PREFIX.gold` (the normalised tree on one line, `(TOP ...)`, for `evalb` scoring). All files are
-first written under temporary names and renamed only once every split is complete.
+`PREFIX.gold` (the normalised tree on one line, `(TOP ...)`, for `evalb` scoring). `brackets.txt`
+lists the bracket tokens of the training trees (`(NP`, `)NP`, ...), one a line, for `vtx preprocess
+--whole-word-symbols` to keep each as one vocabulary piece. All files are first written under
+temporary names and renamed only once every split is complete.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from vtx.parsing.trees import normalize, read_mrg
 # The standard WSJ split for parsing (Collins 1997 and after): train 02-21, dev 22, test 23.
 WSJ_SECTIONS = {"train": [f"{s:02d}" for s in range(2, 22)], "valid": ["22"], "test": ["23"]}
 SUFFIXES = ("words", "trees", "gold")
+BRACKETS_FILE = "brackets.txt"
+# The split whose bracket tokens go to BRACKETS_FILE (the vocabulary is trained on it).
+TRAIN_SPLIT = "train"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +90,8 @@ def split_lines(files: Sequence[Path], keep_tags: bool = False) -> tuple[list[tu
 
 def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
             keep_tags: bool = False) -> dict[str, SplitSummary]:
-    """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`.
+    """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`, and
+    `brackets.txt` when there is a `train` split.
 
     Args:
         splits: split prefix -> treebank files, e.g. from `wsj_split`.
@@ -109,6 +115,9 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
                 pending.append((_write_temp(destdir, (line[column] for line in lines)),
                                 destdir / f"{prefix}.{suffix}"))
             summaries[prefix] = SplitSummary(len(files), len(lines), dropped)
+            if prefix == TRAIN_SPLIT:
+                pending.append((_write_temp(destdir, bracket_tokens(line[1] for line in lines)),
+                                destdir / BRACKETS_FILE))
     except BaseException:
         for temp, _ in pending:
             temp.unlink(missing_ok=True)
@@ -116,6 +125,11 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     for temp, final in pending:
         os.replace(temp, final)
     return summaries
+
+
+def bracket_tokens(targets: Iterable[str]) -> list[str]:
+    """The distinct bracket tokens (`(NP`, `)NP`, ...) of linearized targets, sorted."""
+    return sorted({token for target in targets for token in target.split() if token[0] in "()"})
 
 
 def _write_temp(destdir: Path, lines: Iterable[str]) -> Path:

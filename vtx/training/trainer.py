@@ -278,7 +278,8 @@ class Trainer:
             make_valid: `() -> batches` of the validation set (the same on every worker).
 
         Returns:
-            None when `max_steps` was reached; the signal number when SIGTERM/SIGINT stopped it.
+            None when `max_steps` was reached or the `max_minutes` budget ran out (a checkpoint is
+            saved either way); the signal number when SIGTERM/SIGINT stopped it.
 
         Raises:
             TrainingError: too many non-finite losses in a row, or out of memory.
@@ -301,7 +302,7 @@ class Trainer:
 
     def _loop(self, stream, progress, make_valid) -> int | None:
         config, in_a_row = self.config, 0
-        last_save = time.monotonic()
+        last_save = started = time.monotonic()
         while self.step < config.max_steps:
             loss_sum, nll_sum, tokens = self.train_update(stream)
             if not math.isfinite(loss_sum):
@@ -327,7 +328,15 @@ class Trainer:
                 config.save_interval_minutes and
                 time.monotonic() - last_save >= 60 * config.save_interval_minutes)
             stop = self._stop_signal is not None
-            if self._any_worker(bool(due or stop or is_best)) or self.step == config.max_steps:
+            # The budget counts this process only (a resumed run gets a fresh one); every worker
+            # must agree to stop, or the collectives of the next update would hang.
+            out_of_time = self._any_worker(bool(config.max_minutes) and (
+                time.monotonic() - started >= 60 * config.max_minutes))
+            if out_of_time:
+                self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
+                         f"{self.step}: saving a checkpoint and stopping")
+            if (self._any_worker(bool(due or stop or is_best)) or out_of_time
+                    or self.step == config.max_steps):
                 path = self.save(stream)
                 last_save = time.monotonic()
                 if path is not None:
@@ -337,6 +346,8 @@ class Trainer:
                         progress.plot()
             if self._any_worker(stop):
                 return self._stop_signal or signal.SIGTERM
+            if out_of_time:
+                return None
         return None
 
 

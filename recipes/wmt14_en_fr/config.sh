@@ -1,0 +1,22 @@
+# WMT14 English->French (paper: 36M pairs, 32,000 word-piece vocabulary).
+SRC=en
+TGT=fr
+PAIR=fren
+VOCAB_SIZE=32000
+URLS=(
+  http://statmt.org/wmt13/training-parallel-europarl-v7.tgz
+  http://statmt.org/wmt13/training-parallel-commoncrawl.tgz
+  http://statmt.org/wmt13/training-parallel-un.tgz
+  http://statmt.org/wmt14/training-parallel-nc-v9.tgz
+  http://statmt.org/wmt10/training-giga-fren.tar
+  http://statmt.org/wmt14/dev.tgz
+  http://statmt.org/wmt14/test-full.tgz
+)
+CORPORA=(
+  training/europarl-v7.fr-en
+  commoncrawl.fr-en
+  un/undoc.2000.fr-en
+  training/news-commentary-v9.fr-en
+  giga-fren.release2.fixed
+)
+BIG_DROPOUT=0.1

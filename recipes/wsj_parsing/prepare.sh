@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# WSJ parsing data: the Penn Treebank's standard split -> linearized text -> binarized data.
+#
+#   bash recipes/wsj_parsing/prepare.sh TREEBANK_DIR
+#
+# TREEBANK_DIR is the LDC layout holding wsj/SS/wsj_SSNN.mrg (or the wsj folder itself):
+# train = sections 02-21 (~40K sentences), valid = 22, test = 23. Writes $WORK/text
+# (PREFIX.words/.trees/.gold, brackets.txt) and $WORK/data (16K joint vocabulary, as the paper).
+# WORK defaults to runs/wsj_parsing.
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/common.sh"
+WORK=${WORK:-$ROOT/runs/wsj_parsing}
+
+[ $# -eq 1 ] || die "usage: $0 TREEBANK_DIR"
+[ -d "$1" ] || die "treebank folder '$1' does not exist"
+check_vtx
+step "linearizing the treebank into $WORK/text"
+"$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text"
+step "binarizing into $WORK/data"
+preprocess_trees "$WORK/text" "$WORK/data" 16000 --testpref "$WORK/text/test" --workers 4

@@ -1,0 +1,94 @@
+"""recipes/quickstart.sh: argument checks, and a short end-to-end run that downloads Multi30k.
+
+The download is real HTTP, served from the shared Multi30k copy by a local server standing in
+for the public repository ($MULTI30K_URL), with the shared-data shortcut switched off.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "recipes" / "quickstart.sh"
+FILES = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr")
+         for lang in ("en", "de")]
+
+
+def run(*args, env=None, timeout=60):
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=environment)
+
+
+@pytest.fixture
+def multi30k_server(shared_data, tmp_path):
+    """A local HTTP server holding the six Multi30k files; yields its base URL."""
+    served = tmp_path / "served"
+    served.mkdir()
+    for name in FILES:
+        (served / name).symlink_to(shared_data / "multi30k" / name)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(served)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_short_budget_downloads_trains_averages_and_prints_bleu(multi30k_server, tmp_path):
+    work = tmp_path / "work"
+    result = run("--minutes", "0.2", "--workdir", work, "--test-lines", 4, timeout=900,
+                 env={"MULTI30K_URL": multi30k_server, "MULTI30K_DIR": "",
+                      "VTX_SHARED_DATA": str(tmp_path / "no-shared-data")})
+    assert result.returncode == 0, result.stderr
+    for name in FILES:
+        assert (work / "multi30k" / name).stat().st_size > 0
+    assert not list((work / "multi30k").glob("*.part"))
+    assert "time budget of 0.2 minutes used up" in result.stderr
+    assert (work / "average.npz").is_file()
+    assert len((work / "test.hyp.de").read_text(encoding="utf-8").splitlines()) == 4
+    summary = result.stdout.splitlines()[-3:]  # after the vtx commands' own summaries
+    assert summary[0] == "Multi30k test_2016 EN->DE (training budget 0.2 min):"
+    assert summary[1].startswith("BLEU = ")
+    assert summary[2].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--minutes", "0"), "--minutes must be a positive number, got '0'"),
+    (("--minutes", "ten"), "--minutes must be a positive number, got 'ten'"),
+    (("--test-lines", "-3"), "--test-lines must be a whole number, got '-3'"),
+    (("--epochs", "3"), "unknown argument '--epochs'"),
+])
+def test_bad_arguments_are_refused_before_any_work(args, message, tmp_path):
+    result = run(*args, "--workdir", tmp_path / "work")
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_local_directory_missing_a_file_is_named(shared_data, tmp_path):
+    local = tmp_path / "multi30k"
+    local.mkdir()
+    for name in FILES:
+        if name != "val.de.gz":
+            (local / name).symlink_to(shared_data / "multi30k" / name)
+    result = run("--data", local, "--workdir", tmp_path / "work")
+    assert result.returncode != 0
+    assert f"'{local}' has no val.de.gz (or val.de)" in result.stderr
+    assert not (tmp_path / "work" / "data-bin").exists()

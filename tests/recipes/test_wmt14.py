@@ -1,0 +1,118 @@
+"""The WMT14 recipes' logic on a tiny local copy laid out like the unpacked WMT archives.
+
+newstest2014 (shared data) stands in for every corpus: its lines are cut into fake training
+corpora and a fake newstest2013, and the first segments of its real SGML files are the test set.
+"""
+
+import gzip
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+RECIPE = REPO_ROOT / "recipes" / "wmt14_en_de"
+TEST_SEGMENTS = 12
+
+
+def write(path: Path, lines: list[str], compress: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if compress:
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+
+
+def first_segments_of_sgm(source: Path, target: Path, count: int) -> None:
+    """Copy an SGML file up to its `count`-th <seg> line, then close the document."""
+    kept, segments = [], 0
+    with gzip.open(source, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            kept.append(line)
+            segments += line.startswith("<seg")
+            if segments == count:
+                break
+    closing = "</doc>\n</refset>\n" if "-ref." in source.name else "</doc>\n</srcset>\n"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(kept) + closing, encoding="utf-8")
+
+
+@pytest.fixture
+def wmt_orig(shared_data, tmp_path) -> Path:
+    wmt = shared_data / "wmt14"
+    text = {lang: (wmt / f"newstest2014-deen.{lang}").read_text(encoding="utf-8").splitlines()
+            for lang in ("en", "de")}
+    orig = tmp_path / "orig"
+    layout = [("training/europarl-v7.de-en", 0, 150, False), ("commoncrawl.de-en", 150, 300, True),
+              ("training/news-commentary-v9.de-en", 300, 450, False),
+              ("dev/newstest2013", 450, 500, False)]
+    for prefix, start, stop, compress in layout:
+        for lang in ("en", "de"):
+            write(orig / f"{prefix}.{lang}", text[lang][start:stop], compress)
+    for name in ("newstest2014-deen-src.en.sgm", "newstest2014-deen-ref.de.sgm"):
+        first_segments_of_sgm(wmt / "sgm" / f"{name}.gz", orig / "test-full" / name, TEST_SEGMENTS)
+    return orig
+
+
+def run(script: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VTX": str(Path(sys.executable).with_name("vtx"))}
+    return subprocess.run(["bash", str(RECIPE / script), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.slow
+def test_prepare_train_two_steps_and_evaluate_on_a_local_copy(shared_data, wmt_orig, tmp_path):
+    work = tmp_path / "work"
+    prepared = run("prepare.sh", "--local", wmt_orig, "--workdir", work, "--vocab-size", 600)
+    assert prepared.returncode == 0, prepared.stderr
+    raw = work / "raw"
+    assert len((raw / "train.en").read_text(encoding="utf-8").splitlines()) == 450
+    assert len((raw / "valid.de").read_text(encoding="utf-8").splitlines()) == 50
+    # The SGML extraction gives sacreBLEU's plain text of newstest2014.
+    for lang in ("en", "de"):
+        plain = (shared_data / "wmt14" / f"newstest2014-deen.{lang}").read_text(encoding="utf-8")
+        extracted = (raw / f"test.{lang}").read_text(encoding="utf-8").splitlines()
+        assert extracted == plain.splitlines()[:TEST_SEGMENTS]
+    meta = json.loads((work / "data-bin" / "meta.json").read_text())
+    assert meta["vocab"]["size"] == 600 and meta["splits"]["train"]["sentences"] == 450
+
+    trained = run("base.sh", "--workdir", work, "--arch", "tiny", "--max-steps", 2, "--gpus", 1,
+                  "--max-tokens", 4096, "--", "--log-interval-steps", 1)
+    assert trained.returncode == 0, trained.stderr
+    assert "1 replica(s) x 4096 tokens x update-freq 7" in trained.stderr
+    assert "step 2/2" in trained.stderr
+    average = work / "checkpoints-tiny" / "average.npz"
+    assert average.is_file()
+
+    evaluated = run("evaluate.sh", average, "--workdir", work, "--", "--beam", 2)
+    assert evaluated.returncode == 0, evaluated.stderr
+    hypotheses = (work / "eval" / "newstest2014.hyp.de").read_text(encoding="utf-8")
+    assert len(hypotheses.splitlines()) == TEST_SEGMENTS
+    assert "sacreBLEU (detokenized)" in evaluated.stdout
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in evaluated.stdout
+    assert "tok:none" in evaluated.stdout and "compound splitting" in evaluated.stdout
+    assert "##AT##-##AT##" in (work / "eval" / "ref.tok").read_text(encoding="utf-8")
+
+
+def test_corpus_sides_of_different_length_stop_prepare_naming_the_corpus(wmt_orig, tmp_path):
+    europarl = wmt_orig / "training" / "europarl-v7.de-en.de"
+    europarl.write_text(europarl.read_text(encoding="utf-8") + "extra line\n", encoding="utf-8")
+    result = run("prepare.sh", "--local", wmt_orig, "--workdir", tmp_path / "work")
+    assert result.returncode != 0
+    assert "training/europarl-v7.de-en: 150 en lines but 151 de lines" in result.stderr
+    assert not (tmp_path / "work" / "raw").exists()
+
+
+def test_bad_flag_values_are_refused_naming_flag_and_value(tmp_path):
+    result = run("base.sh", "--gpus", "zero", "--workdir", tmp_path)
+    assert result.returncode != 0 and "--gpus must be a positive whole number, got 'zero'" in result.stderr
+    result = run("prepare.sh", "--local", tmp_path / "missing")
+    assert result.returncode != 0 and "missing' is not a directory" in result.stderr
+    result = run("base.sh", "--workdir", tmp_path)
+    assert result.returncode != 0 and "run prepare.sh first" in result.stderr

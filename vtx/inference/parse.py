@@ -1,0 +1,141 @@
+"""Constituency parsing with a trained sequence-to-sequence model (paper section 6.3).
+
+The model was trained on `vtx prepare-parse` output: source = the words of a sentence, target = its
+linearized tree (Vinyals et al. 2015). Parsing beam-searches a target for each input line with a
+`Translator` (paper settings: beam 21, alpha 0.3, max output length = input length + 300) and
+turns it back into a well-formed tree over exactly the input words with `delinearize`, which
+repairs and counts malformed outputs.
+
+Gold POS tags. The model predicts no tags (slots are `XX`), but EVALB with COLLINS.prm deletes
+punctuation by its POS tag: a `,` tagged `XX` stays while the gold `,` is deleted, and the sentence
+becomes a "Length unmatch" error. So when gold trees are given, each predicted tree takes the gold
+tree's tags; tagging accuracy is then 100% by construction and says nothing about the model. Without gold trees, the slot tokens are the tags.
+
+Words holding `(` or `)` are written with the Penn Treebank escapes `-LRB-` and `-RRB-` (so
+every output line reads back as one tree); the treebank's own text already uses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Sequence
+
+from vtx.inference.translate import Translator
+from vtx.parsing import evalb
+from vtx.parsing.linearize import RepairStats, delinearize
+from vtx.parsing.trees import Tree
+
+_BRACKET_ESCAPES = str.maketrans({"(": "-LRB-", ")": "-RRB-"})
+
+
+@dataclasses.dataclass
+class ParseReport:
+    """What `parse_lines` produced, line by line, and how much repair it took."""
+
+    trees: list[Tree | None]  # one per input line; None for an empty line
+    repairs: RepairStats  # repairs of every tree together
+    repaired_trees: int  # trees that needed at least one repair
+
+    def repair_summary(self) -> str:
+        """One line: how many trees were repaired, then each kind of repair with its count."""
+        parsed = sum(tree is not None for tree in self.trees)
+        kinds = ", ".join(f"{field.name} {getattr(self.repairs, field.name)}"
+                          for field in dataclasses.fields(self.repairs))
+        return f"repairs: {self.repaired_trees} of {parsed} trees repaired ({kinds})"
+
+
+def sentence_words(line: str) -> list[str]:
+    """The whitespace-separated words of a line, brackets escaped as in the Penn Treebank."""
+    return [word.translate(_BRACKET_ESCAPES) for word in line.split()]
+
+
+def read_gold(path: str | Path, line_count: int) -> list[Tree | None]:
+    """Gold trees, one per line (None for a blank line), checked against the input's line count.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        TreeSyntaxError: a line is not one tree (file and line named).
+        ValueError: the file has a number of lines other than `line_count`.
+    """
+    gold = evalb.read_tree_lines(path)
+    if len(gold) != line_count:
+        raise ValueError(f"--gold {path} has {len(gold)} lines but the input has {line_count}")
+    return gold
+
+
+def gold_tags(gold: Tree | None, words: list[str], line: int = 1,
+              warn: Callable[[str], None] = lambda message: None) -> list[str] | None:
+    """The POS tags a predicted tree over `words` takes from its gold tree (module docstring).
+
+    Args:
+        gold: the gold tree, None for a blank gold line.
+        words: the input line's N words.
+        line: input line number, for the warning.
+        warn: told when the gold tree has another number of words (None is returned then: the
+            slots' tags are kept and EVALB counts the sentence as an error).
+
+    Returns:
+        N tags, or None.
+    """
+    tagged = gold.tagged_words() if gold is not None else []
+    if len(tagged) != len(words):
+        warn(f"line {line}: {len(words)} words but the gold tree has {len(tagged)}; "
+             f"EVALB counts it as an error sentence")
+        return None
+    return [tag for _, tag in tagged]
+
+
+def parse_lines(translator: Translator, lines: Sequence[str],
+                gold: Sequence[Tree | None] | None = None, first_line_number: int = 1,
+                warn: Callable[[str], None] = lambda message: None) -> ParseReport:
+    """Parses sentences, one per line, into trees over exactly their words.
+
+    Args:
+        translator: a Translator whose model maps words to linearized trees (nbest 1 is used).
+        lines: whitespace-tokenized sentences; an empty line gets no tree.
+        gold: gold trees aligned with `lines`; their POS tags go into the predicted trees.
+        first_line_number: line number of `lines[0]`, for messages.
+        warn: receives warnings (gold trees with another number of words, truncated lines).
+
+    Returns:
+        The trees in input order and the repairs made.
+    """
+    words = [sentence_words(line) for line in lines]
+    hypotheses = translator.translate([" ".join(w) for w in words], first_line_number)
+    report = ParseReport([], RepairStats(), 0)
+    for index, (sentence, best) in enumerate(zip(words, hypotheses)):
+        if not sentence:
+            report.trees.append(None)
+            continue
+        line = first_line_number + index
+        tags = gold_tags(gold[index], sentence, line, warn) if gold is not None else None
+        tree, stats = delinearize(best[0].text.split(), sentence, tags)
+        report.trees.append(tree)
+        report.repairs += stats
+        report.repaired_trees += stats.total > 0
+    return report
+
+
+def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[str], None],
+                 buffer_size: int, gold: Sequence[Tree | None] | None = None,
+                 warn: Callable[[str], None] = lambda message: None) -> ParseReport:
+    """`parse_lines` over `buffer_size` lines at a time, writing each chunk's trees (one line
+    each, an empty line for an empty input line) as soon as it is parsed.
+
+    Raises:
+        ValueError: `gold` is given with a length other than `len(lines)`.
+    """
+    if gold is not None and len(gold) != len(lines):
+        raise ValueError(f"{len(gold)} gold trees for {len(lines)} input lines")
+    total = ParseReport([], RepairStats(), 0)
+    for start in range(0, len(lines), buffer_size):
+        stop = start + buffer_size
+        chunk = parse_lines(translator, lines[start:stop],
+                            None if gold is None else gold[start:stop], start + 1, warn)
+        for tree in chunk.trees:
+            write(tree.to_string() if tree is not None else "")
+        total.trees += chunk.trees
+        total.repairs += chunk.repairs
+        total.repaired_trees += chunk.repaired_trees
+    return total
