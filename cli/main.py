@@ -6,8 +6,8 @@ so `vtx --help` answers instantly.
 
 import click
 
-from vtx_cli import (average_checkpoints, parse, prepare_parse, preprocess, score_trees, train,
-                     translate)
+from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess, score_trees,
+                     train, translate)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +21,7 @@ main.add_command(train.train)
 main.add_command(average_checkpoints.average_checkpoints)
 main.add_command(translate.translate)
 main.add_command(parse.parse)
+main.add_command(export.export)
 main.add_command(score_trees.score_trees)
 main.add_command(prepare_parse.prepare_parse)
 

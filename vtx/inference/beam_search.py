@@ -245,9 +245,15 @@ def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
 
 def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
                  bos_id, nbest, early_stop) -> _Search:
-    """Check the settings (one clear error each) and bundle them."""
+    """Check the settings (one clear error each) and bundle them.
+
+    batch_size and max_length may also be int32 scalar tensors: a graph traced for inputs of
+    unknown shape (a SavedModel's serving signature) only knows them at run time.
+    """
     for name, value in (("batch_size", batch_size), ("beam_size", beam_size),
                         ("max_length", max_length), ("nbest", nbest)):
+        if name in ("batch_size", "max_length") and _is_scalar_int_tensor(value):
+            continue
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if nbest > beam_size:
@@ -259,9 +265,14 @@ def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pen
         raise ValueError(f"alpha must be >= 0, got {alpha!r}")
     if eos_id in (PAD_ID, bos_id):
         raise ValueError(f"eos_id ({eos_id}) must differ from PAD_ID ({PAD_ID}) and bos_id ({bos_id})")
-    return _Search(tokens_to_logits, int(batch_size), int(beam_size), int(max_length),
+    size = lambda value: value if _is_scalar_int_tensor(value) else int(value)
+    return _Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
                    float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
                    int(nbest), bool(early_stop))
+
+
+def _is_scalar_int_tensor(value) -> bool:
+    return isinstance(value, tf.Tensor) and value.shape.rank == 0 and value.dtype == tf.int32
 
 
 def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tensor:
@@ -269,7 +280,8 @@ def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tens
     if max_lengths is None:
         return tf.fill((batch_size,), max_length)
     max_lengths = tf.cast(max_lengths, tf.int32)
-    if max_lengths.shape.rank != 1 or max_lengths.shape[0] not in (None, batch_size):
+    static_batch = None if _is_scalar_int_tensor(batch_size) else batch_size
+    if max_lengths.shape.rank != 1 or max_lengths.shape[0] not in (None, static_batch):
         raise ValueError(f"max_lengths must have shape [{batch_size}], got {max_lengths.shape}")
     if not tf.is_symbolic_tensor(max_lengths):
         values = max_lengths.numpy()

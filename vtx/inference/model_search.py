@@ -24,12 +24,16 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
         max_positions: the model's longest sequence; no limit exceeds it.
 
     Returns:
-        (L = the batch's static limit from the padded length S, int32 [B] per-sentence limits).
+        (L = the batch's limit from the padded length S: a Python int when S is static, else an
+        int32 scalar tensor; int32 [B] per-sentence limits).
     """
     padded_length = source_ids.shape[1]
-    if padded_length is None:
-        raise ValueError("source_ids needs a static length (pad batches to fixed shapes)")
-    max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
+    if padded_length is None:  # a graph for any shape (SavedModel): the same formula in TF
+        scaled = tf.cast(tf.floor(max_len_a * tf.cast(tf.shape(source_ids)[1], tf.float64)),
+                         tf.int32)
+        max_length = tf.maximum(1, tf.minimum(scaled + max_len_b, max_positions))
+    else:
+        max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
     lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float32), axis=1)  # [B]
     limits = tf.cast(tf.floor(max_len_a * lengths), tf.int32) + max_len_b
     return max_length, tf.clip_by_value(limits, 1, max_length)
@@ -56,6 +60,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     def search(source_ids):
         source_ids = tf.cast(source_ids, tf.int32)
         batch_size = source_ids.shape[0]
+        if batch_size is None:  # traced for any batch size: known when the graph runs
+            batch_size = tf.shape(source_ids)[0]
         max_length, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b,
                                                        model.config.max_positions)
         state = model.init_state(source_ids, max_length)

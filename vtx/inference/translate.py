@@ -218,19 +218,17 @@ def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
     return str(score), str(metric.get_signature())
 
 
-def load_translator(path: str | Path, options: DecodeOptions,
-                    warn: Callable[[str], None] = lambda message: None) -> Translator:
-    """A Translator from a checkpoint file that carries its vocabulary.
+def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
+    """The SentencePiece vocabulary carried by a checkpoint read from `path`.
 
     Raises:
-        ValueError: the checkpoint is unreadable, has no vocabulary, or its vocabulary does not
-            match the model's embedding size.
+        ValueError: the checkpoint has no vocabulary, or its vocabulary does not match the
+            model's embedding size (the message names `path`).
     """
     import tempfile
 
     from vtx.data.vocab import Vocabulary
 
-    checkpoint = checkpoints.load(path)
     if checkpoint.vocab is None:
         raise ValueError(f"{path}: the checkpoint carries no vocabulary")
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,4 +238,17 @@ def load_translator(path: str | Path, options: DecodeOptions,
     if vocab.size != vocab_size:
         raise ValueError(f"{path}: vocabulary has {vocab.size} pieces but the model "
                          f"{vocab_size} embeddings")
+    return vocab
+
+
+def load_translator(path: str | Path, options: DecodeOptions,
+                    warn: Callable[[str], None] = lambda message: None) -> Translator:
+    """A Translator from a checkpoint file that carries its vocabulary.
+
+    Raises:
+        ValueError: the checkpoint is unreadable, has no vocabulary, or its vocabulary does not
+            match the model's embedding size.
+    """
+    checkpoint = checkpoints.load(path)
+    vocab = checkpoint_vocabulary(checkpoint, path)
     return Translator(load_model(checkpoint), vocab, options, warn)

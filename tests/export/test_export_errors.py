@@ -1,0 +1,77 @@
+import pytest
+from click.testing import CliRunner
+
+from vtx.training import checkpoints
+from vtx_cli.main import main
+
+
+def run_export(*args):
+    return CliRunner().invoke(main, ["export", *map(str, args)])
+
+
+def test_cli_lists_the_library_formats():
+    from vtx import export
+    from vtx_cli import export as cli_export
+
+    assert cli_export.FORMATS == export.FORMATS
+
+
+def test_unknown_format_is_a_usage_error_naming_it(tmp_path):
+    checkpoint = tmp_path / "c.npz"
+    checkpoint.write_bytes(b"")
+    result = run_export("--checkpoint", checkpoint, "--format", "onnx", "--output", tmp_path / "o")
+    assert result.exit_code == 2
+    assert "'onnx' is not one of 'savedmodel', 'ctranslate2'" in result.output
+    with pytest.raises(ValueError, match="unknown export format 'onnx'"):
+        from vtx.export import export
+        export(checkpoint, tmp_path / "o", "onnx")
+
+
+@pytest.mark.slow
+def test_checkpoint_without_vocabulary_is_refused(export_checkpoint, tmp_path):
+    bare = tmp_path / "bare.npz"
+    loaded = checkpoints.load(export_checkpoint)
+    loaded.vocab = None
+    checkpoints.save(bare, loaded)
+    result = run_export("--checkpoint", bare, "--format", "ctranslate2", "--output", tmp_path / "o")
+    assert result.exit_code == 1
+    assert f"{bare}: the checkpoint carries no vocabulary" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.npz"]
+
+
+@pytest.mark.slow
+def test_existing_output_needs_force_and_force_replaces_only_an_export(export_checkpoint,
+                                                                       tmp_path):
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    args = ["--checkpoint", export_checkpoint, "--format", "ctranslate2", "--output", output]
+    result = run_export(*args)
+    assert result.exit_code == 1
+    assert f"--output {output} already exists (use --force" in result.output
+    result = run_export(*args, "--force")
+    assert result.exit_code == 1 and "holds no export" in result.output
+    assert (output / "notes.txt").read_text() == "mine"
+
+    (output / "notes.txt").unlink()
+    assert run_export(*args, "--force").exit_code == 0  # an empty directory may be replaced
+    assert (output / "model.bin").is_file()
+    (output / "stale.txt").write_text("from an older export")
+    assert run_export(*args, "--force").exit_code == 0
+    assert not (output / "stale.txt").exists() and (output / "model.bin").is_file()
+
+
+@pytest.mark.slow
+def test_a_failed_export_leaves_nothing_behind(export_checkpoint, tmp_path, monkeypatch):
+    import vtx.export.ct2
+
+    def fail_halfway(checkpoint, directory):
+        directory.mkdir()
+        (directory / "model.bin").write_bytes(b"half")
+        raise ValueError("disk full")
+
+    monkeypatch.setattr(vtx.export.ct2, "write_ctranslate2", fail_halfway)
+    result = run_export("--checkpoint", export_checkpoint, "--format", "ctranslate2",
+                        "--output", tmp_path / "out")
+    assert result.exit_code == 1 and "disk full" in result.output
+    assert list(tmp_path.iterdir()) == []

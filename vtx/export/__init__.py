@@ -1,0 +1,79 @@
+"""Export a trained checkpoint for serving outside vtx (issue 8).
+
+Two formats:
+  * "savedmodel": a TensorFlow SavedModel whose signature maps raw strings to translations, with
+    SentencePiece and beam search inside the graph (`vtx.export.savedmodel`);
+  * "ctranslate2": a CTranslate2 model directory built from the same weights (`vtx.export.ct2`).
+
+The output is written under a temporary name beside the target and renamed into place at the end,
+so a directory at the target path is always a complete export.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from vtx.inference.translate import DecodeOptions
+
+FORMATS = ("savedmodel", "ctranslate2")
+# A directory holding one of these is a previous export, which --force may replace.
+_EXPORT_MARKERS = ("saved_model.pb", "model.bin")
+
+
+def _check_output(output: Path, force: bool) -> None:
+    """Refuse an existing output unless forced, and never replace something not an export."""
+    if not output.exists():
+        return
+    if not force:
+        raise ValueError(f"--output {output} already exists (use --force to replace it)")
+    if not output.is_dir():
+        raise ValueError(f"--output {output} exists and is not a directory; not replacing it")
+    if any(output.iterdir()) and not any((output / m).is_file() for m in _EXPORT_MARKERS):
+        raise ValueError(f"--output {output} is a non-empty directory that holds no export "
+                         f"({' or '.join(_EXPORT_MARKERS)}); not replacing it")
+
+
+def export(checkpoint_path: str | Path, output: str | Path, format: str,
+           options: DecodeOptions = DecodeOptions(), force: bool = False) -> Path:
+    """Export the checkpoint at `checkpoint_path` to directory `output` in `format`.
+
+    Args:
+        checkpoint_path: a checkpoint file that carries its SentencePiece vocabulary.
+        output: the directory to create.
+        format: one of FORMATS.
+        options: decoding settings baked into a SavedModel (beam, lenpen, length_penalty,
+            max_len_a, max_len_b); a CTranslate2 model takes them at translation time instead.
+        force: replace an existing export at `output`.
+
+    Returns:
+        `output` as a Path.
+
+    Raises:
+        ValueError: unknown format, output in the way, unreadable checkpoint or no vocabulary.
+    """
+    from vtx.inference.translate import checkpoint_vocabulary
+    from vtx.training import checkpoints
+
+    if format not in FORMATS:
+        raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
+    output = Path(output)
+    _check_output(output, force)
+    checkpoint = checkpoints.load(checkpoint_path)
+    checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if format == "savedmodel":
+            from vtx.export.savedmodel import write_savedmodel
+            write_savedmodel(checkpoint, tmp, options)
+        else:
+            from vtx.export.ct2 import write_ctranslate2
+            write_ctranslate2(checkpoint, tmp)
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(tmp, output)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return output

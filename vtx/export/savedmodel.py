@@ -1,0 +1,85 @@
+"""A TensorFlow SavedModel that translates raw strings: tokenize, search, detokenize in one graph.
+
+The serving signature `serving_default` takes `inputs`, string [B], and returns `translations`,
+string [B], and `scores`, float32 [B] (log P(Y | X) / lp(|Y|)). SentencePiece runs through
+tensorflow-text's `SentencepieceTokenizer` (the model bytes are stored in the graph); the search is
+vtx's own beam search traced for any B and S, so loading needs `tensorflow` and `tensorflow_text`
+(which registers the SentencePiece op), not vtx:
+
+    import tensorflow as tf, tensorflow_text  # noqa: F401
+    translate = tf.saved_model.load(path).signatures["serving_default"]
+    translate(inputs=tf.constant(["A man."]))["translations"]
+
+It reproduces `vtx translate` with the same settings: source ids without BOS/EOS cut to the
+model's positions, S padded to a multiple of LENGTH_BUCKET, an empty (or blank) line translated
+to "". Shapes: B batch, S padded source length, L output limit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from vtx.config import PAD_ID
+from vtx.inference.translate import LENGTH_BUCKET, DecodeOptions, load_model
+from vtx.training.checkpoints import Checkpoint
+
+
+class TranslateModule(tf.Module):
+    """The exported object: the model's variables, the tokenizer, and the serving function.
+
+    Args:
+        model: a vtx Transformer with its weights loaded.
+        sentencepiece_model: the serialized SentencePiece model of its vocabulary.
+        options: decoding settings (nbest must be 1; max_tokens and jit_compile are unused).
+    """
+
+    def __init__(self, model, sentencepiece_model: bytes, options: DecodeOptions):
+        import tensorflow_text
+
+        from vtx.inference.model_search import make_search_fn
+
+        super().__init__(name="vtx_translate")
+        if options.nbest != 1:
+            raise ValueError(f"a SavedModel returns one translation per line, got nbest "
+                             f"{options.nbest}")
+        # Tracked here so that the saved graph keeps the variables it reads; the Keras model
+        # itself stays in a closure, so the SavedModel holds no Keras objects.
+        self.model_variables = list(model.variables)
+        self.tokenizer = tensorflow_text.SentencepieceTokenizer(model=sentencepiece_model)
+        self._max_positions = model.config.max_positions
+        self._search = make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
+                                      length_penalty=options.length_penalty,
+                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b)
+        self.translate = tf.function(self._translate,
+                                     input_signature=[tf.TensorSpec([None], tf.string)])
+
+    def _source_ids(self, lines: tf.Tensor) -> tf.Tensor:
+        """string [B] -> int32 [B, S]: pieces cut to the model's positions, PAD up to a multiple
+        of LENGTH_BUCKET (at least one bucket), the padded shapes `vtx translate` uses."""
+        pieces = self.tokenizer.tokenize(lines)[:, :self._max_positions]  # ragged [B, (len)]
+        longest = tf.reduce_max(tf.concat([pieces.row_lengths(), [1]], axis=0))
+        width = (longest + LENGTH_BUCKET - 1) // LENGTH_BUCKET * LENGTH_BUCKET
+        batch = tf.shape(lines, out_type=tf.int64)[0]
+        return tf.cast(pieces.to_tensor(default_value=PAD_ID, shape=tf.stack([batch, width])),
+                       tf.int32)
+
+    def _translate(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """string [B] -> {"translations": string [B], "scores": float32 [B]}."""
+        output = self._search(self._source_ids(inputs))
+        lengths = output.lengths[:, 0]  # [B]
+        pieces = tf.RaggedTensor.from_tensor(output.tokens[:, 0, :], lengths=lengths)
+        text = self.tokenizer.detokenize(pieces)
+        # Python's str.isspace() set (Unicode separators, ASCII controls), as `vtx translate`.
+        blank = tf.strings.regex_full_match(inputs, r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]*")
+        return {"translations": tf.where(blank, tf.constant(""), text),
+                "scores": tf.where(blank, tf.constant(0.0), output.scores[:, 0])}
+
+
+def write_savedmodel(checkpoint: Checkpoint, directory: str | Path,
+                     options: DecodeOptions) -> None:
+    """Write `checkpoint` (with its vocabulary) as a translating SavedModel in `directory`."""
+    module = TranslateModule(load_model(checkpoint), checkpoint.vocab, options)
+    tf.saved_model.save(module, str(directory),
+                        signatures={"serving_default": module.translate})
