@@ -2,20 +2,16 @@
 
 import click
 
+from vtx_cli.options import checkpoint_option, search_options
+
 
 @click.command()
-@click.option("--checkpoint", required=True, type=click.Path(exists=True),
-              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")
+@checkpoint_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Whitespace-tokenized sentences, one per line (default: stdin).")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
               help="Where to write the trees, one per line (default: stdout); written atomically.")
-@click.option("--beam", type=click.IntRange(min=1), default=21, show_default=True)
-@click.option("--lenpen", type=float, default=0.3, show_default=True,
-              help="Length penalty alpha (GNMT form).")
-@click.option("--max-len-a", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--max-len-b", type=click.IntRange(min=0), default=300, show_default=True,
-              help="Output length limit: a * source length + b.")
+@search_options(beam=21, lenpen=0.3, max_len_b=300)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Source tokens per batch, padding counted (each holds --beam hypotheses).")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
@@ -24,8 +20,8 @@ import click
               help="Gold trees, one per line (e.g. valid.gold): print the EVALB (COLLINS.prm) "
                    "summary to stderr. The output trees then carry the gold POS tags.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
-def parse(checkpoint, input_path, output_path, beam, lenpen, max_len_a, max_len_b, max_tokens,
-          buffer_size, gold, jit):
+def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
+          max_tokens, buffer_size, gold, jit):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference import translate
@@ -36,7 +32,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, max_len_a, max_len_
         lines = list(translate.read_lines(source, warn))
     try:
         gold_trees = lib.read_gold(gold, len(lines)) if gold else None
-        options = translate.DecodeOptions(beam=beam, lenpen=lenpen, max_len_a=max_len_a,
+        options = translate.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+                                          max_len_a=max_len_a,
                                           max_len_b=max_len_b, max_tokens=max_tokens,
                                           jit_compile=jit)
         path = translate.resolve_checkpoint(checkpoint)

@@ -4,23 +4,16 @@ import sys
 
 import click
 
+from vtx_cli.options import checkpoint_option, search_options
+
 
 @click.command()
-@click.option("--checkpoint", required=True, type=click.Path(exists=True),
-              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")
+@checkpoint_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Source text, one sentence per line (default: stdin).")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
               help="Where to write translations (default: stdout); written atomically.")
-@click.option("--beam", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--lenpen", type=float, default=0.6, show_default=True,
-              help="Length penalty alpha.")
-@click.option("--length-penalty", "penalty_form", type=click.Choice(["gnmt", "fairseq"]),
-              default="gnmt", show_default=True,
-              help="gnmt: ((5+|Y|)/6)^alpha as the paper; fairseq: |Y|^alpha.")
-@click.option("--max-len-a", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--max-len-b", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Output length limit: a * source length + b.")
+@search_options(beam=4, lenpen=0.6, max_len_b=50)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Source tokens per batch, padding counted.")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
