@@ -12,11 +12,14 @@ whitespace-split word into a 37000-token vocabulary (ids 4..36999; PAD/UNK/BOS/E
 EOS is appended. Random weights give random, mostly maximal output lengths, so compare target
 tokens/s rather than sentences/s.
 
-The side-by-side comparison with fairseq's generator and CTranslate2 on the same weights (issue 5's
-targets: >= 1.5x fairseq, >= 0.5x CTranslate2 float32) belongs in this script; it is not written
-yet (it needs a weight converter).
+With --ctranslate2, the same weights are exported by `vtx.export.ct2.save_model` (float32) and
+CTranslate2 translates the same batches (one `translate_batch` per batch, beam 4, its |Y|^alpha
+length penalty, `max_decoding_length` = the batch's largest a * |X| + b) and the same sentences
+one at a time; the ratio vtx / CTranslate2 of target words/s is printed (issue 5's target: >= 0.5x
+CTranslate2 float32). The fairseq comparison is not written (fairseq does not install here).
 
 Usage: python benchmarks/translate_speed.py [--limit N] [--single-limit N] [--jit-compile]
+       [--ctranslate2] [--threads N]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -83,6 +87,42 @@ def run(search, sources: list[list[int]], batches: list[list[int]]) -> dict:
             "shapes": len(shapes), "warmup_seconds": warmup}
 
 
+def ctranslate2_search(model, directory: Path, threads: int):
+    """A `search(source [B, S]) -> words per sentence` over a CTranslate2 export of `model`."""
+    import ctranslate2
+
+    from vtx.export.ct2 import save_model
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, model.config.vocab_size)]
+    save_model(model, pieces, directory)
+    translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="float32",
+                                        inter_threads=1, intra_threads=threads)
+
+    def search(source: np.ndarray, beam: int) -> list[int]:
+        tokens = [[pieces[i] for i in row if i != PAD_ID] for row in source.tolist()]
+        limit = max(len(t) for t in tokens) + 50  # a = 1, b = 50
+        results = translator.translate_batch(tokens, beam_size=beam, length_penalty=0.6,
+                                             max_decoding_length=limit,
+                                             max_batch_size=len(tokens))
+        return [len(r.hypotheses[0]) for r in results]
+
+    return search
+
+
+def run_ctranslate2(search, beam: int, sources: list[list[int]], batches: list[list[int]]) -> dict:
+    """`run` for CTranslate2: same batches, one warm-up call first."""
+    padded_batches = [pad([sources[i] for i in batch]) for batch in batches]
+    start = time.perf_counter()
+    search(padded_batches[0], beam)
+    warmup = time.perf_counter() - start
+    start, words = time.perf_counter(), 0
+    for source in padded_batches:
+        words += sum(search(source, beam))
+    seconds = time.perf_counter() - start
+    return {"sentences": len(sources), "words": words, "seconds": seconds, "shapes": 1,
+            "warmup_seconds": warmup}
+
+
 def report(name: str, result: dict) -> None:
     print(f"{name}: {result['sentences']} sentences, {result['words']} target words in "
           f"{result['seconds']:.1f} s: {result['sentences'] / result['seconds']:.2f} sentences/s, "
@@ -99,6 +139,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile the search")
+    parser.add_argument("--ctranslate2", action="store_true",
+                        help="also time CTranslate2 float32 on the same weights")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="CTranslate2 intra-op threads (TensorFlow uses every core)")
     args = parser.parse_args()
 
     with gzip.open(args.data / "multi30k" / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
@@ -110,13 +154,26 @@ def main() -> None:
     sources = [hashed_ids(line, BASE.vocab_size) for line in lines]
     print(f"base model {model.count_params():,} parameters, beam {args.beam}, "
           f"jit_compile={args.jit_compile}, {len(sources)} lines available", flush=True)
-    batched = sources[:args.limit]
+    ct2 = None
+    if args.ctranslate2:
+        tmp = tempfile.TemporaryDirectory()
+        ct2 = ctranslate2_search(model, Path(tmp.name) / "ct2", args.threads)
+    batched, single = sources[:args.limit], sources[:args.single_limit]
+    runs = []
     if batched:
         batches = length_sorted_batches(list(map(len, batched)), args.max_tokens)
-        report(f"batched (max {args.max_tokens} tokens)", run(search, batched, batches))
-    if args.single_limit:
-        single = sources[:args.single_limit]
-        report("one at a time", run(search, single, [[i] for i in range(len(single))]))
+        runs.append((f"batched (max {args.max_tokens} tokens)", batched, batches))
+    if single:
+        runs.append(("one at a time", single, [[i] for i in range(len(single))]))
+    for name, chosen, batches in runs:
+        vtx_result = run(search, chosen, batches)
+        report(f"vtx {name}", vtx_result)
+        if ct2 is not None:
+            ct2_result = run_ctranslate2(ct2, args.beam, chosen, batches)
+            report(f"CTranslate2 float32 {name} ({args.threads} threads)", ct2_result)
+            ratio = (vtx_result["words"] / vtx_result["seconds"]) / (
+                ct2_result["words"] / ct2_result["seconds"])
+            print(f"  vtx / CTranslate2 target words/s: {ratio:.3f}", flush=True)
 
 
 if __name__ == "__main__":
