@@ -21,13 +21,16 @@ class Progress:
     Args:
         save_dir: where `history.jsonl` and `learning_curve.png` go.
         max_steps: for the ETA.
+        time_budget_seconds: a wall-time budget (`--max-minutes`); the ETA never exceeds what is
+            left of it.
         log: where lines go (e.g. `print` to stderr).
         tensorboard_dir: optional TensorBoard log directory.
     """
 
     def __init__(self, save_dir: Path, max_steps: int, log: Callable[[str], None],
-                 tensorboard_dir: str | None = None):
+                 tensorboard_dir: str | None = None, time_budget_seconds: float | None = None):
         self.save_dir, self.max_steps, self.log = Path(save_dir), max_steps, log
+        self.time_budget_seconds = time_budget_seconds
         self.history_path = self.save_dir / "history.jsonl"
         self._writer = None
         if tensorboard_dir:
@@ -56,6 +59,8 @@ class Progress:
         rate = self._tokens / max(now - self._interval_start, 1e-9)
         done = step - self._start_step
         eta = (now - self._run_start) / max(done, 1) * (self.max_steps - step)
+        if self.time_budget_seconds:
+            eta = min(eta, self.time_budget_seconds - (now - self._run_start))
         self.log(f"step {step}/{self.max_steps} | loss {loss:.3f} | nll {nll:.3f} | "
                  f"ppl {math.exp(min(nll, 50)):.2f} | lr {learning_rate:.3e} | tok/s {rate:.0f} | "
                  f"elapsed {format_duration(now - self._run_start)} | eta {format_duration(eta)}"

@@ -292,7 +292,8 @@ class Trainer:
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
         progress = Progress(self.save_dir, self.config.max_steps,
                             self.log if self.topology.is_chief else (lambda line: None),
-                            self._tensorboard_dir if self.topology.is_chief else None)
+                            self._tensorboard_dir if self.topology.is_chief else None,
+                            time_budget_seconds=60 * self.config.max_minutes or None)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             return self._loop(stream, progress, make_valid)

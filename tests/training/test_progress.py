@@ -1,0 +1,34 @@
+import json
+
+from vtx.training.progress import Progress
+
+
+def test_progress_line_has_the_figures_and_history_is_recorded(tmp_path):
+    lines = []
+    progress = Progress(tmp_path, max_steps=100, log=lines.append)
+    progress.add(loss_sum=200.0, nll_sum=150.0, tokens=100.0)
+    progress.report_train(step=10, learning_rate=1e-3, skipped=0)
+    assert lines[0].startswith("step 10/100 | loss 2.000 | nll 1.500 | ppl 4.48 | lr 1.000e-03")
+    assert "tok/s" in lines[0] and "eta" in lines[0]
+    record = json.loads((tmp_path / "history.jsonl").read_text())
+    assert record["step"] == 10 and record["train_loss"] == 2.0
+
+
+def test_eta_never_exceeds_the_time_budget(tmp_path):
+    lines = []
+    progress = Progress(tmp_path, max_steps=1_000_000, log=lines.append, time_budget_seconds=120)
+    progress.add(1.0, 1.0, 1.0)
+    progress.report_train(step=1, learning_rate=1e-3, skipped=0)
+    hours, minutes, seconds = map(int, lines[0].split("eta ")[1].split(" ")[0].split(":"))
+    assert 0 < hours * 3600 + minutes * 60 + seconds <= 120
+
+
+def test_learning_curve_png_is_written(tmp_path):
+    progress = Progress(tmp_path, max_steps=10, log=lambda line: None)
+    for step in (1, 2):
+        progress.add(3.0 - step, 2.0, 1.0)
+        progress.report_train(step, 1e-3, 0)
+    progress.report_valid(2, 1.5, 1.2, best=True)
+    progress.plot()
+    assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob(".*tmp*"))
