@@ -44,16 +44,21 @@ def multi30k_small(shared_data, tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="session")
-def trained_checkpoint(multi30k_small):
-    """A tiny model (max_positions 64) trained 150 steps by the library `vtx train` calls."""
+def train_tiny(data_root: Path, name: str, overrides: dict, **train_options) -> Path:
+    """Train the tiny preset on `data_root/data` with the library `vtx train` call; returns the
+    newest checkpoint. `train_options` are TrainConfig fields (max_steps, max_tokens, ...)."""
     from vtx import config
     from vtx.training import checkpoints, run
 
-    save_dir = multi30k_small / "run"
-    train_config = config.TrainConfig(max_steps=150, max_tokens=1024, warmup_steps=60,
-                                      lr_scale=1.0, save_interval_minutes=0,
-                                      validate_interval_steps=0, log_interval_steps=50)
-    run.train(multi30k_small / "data", save_dir, "tiny", {"max_positions": 64}, train_config,
-              log=lambda line: None)
+    save_dir = data_root / name
+    defaults = dict(save_interval_minutes=0, validate_interval_steps=0, log_interval_steps=100)
+    train_config = config.TrainConfig(**{**defaults, **train_options})
+    run.train(data_root / "data", save_dir, "tiny", overrides, train_config, log=lambda line: None)
     return checkpoints.list_checkpoints(save_dir)[-1]
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(multi30k_small):
+    """A tiny model (max_positions 64) trained 150 steps by the library `vtx train` calls."""
+    return train_tiny(multi30k_small, "run", {"max_positions": 64}, max_steps=150,
+                      max_tokens=1024, warmup_steps=60)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import train_tiny
 from vtx_cli.main import main
 
 
@@ -19,16 +20,8 @@ def export_checkpoint(multi30k_small) -> Path:
     """A tiny model trained 300 steps without dropout or label smoothing (about 50 s on 2 cores):
     its translations vary with the input (the suite's 150-step model mostly repeats a few), so
     comparisons cover many search paths, EOS decisions and length limits."""
-    from vtx import config
-    from vtx.training import checkpoints, run
-
-    save_dir = multi30k_small / "export_run"
-    train_config = config.TrainConfig(max_steps=300, max_tokens=2048, warmup_steps=100,
-                                      label_smoothing=0.0, save_interval_minutes=0,
-                                      validate_interval_steps=0, log_interval_steps=100)
-    run.train(multi30k_small / "data", save_dir, "tiny", {"dropout": 0.0}, train_config,
-              log=lambda line: None)
-    return checkpoints.list_checkpoints(save_dir)[-1]
+    return train_tiny(multi30k_small, "export_run", {"dropout": 0.0}, max_steps=300,
+                      max_tokens=2048, warmup_steps=100, label_smoothing=0.0)
 
 
 @pytest.fixture(scope="session")
