@@ -4,8 +4,9 @@ import sys
 
 import click
 
-ARCHS = ("base", "big", "parse-big", "tiny")
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+from vtx.config import PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
+
+ARCHS = tuple(PRESETS)
 
 
 @click.command()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vtx.config import BOS_ID, PAD_ID, ModelConfig
+from vtx.config import PAD_ID, ModelConfig
 from vtx.layers import DecoderLayer, EncoderLayer, SharedEmbedding, SinusoidalPositionEncoding
 
 
@@ -144,7 +144,3 @@ def build(config: ModelConfig, dtype: str = "float32") -> Transformer:
     model.build()
     return model
 
-
-def start_tokens(batch_size: int):
-    """[B] BOS_ID tokens, the first decoder input."""
-    return ops.full((batch_size,), BOS_ID, "int32")
