@@ -15,12 +15,23 @@ def test_progress_line_has_the_figures_and_history_is_recorded(tmp_path):
 
 
 def test_eta_never_exceeds_the_time_budget(tmp_path):
-    lines = []
-    progress = Progress(tmp_path, max_steps=1_000_000, log=lines.append, time_budget_seconds=120)
-    progress.add(1.0, 1.0, 1.0)
-    progress.report_train(step=1, learning_rate=1e-3, skipped=0)
-    hours, minutes, seconds = map(int, lines[0].split("eta ")[1].split(" ")[0].split(":"))
-    assert 0 < hours * 3600 + minutes * 60 + seconds <= 120
+    lines, now = [], [0.0]
+    progress = Progress(tmp_path, max_steps=1_000_000, log=lines.append, time_budget_seconds=120,
+                        clock=lambda: now[0])
+    for step, seconds in ((1, 10.0), (2, 100.0)):
+        now[0] = seconds
+        progress.add(1.0, 1.0, 1.0)
+        progress.report_train(step=step, learning_rate=1e-3, skipped=0)
+    assert [line.split("eta ")[1].split(" ")[0] for line in lines] == ["0:01:50", "0:00:20"]
+
+
+def test_progress_line_gives_tokens_per_second_and_eta_from_the_clock(tmp_path):
+    lines, now = [], [50.0]
+    progress = Progress(tmp_path, max_steps=30, log=lines.append, clock=lambda: now[0])
+    now[0] = 60.0  # 10 updates of 400 target tokens in 10 seconds
+    progress.add(loss_sum=800.0, nll_sum=600.0, tokens=4000.0)
+    progress.report_train(step=10, learning_rate=1e-3, skipped=2)
+    assert lines[0].endswith("| tok/s 400 | elapsed 0:00:10 | eta 0:00:20 | skipped 2")
 
 
 def test_learning_curve_png_is_written(tmp_path):

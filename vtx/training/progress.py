@@ -21,15 +21,19 @@ class Progress:
     Args:
         save_dir: where `history.jsonl` and `learning_curve.png` go.
         max_steps: for the ETA.
+        start_step: the step this process starts from (a resumed run's), for the ETA.
         time_budget_seconds: a wall-time budget (`--max-minutes`); the ETA never exceeds what is
             left of it.
         log: where lines go (e.g. `print` to stderr).
         tensorboard_dir: optional TensorBoard log directory.
+        clock: seconds from an arbitrary origin (tests pass a fake one).
     """
 
     def __init__(self, save_dir: Path, max_steps: int, log: Callable[[str], None],
-                 tensorboard_dir: str | None = None, time_budget_seconds: float | None = None):
+                 tensorboard_dir: str | None = None, time_budget_seconds: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, start_step: int = 0):
         self.save_dir, self.max_steps, self.log = Path(save_dir), max_steps, log
+        self.clock = clock
         self.time_budget_seconds = time_budget_seconds
         self.history_path = self.save_dir / "history.jsonl"
         self._writer = None
@@ -37,9 +41,9 @@ class Progress:
             import tensorflow as tf
 
             self._writer = tf.summary.create_file_writer(str(tensorboard_dir))
-        self._reset(time.monotonic())
-        self._run_start = time.monotonic()
-        self._start_step: int | None = None
+        self._run_start = clock()
+        self._reset(self._run_start)
+        self._start_step = start_step
 
     def _reset(self, now: float) -> None:
         self._loss = self._nll = self._tokens = 0.0
@@ -51,9 +55,7 @@ class Progress:
         self._tokens += tokens
 
     def report_train(self, step: int, learning_rate: float, skipped: int) -> None:
-        now = time.monotonic()
-        if self._start_step is None:
-            self._start_step = step - 1
+        now = self.clock()
         tokens = max(self._tokens, 1.0)
         loss, nll = self._loss / tokens, self._nll / tokens
         rate = self._tokens / max(now - self._interval_start, 1e-9)

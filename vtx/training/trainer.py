@@ -68,13 +68,17 @@ class Trainer:
         log: receives progress lines.
         vocab: serialized SentencePiece model stored in every checkpoint.
         tensorboard_dir: optional TensorBoard log directory.
+        clock: seconds from an arbitrary origin, for the time budget, the save cadence and the
+            progress lines (tests pass a fake one).
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
                  strategy: tf.distribute.Strategy | None = None,
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
-                 tensorboard_dir: str | None = None):
+                 tensorboard_dir: str | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.model_config, self.config = model_config, train_config
+        self.clock = clock
         self.save_dir = Path(save_dir)
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
@@ -293,7 +297,8 @@ class Trainer:
         progress = Progress(self.save_dir, self.config.max_steps,
                             self.log if self.topology.is_chief else (lambda line: None),
                             self._tensorboard_dir if self.topology.is_chief else None,
-                            time_budget_seconds=60 * self.config.max_minutes or None)
+                            time_budget_seconds=60 * self.config.max_minutes or None,
+                            clock=self.clock, start_step=self.step)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             return self._loop(stream, progress, make_valid)
@@ -303,7 +308,7 @@ class Trainer:
 
     def _loop(self, stream, progress, make_valid) -> int | None:
         config, in_a_row = self.config, 0
-        last_save = started = time.monotonic()
+        last_save = started = self.clock()
         while self.step < config.max_steps:
             loss_sum, nll_sum, tokens = self.train_update(stream)
             if not math.isfinite(loss_sum):
@@ -327,19 +332,19 @@ class Trainer:
                 progress.report_valid(self.step, loss, nll, is_best)
             due = (config.save_interval_steps and self.step % config.save_interval_steps == 0) or (
                 config.save_interval_minutes and
-                time.monotonic() - last_save >= 60 * config.save_interval_minutes)
+                self.clock() - last_save >= 60 * config.save_interval_minutes)
             stop = self._stop_signal is not None
             # The budget counts this process only (a resumed run gets a fresh one); every worker
             # must agree to stop, or the collectives of the next update would hang.
             out_of_time = self._any_worker(bool(config.max_minutes) and (
-                time.monotonic() - started >= 60 * config.max_minutes))
+                self.clock() - started >= 60 * config.max_minutes))
             if out_of_time:
                 self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
                          f"{self.step}: saving a checkpoint and stopping")
             if (self._any_worker(bool(due or stop or is_best)) or out_of_time
                     or self.step == config.max_steps):
                 path = self.save(stream)
-                last_save = time.monotonic()
+                last_save = self.clock()
                 if path is not None:
                     if is_best:
                         _copy_atomically(path, self.save_dir / checkpoints.BEST_NAME)

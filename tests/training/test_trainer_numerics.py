@@ -1,0 +1,83 @@
+"""The numbers a Trainer computes: validation loss against a hand computation, and updates under
+XLA and under float16 loss scaling."""
+
+import numpy as np
+import pytest
+
+from tests.training.synthetic import epoch_maker, make_pairs, to_batch
+from vtx import config
+from vtx.training.trainer import Trainer
+
+TINY = config.preset("tiny", vocab_size=20, dropout=0.0)
+
+
+def make_trainer(save_dir, **options) -> Trainer:
+    # adam_epsilon 1e-5: see tests/training/driver.py (round-off in zero gradients stays small).
+    train_config = config.TrainConfig(**{"max_steps": 2, "save_interval_minutes": 0,
+                                         "validate_interval_steps": 0, "warmup_steps": 10,
+                                         "adam_epsilon": 1e-5, **options})
+    return Trainer(TINY, train_config, save_dir, log=lambda line: None)
+
+
+def hand_loss_sums(logits, labels, epsilon):
+    """(smoothed loss sum, nll sum, tokens) in float64 over the non-pad labels."""
+    logits = logits.astype(np.float64)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    real = labels != 0
+    nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+    smoothed = (1 - epsilon) * nll - epsilon * log_probs.mean(-1)
+    return smoothed[real].sum(), nll[real].sum(), real.sum()
+
+
+def test_evaluate_returns_the_per_token_means_over_all_batches(tmp_path):
+    trainer = make_trainer(tmp_path, label_smoothing=0.1)
+    batches = epoch_maker(make_pairs(10, 20, seed=4), 4)(0, 0)  # 4 + 4 + 2 rows, padded
+    totals = np.zeros(3)
+    for batch in batches:
+        logits = np.asarray(trainer.model((batch["source"], batch["target_in"])))
+        totals += hand_loss_sums(logits, batch["target_out"], 0.1)
+    loss, nll = trainer.evaluate(batches)
+    assert loss == pytest.approx(totals[0] / totals[2], rel=1e-5)
+    assert nll == pytest.approx(totals[1] / totals[2], rel=1e-5)
+
+
+def first_two_losses_and_weights(trainer):
+    batch = to_batch(make_pairs(8, 20, seed=6))
+    losses = []
+    for _ in range(2):
+        totals = trainer.train_update(_Repeat(batch))
+        losses.append(totals[0] / totals[2])
+    return losses, [np.asarray(v.numpy(), np.float32) for v in trainer.model.trainable_variables]
+
+
+class _Repeat:
+    """A BatchStream stand-in that returns the same batch forever."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def next(self):
+        return self.batch
+
+
+def test_xla_compiled_updates_equal_graph_updates(tmp_path):
+    graph_losses, graph_weights = first_two_losses_and_weights(make_trainer(tmp_path / "graph"))
+    xla_losses, xla_weights = first_two_losses_and_weights(
+        make_trainer(tmp_path / "xla", jit_compile=True))
+    np.testing.assert_allclose(xla_losses, graph_losses, rtol=1e-5)
+    assert graph_losses[1] < graph_losses[0]
+    for a, b in zip(xla_weights, graph_weights):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):
+    trainer = make_trainer(tmp_path, precision="mixed_float16")
+    assert trainer.model.compute_dtype == "float16"
+    before = [np.asarray(v.numpy()) for v in trainer.model.trainable_variables]
+    losses, after = first_two_losses_and_weights(trainer)
+    assert np.isfinite(losses).all() and losses[1] < losses[0]
+    assert all(np.isfinite(w).all() for w in after)
+    assert all(w.dtype == np.float32 for w in after)  # float32 master weights
+    changed = [not np.array_equal(a, b) for a, b in zip(before, after)]
+    assert sum(changed) > len(changed) // 2
+    assert float(trainer.optimizer.scale_loss(1.0)) > 1.0  # the loss is scaled

@@ -1,0 +1,109 @@
+"""What a training run leaves in its save dir, driven by a fake clock: the time budget, the save
+cadence, --keep-last, checkpoint_best, history and TensorBoard events."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.training.synthetic import epoch_maker, make_pairs
+from vtx import config
+from vtx.training import checkpoints
+from vtx.training.trainer import Trainer
+
+PAIRS = make_pairs(16, 20)
+
+
+class StepClock:
+    """A clock that moves `seconds_per_update` with every training update and nowhere else."""
+
+    def __init__(self, seconds_per_update: float):
+        self.now, self.seconds_per_update = 1000.0, seconds_per_update
+
+    def __call__(self) -> float:
+        return self.now
+
+    def attach(self, trainer: Trainer) -> Trainer:
+        update = trainer.train_update
+
+        def timed_update(stream):
+            self.now += self.seconds_per_update
+            return update(stream)
+
+        trainer.train_update = timed_update
+        return trainer
+
+
+def make_trainer(save_dir, lines=None, seconds_per_update=1.0, **options) -> Trainer:
+    train_config = config.TrainConfig(**{"max_steps": 6, "save_interval_minutes": 0,
+                                         "validate_interval_steps": 0, "log_interval_steps": 1,
+                                         "warmup_steps": 10, **options})
+    clock = StepClock(seconds_per_update)
+    trainer = Trainer(config.preset("tiny", vocab_size=20, dropout=0.0), train_config, save_dir,
+                      log=(lines.append if lines is not None else lambda line: None), clock=clock)
+    return clock.attach(trainer)
+
+
+def saved_steps(save_dir) -> list[int]:
+    return [checkpoints.load(p).meta["step"] for p in checkpoints.list_checkpoints(save_dir)]
+
+
+def test_time_budget_stops_at_the_update_that_uses_it_up_and_saves_it(tmp_path):
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=100, max_minutes=3 / 60)  # 1 s per update
+    assert trainer.fit(epoch_maker(PAIRS, 4)) is None
+    assert trainer.step == 3 and saved_steps(tmp_path) == [3]
+    assert any("time budget of 0.05 minutes used up at step 3" in line for line in lines)
+    etas = [line.split("eta ")[1].split()[0] for line in lines if "eta " in line]
+    assert etas == ["0:00:02", "0:00:01", "0:00:00"]  # the budget bounds the ETA, not max_steps
+
+
+def test_save_interval_minutes_saves_on_the_clock(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=7, save_interval_minutes=2 / 60)
+    trainer.fit(epoch_maker(PAIRS, 4))
+    assert saved_steps(tmp_path) == [2, 4, 6, 7]
+
+
+def test_keep_last_keeps_only_the_newest_checkpoints(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=5, save_interval_steps=1, keep_last=2)
+    trainer.fit(epoch_maker(PAIRS, 4))
+    assert saved_steps(tmp_path) == [4, 5]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_*")) == [
+        "checkpoint_00000004.npz", "checkpoint_00000005.npz"]
+
+
+def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    # A learning rate too high for the task: the validation loss goes down, then up again.
+    trainer = make_trainer(tmp_path, max_steps=8, save_interval_steps=1, validate_interval_steps=1,
+                           lr_scale=20.0, warmup_steps=4)
+    trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["valid_loss"] for r in history if "valid_loss" in r}
+    best_step = min(losses, key=lambda step: (losses[step], step))
+    best = checkpoints.load(tmp_path / checkpoints.BEST_NAME)
+    assert best.meta["step"] == best_step and best.meta["best_valid"] == losses[best_step]
+    numbered = checkpoints.load(checkpoints.checkpoint_path(tmp_path, best_step))
+    for a, b in zip(best.model, numbered.model):
+        np.testing.assert_array_equal(a, b)
+    assert trainer.evaluate(valid)[0] == pytest.approx(losses[8], rel=1e-5)
+
+
+def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path):
+    import tensorflow as tf
+
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    trainer = make_trainer(tmp_path / "run", max_steps=2, validate_interval_steps=2)
+    trainer._tensorboard_dir = str(tmp_path / "tb")
+    trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    scalars = {}
+    for event in tf.compat.v1.train.summary_iterator(str(events)):
+        for value in event.summary.value:
+            scalars[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+    history = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    assert {(key, r["step"]) for r in history for key in r if key != "step"} == set(scalars)
+    for record in history:
+        for key, value in record.items():
+            if key != "step":
+                assert scalars[(key, record["step"])] == pytest.approx(value, rel=1e-6)
