@@ -3,10 +3,14 @@
 # Usage: bash tests/run.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The machine first: a figure or a failure means little without it (bf16 support varies by CPU).
+cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+bf16=$(grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && echo "with avx512_bf16" || echo "without avx512_bf16")
+echo "vtx tests on: ${cpu:-unknown CPU} ($(nproc) cores, $bf16)"
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
-exec .venv/bin/python -m pytest -q -ra "$@"
+exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "$@"

@@ -7,21 +7,24 @@
 #
 # Settings (environment): PTB (the sample folder; default $VTX_SHARED_DATA/ptb_sample, by default
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), STEPS (1200
-# updates of ~2k tokens, about 12 epochs), NUM_LAST (3 checkpoints averaged).
+# updates of ~2k tokens, about 12 epochs), NUM_LAST (3 checkpoints averaged), DEV (the dev files, a
+# glob in PTB: wsj_01[67][0-9].mrg).
 # Expect a low F1: 3.4K training sentences are a tenth of WSJ sections 02-21.
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 PTB=${PTB:-${VTX_SHARED_DATA:-$ROOT/../shared/data}/ptb_sample}
 WORK=${WORK:-$ROOT/runs/wsj_small}
 STEPS=${STEPS:-1200}
+DEV=${DEV:-wsj_01[67][0-9].mrg}
 
 check_vtx
-[ -f "$PTB/wsj_0001.mrg" ] && [ -f "$PTB/wsj_0179.mrg" ] || die "no wsj_0001..0179.mrg in '$PTB' (set PTB)"
+compgen -G "$PTB/wsj_0001.mrg" > /dev/null && compgen -G "$PTB/$DEV" > /dev/null ||
+  die "no wsj_0001.mrg or no dev file $DEV in '$PTB' (set PTB, DEV)"
 START=$(date +%s)
 rm -rf "$WORK"
 step "linearizing the sample into $WORK/text"
 "$VTX" prepare-parse --train-files "$PTB/wsj_00[0-9][0-9].mrg" \
-  --train-files "$PTB/wsj_01[0-5][0-9].mrg" --valid-files "$PTB/wsj_01[67][0-9].mrg" \
+  --train-files "$PTB/wsj_01[0-5][0-9].mrg" --valid-files "$PTB/$DEV" \
   --destdir "$WORK/text"
 step "binarizing into $WORK/data (2000-piece vocabulary: the sample is small)"
 preprocess_trees "$WORK/text" "$WORK/data" 2000

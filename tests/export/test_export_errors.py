@@ -28,9 +28,9 @@ def test_unknown_format_is_a_usage_error_naming_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_checkpoint_without_vocabulary_is_refused(export_checkpoint, tmp_path):
+def test_checkpoint_without_vocabulary_is_refused(trained_checkpoint, tmp_path):
     bare = tmp_path / "bare.npz"
-    loaded = checkpoints.load(export_checkpoint)
+    loaded = checkpoints.load(trained_checkpoint)
     loaded.vocab = None
     checkpoints.save(bare, loaded)
     result = run_export("--checkpoint", bare, "--format", "ctranslate2", "--output", tmp_path / "o")
@@ -40,12 +40,12 @@ def test_checkpoint_without_vocabulary_is_refused(export_checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_existing_output_needs_force_and_force_replaces_only_an_export(export_checkpoint,
+def test_existing_output_needs_force_and_force_replaces_only_an_export(trained_checkpoint,
                                                                        tmp_path):
     output = tmp_path / "out"
     output.mkdir()
     (output / "notes.txt").write_text("mine")
-    args = ["--checkpoint", export_checkpoint, "--format", "ctranslate2", "--output", output]
+    args = ["--checkpoint", trained_checkpoint, "--format", "ctranslate2", "--output", output]
     result = run_export(*args)
     assert result.exit_code == 1
     assert f"--output {output} already exists (use --force" in result.output
@@ -62,7 +62,7 @@ def test_existing_output_needs_force_and_force_replaces_only_an_export(export_ch
 
 
 @pytest.mark.slow
-def test_a_failed_export_leaves_nothing_behind(export_checkpoint, tmp_path, monkeypatch):
+def test_a_failed_export_leaves_nothing_behind(trained_checkpoint, tmp_path, monkeypatch):
     import vtx.export.ct2
 
     def fail_halfway(checkpoint, directory):
@@ -71,7 +71,7 @@ def test_a_failed_export_leaves_nothing_behind(export_checkpoint, tmp_path, monk
         raise ValueError("disk full")
 
     monkeypatch.setattr(vtx.export.ct2, "write_ctranslate2", fail_halfway)
-    result = run_export("--checkpoint", export_checkpoint, "--format", "ctranslate2",
+    result = run_export("--checkpoint", trained_checkpoint, "--format", "ctranslate2",
                         "--output", tmp_path / "out")
     assert result.exit_code == 1 and "disk full" in result.output
     assert list(tmp_path.iterdir()) == []

@@ -1,8 +1,8 @@
 """The search bound to a tiny Transformer with random weights and a 12-token vocabulary.
 
 A random Transformer with tied embeddings mostly repeats one token and rarely ends; `biased_search`
-raises the EOS logit with the position so that hypotheses finish at varied lengths and early stop
-happens.
+raises the EOS logit with the position past each sentence's own source length, so that hypotheses
+finish at lengths that differ by construction (sources of 6, 2 and 4 tokens) and early stop happens.
 """
 
 import dataclasses
@@ -33,13 +33,15 @@ def padded(sources, length=None):
 
 
 def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False, **options):
-    """Like `make_search_fn` (beam or greedy), with eos_slope * (position - 3) added to the EOS
-    logit: hypotheses then end after a few words, at lengths that depend on the sentence."""
+    """Like `make_search_fn` (beam or greedy), with eos_slope * (position - |X|) added to the EOS
+    logit of each hypothesis (|X| its source length): hypotheses end a few words past |X|."""
     eos = tf.one_hot(EOS_ID, model.config.vocab_size)  # [V]
 
     def tokens_to_logits(token_ids, state):
         logits, new_state = model.decode_step(token_ids, state)
-        return logits + eos_slope * tf.cast(state["index"] - 3, tf.float32) * eos, new_state
+        source_lengths = tf.reduce_sum(tf.cast(state["memory_mask"], tf.float32), axis=[1, 2])  # [N]
+        past_source = tf.cast(state["index"], tf.float32) - source_lengths  # [N]
+        return logits + eos_slope * past_source[:, None] * eos, new_state
 
     @tf.function
     def search(source):
@@ -96,10 +98,13 @@ def test_batched_search_equals_one_sentence_at_a_time(model, eos_slope):
 
 def test_early_stop_matches_running_to_max_length(model):
     source = padded(SOURCES)
-    stopped = biased_search(model, 0.5, 10, beam_size=4, nbest=2)(source)
-    full = biased_search(model, 0.5, 10, beam_size=4, nbest=2, early_stop=False)(source)
+    # A steep ramp: every hypothesis ends a few words past |X|, so the 6-token source's are longer
+    # than the 2-token source's (measured for every slope from 1.5 to 4: no near-tie decides it).
+    stopped = biased_search(model, 2.0, 10, beam_size=4, nbest=2)(source)
+    full = biased_search(model, 2.0, 10, beam_size=4, nbest=2, early_stop=False)(source)
     assert int(full.steps) == 16 and int(stopped.steps) < 16
-    assert stopped.finished.numpy().all() and len(set(stopped.lengths.numpy().ravel())) > 1
+    lengths = stopped.lengths.numpy()  # [B, R]
+    assert stopped.finished.numpy().all() and lengths[0].min() > lengths[1].max()
     assert_same_hypotheses(hypotheses(stopped), hypotheses(full), rtol=0)
 
 

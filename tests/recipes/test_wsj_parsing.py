@@ -1,0 +1,38 @@
+"""The WSJ parsing recipe (recipes/wsj_parsing/small.sh) end to end at toy size: prepare-parse,
+preprocess, train, average, parse, EVALB F1 printed."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from vtx.parsing.trees import parse_tree
+
+DEV_FILE = "wsj_0160.mrg"  # 5 sentences
+
+
+@pytest.mark.slow
+def test_small_recipe_runs_end_to_end_and_prints_dev_f1(shared_data, tmp_path):
+    ptb = tmp_path / "ptb"
+    ptb.mkdir()
+    for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
+        (ptb / source.name).symlink_to(source)
+    env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "WORK": str(tmp_path / "work"),
+           "STEPS": "20", "NUM_LAST": "1", "VTX": str(Path(sys.executable).with_name("vtx"))}
+    result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
+                            env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # A 20-update model places no bracket right: F1 may be EVALB's nan (precision = recall = 0).
+    match = re.search(r"^valid F1 \(all sentences\): (\d+\.\d+|nan)$", result.stdout,
+                      re.MULTILINE)
+    assert match, result.stdout[-3000:]
+    assert "Bracketing Recall" in result.stdout and "wall time:" in result.stdout
+    trees = (tmp_path / "work" / "valid.parsed").read_text().splitlines()
+    words = (tmp_path / "work" / "text" / "valid.words").read_text().splitlines()
+    assert len(trees) == len(words) == 5
+    for tree, sentence in zip(trees, words):  # well-formed, over exactly the input words
+        assert parse_tree(tree).leaves() == sentence.split()
