@@ -38,7 +38,9 @@ ARCHS = tuple(PRESETS)
 @click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1,
               show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--precision", type=click.Choice(PRECISIONS), default="float32", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+              help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 and on CPUs with "
+                   "avx512_bf16 or AMX, else float32.")
 @click.option("--jit/--no-jit", default=False, show_default=True,
               help="XLA-compile the per-replica gradient function (helps on GPU).")
 @click.option("--devices", default=None,

@@ -104,7 +104,9 @@ def preset(name: str, **overrides) -> ModelConfig:
     return dataclasses.replace(PRESETS[name], **changes)
 
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# "auto": mixed_bfloat16 where the hardware computes bfloat16 natively, else float32
+# (vtx.training.precision); resolved when training starts, and recorded resolved.
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +126,7 @@ class TrainConfig(_JsonConfig):
     adam_epsilon: float = 1e-9
     label_smoothing: float = 0.1  # epsilon_ls
     seed: int = 1
-    precision: str = "float32"  # float32 | mixed_float16 | mixed_bfloat16
+    precision: str = "float32"  # auto | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: bool = False  # XLA on the per-replica gradient function (helps on GPU)
     save_interval_minutes: float = 10.0  # the paper's checkpoint cadence; 0 disables
     save_interval_steps: int = 0  # 0 disables

@@ -11,6 +11,7 @@ cleared) and is counted; too many in a row stop training.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -28,6 +29,7 @@ from vtx.models import transformer
 from vtx.training import checkpoints
 from vtx.training.distribute import make_strategy, topology
 from vtx.training.loss import label_smoothed_loss
+from vtx.training.precision import resolve_precision
 from vtx.training.progress import Progress
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
@@ -77,12 +79,16 @@ class Trainer:
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        precision, reason = resolve_precision(train_config.precision)
+        train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock = clock
         self.save_dir = Path(save_dir)
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
         self.log, self.vocab = log, vocab
+        log(f"precision: {precision} ({reason}); devices: "
+            f"{', '.join(self.strategy.extended.worker_devices)}")
         self._tensorboard_dir = tensorboard_dir
         keras.utils.set_random_seed(train_config.seed)
         with self.strategy.scope():
