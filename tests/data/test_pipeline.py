@@ -1,6 +1,7 @@
 """tf.data input pipeline: token bound, exactly-once epochs, deterministic order, resume, sharding."""
 
 import collections
+import itertools
 
 import numpy as np
 import pytest
@@ -18,11 +19,15 @@ def batches_as_numpy(dataset):
 
 
 def unpadded_pairs(batches):
-    """(source, target) id tuples of every row, with padding, bos and eos stripped."""
+    """(source, target) id tuples of every row but the all-pad fill, with padding, bos and eos
+    stripped."""
     pairs = []
     for batch in batches:
         for source, target_out in zip(batch["source"], batch["target_out"]):
             target = target_out[target_out != PAD_ID]
+            if not target.size:
+                assert not source.any()  # a fill row: pad only
+                continue
             assert target[-1] == EOS_ID
             pairs.append((tuple(source[source != PAD_ID]), tuple(target[:-1])))
     return pairs
@@ -58,16 +63,24 @@ def test_no_batch_exceeds_the_token_bound_counting_padding(epoch0):
         assert batch["target_in"].shape == batch["target_out"].shape
 
 
-def test_padded_lengths_come_from_the_bucket_ladder(epoch0):
-    lengths = {batch["source"].shape[1] for batch in epoch0}
-    assert lengths <= set(pipeline.default_bucket_boundaries(1024))
-    assert len({batch["source"].shape for batch in epoch0}) < len(epoch0) / 4
-    assert all(batch["source"].dtype == np.int32 for batch in epoch0)
+def test_every_batch_has_one_of_at_most_8_shapes_whatever_its_fill(small_data_dir, epoch0):
+    boundaries = pipeline.bucket_boundaries_for(small_data_dir)
+    shapes = pipeline.batch_shapes(MAX_TOKENS, boundaries)
+    assert len(shapes) <= pipeline.MAX_SHAPES
+    assert {batch["source"].shape for batch in epoch0} <= set(shapes)
+    assert all(batch["target_out"].shape == batch["source"].shape for batch in epoch0)
+    assert all(rows % 8 == 0 or rows < 8 for rows, _ in shapes)
+    filled = [b for b in epoch0 if not (b["target_out"] != PAD_ID).any(axis=1).all()]
+    assert filled  # short batches exist and kept their bucket's shape
+    for batch in filled:  # fill rows come last
+        real = (batch["target_out"] != PAD_ID).any(axis=1)
+        assert real[:real.sum()].all() and not batch["source"][real.sum():].any()
 
 
 def test_target_in_is_bos_plus_target_and_target_out_is_target_plus_eos(epoch0):
     for batch in epoch0:
-        target_in, target_out = batch["target_in"], batch["target_out"]
+        rows = (batch["target_out"] != PAD_ID).any(axis=1)  # not the all-pad fill rows
+        target_in, target_out = batch["target_in"][rows], batch["target_out"][rows]
         assert (target_in[:, 0] == BOS_ID).all()
         # Shifted by one: target_in[t + 1] == target_out[t] wherever target_out is a real token.
         real = (target_out[:, :-1] != PAD_ID) & (target_out[:, :-1] != EOS_ID)
@@ -118,6 +131,7 @@ def test_eval_batches_cover_the_split_in_a_fixed_order_with_indices(small_data_d
     assert [b["index"].tolist() for b in first] == [b["index"].tolist() for b in second]
     stored = stored_pairs(small_data_dir, "valid")
     indices = np.concatenate([batch["index"] for batch in first])
+    indices = indices[indices >= 0]  # -1: fill rows
     assert sorted(indices.tolist()) == list(range(len(stored)))
     for index, pair in zip(indices, unpadded_pairs(first)):
         assert pair == stored[index]
@@ -141,8 +155,21 @@ def test_bad_arguments_are_named(small_data_dir):
         pipeline.train_batches(small_data_dir, num_shards=2, shard_index=2)
 
 
-def test_default_bucket_boundaries_are_few_multiples_of_8():
-    boundaries = pipeline.default_bucket_boundaries(1025)
-    assert boundaries[:8] == [8, 16, 24, 32, 40, 48, 56, 64]
-    assert boundaries[-1] >= 1025 and boundaries[-2] < 1025
-    assert all(b % 8 == 0 for b in boundaries) and len(boundaries) <= 32
+def test_optimal_boundaries_pad_the_fewest_tokens():
+    # multiples of 8 up to 24; {8, 24} pads 3 x 8 + 3 x 24 = 96 ids, {16, 24} 104, {24} 144
+    lengths = np.array([3, 3, 3, 9, 9, 17])
+    assert pipeline.optimal_boundaries(lengths, max_shapes=1) == [24]
+    assert pipeline.optimal_boundaries(lengths, max_shapes=2) == [8, 24]
+    assert pipeline.optimal_boundaries(lengths, max_shapes=3) == [8, 16, 24]
+
+
+def test_optimal_boundaries_equal_an_exhaustive_search():
+    lengths = np.random.default_rng(0).integers(1, 60, 300)
+    candidates = list(range(8, 65, 8))  # lengths reach 59: the last boundary is 64
+
+    def padded(boundaries):
+        return sum(next(b for b in boundaries if b >= n) for n in lengths)
+
+    best = min((list(c) + [64] for k in range(3)
+                for c in itertools.combinations(candidates[:-1], k)), key=padded)
+    assert padded(pipeline.optimal_boundaries(lengths, max_shapes=3)) == padded(best)

@@ -81,3 +81,20 @@ def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):
     changed = [not np.array_equal(a, b) for a, b in zip(before, after)]
     assert sum(changed) > len(changed) // 2
     assert float(trainer.optimizer.scale_loss(1.0)) > 1.0  # the loss is scaled
+
+
+def accumulated_gradients(trainer, batch) -> list[np.ndarray]:
+    """The token-weighted gradient sums one micro-batch leaves in the trainer's accumulators."""
+    trainer._reset()
+    trainer._accumulate(trainer._distribute([batch]))
+    return [np.asarray(a.read_value()) for a in trainer._accumulators]
+
+
+def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
+    trainer = make_trainer(tmp_path, label_smoothing=0.1)
+    batch = to_batch(make_pairs(5, 20, seed=2))
+    filled = {key: np.concatenate([value, np.zeros((3, value.shape[1]), value.dtype)])
+              for key, value in batch.items()}  # 8 rows, the pipeline's fill
+    for a, b in zip(accumulated_gradients(trainer, batch), accumulated_gradients(trainer, filled)):
+        assert np.isfinite(b).all()
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

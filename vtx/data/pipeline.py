@@ -6,13 +6,18 @@ length L within one batch):
     vocabulary_path(data_dir) -> Path                its SentencePiece model
     vocab_size(data_dir) -> int                      number of ids, special ones included
     load_vocabulary(data_dir) -> Vocabulary          text <-> ids (vtx.data.vocab)
-    default_bucket_boundaries(max_length) -> list    padded lengths: 8, 16, ..., 64, then x1.125
+    padded_lengths(data_dir, splits) -> np.ndarray   each pair's padded length max(S, T)
+    optimal_boundaries(lengths, max_shapes=8) -> list  <= 8 padded lengths, fewest pad tokens
+    bucket_boundaries_for(data_dir, splits) -> list  the same, for the pairs of `splits`
+    batch_shapes(max_tokens, boundaries) -> list     every (rows, length) a batch can have
     train_batches(data_dir, split="train", max_tokens=4096, seed=0, epoch=0, skip_batches=0,
                   num_shards=1, shard_index=0, bucket_boundaries=None) -> tf.data.Dataset
         one epoch of {"source": int32 [B, S], "target_in": int32 [B, T],
                       "target_out": int32 [B, T]}, PAD_ID-padded; target_in = bos + target,
-        target_out = target + eos. Every kept pair exactly once. B x L <= max_tokens, L counting
-        padding. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
+        target_out = target + eos. Every kept pair exactly once. Every batch has one of the
+        shapes `batch_shapes(max_tokens, boundaries)` (boundaries default: the split's
+        `bucket_boundaries_for`), B x L <= max_tokens, a bucket's short last batch filled up
+        with all-pad rows (index -1 in eval_batches), which carry no loss. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
         fully permuted with a stateless seeded shuffle (the whole shard is the shuffle buffer;
         a shard is at most `--shard-size` pairs), so `skip_batches=k` yields exactly the batches
         after the first k of the uninterrupted epoch (resume from a saved position).
@@ -22,8 +27,9 @@ length L within one batch):
         the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
         outputs can be put back in corpus order; no shuffling, deterministic order.
 
-Why buckets: every distinct padded shape is a separate compiled program, so padded lengths come
-from a short ladder and each bucket's batch size is max_tokens // L.
+Why few fixed shapes: every distinct padded shape is a separate compiled program (about 90 s
+each for base under XLA on an H100), so there are at most MAX_SHAPES lengths, chosen for the
+fewest padding tokens, each with one number of rows, and a short batch never makes a new shape.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from vtx.config import BOS_ID, EOS_ID
+from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data.preprocess import FORMAT, META_FILE
 from vtx.data.vocab import Vocabulary
 
@@ -73,16 +79,67 @@ def load_vocabulary(data_dir: str | Path) -> Vocabulary:
     return Vocabulary(vocabulary_path(data_dir))
 
 
-def default_bucket_boundaries(max_length: int) -> list[int]:
-    """Padded lengths 8, 16, ..., 64, then growing by 1/8 (multiples of 8), up to >= max_length.
+MAX_SHAPES = 8  # distinct padded lengths: each is one compiled program (minutes under XLA)
+LENGTH_STEP = 8  # padded lengths are multiples of this
 
-    About 30 shapes reach 1024, and padding wastes at most ~1/8 of a batch past length 64.
+
+def padded_lengths(data_dir: str | Path, splits: tuple[str, ...] = ("train",)) -> np.ndarray:
+    """int64 [n]: each pair's length once padded for the model, max(|source|, |target| + 1)
+    (target_in and target_out hold one id more than the stored target), over `splits`."""
+    data_dir = Path(data_dir)
+    meta = load_meta(data_dir)
+    found = [np.zeros(0, np.int64)]
+    for split in splits:
+        for shard in _split_meta(meta, split)["shards"]:
+            lengths = np.fromfile(data_dir / f"{shard['name']}.idx", np.int32).reshape(2, -1)
+            found.append(np.maximum(lengths[0], lengths[1] + 1).astype(np.int64))
+    return np.concatenate(found)
+
+
+def optimal_boundaries(lengths: np.ndarray, max_shapes: int = MAX_SHAPES) -> list[int]:
+    """At most `max_shapes` padded lengths (multiples of LENGTH_STEP, the last >= every length)
+    that pad `lengths` with the fewest tokens: an exact dynamic programme over the multiples.
+
+    Args:
+        lengths: int [n] padded pair lengths (`padded_lengths`).
     """
-    boundaries = [8]
-    while boundaries[-1] < max_length:
-        grown = boundaries[-1] + 8 if boundaries[-1] < 64 else int(boundaries[-1] * 1.125)
-        boundaries.append(-(-grown // 8) * 8)
-    return boundaries
+    top = max(LENGTH_STEP, -(-int(np.max(lengths, initial=1)) // LENGTH_STEP) * LENGTH_STEP)
+    candidates = np.arange(LENGTH_STEP, top + 1, LENGTH_STEP)  # [C]
+    counts = np.bincount(-(-np.asarray(lengths) // LENGTH_STEP), minlength=len(candidates) + 1)
+    below = np.concatenate([[0], np.cumsum(counts[1:])])  # below[j]: pairs in the first j steps
+    # cost[k][j]: fewest padded tokens for the pairs up to candidates[j - 1] with k buckets.
+    cost = np.full((max_shapes + 1, len(candidates) + 1), np.inf)
+    cost[0][0] = 0.0
+    choice = np.zeros_like(cost, dtype=np.int64)
+    for k in range(1, max_shapes + 1):
+        for j in range(1, len(candidates) + 1):
+            options = cost[k - 1][:j] + (below[j] - below[:j]) * candidates[j - 1]  # [j]
+            choice[k][j] = int(np.argmin(options))
+            cost[k][j] = options[choice[k][j]]
+    k, j = int(np.argmin(cost[:, -1])), len(candidates)
+    boundaries = []
+    while j > 0:
+        boundaries.append(int(candidates[j - 1]))
+        j, k = choice[k][j], k - 1
+    return sorted(boundaries)
+
+
+def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("train",)) -> list[int]:
+    """`optimal_boundaries` of the pairs of `splits` (train and valid together give one set of
+    shapes for training and validation)."""
+    return optimal_boundaries(padded_lengths(data_dir, splits))
+
+
+def rows_for_length(max_tokens: int, length: int) -> int:
+    """Rows of a batch padded to `length`: max_tokens // length, down to a multiple of 8 when
+    there are 8 or more (friendly to GPU tiles), at least 1."""
+    rows = max(1, max_tokens // length)
+    return rows - rows % 8 if rows >= 8 else rows
+
+
+def batch_shapes(max_tokens: int, boundaries: list[int]) -> list[tuple[int, int]]:
+    """The (rows, length) of every batch `train_batches`/`eval_batches` can yield."""
+    return [(rows_for_length(max_tokens, length), length) for length in sorted(boundaries)]
 
 
 def _split_meta(meta: dict, split: str) -> dict:
@@ -146,9 +203,10 @@ def _padded_length_limit(split_meta: dict) -> int:
 
 
 def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
-              boundaries: list[int] | None) -> tf.data.Dataset:
-    """Group pairs into batches of max_tokens // L pairs, padded to their bucket length L."""
-    boundaries = sorted(boundaries or default_bucket_boundaries(longest))
+              boundaries: list[int]) -> tf.data.Dataset:
+    """Group pairs into batches of `rows_for_length` rows padded to their bucket length L; a
+    bucket's short last batch is filled up with all-pad rows (no loss, no gradient)."""
+    boundaries = sorted(boundaries)
     if boundaries[-1] < longest:
         raise ValueError(f"bucket boundaries end at {boundaries[-1]}, below the longest pair "
                          f"({longest} ids with bos/eos)")
@@ -156,13 +214,28 @@ def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
     if max_tokens < needed:
         raise ValueError(f"max_tokens {max_tokens} cannot hold the longest pair, padded to "
                          f"{needed} ids; raise max_tokens to at least {needed}")
-    batch_sizes = [max(1, max_tokens // length) for length in boundaries]
-    return pairs.map(_add_bos_eos).bucket_by_sequence_length(
+    batch_sizes = [rows for rows, _ in batch_shapes(max_tokens, boundaries)]
+    batches = pairs.map(_add_bos_eos).bucket_by_sequence_length(
         lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"])),
         # bucket i holds lengths in [boundaries[i-1] + 1, boundaries[i]], padded to boundaries[i]
         bucket_boundaries=[length + 1 for length in boundaries],
         bucket_batch_sizes=batch_sizes + [1],  # the last bucket (too long) stays empty
-        pad_to_bucket_boundary=True)
+        pad_to_bucket_boundary=True, padding_values={"source": PAD_ID, "target_in": PAD_ID,
+                                                     "target_out": PAD_ID, "index": np.int64(-1)})
+    return batches.map(lambda batch: _fill_rows(batch, max_tokens))
+
+
+def _fill_rows(batch: dict, max_tokens: int) -> dict:
+    """Pad a [B, L] batch to [rows_for_length(L), L] with all-pad rows (index -1)."""
+    length = tf.shape(batch["source"])[1]
+    rows = tf.maximum(1, max_tokens // length)
+    rows = tf.where(rows >= 8, rows - rows % 8, rows)
+    missing = rows - tf.shape(batch["source"])[0]
+    filled = {key: tf.pad(value, [[0, missing], [0, 0]], constant_values=PAD_ID)
+              for key, value in batch.items() if key != "index"}
+    if "index" in batch:
+        filled["index"] = tf.pad(batch["index"], [[0, missing]], constant_values=-1)
+    return filled
 
 
 def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -190,8 +263,9 @@ def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 
     data_dir = Path(data_dir)
     meta = load_meta(data_dir)
     longest = _padded_length_limit(_split_meta(meta, split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     batches = _bucketed(_pairs(data_dir, meta, split, seed, epoch), longest, max_tokens,
-                        bucket_boundaries)
+                        boundaries)
     batches = batches.map(lambda batch: {key: batch[key]
                                          for key in ("source", "target_in", "target_out")})
     return _deterministic(batches.shard(num_shards, shard_index).skip(skip_batches))
@@ -208,5 +282,6 @@ def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
     data_dir = Path(data_dir)
     meta = load_meta(data_dir)
     longest = _padded_length_limit(_split_meta(meta, split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     return _deterministic(_bucketed(_pairs(data_dir, meta, split, None, 0), longest,
-                                    max_tokens, bucket_boundaries))
+                                    max_tokens, boundaries))

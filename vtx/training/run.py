@@ -61,19 +61,28 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
+    has_valid = "valid" in pipeline.load_meta(data_dir).get("splits", {})
+    boundaries = pipeline.bucket_boundaries_for(data_dir, ("train", "valid") if has_valid
+                                                else ("train",))
+    log("batch shapes (rows x length), training and validation: " + ", ".join(
+        f"{rows}x{length}" for rows, length in
+        pipeline.batch_shapes(train_config.max_tokens, boundaries)))
+
     def make_epoch(epoch: int, skip: int):
         return pipeline.train_batches(
             data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed, epoch=epoch,
-            skip_batches=skip, num_shards=shards, shard_index=shard).as_numpy_iterator()
+            skip_batches=skip, num_shards=shards, shard_index=shard,
+            bucket_boundaries=boundaries).as_numpy_iterator()
 
     valid = None
-    if "valid" in pipeline.load_meta(data_dir).get("splits", {}):
+    if has_valid:
         cached = []
 
         def valid():
             if not cached:
                 cached.extend(_without_index(b) for b in pipeline.eval_batches(
-                    data_dir, "valid", train_config.max_tokens).as_numpy_iterator())
+                    data_dir, "valid", train_config.max_tokens,
+                    bucket_boundaries=boundaries).as_numpy_iterator())
             return cached
 
     return trainer.fit(make_epoch, valid)
