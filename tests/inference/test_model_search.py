@@ -130,3 +130,10 @@ def test_bad_search_settings_raise(model, options, message):
     with pytest.raises(ValueError) as error:
         make_search_fn(model, **options)
     assert message in str(error.value)
+
+
+def test_graph_search_is_traced_once_for_every_batch_shape(model):
+    search = make_search_fn(model, beam_size=2, max_len_b=4)
+    for sources, length in (([SOURCES[0]], 6), (SOURCES, 8), (SOURCES[1:], 16)):
+        search(padded(sources, length=length))
+    assert search.experimental_get_tracing_count() == 1

@@ -72,3 +72,10 @@ def test_nbest_hypotheses_are_sorted_by_score(trained_checkpoint):
 def test_options_refuse_nbest_over_beam():
     with pytest.raises(ValueError, match="nbest 5, beam 4"):
         DecodeOptions(beam=4, nbest=5)
+
+
+def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint):
+    translator = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=64))
+    translator.translate(SENTENCES)  # several padded (rows, length) shapes
+    translator.translate(["A dog."])
+    assert translator._search.experimental_get_tracing_count() == 1

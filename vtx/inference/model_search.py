@@ -45,8 +45,9 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    jit_compile: bool = False) -> Callable[[tf.Tensor], SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
 
-    The function is a `tf.function` traced once per (B, S) shape; batches padded to a few fixed
-    shapes reuse their traces. Arguments are those of `beam_search`; max_len_a and max_len_b set
+    Without XLA the function is traced once, for any (B, S): one graph serves every batch, so
+    no batch ever retraces. With XLA (`jit_compile`) it is compiled once per (B, S) shape, which
+    is why callers pad batches to a few fixed shapes. Arguments are those of `beam_search`; max_len_a and max_len_b set
     each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`).
 
     Raises:
@@ -72,4 +73,6 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         return beam_search(model.decode_step, state, batch_size, beam_size=beam_size,
                            nbest=nbest, early_stop=early_stop, **common)
 
-    return tf.function(search, jit_compile=jit_compile)
+    if jit_compile:
+        return tf.function(search, jit_compile=True)
+    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
