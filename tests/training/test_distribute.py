@@ -1,9 +1,10 @@
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
 
-from vtx.training.distribute import Topology, topology
+from vtx.training.distribute import Topology, topology, unseen_gpus_warning
 
 
 def cluster_config(task_type, index):
@@ -26,3 +27,24 @@ def test_a_chief_in_tf_config_is_worker_zero_and_the_only_chief(monkeypatch, tas
 def test_without_tf_config_one_worker_holds_every_replica(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert topology(SimpleNamespace(num_replicas_in_sync=8)) == Topology(0, 1, 8, True)
+
+
+def fake_nvidia_smi(folder, output):
+    """An `nvidia-smi` on PATH that prints `output` (TensorFlow itself is the real one)."""
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\nprintf '{output}'\n")
+    script.chmod(0o755)
+
+
+def test_gpus_listed_by_nvidia_smi_but_unseen_by_tensorflow_are_named(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("TensorFlow sees a GPU on this machine")
+    fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\\nGPU 1: NVIDIA H100\\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    warning = unseen_gpus_warning()
+    assert "nvidia-smi lists 2 GPU(s) but TensorFlow sees none" in warning
+    assert "vtx[gpu]" in warning
+    fake_nvidia_smi(tmp_path, "No devices were found\\n")
+    assert unseen_gpus_warning() is None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import subprocess
 
 import tensorflow as tf
 
@@ -49,3 +51,21 @@ def topology(strategy: tf.distribute.Strategy) -> Topology:
     return Topology(worker_index=index, num_workers=num_workers,
                     local_replicas=strategy.num_replicas_in_sync // num_workers,
                     is_chief=index == 0)
+
+
+def unseen_gpus_warning() -> str | None:
+    """A warning when `nvidia-smi -L` lists GPUs but TensorFlow sees none (TensorFlow without its
+    CUDA libraries would otherwise train on the CPU in silence); None when all is as it looks."""
+    if tf.config.list_physical_devices("GPU") or not shutil.which("nvidia-smi"):
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = [line for line in listed.splitlines() if line.startswith("GPU ")]
+    if not gpus:
+        return None
+    return (f"warning: nvidia-smi lists {len(gpus)} GPU(s) but TensorFlow sees none, so this "
+            f"runs on the CPU; install TensorFlow's CUDA libraries with "
+            f"pip install 'vtx[gpu]' (tensorflow[and-cuda]) and check LD_LIBRARY_PATH")

@@ -27,7 +27,7 @@ import tensorflow as tf
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.models import transformer
 from vtx.training import checkpoints
-from vtx.training.distribute import make_strategy, topology
+from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import resolve_precision
 from vtx.training.progress import Progress
@@ -89,6 +89,8 @@ class Trainer:
         self.log, self.vocab = log, vocab
         log(f"precision: {precision} ({reason}); devices: "
             f"{', '.join(self.strategy.extended.worker_devices)}")
+        if warning := unseen_gpus_warning():
+            log(warning)
         self._tensorboard_dir = tensorboard_dir
         keras.utils.set_random_seed(train_config.seed)
         with self.strategy.scope():
