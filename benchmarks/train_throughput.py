@@ -30,7 +30,7 @@ The reference is not a dependency of vtx. Install it into the same environment w
 `--index-url https://download.pytorch.org/whl/cpu` so no CUDA packages come along). Without torch
 the script prints a note and measures vtx alone.
 
-Usage: python benchmarks/train_throughput.py [--archs base,tiny]
+Usage: python benchmarks/train_throughput.py [--archs base,tiny,quickstart]
            [--precisions float32,mixed_bfloat16] [--steps-base 2] [--steps-tiny 20]
            [--warmup-base 1] [--warmup-tiny 3] [--tokens 4096] [--length 32]
            [--reference torch|none] [--jit-compile]
@@ -95,15 +95,28 @@ def time_steps(step: Callable[[int], float], warmup: int, steps: int) -> dict:
     return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu_start, "loss_sum": value}
 
 
+# Shapes that are not presets: the quick start's model (recipes/quickstart.sh), base cut down.
+SHAPES = {"quickstart": ("base", {"num_layers": 3, "d_model": 256, "d_ff": 1024, "num_heads": 4,
+                                  "vocab_size": 8000})}
+
+
+def model_config_for(arch: str):
+    """A preset name, or a name of SHAPES."""
+    from vtx.config import preset
+
+    name, overrides = SHAPES.get(arch, (arch, {}))
+    return preset(name, **overrides)
+
+
 def measure_vtx(arch: str, precision: str, args) -> dict:
     """Time `Trainer.train_update` on a one-CPU MirroredStrategy."""
     import tensorflow as tf
 
-    from vtx.config import TrainConfig, preset
+    from vtx.config import TrainConfig
     from vtx.training.stream import BatchStream
     from vtx.training.trainer import Trainer
 
-    model_config = preset(arch)
+    model_config = model_config_for(arch)
     batches = synthetic_batches(model_config.vocab_size, args.tokens, args.length)
     train_config = TrainConfig(max_tokens=args.tokens, precision=precision,
                                jit_compile=args.jit_compile, validate_interval_steps=0)
@@ -132,12 +145,8 @@ def measure_torch(arch: str, precision: str, args) -> dict:
 
 
 def preset_dict(arch: str) -> dict:
-    """The vtx preset as a dict, read in a child process so this one never imports TensorFlow."""
-    code = ("import json; from vtx.config import preset; "
-            f"print(json.dumps(preset({arch!r}).to_dict()))")
-    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                            text=True)
-    return json.loads(output.stdout)
+    """The vtx model configuration as a dict (importing vtx.config imports no TensorFlow)."""
+    return model_config_for(arch).to_dict()
 
 
 def steps_for(arch: str, args) -> tuple[int, int]:
@@ -198,6 +207,7 @@ def main(args) -> None:
 
         print(f"reference: torch {torch.__version__} nn.Transformer layers, "
               f"{args.threads} threads; bf16 = torch.autocast('cpu', bfloat16)")
+    print(f"machine: {_cpu_model()}")
     print(f"batch: {args.tokens // args.length} x {args.length} tokens a side; warm-up updates: "
           f"base {args.warmup_base}, tiny {args.warmup_tiny}; jit_compile={args.jit_compile}; "
           f"cpus={os.cpu_count()}; load average before: {_load()}")
@@ -211,6 +221,17 @@ def main(args) -> None:
             theirs = run_worker("torch", arch, precision, args) if reference == "torch" else None
             print(format_row(arch, precision, vtx, theirs, args), flush=True)
     print(f"load average after: {_load()}")
+
+
+def _cpu_model() -> str:
+    """The CPU model and whether it has native bfloat16 (the figures depend on both)."""
+    from vtx.training.precision import BF16_CPU_FLAGS, cpu_flags
+
+    names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", errors="replace")
+             if line.startswith("model name")] or ["unknown CPU"]
+    native = [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()]
+    return (f"{names[0]}, {os.cpu_count()} cpus, "
+            f"{'bf16: ' + ', '.join(native) if native else 'no native bf16'}")
 
 
 def _load() -> str:
