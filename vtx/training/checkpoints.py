@@ -3,13 +3,17 @@
 A checkpoint holds the model's variables (weights and dropout RNG state, in the model's variable
 order), the optimizer's variables, and a JSON `meta` record: step, data-stream position, model and
 training configuration. It may also carry the SentencePiece model bytes, so that a single file is
-enough to translate. `average` is a pure function over such files (fairseq's
+enough to translate. The meta record's `checksum` (SHA-256 over the rest of the meta and every
+other entry's name, dtype, shape and bytes) is verified by `load`, so that damage the zip format
+does not notice (an entry lost from its directory, contents rewritten) is caught too; files written
+before it existed load without the check. `average` is a pure function over such files (fairseq's
 `average_checkpoints.py`, without its command line).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -19,6 +23,13 @@ import numpy as np
 
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
 BEST_NAME = "checkpoint_best.npz"
+DAMAGED_SUFFIX = ".damaged"
+_CHECKSUM = "checksum"  # the meta record's key for the SHA-256 of everything else
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is damaged (truncated, overwritten, checksum mismatch) or not a checkpoint."""
 
 
 @dataclasses.dataclass
@@ -47,9 +58,10 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
     path = Path(path)
     arrays = {f"model_{i:05d}": a for i, a in enumerate(checkpoint.model)}
     arrays.update({f"optimizer_{i:05d}": a for i, a in enumerate(checkpoint.optimizer)})
-    arrays["meta"] = np.array(json.dumps(checkpoint.meta, sort_keys=True))
     if checkpoint.vocab is not None:
         arrays["vocab"] = np.frombuffer(checkpoint.vocab, dtype=np.uint8)
+    meta = {**checkpoint.meta, _CHECKSUM: _checksum(arrays, checkpoint.meta)}
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as handle:
@@ -62,22 +74,67 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
 
 
 def load(path: str | Path) -> Checkpoint:
-    """Read a checkpoint file.
+    """Read a checkpoint file and verify its checksum (when it has one).
 
     Raises:
-        ValueError: the file is not a vtx checkpoint (the message names it).
+        OSError: the file cannot be opened.
+        CheckpointError: the file is damaged or not a vtx checkpoint (the message names it).
     """
     path = Path(path)
+    with open(path, "rb") as handle:
+        if handle.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:  # else numpy would suggest unpickling it
+            raise _damaged(path, "it does not start as a zip archive")
+        handle.seek(0)
+        try:
+            with np.load(handle, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
+        # A damaged zip or .npy header fails in many ways (BadZipFile, EOFError, a header that
+        # does not parse, a shape too large to allocate): each one means "damaged".
+        except Exception as error:
+            raise _damaged(path, f"{type(error).__name__}: {error}") from error
+    return _from_arrays(path, arrays)
+
+
+def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            names = sorted(data.files)
-            model = [data[n] for n in names if n.startswith("model_")]
-            optimizer = [data[n] for n in names if n.startswith("optimizer_")]
-            meta = json.loads(str(data["meta"]))
-            vocab = data["vocab"].tobytes() if "vocab" in data.files else None
-    except (OSError, KeyError, ValueError) as error:
-        raise ValueError(f"{path}: not a readable vtx checkpoint ({error})") from error
-    return Checkpoint(model, optimizer, meta, vocab)
+        meta = json.loads(str(arrays.pop("meta")))
+        stored = meta.pop(_CHECKSUM, None)
+    except (KeyError, ValueError, AttributeError) as error:
+        raise _damaged(path, f"no valid meta record: {error}") from error
+    if stored is not None and stored != _checksum(arrays, meta):
+        raise _damaged(path, "checksum mismatch: its contents changed after it was written")
+    names = sorted(arrays)
+    return Checkpoint(model=[arrays[n] for n in names if n.startswith("model_")],
+                      optimizer=[arrays[n] for n in names if n.startswith("optimizer_")],
+                      meta=meta,
+                      vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None)
+
+
+def _damaged(path: Path, reason: str) -> CheckpointError:
+    return CheckpointError(f"{path}: not a readable vtx checkpoint, damaged or of another format "
+                           f"({reason})")
+
+
+def _checksum(arrays: dict, meta: dict) -> str:
+    """SHA-256 hex digest of `meta` and the entries' names, dtypes, shapes and bytes."""
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{array.dtype.str}:{array.shape}:".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename a damaged checkpoint to `<name>.damaged` (kept for inspection, never listed again).
+
+    Returns:
+        The new path.
+    """
+    path = Path(path)
+    target = path.with_name(path.name + DAMAGED_SUFFIX)
+    os.replace(path, target)
+    return target
 
 
 def average(paths: list[str | Path]) -> Checkpoint:

@@ -275,6 +275,32 @@ class Trainer:
         if self.vocab is None:
             self.vocab = checkpoint.vocab
 
+    def _resume(self) -> None:
+        """Restore the newest checkpoint of `save_dir` that loads, setting damaged ones aside.
+
+        Raises:
+            TrainingError: a loadable checkpoint is of another architecture or worker count.
+        """
+        existing = checkpoints.list_checkpoints(self.save_dir)
+        for path in reversed(existing):
+            try:
+                self.restore(path)
+            except checkpoints.CheckpointError as error:
+                self._set_aside(path, error)
+                continue
+            self.log(f"resumed from {path} at step {self.step}")
+            return
+        if existing:
+            self.log(f"no checkpoint of {self.save_dir} loads: starting from step 0")
+
+    def _set_aside(self, path: Path, error: checkpoints.CheckpointError) -> None:
+        if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)
+            self.log(f"skipped {path}: {error}")
+            return
+        target = checkpoints.set_aside(path)
+        self.log(f"skipped {path}, renamed to {target.name} (kept, not resumed from again): "
+                 f"{error}")
+
     # ---- the loop ----
 
     def _request_stop(self, signum, frame) -> None:
@@ -297,10 +323,7 @@ class Trainer:
             TrainingError: too many non-finite losses in a row, or out of memory.
         """
         self.save_dir.mkdir(parents=True, exist_ok=True)
-        existing = checkpoints.list_checkpoints(self.save_dir)
-        if existing:
-            self.restore(existing[-1])
-            self.log(f"resumed from {existing[-1]} at step {self.step}")
+        self._resume()
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
         progress = Progress(self.save_dir, self.config.max_steps,
                             self.log if self.topology.is_chief else (lambda line: None),

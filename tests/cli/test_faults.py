@@ -1,0 +1,60 @@
+"""Faults and bad input at the command line: a one-line error naming the file or flag, exit 1, no
+traceback, and nothing written or clobbered."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from vtx.training import checkpoints
+from vtx.training.checkpoints import Checkpoint
+from vtx_cli.main import main
+
+
+def invoke(*args, stdin=""):
+    return CliRunner().invoke(main, [str(a) for a in args], input=stdin)
+
+
+def assert_one_line_error(result, *fragments):
+    """Exit 1 with a single `Error: ...` line holding every fragment (no traceback)."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # not an uncaught error
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
+
+
+def write(path, step, value=1.0):
+    checkpoints.save(path, Checkpoint(model=[np.full((300,), value, np.float32)], optimizer=[],
+                                      meta={"step": step, "model_config": {"n": 1}}, vocab=b"x"))
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:-200])
+
+
+@pytest.fixture
+def save_dir_with_damaged_newest(tmp_path):
+    save_dir = tmp_path / "run"
+    save_dir.mkdir()
+    for step in (1, 2, 3):
+        write(checkpoints.checkpoint_path(save_dir, step), step)
+    truncate(checkpoints.checkpoint_path(save_dir, 3))
+    return save_dir
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_decoding_from_a_damaged_checkpoint_names_it(save_dir_with_damaged_newest, command):
+    damaged = checkpoints.checkpoint_path(save_dir_with_damaged_newest, 3)
+    for checkpoint in (damaged, save_dir_with_damaged_newest):  # the file, or its save dir
+        result = invoke(command, "--checkpoint", checkpoint, stdin="a dog\n")
+        assert_one_line_error(result, f"{damaged}: not a readable vtx checkpoint, damaged")
+
+
+def test_averaging_a_damaged_checkpoint_names_it_and_writes_nothing(save_dir_with_damaged_newest):
+    output = save_dir_with_damaged_newest / "averaged.npz"
+    result = invoke("average-checkpoints", "--inputs", save_dir_with_damaged_newest,
+                    "--num-last", 2, "--output", output)
+    damaged = checkpoints.checkpoint_path(save_dir_with_damaged_newest, 3)
+    assert_one_line_error(result, f"{damaged}: not a readable vtx checkpoint, damaged")
+    assert not output.exists()

@@ -1,0 +1,132 @@
+"""Damaged checkpoint files: every kind of damage is one `CheckpointError` naming the file, and a
+run resumes from the newest checkpoint that loads (the damaged one set aside, said in the log)."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.training.synthetic import epoch_maker, make_pairs
+from vtx import config
+from vtx.training import checkpoints
+from vtx.training.checkpoints import Checkpoint, CheckpointError
+from vtx.training.trainer import Trainer
+
+
+def make() -> Checkpoint:
+    model = [np.arange(600, dtype=np.float32).reshape(20, 30), np.array([7, 3], np.int64)]
+    return Checkpoint(model=model, optimizer=[np.full((5,), 0.25, np.float32)],
+                      meta={"step": 3, "model_config": {"d_model": 8}}, vocab=b"spm")
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def random_bytes(path):
+    size = path.stat().st_size
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, size, np.uint8).tobytes())
+
+
+def flip_middle_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+DAMAGES = [truncate, random_bytes, flip_middle_byte]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_each_damage_is_a_checkpoint_error_naming_the_file(tmp_path, damage):
+    path = tmp_path / "checkpoint_00000003.npz"
+    checkpoints.save(path, make())
+    damage(path)
+    with pytest.raises(CheckpointError, match="checkpoint_00000003.npz: not a readable vtx "
+                                              "checkpoint, damaged") as caught:
+        checkpoints.load(path)
+    assert isinstance(caught.value, ValueError)
+    assert "allow_pickle" not in str(caught.value)  # no advice to unpickle a damaged file
+
+
+def test_every_single_byte_flip_is_detected_or_changes_nothing_read(tmp_path):
+    """Bytes the zip reader ignores (timestamps, the local headers' copies) may flip unnoticed;
+    a flip anywhere else is an error, never different weights."""
+    path = tmp_path / "c.npz"
+    checkpoints.save(path, make())
+    original = path.read_bytes()
+    for offset in range(0, len(original), 3):
+        data = bytearray(original)
+        data[offset] ^= 0xFF
+        path.write_bytes(bytes(data))
+        try:
+            loaded = checkpoints.load(path)
+        except CheckpointError:
+            continue
+        assert loaded.meta == make().meta and loaded.vocab == b"spm", offset
+        for got, want in zip(loaded.model + loaded.optimizer, make().model + make().optimizer):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_consistent_zip_with_changed_contents_fails_the_checksum(tmp_path):
+    """Damage the zip format cannot see (an entry rewritten with a valid CRC) is caught."""
+    path = tmp_path / "c.npz"
+    checkpoints.save(path, make())
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["model_00000"] = arrays["model_00000"] + 1
+    np.savez(path, **arrays)
+    with pytest.raises(CheckpointError, match="c.npz: .*checksum mismatch"):
+        checkpoints.load(path)
+
+
+def test_a_checkpoint_without_checksum_still_loads(tmp_path):
+    """Files written before the checksum existed: the same entries, no checksum in the meta."""
+    path = tmp_path / "old.npz"
+    checkpoint = make()
+    arrays = {"model_00000": checkpoint.model[0], "model_00001": checkpoint.model[1],
+              "optimizer_00000": checkpoint.optimizer[0], "vocab": np.frombuffer(b"spm", np.uint8),
+              "meta": np.array('{"model_config": {"d_model": 8}, "step": 3}')}
+    np.savez(path, **arrays)
+    loaded = checkpoints.load(path)
+    assert loaded.meta == checkpoint.meta and loaded.vocab == b"spm"
+    np.testing.assert_array_equal(loaded.model[0], checkpoint.model[0])
+
+
+def make_trainer(save_dir, lines) -> Trainer:
+    train_config = config.TrainConfig(max_steps=4, save_interval_steps=2, save_interval_minutes=0,
+                                      validate_interval_steps=0, warmup_steps=10)
+    return Trainer(config.preset("tiny", vocab_size=20, dropout=0.1), train_config, save_dir,
+                   log=lines.append)
+
+
+PAIRS = make_pairs(16, 20)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """A run to step 4 that saved at steps 2 and 4."""
+    save_dir = tmp_path_factory.mktemp("uninterrupted")
+    make_trainer(save_dir, []).fit(epoch_maker(PAIRS, 4))
+    return save_dir
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+        tmp_path, uninterrupted, damage):
+    for step in (2, 4):
+        shutil.copy(checkpoints.checkpoint_path(uninterrupted, step), tmp_path)
+    newest = checkpoints.checkpoint_path(tmp_path, 4)
+    damage(newest)
+    lines = []
+    trainer = make_trainer(tmp_path, lines)
+    trainer.fit(epoch_maker(PAIRS, 4))
+    assert any(f"skipped {newest}, renamed to checkpoint_00000004.npz.damaged" in line
+               and "damaged" in line.split(": ", 1)[1] for line in lines), lines
+    assert f"resumed from {checkpoints.checkpoint_path(tmp_path, 2)} at step 2" in lines
+    assert (tmp_path / "checkpoint_00000004.npz.damaged").exists()
+    assert trainer.step == 4
+    reference = checkpoints.load(checkpoints.checkpoint_path(uninterrupted, 4)).model
+    for variable, want in zip(trainer.model.variables, reference):
+        np.testing.assert_allclose(variable.numpy(), want, atol=1e-5)
