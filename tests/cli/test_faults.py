@@ -58,3 +58,29 @@ def test_averaging_a_damaged_checkpoint_names_it_and_writes_nothing(save_dir_wit
     damaged = checkpoints.checkpoint_path(save_dir_with_damaged_newest, 3)
     assert_one_line_error(result, f"{damaged}: not a readable vtx checkpoint, damaged")
     assert not output.exists()
+
+
+TRAIN = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--precision",
+         "float32", "--validate-interval-steps", "0", "--save-interval-minutes", "0"]
+
+
+def test_a_refused_run_writes_nothing_so_the_right_one_resumes(multi30k_small, tmp_path):
+    """Checkpoints without config.json: a wrong model is refused without writing a config.json
+    that would then refuse the right model."""
+    data, save = multi30k_small / "data", tmp_path / "run"
+    assert invoke("train", data, "--save-dir", save, "--max-steps", 1, *TRAIN).exit_code == 0
+    (save / "config.json").unlink()
+    before = sorted(p.name for p in save.iterdir())
+    result = invoke("train", data, "--save-dir", save, "--max-steps", 2, "--d-ff", 64, *TRAIN)
+    assert_one_line_error(result, "checkpoint_00000001.npz holds a different architecture")
+    assert sorted(p.name for p in save.iterdir()) == before
+    result = invoke("train", data, "--save-dir", save, "--max-steps", 2, *TRAIN)
+    assert result.exit_code == 0, result.output
+    assert f"resumed from {save / 'checkpoint_00000001.npz'} at step 1" in result.output
+
+
+def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
+    result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
+                    *TRAIN, "--max-tokens", 8)
+    assert_one_line_error(result, "train split", "max_tokens 8 cannot hold the longest pair")
+    assert not (tmp_path / "run").exists()

@@ -26,6 +26,9 @@ length L within one batch):
     eval_batches(data_dir, split, max_tokens, bucket_boundaries=None) -> tf.data.Dataset
         the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
         outputs can be put back in corpus order; no shuffling, deterministic order.
+    check_max_tokens(data_dir, split, max_tokens, bucket_boundaries=None)
+        raises ValueError when batches of max_tokens cannot hold the split's longest pair (what
+        train_batches and eval_batches refuse), without building a dataset.
 
 Why few fixed shapes: every distinct padded shape is a separate compiled program (about 90 s
 each for base under XLA on an H100), so there are at most MAX_SHAPES lengths, chosen for the
@@ -202,10 +205,8 @@ def _padded_length_limit(split_meta: dict) -> int:
     return max(split_meta["max_source_length"], split_meta["max_target_length"] + 1)
 
 
-def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
-              boundaries: list[int]) -> tf.data.Dataset:
-    """Group pairs into batches of `rows_for_length` rows padded to their bucket length L; a
-    bucket's short last batch is filled up with all-pad rows (no loss, no gradient)."""
+def _checked_boundaries(longest: int, max_tokens: int, boundaries: list[int]) -> list[int]:
+    """Sorted bucket lengths, checked to hold the longest pair within max_tokens."""
     boundaries = sorted(boundaries)
     if boundaries[-1] < longest:
         raise ValueError(f"bucket boundaries end at {boundaries[-1]}, below the longest pair "
@@ -214,6 +215,29 @@ def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
     if max_tokens < needed:
         raise ValueError(f"max_tokens {max_tokens} cannot hold the longest pair, padded to "
                          f"{needed} ids; raise max_tokens to at least {needed}")
+    return boundaries
+
+
+def check_max_tokens(data_dir: str | Path, split: str, max_tokens: int,
+                     bucket_boundaries: list[int] | None = None) -> None:
+    """Check, before any batch is built, that batches of `max_tokens` hold every pair of `split`.
+
+    Raises:
+        ValueError: unknown split, or max_tokens below its longest pair (split and directory named).
+    """
+    longest = _padded_length_limit(_split_meta(load_meta(data_dir), split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
+    try:
+        _checked_boundaries(longest, max_tokens, boundaries)
+    except ValueError as error:
+        raise ValueError(f"{data_dir}, {split} split: {error}") from error
+
+
+def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
+              boundaries: list[int]) -> tf.data.Dataset:
+    """Group pairs into batches of `rows_for_length` rows padded to their bucket length L; a
+    bucket's short last batch is filled up with all-pad rows (no loss, no gradient)."""
+    boundaries = _checked_boundaries(longest, max_tokens, boundaries)
     batch_sizes = [rows for rows, _ in batch_shapes(max_tokens, boundaries)]
     batches = pairs.map(_add_bos_eos).bucket_by_sequence_length(
         lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"])),

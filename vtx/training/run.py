@@ -19,17 +19,30 @@ def resolve_model_config(data_dir, arch: str, overrides: dict) -> ModelConfig:
     return config.preset(arch, vocab_size=pipeline.vocab_size(data_dir), **overrides)
 
 
+def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
+    """Refuse a save dir whose config.json describes another model (reads, writes nothing).
+
+    Raises:
+        ValueError: config.json unreadable or of another model (the path named).
+    """
+    path = save_dir / CONFIG_FILE
+    if not path.exists():
+        return
+    try:
+        previous = json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(f"{path}: not valid JSON ({error}); move it away to start over") from error
+    if previous.get("model") != model_config.to_dict():
+        raise ValueError(f"{path} describes another model ({previous.get('model')}); "
+                         f"use a new --save-dir or the same model flags")
+
+
 def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelConfig,
                      train_config: TrainConfig) -> None:
-    """Save the resolved configuration beside the checkpoints; refuse a different model."""
+    """Save the resolved configuration beside the checkpoints (once `check_run_config` passed)."""
     path = save_dir / CONFIG_FILE
     record = {"arch": arch, "data_dir": str(Path(data_dir).resolve()),
               "model": model_config.to_dict(), "train": train_config.to_dict()}
-    if path.exists():
-        previous = json.loads(path.read_text())
-        if previous.get("model") != record["model"]:
-            raise ValueError(f"{path} describes another model ({previous.get('model')}); "
-                             f"use a new --save-dir or the same model flags")
     save_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -52,18 +65,24 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 
     save_dir = Path(save_dir)
     model_config = resolve_model_config(data_dir, arch, overrides)
-    write_run_config(save_dir, data_dir, arch, model_config, train_config)
+    # Nothing is written into save_dir before the configuration, the data and the checkpoints
+    # agree: a refused run must not block a later correct one.
+    check_run_config(save_dir, model_config)
+    has_valid = "valid" in pipeline.load_meta(data_dir).get("splits", {})
+    splits = ("train", "valid") if has_valid else ("train",)
+    boundaries = pipeline.bucket_boundaries_for(data_dir, splits)
+    for split in splits:
+        pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
     vocab = pipeline.vocabulary_path(data_dir).read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
                       vocab=vocab, tensorboard_dir=tensorboard_dir)
+    trainer.resume()
+    write_run_config(save_dir, data_dir, arch, model_config, train_config)
     shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
-    has_valid = "valid" in pipeline.load_meta(data_dir).get("splits", {})
-    boundaries = pipeline.bucket_boundaries_for(data_dir, ("train", "valid") if has_valid
-                                                else ("train",))
     log("batch shapes (rows x length), training and validation: " + ", ".join(
         f"{rows}x{length}" for rows, length in
         pipeline.batch_shapes(train_config.max_tokens, boundaries)))

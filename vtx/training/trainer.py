@@ -103,6 +103,7 @@ class Trainer:
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.positions = [(0, 0)] * self.topology.num_workers  # per worker: (epoch, offset)
         self._stop_signal: int | None = None
+        self._resumed = False
         gradient_fn = self._replica_gradients
         if train_config.jit_compile:
             gradient_fn = tf.function(gradient_fn, jit_compile=True)
@@ -275,12 +276,16 @@ class Trainer:
         if self.vocab is None:
             self.vocab = checkpoint.vocab
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
         """Restore the newest checkpoint of `save_dir` that loads, setting damaged ones aside.
+
+        Writes nothing else, so a caller can check a save dir before writing into it; `fit` calls
+        it when it has not been called.
 
         Raises:
             TrainingError: a loadable checkpoint is of another architecture or worker count.
         """
+        self._resumed = True
         existing = checkpoints.list_checkpoints(self.save_dir)
         for path in reversed(existing):
             try:
@@ -309,7 +314,7 @@ class Trainer:
 
     def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
             make_valid: Callable[[], Iterable[dict]] | None = None) -> int | None:
-        """Train until `max_steps`, resuming from the newest checkpoint of `save_dir`.
+        """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
 
         Args:
             make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
@@ -322,8 +327,9 @@ class Trainer:
         Raises:
             TrainingError: too many non-finite losses in a row, or out of memory.
         """
+        if not self._resumed:
+            self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
-        self._resume()
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
         progress = Progress(self.save_dir, self.config.max_steps,
                             self.log if self.topology.is_chief else (lambda line: None),
