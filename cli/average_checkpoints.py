@@ -13,7 +13,8 @@ import click
                    "(paper: 5 for base, 20 for big).")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
               help="Where to write the averaged checkpoint (.npz).")
-def average_checkpoints(inputs, num_last, output):
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
+def average_checkpoints(inputs, num_last, output, force):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
     from vtx.training import checkpoints
 
@@ -31,9 +32,10 @@ def average_checkpoints(inputs, num_last, output):
     elif num_last is not None:
         raise click.UsageError("--num-last goes with a directory in --inputs")
     try:
+        checkpoints.check_output(output, force)
         averaged = checkpoints.average(paths)
-    except ValueError as error:
+        checkpoints.save(output, averaged)
+    except (OSError, ValueError) as error:
         raise click.ClickException(str(error)) from error
-    checkpoints.save(output, averaged)
     click.echo(f"averaged {len(paths)} checkpoints (steps {averaged.meta['averaged_from']}) "
                f"into {output}")

@@ -84,3 +84,55 @@ def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
                     *TRAIN, "--max-tokens", 8)
     assert_one_line_error(result, "train split", "max_tokens 8 cannot hold the longest pair")
     assert not (tmp_path / "run").exists()
+
+
+def average_into(save_dir, output, *flags):
+    return invoke("average-checkpoints", "--inputs", save_dir, "--num-last", 2, "--output",
+                  output, *flags)
+
+
+def test_averaging_onto_an_existing_file_needs_force(tmp_path):
+    for step in (1, 2):
+        write(checkpoints.checkpoint_path(tmp_path, step), step, value=float(step))
+    output = tmp_path / "average.npz"
+    output.write_bytes(b"precious")
+    assert_one_line_error(average_into(tmp_path, output), f"--output {output} already exists",
+                          "--force")
+    assert output.read_bytes() == b"precious"
+    assert average_into(tmp_path, output, "--force").exit_code == 0
+    np.testing.assert_array_equal(checkpoints.load(output).model[0], np.full((300,), 1.5))
+
+
+def test_averaging_into_a_missing_folder_is_a_clear_error(tmp_path):
+    for step in (1, 2):
+        write(checkpoints.checkpoint_path(tmp_path, step), step)
+    output = tmp_path / "missing" / "average.npz"
+    assert_one_line_error(average_into(tmp_path, output),
+                          f"--output {output}: folder {output.parent} does not exist")
+
+
+def preprocess(train_prefix, destdir):
+    return invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", train_prefix,
+                  "--destdir", destdir, "--vocab-size", 40)
+
+
+def write_corpus(prefix, lines):
+    for lang in ("en", "de"):
+        prefix.with_name(f"{prefix.name}.{lang}").write_text("".join(f"{l}\n" for l in lines))
+
+
+def test_preprocess_into_a_path_below_a_regular_file_is_a_clear_error(tmp_path):
+    write_corpus(tmp_path / "train", ["a small house", "the dog runs"])
+    regular = tmp_path / "a_regular_file"
+    regular.write_text("x")
+    assert_one_line_error(preprocess(tmp_path / "train", regular / "sub"),
+                          f"--destdir {regular / 'sub'}: {regular} is not a directory")
+
+
+@pytest.mark.parametrize("lines", [[], ["", "  "]])
+def test_preprocess_of_an_empty_training_file_names_it(tmp_path, lines):
+    write_corpus(tmp_path / "train", lines)
+    result = preprocess(tmp_path / "train", tmp_path / "bin")
+    assert_one_line_error(result, f"--trainpref: {tmp_path / 'train.en'} and "
+                                  f"{tmp_path / 'train.de'} hold no text")
+    assert not (tmp_path / "bin").exists()

@@ -92,9 +92,19 @@ def _split_files(config: PreprocessConfig) -> dict[str, tuple[Path, Path]]:
 def _check_destdir(destdir: Path, force: bool) -> None:
     if destdir.exists() and not destdir.is_dir():
         raise DataError(f"--destdir {destdir} exists and is not a directory")
+    ancestor = next(p for p in destdir.absolute().parents if p.exists())
+    if not ancestor.is_dir():
+        raise DataError(f"--destdir {destdir}: {ancestor} is not a directory")
     if destdir.is_dir() and any(destdir.iterdir()) and not force:
         raise DataError(f"--destdir {destdir} exists and is not empty (use --force to "
                         f"replace it)")
+
+
+def _check_training_text(source: Path, target: Path) -> None:
+    """Refuse training files without one non-blank line (SentencePiece's error would not say)."""
+    if not any(src.strip() or tgt.strip() for src, tgt in read_parallel(source, target)):
+        raise DataError(f"--trainpref: {source} and {target} hold no text (empty, or blank "
+                        f"lines only)")
 
 
 def _training_text(source: Path, target: Path) -> Iterator[str]:
@@ -175,7 +185,12 @@ def preprocess(config: PreprocessConfig) -> dict:
     destdir = Path(config.destdir)
     _check_destdir(destdir, config.force)
     files = _split_files(config)
-    destdir.parent.mkdir(parents=True, exist_ok=True)
+    if "train" in files:
+        _check_training_text(*files["train"])
+    try:
+        destdir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"--destdir {destdir}: cannot create its parent folder ({err})") from None
     workdir = destdir.with_name(f".{destdir.name}.tmp-{os.getpid()}")
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir()

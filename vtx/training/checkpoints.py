@@ -53,6 +53,22 @@ def list_checkpoints(save_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def check_output(path: str | Path, force: bool) -> None:
+    """Refuse to write a new checkpoint at `path` when it exists (unless `force`) or when its
+    folder is missing, before any work is done.
+
+    Raises:
+        ValueError: the reason, with `--output` and the path.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise ValueError(f"--output {path} already exists (use --force to replace it)")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"--output {path} is not a regular file; not replacing it")
+    if not path.parent.is_dir():
+        raise ValueError(f"--output {path}: folder {path.parent} does not exist")
+
+
 def save(path: str | Path, checkpoint: Checkpoint) -> None:
     """Write `checkpoint` to `path` via a temporary file and an atomic rename."""
     path = Path(path)
