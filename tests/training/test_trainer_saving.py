@@ -34,13 +34,15 @@ class StepClock:
         return trainer
 
 
-def make_trainer(save_dir, lines=None, seconds_per_update=1.0, **options) -> Trainer:
+def make_trainer(save_dir, lines=None, seconds_per_update=1.0, tensorboard_dir=None,
+                 **options) -> Trainer:
     train_config = config.TrainConfig(**{"max_steps": 6, "save_interval_minutes": 0,
                                          "validate_interval_steps": 0, "log_interval_steps": 1,
                                          "warmup_steps": 10, **options})
     clock = StepClock(seconds_per_update)
     trainer = Trainer(config.preset("tiny", vocab_size=20, dropout=0.0), train_config, save_dir,
-                      log=(lines.append if lines is not None else lambda line: None), clock=clock)
+                      log=(lines.append if lines is not None else lambda line: None), clock=clock,
+                      tensorboard_dir=tensorboard_dir)
     return clock.attach(trainer)
 
 
@@ -93,8 +95,8 @@ def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path):
     import tensorflow as tf
 
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
-    trainer = make_trainer(tmp_path / "run", max_steps=2, validate_interval_steps=2)
-    trainer._tensorboard_dir = str(tmp_path / "tb")
+    trainer = make_trainer(tmp_path / "run", max_steps=2, validate_interval_steps=2,
+                           tensorboard_dir=str(tmp_path / "tb"))
     trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
     (events,) = (tmp_path / "tb").glob("events.out.tfevents.*")
     scalars = {}
