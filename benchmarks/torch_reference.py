@@ -102,7 +102,7 @@ def make_step(model: Transformer, label_smoothing: float, bfloat16: bool,
         (loss_sum / tokens).backward()
         optimizer.step()
         schedule.step()
-        return float(loss_sum)
+        return float(loss_sum.detach())
 
     return step
 
