@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from vtx.config import PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
+from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
 
@@ -52,11 +52,30 @@ ARCHS = tuple(PRESETS)
               help="Keep the N newest checkpoints (0: all).")
 @click.option("--validate-interval-steps", type=click.IntRange(min=0), default=1000,
               show_default=True)
+@click.option("--eval-bleu", is_flag=True,
+              help="At each validation, translate the validation set (beam search, current "
+                   "weights) and log its detokenized sacreBLEU.")
+@click.option("--eval-f1", "eval_gold", type=click.Path(dir_okay=False, exists=True),
+              metavar="GOLD",
+              help="At each validation, parse the validation set and log its EVALB F1 against "
+                   "GOLD (valid.gold of vtx prepare-parse).")
+@click.option("--eval-beam", type=click.IntRange(min=1), default=None,
+              help="Beam of --eval-bleu / --eval-f1.  [default: 4]")
+@click.option("--eval-lenpen", type=click.FloatRange(min=0), default=None,
+              help="Length penalty alpha of --eval-bleu / --eval-f1.  [default: 0.6 for BLEU, "
+                   "0.3 for F1]")
+@click.option("--best-checkpoint-metric", type=click.Choice(BEST_CHECKPOINT_METRICS),
+              default=None,
+              help="What checkpoint_best is the best of: validation loss (lowest), bleu or f1 "
+                   "(highest).  [default: the --eval-* metric if any, else loss]")
+@click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--tensorboard-dir", type=click.Path(file_okay=False))
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
-          attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, **train_options):
+          attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
+          eval_beam, eval_lenpen, best_checkpoint_metric, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
 
@@ -72,13 +91,22 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     from vtx.training import run
     from vtx.training.trainer import TrainingError
 
+    if eval_bleu and eval_gold:
+        raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task metric)")
+    eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
+    eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
+    if eval_gold:
+        eval_options["gold_path"] = eval_gold
     try:
         train_config = config.TrainConfig(
-            jit_compile=train_options.pop("jit"), **train_options)
+            jit_compile=train_options.pop("jit"),
+            best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
+            **train_options)
         stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
                             devices=devices.split(",") if devices else None,
                             tensorboard_dir=tensorboard_dir,
-                            log=lambda line: click.echo(line, err=True))
+                            log=lambda line: click.echo(line, err=True),
+                            eval_metric=eval_metric, eval_options=eval_options)
     except (OSError, ValueError, DataError, TrainingError) as error:
         raise click.ClickException(str(error)) from error
     if stopped:

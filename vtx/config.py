@@ -107,6 +107,7 @@ def preset(name: str, **overrides) -> ModelConfig:
 # "auto": mixed_bfloat16 where the hardware computes bfloat16 natively, else float32
 # (vtx.training.precision); resolved when training starts, and recorded resolved.
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+BEST_CHECKPOINT_METRICS = ("loss", "bleu", "f1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,10 @@ class TrainConfig(_JsonConfig):
     validate_interval_steps: int = 1000  # 0 disables
     log_interval_steps: int = 100
     max_nonfinite_in_a_row: int = 10  # stop after this many consecutive non-finite losses
+    # checkpoint_best keeps the best validation by this: "loss" (lowest), or a task metric
+    # computed at each validation, "bleu" or "f1" (highest; vtx.training.validation).
+    best_checkpoint_metric: str = "loss"
+    patience: int = 0  # stop after this many validations without a new best; 0 disables
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "update_freq", "max_steps", "warmup_steps", "log_interval_steps",
@@ -141,7 +146,8 @@ class TrainConfig(_JsonConfig):
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("save_interval_steps", "keep_last", "validate_interval_steps", "max_minutes"):
+        for name in ("save_interval_steps", "keep_last", "validate_interval_steps", "max_minutes",
+                     "patience"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:
@@ -149,6 +155,10 @@ class TrainConfig(_JsonConfig):
                              f"got {self.precision!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.best_checkpoint_metric not in BEST_CHECKPOINT_METRICS:
+            raise ValueError(f"best_checkpoint_metric must be one of "
+                             f"{', '.join(BEST_CHECKPOINT_METRICS)}, got "
+                             f"{self.best_checkpoint_metric!r}")
         if self.lr_scale <= 0:
             raise ValueError(f"lr_scale must be positive, got {self.lr_scale}")
 

@@ -309,3 +309,15 @@ def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
     boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     return _deterministic(_bucketed(_pairs(data_dir, meta, split, None, 0), longest,
                                     max_tokens, boundaries))
+
+
+def split_pairs(data_dir: str | Path, split: str) -> list[tuple[list[int], list[int]]]:
+    """Every (source ids, target ids) pair of `split` in file order, without bos/eos.
+
+    Raises:
+        ValueError: unknown split.
+    """
+    data_dir = Path(data_dir)
+    pairs = _pairs(data_dir, load_meta(data_dir), split, None, 0)
+    return [(pair["source"].tolist(), pair["target"].tolist())
+            for pair in pairs.as_numpy_iterator()]

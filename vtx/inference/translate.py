@@ -138,12 +138,20 @@ class Translator:
         results: list[list[Hypothesis]] = [[] for _ in lines]
         wanted = [i for i, line in enumerate(lines) if line.strip()]
         encoded = [self.encode(lines[i], first_line_number + i) for i in wanted]
+        for index, hypotheses in zip(wanted, self.search_ids(encoded)):
+            results[index] = hypotheses
+        return results
+
+    def search_ids(self, encoded: list[list[int]]) -> list[list[Hypothesis]]:
+        """nbest hypotheses for each non-empty list of source ids (already within the model's
+        positions), in input order."""
+        results: list[list[Hypothesis]] = [[] for _ in encoded]
         for rows, source in padded_batches(encoded, self.options.max_tokens):
             output = self._search(source)
             tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
             scores = output.scores.numpy()
             for row, index in enumerate(rows):
-                results[wanted[index]] = [
+                results[index] = [
                     Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
                                float(scores[row, r]))
                     for r in range(self.options.nbest)]

@@ -27,11 +27,14 @@ class Progress:
         log: where lines go (e.g. `print` to stderr).
         tensorboard_dir: optional TensorBoard log directory.
         clock: seconds from an arbitrary origin (tests pass a fake one).
+        elapsed_before: wall seconds of the earlier runs this one resumes (for the training
+            minutes recorded with each validation).
     """
 
     def __init__(self, save_dir: Path, max_steps: int, log: Callable[[str], None],
                  tensorboard_dir: str | None = None, time_budget_seconds: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, start_step: int = 0):
+                 clock: Callable[[], float] = time.monotonic, start_step: int = 0,
+                 elapsed_before: float = 0.0):
         self.save_dir, self.max_steps, self.log = Path(save_dir), max_steps, log
         self.clock = clock
         self.time_budget_seconds = time_budget_seconds
@@ -44,6 +47,7 @@ class Progress:
         self._run_start = clock()
         self._reset(self._run_start)
         self._start_step = start_step
+        self._elapsed_before = elapsed_before
 
     def _reset(self, now: float) -> None:
         self._loss = self._nll = self._tokens = 0.0
@@ -71,10 +75,18 @@ class Progress:
                            "tokens_per_second": rate})
         self._reset(now)
 
-    def report_valid(self, step: int, loss: float, nll: float, best: bool) -> None:
+    def report_valid(self, step: int, loss: float, nll: float, best: bool,
+                     score=None) -> None:
+        """One validation: loss, and the task metric when `score` (a validation.Score) is given."""
+        minutes = (self._elapsed_before + self.clock() - self._run_start) / 60
+        metric = f" | {score.metric} {score.value:.2f}" if score is not None else ""
         self.log(f"valid step {step} | loss {loss:.3f} | nll {nll:.3f} | "
-                 f"ppl {math.exp(min(nll, 50)):.2f}" + (" | best" if best else ""))
-        self.record(step, {"valid_loss": loss, "valid_nll": nll})
+                 f"ppl {math.exp(min(nll, 50)):.2f}{metric}" + (" | best" if best else ""))
+        values = {"valid_loss": loss, "valid_nll": nll, "minutes": minutes}
+        if score is not None:
+            self.log(f"valid step {step} | {score.summary}")
+            values[f"valid_{score.metric}"] = score.value
+        self.record(step, values)
 
     def record(self, step: int, values: dict) -> None:
         with open(self.history_path, "a") as handle:
@@ -93,14 +105,28 @@ class Progress:
 
 
 def write_learning_curve(history_path: Path, png_path: Path) -> None:
-    """Plot train/valid loss from a history.jsonl file into a PNG (temp file, then rename)."""
+    """Plot train/valid loss per step from a history.jsonl file into a PNG (temp file, then
+    rename); with a task metric (valid_bleu, valid_f1) a second panel plots it against the
+    training minutes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [json.loads(line) for line in Path(history_path).read_text().splitlines() if line]
-    figure, axis = plt.subplots(figsize=(7, 4))
+    metrics = [(key, label) for key, label in (("valid_bleu", "BLEU"), ("valid_f1", "F1"))
+               if any(key in r for r in rows)]
+    if metrics:
+        figure, (axis, metric_axis) = plt.subplots(1, 2, figsize=(12, 4))
+        for key, label in metrics:
+            points = [(r["minutes"], r[key]) for r in rows if key in r and "minutes" in r]
+            metric_axis.plot(*zip(*points), marker=".", label=f"validation {label}")
+        metric_axis.set_xlabel("training minutes (wall, validations included)")
+        metric_axis.set_ylabel(" / ".join(label for _, label in metrics))
+        metric_axis.grid(alpha=0.3)
+        metric_axis.legend()
+    else:
+        figure, axis = plt.subplots(figsize=(7, 4))
     for key, label in (("train_loss", "train"), ("valid_loss", "valid")):
         points = [(r["step"], r[key]) for r in rows if key in r]
         if points:

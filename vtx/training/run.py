@@ -51,11 +51,21 @@ def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelCon
 
 def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainConfig,
           devices: list[str] | None = None, tensorboard_dir: str | None = None,
-          log: Callable[[str], None] = print) -> int | None:
+          log: Callable[[str], None] = print, eval_metric: str | None = None,
+          eval_options: dict | None = None) -> int | None:
     """Train (or resume) on `data_dir`, writing to `save_dir`.
 
+    Args:
+        eval_metric: "bleu" or "f1": decode and score the validation set at each validation
+            (`vtx.training.validation`); `eval_options` go to its scorer (gold_path, beam,
+            lenpen).
+
     Returns:
-        None when max_steps was reached, else the signal number that stopped training.
+        None when max_steps was reached (or the time budget or patience ran out), else the
+        signal number that stopped training.
+
+    Raises:
+        ValueError: a bad configuration, data directory or gold file (named).
     """
     from vtx.training.distribute import make_strategy
 
@@ -69,6 +79,13 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
     has_valid = "valid" in pipeline.load_meta(data_dir).get("splits", {})
+    metric = train_config.best_checkpoint_metric
+    if metric != "loss" and metric != eval_metric:
+        raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
+                         f"validation (--eval-{'bleu' if metric == 'bleu' else 'f1'})")
+    if eval_metric and not (has_valid and train_config.validate_interval_steps):
+        raise ValueError(f"{eval_metric} at each validation needs a validation split in "
+                         f"{data_dir} and --validate-interval-steps above 0")
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(data_dir, splits)
     for split in splits:
@@ -76,6 +93,13 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     vocab = pipeline.vocabulary_path(data_dir).read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
                       vocab=vocab, tensorboard_dir=tensorboard_dir)
+    score_valid = None
+    if eval_metric:
+        from vtx.training import validation
+
+        score_valid = validation.make_scorer(trainer.model, data_dir, eval_metric,
+                                             max_tokens=train_config.max_tokens,
+                                             **(eval_options or {}))
     trainer.resume()
     write_run_config(save_dir, data_dir, arch, model_config, train_config)
     shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
@@ -104,7 +128,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
                     bucket_boundaries=boundaries).as_numpy_iterator())
             return cached
 
-    return trainer.fit(make_epoch, valid)
+    return trainer.fit(make_epoch, valid, score_valid)
 
 
 def _without_index(batch: dict) -> dict:

@@ -33,6 +33,7 @@ from vtx.training.precision import resolve_precision
 from vtx.training.progress import Progress
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
+from vtx.training.validation import Score
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -101,6 +102,12 @@ class Trainer:
                                   self.model.trainable_variables]
             self._token_count = self._local_variable(())
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
+        # The best task metric so far (higher is better), validations since the best one (by
+        # `best_checkpoint_metric`), and the wall seconds of every run before this process.
+        self.best_score: float | None = None
+        self.since_best = 0
+        self.elapsed_before = 0.0
+        self._started = clock()
         self.positions = [(0, 0)] * self.topology.num_workers  # per worker: (epoch, offset)
         self._stop_signal: int | None = None
         self._resumed = False
@@ -220,6 +227,8 @@ class Trainer:
     def _meta(self) -> dict:
         return {"step": self.step, "positions": [list(p) for p in self.positions],
                 "skipped": self.skipped, "best_valid": self.best_valid,
+                "best_score": self.best_score, "validations_since_best": self.since_best,
+                "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers}
 
@@ -272,6 +281,9 @@ class Trainer:
         meta = checkpoint.meta
         self.step, self.skipped = meta["step"], meta.get("skipped", 0)
         self.best_valid = meta.get("best_valid", math.inf)
+        self.best_score = meta.get("best_score")
+        self.since_best = meta.get("validations_since_best", 0)
+        self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
         if self.vocab is None:
             self.vocab = checkpoint.vocab
@@ -313,20 +325,29 @@ class Trainer:
         self.log(f"received signal {signum}: saving a checkpoint after this update, then exiting")
 
     def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
-            make_valid: Callable[[], Iterable[dict]] | None = None) -> int | None:
+            make_valid: Callable[[], Iterable[dict]] | None = None,
+            score_valid: Callable[[], Score] | None = None) -> int | None:
         """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
 
         Args:
             make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
             make_valid: `() -> batches` of the validation set (the same on every worker).
+            score_valid: `() -> Score` of the model on the validation set by a task metric
+                (`vtx.training.validation`), called at each validation on every worker; needed
+                when `best_checkpoint_metric` is not "loss".
 
         Returns:
-            None when `max_steps` was reached or the `max_minutes` budget ran out (a checkpoint is
-            saved either way); the signal number when SIGTERM/SIGINT stopped it.
+            None when `max_steps` was reached, the `max_minutes` budget ran out or `patience`
+            validations brought no new best (a checkpoint is saved in each case); the signal
+            number when SIGTERM/SIGINT stopped it.
 
         Raises:
             TrainingError: too many non-finite losses in a row, or out of memory.
         """
+        metric = self.config.best_checkpoint_metric
+        if metric != "loss" and (score_valid is None or make_valid is None):
+            raise TrainingError(f"the best checkpoint is chosen by {metric}, but no validation "
+                                f"set or {metric} scorer was given")
         if not self._resumed:
             self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
@@ -335,15 +356,31 @@ class Trainer:
                             self.log if self.topology.is_chief else (lambda line: None),
                             self._tensorboard_dir if self.topology.is_chief else None,
                             time_budget_seconds=60 * self.config.max_minutes or None,
-                            clock=self.clock, start_step=self.step)
+                            clock=self.clock, start_step=self.step,
+                            elapsed_before=self.elapsed_before)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return self._loop(stream, progress, make_valid)
+            return self._loop(stream, progress, make_valid, score_valid)
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
-    def _loop(self, stream, progress, make_valid) -> int | None:
+    def _validate(self, make_valid, score_valid, progress) -> bool:
+        """Validation loss (and task metric); returns whether this is the best validation."""
+        loss, nll = self.evaluate(make_valid())
+        score = score_valid() if score_valid is not None else None
+        if self.config.best_checkpoint_metric == "loss":
+            is_best = loss < self.best_valid
+        else:
+            is_best = self.best_score is None or score.value > self.best_score
+        self.best_valid = min(self.best_valid, loss)
+        if score is not None and (self.best_score is None or score.value > self.best_score):
+            self.best_score = score.value
+        self.since_best = 0 if is_best else self.since_best + 1
+        progress.report_valid(self.step, loss, nll, is_best, score)
+        return is_best
+
+    def _loop(self, stream, progress, make_valid, score_valid) -> int | None:
         config, in_a_row = self.config, 0
         last_save = started = self.clock()
         while self.step < config.max_steps:
@@ -360,13 +397,10 @@ class Trainer:
             progress.add(loss_sum, nll_sum, tokens)
             if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
                 progress.report_train(self.step, self.learning_rate(self.step), self.skipped)
-            is_best = False
+            is_best = validated = False
             if make_valid and config.validate_interval_steps and (
                     self.step % config.validate_interval_steps == 0):
-                loss, nll = self.evaluate(make_valid())
-                is_best = loss < self.best_valid
-                self.best_valid = min(self.best_valid, loss)
-                progress.report_valid(self.step, loss, nll, is_best)
+                is_best, validated = self._validate(make_valid, score_valid, progress), True
             due = (config.save_interval_steps and self.step % config.save_interval_steps == 0) or (
                 config.save_interval_minutes and
                 self.clock() - last_save >= 60 * config.save_interval_minutes)
@@ -378,6 +412,14 @@ class Trainer:
             if out_of_time:
                 self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
                          f"{self.step}: saving a checkpoint and stopping")
+            # Every worker computes the same validation, so they agree without a collective.
+            patience_out = validated and bool(config.patience) and (
+                self.since_best >= config.patience)
+            if patience_out:
+                self.log(f"no better {config.best_checkpoint_metric} in {self.since_best} "
+                         f"validations (--patience {config.patience}) at step {self.step}: "
+                         f"saving a checkpoint and stopping")
+            out_of_time = out_of_time or patience_out
             if (self._any_worker(bool(due or stop or is_best)) or out_of_time
                     or self.step == config.max_steps):
                 path = self.save(stream)

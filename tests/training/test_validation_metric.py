@@ -1,0 +1,183 @@
+"""Task metrics at validation time (`vtx train --eval-bleu / --eval-f1`): the scorers agree with
+`vtx translate` / `vtx parse` on the same weights, checkpoint_best follows the chosen metric, and
+--patience stops a run that no longer improves."""
+
+import gzip
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.inference.parser_checkpoint import write_random_parser
+from tests.training.synthetic import epoch_maker, make_pairs
+from tests.training.test_trainer_saving import make_trainer, saved_steps
+from vtx.training import checkpoints
+from vtx.training.validation import Score, ValidationScorer
+from vtx_cli.main import main
+
+
+def test_bleu_scorer_equals_sacrebleu_of_vtx_translate(trained_checkpoint, shared_data, tmp_path):
+    from vtx.inference.translate import DecodeOptions, bleu, load_translator
+
+    with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:
+        sources = [next(handle).strip() for _ in range(40)]
+    with gzip.open(shared_data / "multi30k" / "val.de.gz", "rt") as handle:
+        targets = [next(handle).strip() for _ in range(40)]
+    translator = load_translator(trained_checkpoint, DecodeOptions(beam=4, lenpen=0.6))
+    vocab = translator.vocab
+    pairs = [(translator.encode(s, i), vocab.encode(t)) for i, (s, t) in
+             enumerate(zip(sources, targets))]
+    score = ValidationScorer(translator.model, vocab, pairs, "bleu")()
+
+    hypotheses = [h[0].text for h in translator.translate(sources)]
+    assert len(set(hypotheses)) > 30  # a model whose outputs follow its input
+    references = tmp_path / "references.de"
+    references.write_text("".join(vocab.decode(target) + "\n" for _, target in pairs))
+    expected = bleu(hypotheses, references)[0]
+    assert score.metric == "bleu" and score.summary == expected
+    assert 10 < score.value < 100
+
+
+@pytest.fixture(scope="module")
+def random_parser(shared_data, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parser")
+    files = sorted((shared_data / "ptb_sample").glob("wsj_000[1-4].mrg"))
+    return write_random_parser(folder, files), files
+
+
+def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
+    from vtx.inference.parse import parse_lines, read_gold
+    from vtx.inference.translate import DecodeOptions, load_translator
+    from vtx.parsing import evalb
+    from vtx.parsing.prepare import split_lines
+
+    checkpoint, files = random_parser
+    lines, _ = split_lines(files)
+    gold_path = tmp_path / "valid.gold"
+    gold_path.write_text("".join(line[2] + "\n" for line in lines))
+    words = [line[0] for line in lines]
+    translator = load_translator(checkpoint, DecodeOptions(beam=4, lenpen=0.3, max_len_b=300))
+    pairs = [(translator.encode(w, i), translator.vocab.encode(line[1]))
+             for i, (w, line) in enumerate(zip(words, lines))]
+    score = ValidationScorer(translator.model, translator.vocab, pairs, "f1", gold_path)()
+
+    gold = read_gold(gold_path, len(words))
+    report = parse_lines(translator, words, gold)
+    totals = evalb.score_trees(gold, report.trees, max_errors=len(gold)).all
+    assert score.metric == "f1"
+    assert score.summary.startswith(f"F1 {totals.f1:.2f} (recall {totals.recall:.2f}")
+    assert f"{report.repaired_trees} of {len(gold)} trees repaired" in score.summary
+
+
+def test_f1_scorer_names_a_gold_file_of_other_sentences(random_parser, tmp_path):
+    from vtx.inference.translate import DecodeOptions, load_translator
+    from vtx.parsing.prepare import split_lines
+
+    checkpoint, files = random_parser
+    lines, _ = split_lines(files)
+    translator = load_translator(checkpoint, DecodeOptions())
+    pairs = [(translator.encode(line[0], 0), []) for line in lines]
+    short = tmp_path / "short.gold"
+    short.write_text("".join(line[2] + "\n" for line in lines[:-1]))
+    with pytest.raises(ValueError, match=f"{short} has {len(lines) - 1} trees but the "
+                                         f"validation set {len(lines)}"):
+        ValidationScorer(translator.model, translator.vocab, pairs, "f1", short)
+    shifted = tmp_path / "shifted.gold"
+    shifted.write_text("".join(line[2] + "\n" for line in lines[1:] + lines[:1]))
+    with pytest.raises(ValueError, match=f"{shifted}, line 1: the gold tree has"):
+        ValidationScorer(translator.model, translator.vocab, pairs, "f1", shifted)
+
+
+class ScriptedScorer:
+    """A validation metric that returns the given values in turn (the Trainer's side of the
+    contract: when it is asked, what it does with the answer)."""
+
+    def __init__(self, values):
+        self.values, self.calls = list(values), 0
+
+    def __call__(self) -> Score:
+        value = self.values[self.calls]
+        self.calls += 1
+        return Score("bleu", value, f"BLEU = {value}")
+
+
+VALID = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+
+
+def test_checkpoint_best_follows_the_task_metric_not_the_loss(tmp_path):
+    lines = []
+    scorer = ScriptedScorer([5.0, 9.0, 7.0, 8.0])
+    trainer = make_trainer(tmp_path, lines, max_steps=4, validate_interval_steps=1,
+                           best_checkpoint_metric="bleu")
+    trainer.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID, scorer)
+    assert scorer.calls == 4
+    assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 2
+    assert saved_steps(tmp_path) == [1, 2, 4]  # the bests, then the last
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    valid = [row for row in history if "valid_bleu" in row]
+    assert [row["valid_bleu"] for row in valid] == [5.0, 9.0, 7.0, 8.0]
+    assert [row["minutes"] for row in valid] == pytest.approx([1 / 60, 2 / 60, 3 / 60, 4 / 60])
+    assert any("valid step 2 | loss" in line and "| bleu 9.00 | best" in line for line in lines)
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
+def test_patience_stops_after_validations_without_a_new_best_and_survives_a_resume(tmp_path):
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=4, validate_interval_steps=1,
+                           save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
+    assert trainer.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID,
+                       ScriptedScorer([5.0, 9.0, 7.0, 9.0])) is None  # a tie is no new best
+    assert trainer.step == 4
+    assert not any("--patience" in line for line in lines)  # 2 without a new best, not 3
+    # A fresh process resumes the count: one more validation without a new best stops it.
+    resumed = make_trainer(tmp_path, lines, max_steps=20, validate_interval_steps=1,
+                           save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
+    assert resumed.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID,
+                       ScriptedScorer([8.5])) is None
+    assert resumed.step == 5
+    assert any("no better bleu in 3 validations (--patience 3) at step 5" in line
+               for line in lines)
+    assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 2
+
+
+def test_a_metric_best_checkpoint_without_its_scorer_is_refused(tmp_path):
+    from vtx.training.trainer import TrainingError
+
+    trainer = make_trainer(tmp_path, max_steps=2, validate_interval_steps=1,
+                           best_checkpoint_metric="f1")
+    with pytest.raises(TrainingError, match="chosen by f1, but no validation set or f1 scorer"):
+        trainer.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID)
+    assert not list(tmp_path.iterdir())
+
+
+def test_vtx_train_eval_bleu_logs_bleu_and_keeps_the_best_by_it(multi30k_small, tmp_path):
+    save = tmp_path / "run"
+    result = CliRunner().invoke(main, [
+        "train", str(multi30k_small / "data"), "--arch", "tiny", "--save-dir", str(save),
+        "--max-steps", "4", "--max-tokens", "512", "--validate-interval-steps", "2",
+        "--save-interval-minutes", "0", "--eval-bleu", "--eval-beam", "2",
+        "--precision", "float32"])
+    assert result.exit_code == 0, result.output
+    history = [json.loads(line) for line in (save / "history.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in history if "valid_bleu" in row] == [2, 4]
+    assert "BLEU = " in result.output
+    best = checkpoints.load(save / checkpoints.BEST_NAME).meta
+    assert best["train_config"]["best_checkpoint_metric"] == "bleu"
+    assert best["best_score"] == max(row["valid_bleu"] for row in history if "valid_bleu" in row)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--best-checkpoint-metric", "bleu"], "the best checkpoint by bleu needs bleu computed"),
+    (["--eval-bleu", "--validate-interval-steps", "0"], "needs a validation split"),
+    (["--eval-bleu", "--eval-f1", "GOLD"], "--eval-bleu and --eval-f1 exclude each other"),
+])
+def test_vtx_train_refuses_a_metric_it_cannot_compute(multi30k_small, tmp_path, flags, message):
+    gold = tmp_path / "valid.gold"
+    gold.write_text("(S (NP x))\n")
+    save = tmp_path / "run"
+    result = CliRunner().invoke(main, [
+        "train", str(multi30k_small / "data"), "--arch", "tiny", "--save-dir", str(save),
+        "--max-steps", "2", "--max-tokens", "512"] + [str(gold) if f == "GOLD" else f
+                                                      for f in flags])
+    assert result.exit_code != 0 and message in result.output
+    assert not save.exists()

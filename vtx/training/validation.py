@@ -1,0 +1,142 @@
+"""Task metrics on the validation set during training: BLEU for translation, EVALB F1 for parsing.
+
+At each validation the model being trained (its current weights, in the training precision, no
+dropout) decodes the validation sources with beam search, and the output is scored:
+
+- `bleu`: detokenized sacreBLEU (13a, mixed case) against the validation targets, decoded from the
+  binarized data the same way as the hypotheses (fairseq's `--eval-bleu` does the same);
+- `f1`: the outputs are delinearized over the words of the gold trees (the validation trees of
+  `vtx prepare-parse`, e.g. `valid.gold`) and scored with EVALB's COLLINS.prm rules, as
+  `vtx parse --gold` does.
+
+The search is compiled once (one traced graph for every batch shape) and reused at every
+validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Callable
+
+METRICS = ("bleu", "f1")
+# Search defaults: the paper's decoding for each task (sections 6.1 and 6.3), with a smaller beam
+# for parsing so that a validation costs seconds, not minutes, on a CPU.
+DEFAULT_BEAM = {"bleu": 4, "f1": 4}
+DEFAULT_LENPEN = {"bleu": 0.6, "f1": 0.3}
+MAX_LEN_B = {"bleu": 50, "f1": 300}
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """One validation's metric: its value (higher is better) and a one-line summary."""
+
+    metric: str
+    value: float
+    summary: str
+
+
+class ValidationScorer:
+    """Decodes the validation set with `model` and scores it.
+
+    Args:
+        model: the vtx Transformer being trained (its weights are read at each call).
+        vocab: the data's `Vocabulary`.
+        pairs: (source ids, target ids) of the validation set, in file order
+            (`pipeline.split_pairs`).
+        metric: "bleu" or "f1".
+        gold_path: for "f1": gold trees, one per line, aligned with `pairs`.
+        beam, lenpen: search settings (default: `DEFAULT_BEAM`, `DEFAULT_LENPEN` of the metric).
+        max_tokens: source tokens per decoding batch.
+
+    Raises:
+        ValueError: unknown metric, "f1" without gold trees, or gold trees that do not match the
+            validation set (count or words; the file and line named).
+    """
+
+    def __init__(self, model, vocab, pairs: list[tuple[list[int], list[int]]], metric: str,
+                 gold_path: str | Path | None = None, beam: int | None = None,
+                 lenpen: float | None = None, max_tokens: int = 4096):
+        from vtx.inference.translate import DecodeOptions, Translator
+
+        if metric not in METRICS:
+            raise ValueError(f"validation metric must be one of {', '.join(METRICS)}, "
+                             f"got {metric!r}")
+        self.metric = metric
+        self.sources = [source[:model.config.max_positions] for source, _ in pairs]
+        options = DecodeOptions(beam=beam or DEFAULT_BEAM[metric],
+                                lenpen=DEFAULT_LENPEN[metric] if lenpen is None else lenpen,
+                                max_len_a=1.0, max_len_b=MAX_LEN_B[metric],
+                                max_tokens=max_tokens)
+        self.translator = Translator(model, vocab, options)
+        if metric == "bleu":
+            self.references = [vocab.decode(target) for _, target in pairs]
+        else:
+            if gold_path is None:
+                raise ValueError("the f1 validation metric needs gold trees (valid.gold of "
+                                 "vtx prepare-parse)")
+            self.gold = _read_gold(gold_path, vocab, pairs)
+
+    def __call__(self) -> Score:
+        """Decode the validation set with the model's current weights and score it."""
+        wanted = [i for i, source in enumerate(self.sources) if source]
+        found = self.translator.search_ids([self.sources[i] for i in wanted])
+        hypotheses = [""] * len(self.sources)
+        for index, best in zip(wanted, found):
+            hypotheses[index] = best[0].text
+        if self.metric == "bleu":
+            return _bleu(hypotheses, self.references)
+        return _f1(hypotheses, self.gold)
+
+
+def _read_gold(path, vocab, pairs):
+    from vtx.parsing import evalb
+
+    gold = evalb.read_tree_lines(path)
+    if len(gold) != len(pairs):
+        raise ValueError(f"{path} has {len(gold)} trees but the validation set {len(pairs)} "
+                         f"sentences")
+    for line, (tree, (source, _)) in enumerate(zip(gold, pairs), start=1):
+        words = tree.leaves() if tree is not None else []
+        if len(words) != len(vocab.decode(source).split()):
+            raise ValueError(f"{path}, line {line}: the gold tree has {len(words)} words but "
+                             f"validation sentence {line} is {vocab.decode(source)!r}")
+    return gold
+
+
+def _bleu(hypotheses: list[str], references: list[str]) -> Score:
+    import sacrebleu
+
+    score = sacrebleu.metrics.BLEU().corpus_score(hypotheses, [references])
+    return Score("bleu", float(score.score), str(score))
+
+
+def _f1(hypotheses: list[str], gold) -> Score:
+    from vtx.parsing import evalb
+    from vtx.parsing.linearize import RepairStats, delinearize
+
+    trees, repairs, repaired = [], RepairStats(), 0
+    for text, tree in zip(hypotheses, gold):
+        if tree is None:
+            trees.append(None)
+            continue
+        words, tags = zip(*tree.tagged_words())
+        parsed, stats = delinearize(text.split(), list(words), list(tags))
+        trees.append(parsed)
+        repairs += stats
+        repaired += stats.total > 0
+    totals = evalb.score_trees(gold, trees, max_errors=len(gold)).all
+    value = totals.f1 if math.isfinite(totals.f1) else 0.0  # NaN: no bracket matched at all
+    return Score("f1", value,
+                 f"F1 {totals.f1:.2f} (recall {totals.recall:.2f}, precision "
+                 f"{totals.precision:.2f}, exact {totals.complete_match:.2f}); "
+                 f"{repaired} of {len(gold)} trees repaired, {repairs.total} repairs")
+
+
+def make_scorer(model, data_dir, metric: str, **options) -> Callable[[], Score]:
+    """A `ValidationScorer` over the validation split of a preprocessed data directory."""
+    from vtx.data import pipeline
+
+    return ValidationScorer(model, pipeline.load_vocabulary(data_dir),
+                            pipeline.split_pairs(data_dir, "valid"), metric, **options)
