@@ -108,6 +108,28 @@ def test_early_stop_matches_running_to_max_length(model):
     assert_same_hypotheses(hypotheses(stopped), hypotheses(full), rtol=0)
 
 
+def test_memory_held_once_per_sentence_equals_memory_copied_per_beam(model):
+    source = padded(SOURCES)
+    seen = []
+
+    def tokens_to_logits(token_ids, state):
+        seen.append((token_ids.shape[0], state["memory_keys"][0].shape[0]))
+        return model.decode_step(token_ids, state)
+
+    @tf.function
+    def shared_search(source):
+        max_length, limits = output_length_limits(source, 1.0, 10, 1024)
+        return beam_search(tokens_to_logits, model.init_state(source, max_length), 3,
+                           beam_size=4, nbest=4, max_length=max_length, max_lengths=limits,
+                           beam_invariant=model.BEAM_INVARIANT_STATE)
+
+    shared = shared_search(source)
+    assert seen == [(12, 3)]  # 3 sentences x 4 beams read 3 rows of encoder keys
+    copied = biased_search(model, 0.0, 10, beam_size=4, nbest=4)(source)  # 12 rows of each
+    assert_same_hypotheses(hypotheses(shared), hypotheses(copied))
+    assert len({words for sentence in hypotheses(shared) for words, _ in sentence}) > 4
+
+
 def test_the_same_input_twice_gives_the_same_output(model):
     search = make_search_fn(model, beam_size=3, nbest=3, max_len_b=6)
     assert_same_hypotheses(hypotheses(search(padded(SOURCES))), hypotheses(search(padded(SOURCES))),

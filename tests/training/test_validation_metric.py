@@ -56,7 +56,8 @@ def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
     gold_path = tmp_path / "valid.gold"
     gold_path.write_text("".join(line[2] + "\n" for line in lines))
     words = [line[0] for line in lines]
-    translator = load_translator(checkpoint, DecodeOptions(beam=4, lenpen=0.3, max_len_b=300))
+    translator = load_translator(checkpoint, DecodeOptions(beam=4, lenpen=0.3, max_len_a=4.0,
+                                                           max_len_b=10))
     pairs = [(translator.encode(w, i), translator.vocab.encode(line[1]))
              for i, (w, line) in enumerate(zip(words, lines))]
     score = ValidationScorer(translator.model, translator.vocab, pairs, "f1", gold_path)()

@@ -5,7 +5,10 @@ The search knows the model only through one function,
 where every tensor of `state` of rank >= 1 has N as its leading axis (the rank-0 ones, such as a
 shared position index, are left alone). The search repeats each sentence's initial state K times,
 and after each step reorders the state by beam index (a gather on axis 0), so past positions are
-never recomputed. Everything is TensorFlow graph code: call it inside one `tf.function` (with
+never recomputed. Rows are sentence-major (row b * K + k is beam k of sentence b). Beam-invariant
+entries of a dict state (`beam_invariant`, e.g. the encoder output that every beam of a sentence
+reads) keep their B rows: they are neither repeated nor reordered, and the decoder reads row b for
+rows b * K ... b * K + K - 1. Everything is TensorFlow graph code: call it inside one `tf.function` (with
 `jit_compile=True` for XLA) so that it is traced once per padded shape.
 
 Shapes: B batch (sentences), K beam size, V vocabulary, L = max_length (tokens a hypothesis may
@@ -89,16 +92,26 @@ def length_penalty(lengths, alpha: float, kind: str = "gnmt") -> tf.Tensor:
     raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
 
 
-def expand_to_beams(nested, beam_size: int):
-    """Repeat each sentence's rows `beam_size` times: [B, ...] -> [B * K, ...]; rank 0 unchanged."""
-    return tf.nest.map_structure(
-        lambda x: x if x.shape.rank == 0 else tf.repeat(x, beam_size, axis=0), nested)
+def _map_beam_dependent(fn, nested, beam_invariant: tuple[str, ...]):
+    """`fn` on every tensor of rank >= 1, except the `beam_invariant` entries of a dict state."""
+    apply = lambda value: tf.nest.map_structure(
+        lambda x: x if x.shape.rank == 0 else fn(x), value)
+    if isinstance(nested, dict) and beam_invariant:
+        return {key: value if key in beam_invariant else apply(value)
+                for key, value in nested.items()}
+    return apply(nested)
 
 
-def gather_rows(nested, rows: tf.Tensor):
-    """Gather axis 0 of every tensor of rank >= 1 with `rows` int32 [N]; rank 0 unchanged."""
-    return tf.nest.map_structure(
-        lambda x: x if x.shape.rank == 0 else tf.gather(x, rows, axis=0), nested)
+def expand_to_beams(nested, beam_size: int, beam_invariant: tuple[str, ...] = ()):
+    """Repeat each sentence's rows `beam_size` times: [B, ...] -> [B * K, ...]; rank 0 and the
+    `beam_invariant` entries unchanged."""
+    return _map_beam_dependent(lambda x: tf.repeat(x, beam_size, axis=0), nested, beam_invariant)
+
+
+def gather_rows(nested, rows: tf.Tensor, beam_invariant: tuple[str, ...] = ()):
+    """Gather axis 0 of every tensor of rank >= 1 with `rows` int32 [N]; rank 0 and the
+    `beam_invariant` entries unchanged."""
+    return _map_beam_dependent(lambda x: tf.gather(x, rows, axis=0), nested, beam_invariant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +129,7 @@ class _Search:
     banned_ids: tuple[int, ...]  # never generated (PAD, BOS)
     nbest: int  # R
     early_stop: bool
+    beam_invariant: tuple[str, ...]  # dict-state keys kept at B rows (module docstring)
 
     def log_probs(self, token_ids, cache):
         """One decoder step: [N] ids -> (float32 [N, V] log-probs with banned ids at -inf, cache)."""
@@ -189,7 +203,7 @@ def _search_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
         finished_seqs=keep(finished_seqs, state.finished_seqs),
         finished_scores=keep(finished_scores, state.finished_scores),
         done=state.done,
-        cache=gather_rows(cache, rows))
+        cache=gather_rows(cache, rows, search.beam_invariant))
     return new_state._replace(done=state.done | _sentence_done(search, max_lengths, new_state))
 
 
@@ -213,7 +227,8 @@ def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamStat
     first_live = tf.tile(tf.constant([[0.0] + [_NEG_INF] * (beam - 1)]), (batch, 1))
     return BeamState(step=tf.constant(0, tf.int32), live_seqs=seqs, live_logprobs=first_live,
                      finished_seqs=seqs, finished_scores=tf.fill((batch, beam), _NEG_INF),
-                     done=max_lengths <= 0, cache=expand_to_beams(initial_state, beam))
+                     done=max_lengths <= 0,
+                     cache=expand_to_beams(initial_state, beam, search.beam_invariant))
 
 
 def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
@@ -244,7 +259,7 @@ def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
 
 
 def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
-                 bos_id, nbest, early_stop) -> _Search:
+                 bos_id, nbest, early_stop, beam_invariant=()) -> _Search:
     """Check the settings (one clear error each) and bundle them.
 
     batch_size and max_length may also be int32 scalar tensors: a graph traced for inputs of
@@ -268,7 +283,7 @@ def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pen
     size = lambda value: value if _is_scalar_int_tensor(value) else int(value)
     return _Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
                    float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
-                   int(nbest), bool(early_stop))
+                   int(nbest), bool(early_stop), tuple(beam_invariant))
 
 
 def _is_scalar_int_tensor(value) -> bool:
@@ -293,7 +308,8 @@ def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tens
 def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
                 beam_size: int = 4, max_length: int = 50, max_lengths=None, alpha: float = 0.6,
                 length_penalty: str = "gnmt", eos_id: int = EOS_ID, bos_id: int = BOS_ID,
-                nbest: int = 1, early_stop: bool = True) -> SearchOutput:
+                nbest: int = 1, early_stop: bool = True,
+                beam_invariant: tuple[str, ...] = ()) -> SearchOutput:
     """Beam search with finished hypotheses kept apart and a length-penalised score (section 6.1).
 
     Graph code: run it inside a `tf.function` (optionally `jit_compile=True`) to trace once per
@@ -314,6 +330,8 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         nbest: R <= K hypotheses returned per sentence.
         early_stop: stop a sentence once no live hypothesis can beat its R-th finished one; the
             result is the same either way, only the number of steps changes.
+        beam_invariant: keys of a dict `initial_state` whose tensors stay [B, ...] (never
+            repeated nor reordered); `tokens_to_logits` must read them per sentence.
 
     Returns:
         `SearchOutput` with R hypotheses per sentence, best first.
@@ -322,7 +340,7 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         ValueError: a setting is out of range (the message names it).
     """
     search = _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
-                          length_penalty, eos_id, bos_id, nbest, early_stop)
+                          length_penalty, eos_id, bos_id, nbest, early_stop, beam_invariant)
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
     state = tf.while_loop(
         lambda state: ~tf.reduce_all(state.done),

@@ -71,7 +71,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         if beam_size == 1:
             return greedy_search(model.decode_step, state, batch_size, **common)
         return beam_search(model.decode_step, state, batch_size, beam_size=beam_size,
-                           nbest=nbest, early_stop=early_stop, **common)
+                           nbest=nbest, early_stop=early_stop,
+                           beam_invariant=model.BEAM_INVARIANT_STATE, **common)
 
     if jit_compile:
         return tf.function(search, jit_compile=True)

@@ -73,7 +73,10 @@ class DecoderLayer(EncoderLayer):
             x: [B, 1, D] input at position `index`.
             index: int32 scalar, the position being decoded.
             self_keys, self_values: [B, M, H, K] cache of the earlier positions (M > index).
-            memory_keys, memory_values: [B, S, H, K] from `project_memory`. memory_mask: [B, 1, S].
+            memory_keys, memory_values: [B', S, H, K] from `project_memory`, memory_mask
+                [B', 1, S], with B' = B / G: the rows of x are G consecutive hypotheses per
+                sentence (a beam search's K beams, which share their sentence's memory: it is
+                held once, not once per beam), G = 1 otherwise.
 
         Returns:
             (output [B, 1, D], updated self_keys, updated self_values).
@@ -86,5 +89,9 @@ class DecoderLayer(EncoderLayer):
         visible = (ops.arange(ops.shape(self_keys)[1]) <= index)[None, None, :]  # [1, 1, M]
         attended = attention.attend(attention.project_query(x), self_keys, self_values, visible)
         x = self._residual(self.attention_norm, x, attended, False)
-        x = self._cross_and_feed_forward(x, memory_keys, memory_values, memory_mask, False)
-        return x, self_keys, self_values
+        # A sentence's G hypotheses as G query positions over its one memory: [B', G, D].
+        sentences = ops.shape(memory_keys)[0]
+        grouped = ops.reshape(x, (sentences, -1, self.d_model))
+        grouped = self._cross_and_feed_forward(grouped, memory_keys, memory_values, memory_mask,
+                                               False)
+        return ops.reshape(grouped, ops.shape(x)), self_keys, self_values

@@ -79,6 +79,11 @@ class Transformer(keras.Model):
         memory, memory_mask = self.encode(source_ids, training=training)
         return self.decode(target_in, memory, memory_mask, training=training)
 
+    # Entries of the decoding state computed once per sentence and read by all its hypotheses: a
+    # beam search keeps them at B rows (`beam_search(beam_invariant=...)`), never copying them per
+    # beam nor reordering them.
+    BEAM_INVARIANT_STATE = ("memory_mask", "memory_keys", "memory_values")
+
     def init_state(self, source_ids, max_length: int) -> dict:
         """Encode the source and allocate the decoding cache for up to `max_length` positions.
 
@@ -105,7 +110,8 @@ class Transformer(keras.Model):
 
         Args:
             token_ids: [B] int ids (BOS_ID at index 0).
-            state: from `init_state` or the previous `decode_step`.
+            state: from `init_state` or the previous `decode_step`; its self-attention cache has
+                B rows, its `BEAM_INVARIANT_STATE` B / G (G consecutive rows per sentence).
 
         Returns:
             (logits [B, V] float32 for the next position, the new state).
