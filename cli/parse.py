@@ -10,7 +10,9 @@ from vtx_cli.options import checkpoint_option, search_options
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Whitespace-tokenized sentences, one per line (default: stdin).")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write the trees, one per line (default: stdout); written atomically.")
+              help="Where to write the trees, one per line (default: stdout); written atomically "
+                   "(through a link to its target; a FIFO or device directly).")
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @search_options(beam=21, lenpen=0.3, max_len_b=300)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Source tokens per batch, padding counted (each holds --beam hypotheses).")
@@ -21,8 +23,9 @@ from vtx_cli.options import checkpoint_option, search_options
                    "summary to stderr. The output trees then carry the gold POS tags.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
-          max_tokens, buffer_size, gold, jit):
+          max_tokens, buffer_size, gold, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
+    from vtx import atomic
     from vtx.inference import parse as lib
     from vtx.inference import translate
     from vtx.parsing import evalb, trees
@@ -31,6 +34,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
     with click.open_file(input_path or "-", "rb") as source:  # "-": stdin, left open
         lines = list(translate.read_lines(source, warn))
     try:
+        if output_path:  # before any work: an output that cannot be written fails at once
+            atomic.output_path(output_path, force)
         gold_trees = lib.read_gold(gold, len(lines)) if gold else None
         options = translate.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                           max_len_a=max_len_a,
@@ -38,10 +43,10 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
                                           jit_compile=jit)
         path = translate.resolve_checkpoint(checkpoint)
         translator = translate.load_translator(path, options, warn)
-    except (ValueError, trees.TreeSyntaxError) as error:
+    except (OSError, ValueError, trees.TreeSyntaxError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"checkpoint: {path}", err=True)
-    with translate.output_sink(output_path) as write:
+    with translate.output_sink(output_path, force=force) as write:
         report = lib.parse_stream(translator, lines, write, buffer_size, gold_trees, warn)
     click.echo(report.repair_summary(), err=True)
     if gold_trees is not None:

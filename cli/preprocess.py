@@ -38,7 +38,8 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Encoding processes.")
 @click.option("--max-positions", type=int, default=1024, show_default=True,
-              help="Drop training pairs with more ids than this (target with bos/eos).")
+              help="Drop training pairs with more ids than this (target with eos); a longer "
+                   "validation or test pair is an error (they are never dropped).")
 @click.option("--max-length-ratio", type=float, default=9.0, show_default=True,
               help="Drop training pairs whose longer side has more than this x the ids of the "
                    "shorter.")

@@ -12,7 +12,9 @@ from vtx_cli.options import checkpoint_option, search_options
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Source text, one sentence per line (default: stdin).")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write translations (default: stdout); written atomically.")
+              help="Where to write translations (default: stdout); written atomically (through a "
+                   "link to its target; a FIFO or device directly).")
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @search_options(beam=4, lenpen=0.6, max_len_b=50)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Source tokens per batch, padding counted.")
@@ -24,12 +26,16 @@ from vtx_cli.options import checkpoint_option, search_options
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a,
-              max_len_b, max_tokens, buffer_size, nbest, reference, jit):
+              max_len_b, max_tokens, buffer_size, nbest, reference, jit, force):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
 
     warn = lambda message: click.echo(f"warning: {message}", err=True)
+    from vtx import atomic
+
     try:
+        if output_path:  # before any work: an output that cannot be written fails at once
+            atomic.output_path(output_path, force)
         options = lib.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                     max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                                     max_tokens=max_tokens, jit_compile=jit)
@@ -37,7 +43,7 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
         translator = lib.load_translator(path, options, warn)
         click.echo(f"checkpoint: {path}", err=True)
         source = open(input_path, "rb") if input_path else sys.stdin.buffer
-        with lib.output_sink(output_path, flush_each_line=buffer_size == 1) as write:
+        with lib.output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             best = lib.translate_stream(translator, lib.read_lines(source, warn), write,
                                         buffer_size)
         if reference:

@@ -123,7 +123,7 @@ COUNT=$(find "$SAVE" -maxdepth 1 -name 'checkpoint_[0-9]*.npz' | wc -l)
 [ "$COUNT" -gt 0 ] || die "training wrote no checkpoint into $SAVE"
 LAST=$(( COUNT < 5 ? COUNT : 5 ))
 step "vtx average-checkpoints: the last $LAST of $COUNT"
-"$VTX" average-checkpoints --inputs "$SAVE" --num-last "$LAST" --output "$WORK/average.npz"
+"$VTX" average-checkpoints --inputs "$SAVE" --num-last "$LAST" --output "$WORK/average.npz" --force
 
 # ---- 6. translate test_2016 and score it ----
 read_split() {  # split lang -> text on stdout
@@ -135,7 +135,7 @@ read_split test_2016_flickr en | sed -n "1,${LINES_KEPT}p" > "$WORK/test.en"
 read_split test_2016_flickr de | sed -n "1,${LINES_KEPT}p" > "$WORK/test.de"
 step "vtx translate $(wc -l < "$WORK/test.en") test_2016 sentences (beam 4, alpha 0.6)"
 "$VTX" translate --checkpoint "$WORK/average.npz" --input "$WORK/test.en" \
-  --output "$WORK/test.hyp.de" --reference "$WORK/test.de" 2> "$WORK/translate.log" \
+  --output "$WORK/test.hyp.de" --force --reference "$WORK/test.de" 2> "$WORK/translate.log" \
   || { cat "$WORK/translate.log" >&2; die "vtx translate failed"; }
 grep -E '^(BLEU|nrefs)' "$WORK/translate.log" > "$WORK/bleu.txt" \
   || { cat "$WORK/translate.log" >&2; die "no BLEU line in $WORK/translate.log"; }

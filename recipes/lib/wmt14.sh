@@ -186,7 +186,7 @@ average_last() {  # save_dir n
     echo "warning: only $count checkpoints in $1, averaging those instead of $2" >&2
   fi
   "$VTX" average-checkpoints --inputs "$1" --num-last $(( count < $2 ? count : $2 )) \
-    --output "$1/average.npz"
+    --output "$1/average.npz" --force
 }
 
 # ---- evaluate ----
@@ -232,7 +232,7 @@ evaluate_main() {
   mkdir -p "$out"
   step "vtx translate newstest2014 ($(wc -l < "$raw/test.$SRC") sentences)"
   "$VTX" translate --checkpoint "$checkpoint" --input "$raw/test.$SRC" \
-    --output "$out/newstest2014.hyp.$TGT" --reference "$raw/test.$TGT" \
+    --output "$out/newstest2014.hyp.$TGT" --force --reference "$raw/test.$TGT" \
     ${extra[@]+"${extra[@]}"} 2> "$out/translate.log" \
     || { cat "$out/translate.log" >&2; die "vtx translate failed"; }
   echo "sacreBLEU (detokenized), newstest2014 $SRC-$TGT:"

@@ -31,6 +31,6 @@ parse_and_score() {  # checkpoint text_dir prefix out [extra parse flags...]
   local checkpoint=$1 text=$2 prefix=$3 out=$4
   shift 4
   "$VTX" parse --checkpoint "$checkpoint" --input "$text/$prefix.words" \
-    --gold "$text/$prefix.gold" --output "$out" "${DECODE[@]}" "$@" 2>&1 | tee "$out.log"
+    --gold "$text/$prefix.gold" --output "$out" --force "${DECODE[@]}" "$@" 2>&1 | tee "$out.log"
   echo "$prefix F1 (all sentences): $(awk '/Bracketing FMeasure/ { print $4; exit }' "$out.log")"
 }

@@ -14,7 +14,7 @@ WORK=${WORK:-$ROOT/runs/wsj_parsing}
 check_vtx
 step "averaging the last ${NUM_LAST:-20} checkpoints"
 "$VTX" average-checkpoints --inputs "$WORK/checkpoints" --num-last "${NUM_LAST:-20}" \
-  --output "$WORK/average.npz"
+  --output "$WORK/average.npz" --force
 for prefix in valid test; do
   step "parsing $prefix"
   parse_and_score "$WORK/average.npz" "$WORK/text" "$prefix" "$WORK/$prefix.parsed" "$@"

@@ -40,7 +40,7 @@ step "training a small model for $STEPS steps"
   --log-interval-steps 50
 step "averaging the last ${NUM_LAST:-3} checkpoints"
 "$VTX" average-checkpoints --inputs "$WORK/checkpoints" --num-last "${NUM_LAST:-3}" \
-  --output "$WORK/average.npz"
+  --output "$WORK/average.npz" --force
 step "parsing the dev set (beam 21, alpha 0.3, max length input + 300)"
 parse_and_score "$WORK/average.npz" "$WORK/text" valid "$WORK/valid.parsed"
 echo "wall time: $(( $(date +%s) - START )) s"

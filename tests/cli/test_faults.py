@@ -136,3 +136,70 @@ def test_preprocess_of_an_empty_training_file_names_it(tmp_path, lines):
     assert_one_line_error(result, f"--trainpref: {tmp_path / 'train.en'} and "
                                   f"{tmp_path / 'train.de'} hold no text")
     assert not (tmp_path / "bin").exists()
+
+
+def test_a_pair_longer_than_the_model_positions_is_refused_before_training(shared_data, tmp_path):
+    import gzip
+
+    with gzip.open(shared_data / "multi30k" / "train.en.gz", "rt") as en, \
+            gzip.open(shared_data / "multi30k" / "train.de.gz", "rt") as de:
+        pairs = [(next(en).strip(), next(de).strip()) for _ in range(300)]
+    long_line = " ".join(["word"] * 1100)
+    pairs.append((long_line, long_line))
+    (tmp_path / "train.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "train.de").write_text("".join(t + "\n" for _, t in pairs))
+    result = invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", tmp_path / "train",
+                    "--destdir", tmp_path / "data", "--vocab-size", 500, "--max-positions", 4096)
+    assert result.exit_code == 0, result.output
+    result = invoke("train", tmp_path / "data", "--save-dir", tmp_path / "run", *TRAIN,
+                    "--max-tokens", 8192)
+    assert_one_line_error(result, "train split: its longest pair has", "more than the model's "
+                          "1024 positions; preprocess again with --max-positions 1024")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_an_existing_output_file_needs_force(trained_checkpoint, tmp_path, command):
+    output = tmp_path / "out.txt"
+    output.write_text("keep me\n")
+    result = invoke(command, "--checkpoint", trained_checkpoint, "--output", output,
+                    stdin="A dog runs .\n")
+    assert_one_line_error(result, f"--output {output} exists; add --force to replace it")
+    assert output.read_text() == "keep me\n"
+    result = invoke(command, "--checkpoint", trained_checkpoint, "--output", output, "--force",
+                    "--beam", 2, stdin="A dog runs .\n")
+    assert result.exit_code == 0, result.output
+    assert output.read_text() != "keep me\n" and len(output.read_text().splitlines()) == 1
+
+
+def test_an_output_link_is_followed_and_kept(trained_checkpoint, tmp_path):
+    target = tmp_path / "real.de"
+    target.write_text("old\n")
+    link = tmp_path / "link.de"
+    link.symlink_to(target)
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--output", link,
+                    stdin="A dog runs .\nTwo men sit on a bench .\n")
+    assert_one_line_error(result, f"--output {link} (a link to {target}) exists")
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--output", link, "--force",
+                    stdin="A dog runs .\nTwo men sit on a bench .\n")
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and link.resolve() == target
+    assert len(target.read_text().splitlines()) == 2 and "old" not in target.read_text()
+
+
+def test_an_output_fifo_is_written_into_not_replaced(trained_checkpoint, tmp_path):
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--output", fifo,
+                    stdin="A dog runs .\nTwo men sit on a bench .\n")
+    reader.join(timeout=60)
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert len(received[0].splitlines()) == 2

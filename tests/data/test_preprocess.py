@@ -78,9 +78,12 @@ def noisy_pairs(shared_data):
 def test_training_pairs_are_filtered_and_counted_but_valid_and_test_are_not(
         shared_data, small_data_dir, tmp_path):
     en, de = noisy_pairs(shared_data)
-    for split in ("train", "valid", "test"):
-        write_lines(tmp_path / f"{split}.en", en)
-        write_lines(tmp_path / f"{split}.de.gz", de)
+    too_long = en.index(" ".join(["word"] * 200))
+    write_lines(tmp_path / "train.en", en)
+    write_lines(tmp_path / "train.de.gz", de)
+    for split in ("valid", "test"):  # every kind of noise but the one pair too long to keep
+        write_lines(tmp_path / f"{split}.en", en[:too_long] + en[too_long + 1:])
+        write_lines(tmp_path / f"{split}.de.gz", de[:too_long] + de[too_long + 1:])
     meta = preprocess(PreprocessConfig(
         "en", "de", tmp_path / "bin", trainpref=str(tmp_path / "train"),
         validpref=str(tmp_path / "valid"), testprefs=(str(tmp_path / "test"),),
@@ -89,11 +92,29 @@ def test_training_pairs_are_filtered_and_counted_but_valid_and_test_are_not(
     assert train["filtered"] == {"empty": 3, "too_long": 1, "length_ratio": 1}
     assert train["sentences"] == len(en) - 5
     for split in ("valid", "test"):
-        assert meta["splits"][split]["sentences"] == len(en)
+        assert meta["splits"][split]["sentences"] == len(en) - 1
         assert sum(meta["splits"][split]["filtered"].values()) == 0
-        assert meta["splits"][split]["max_source_length"] > 64
     on_disk = json.loads((tmp_path / "bin" / "meta.json").read_text())
     assert on_disk["splits"]["train"]["filtered"] == train["filtered"]
+
+
+def test_a_validation_pair_longer_than_the_positions_is_refused_with_its_line(
+        shared_data, small_data_dir, tmp_path):
+    en, de = noisy_pairs(shared_data)
+    too_long = en.index(" ".join(["word"] * 200))
+    write_lines(tmp_path / "train.en", en[:20])
+    write_lines(tmp_path / "train.de", de[:20])
+    write_lines(tmp_path / "valid.en", en)
+    write_lines(tmp_path / "valid.de", de)
+    with pytest.raises(DataError, match=rf"valid.en / .*valid.de, line {too_long + 1}: \d+ "
+                                        rf"source and \d+ target ids \(\+1 for eos\), more "
+                                        rf"than --max-positions 64"):
+        preprocess(PreprocessConfig(
+            "en", "de", tmp_path / "bin", trainpref=str(tmp_path / "train"),
+            validpref=str(tmp_path / "valid"), spm_model=small_data_dir / "spm.model",
+            max_positions=64))
+    assert not (tmp_path / "bin").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_spm_model_is_reused_and_copied(small_corpus, small_data_dir, tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vtx.data.text import decode_line, read_parallel
+from vtx.data.text import DataError, decode_line, read_parallel
 from vtx.data.vocab import Vocabulary
 
 FILTER_REASONS = ("empty", "too_long", "length_ratio")
@@ -38,10 +38,12 @@ def token_dtype(vocab_size: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PairFilter:
-    """Which training pairs to drop (validation and test pairs are never dropped)."""
+    """Which training pairs to drop; with `drop` False (validation and test, whose pairs are never
+    dropped) a pair longer than the positions is an error instead."""
 
     max_positions: int  # longest source, and longest target with bos/eos added
     max_length_ratio: float  # drop when the longer side has more than ratio x the shorter's ids
+    drop: bool = True
 
     def reason(self, source_length: int, target_length: int) -> str | None:
         """The first of FILTER_REASONS that applies to a pair of lengths, or None to keep it."""
@@ -98,7 +100,9 @@ def encode_chunk(chunk: Chunk) -> dict:
     target = _VOCABULARY.encode_batch(_decode_all(chunk.target_lines, chunk.target_path,
                                                   chunk.first_line))
     stats = _empty_stats()
-    if chunk.pair_filter is not None:
+    if chunk.pair_filter is not None and not chunk.pair_filter.drop:
+        _check_positions(chunk, source, target)
+    elif chunk.pair_filter is not None:
         kept_source, kept_target = [], []
         for src, tgt in zip(source, target):
             reason = chunk.pair_filter.reason(len(src), len(tgt))
@@ -122,6 +126,18 @@ def encode_chunk(chunk: Chunk) -> dict:
                         "source_tokens": stats["source_tokens"],
                         "target_tokens": stats["target_tokens"]}]
     return stats
+
+
+def _check_positions(chunk: Chunk, source: list[list[int]], target: list[list[int]]) -> None:
+    """A pair that is kept whatever its length must fit the model's positions (DataError)."""
+    limit = chunk.pair_filter.max_positions
+    for offset, (src, tgt) in enumerate(zip(source, target)):
+        if len(src) > limit or len(tgt) + 1 > limit:
+            raise DataError(
+                f"{chunk.source_path} / {chunk.target_path}, line {chunk.first_line + offset}: "
+                f"{len(src)} source and {len(tgt)} target ids (+1 for eos), more than "
+                f"--max-positions {limit}; validation and test pairs are never dropped: shorten "
+                f"or remove this line, or raise --max-positions")
 
 
 def _empty_stats() -> dict:
@@ -204,7 +220,8 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
         out_prefix: e.g. DIR/train; shards are numbered from 00000.
         vocab_size: decides the stored id dtype (`token_dtype`).
         shard_size: input pairs per shard.
-        pair_filter: None keeps every pair (validation and test).
+        pair_filter: None keeps every pair; one with `drop` False keeps them all too, but
+            refuses a pair longer than its positions (validation and test).
 
     Returns:
         Counts: sentences, source_tokens, target_tokens kept (ids, no bos/eos), max_source_length,
@@ -212,7 +229,8 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
         target_tokens}] (empty shards are not written).
 
     Raises:
-        DataError: unequal line counts, invalid UTF-8 (file and line named), unreadable gzip.
+        DataError: unequal line counts, invalid UTF-8 (file and line named), unreadable gzip, a
+            pair too long for a non-dropping filter (files and line named).
     """
     stats = _empty_stats()
     chunks = _chunks(source, target, shard_size, out_prefix, pair_filter, token_dtype(vocab_size))

@@ -233,6 +233,20 @@ def check_max_tokens(data_dir: str | Path, split: str, max_tokens: int,
         raise ValueError(f"{data_dir}, {split} split: {error}") from error
 
 
+def check_positions(data_dir: str | Path, split: str, max_positions: int) -> None:
+    """Check that the model's positions hold the longest pair of `split` (target with eos).
+
+    Raises:
+        ValueError: a pair is longer (directory, split and both lengths named).
+    """
+    split_meta = _split_meta(load_meta(data_dir), split)
+    source, target = split_meta["max_source_length"], split_meta["max_target_length"] + 1
+    if max(source, target) > max_positions:
+        raise ValueError(f"{data_dir}, {split} split: its longest pair has {source} source and "
+                         f"{target} target ids, more than the model's {max_positions} positions; "
+                         f"preprocess again with --max-positions {max_positions}")
+
+
 def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
               boundaries: list[int]) -> tf.data.Dataset:
     """Group pairs into batches of `rows_for_length` rows padded to their bucket length L; a

@@ -46,7 +46,7 @@ class PreprocessConfig:
     whole_word_symbols: Path | None = None  # file of tokens kept as single pieces, one a line
     sample_lines: int = 2_000_000  # at most this many random lines train the vocabulary
     workers: int = 1  # encoding processes
-    max_positions: int = 1024  # training pairs longer than this (ids, + bos/eos) are dropped
+    max_positions: int = 1024  # training pairs longer (ids, + eos) are dropped, others refused
     max_length_ratio: float = 9.0  # training pairs whose length ratio exceeds this are dropped
     shard_size: int = 100_000  # input pairs per shard
     seed: int = 1  # seed of the vocabulary's line sample
@@ -199,11 +199,12 @@ def preprocess(config: PreprocessConfig) -> dict:
         vocab = _vocabulary(config, files, workdir)
         splits = {}
         train_filter = PairFilter(config.max_positions, config.max_length_ratio)
+        length_check = PairFilter(config.max_positions, config.max_length_ratio, drop=False)
         with Encoder(workdir / SPM_FILE, config.workers) as encoder:
             for name, (source, target) in files.items():
                 splits[name] = binarize_split(
                     encoder, source, target, workdir / name, vocab.size, config.shard_size,
-                    train_filter if name == "train" else None)
+                    train_filter if name == "train" else length_check)
         meta = _meta(config, vocab, files, splits)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")

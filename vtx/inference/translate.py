@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from vtx import atomic
 from vtx.config import PAD_ID, ModelConfig
 from vtx.training import checkpoints
 
@@ -189,8 +189,13 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
 
 
 @contextlib.contextmanager
-def output_sink(path: str | Path | None, flush_each_line: bool = False):
-    """A `write(line)` to stdout, or to `path` via a temporary file renamed on success only."""
+def output_sink(path: str | Path | None, flush_each_line: bool = False, force: bool = False):
+    """A `write(line)` to stdout, or to `path` as `vtx.atomic.open_output` writes it (complete
+    or not at all; a link's target; a FIFO or device directly).
+
+    Raises:
+        OutputExistsError: `path` is an existing regular file and `force` is false.
+    """
     if path is None:
         def write(line: str) -> None:
             sys.stdout.write(line + "\n")
@@ -199,14 +204,13 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False):
 
         yield write
         return
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            yield lambda line: handle.write(line + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic.open_output(path, force) as handle:
+        def write(line: str) -> None:
+            handle.write(line + "\n")
+            if flush_each_line:
+                handle.flush()
+
+        yield write
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:

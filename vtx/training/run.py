@@ -89,6 +89,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(data_dir, splits)
     for split in splits:
+        pipeline.check_positions(data_dir, split, model_config.max_positions)
         pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
     vocab = pipeline.vocabulary_path(data_dir).read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
