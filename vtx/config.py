@@ -135,6 +135,7 @@ class TrainConfig(_JsonConfig):
     validate_interval_steps: int = 1000  # 0 disables
     log_interval_steps: int = 100
     max_nonfinite_in_a_row: int = 10  # stop after this many consecutive non-finite losses
+    max_diverged_in_a_row: int = 10  # ... or losses far above their running mean (trainer.py)
     # checkpoint_best keeps the best validation by this: "loss" (lowest), or a task metric
     # computed at each validation, "bleu" or "f1" (highest; vtx.training.validation).
     best_checkpoint_metric: str = "loss"
@@ -142,7 +143,7 @@ class TrainConfig(_JsonConfig):
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "update_freq", "max_steps", "warmup_steps", "log_interval_steps",
-                    "max_nonfinite_in_a_row")
+                    "max_nonfinite_in_a_row", "max_diverged_in_a_row")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import signal
@@ -107,6 +108,31 @@ def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
     with pytest.raises(TrainingError, match="2 non-finite losses in a row at step 1"):
         trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     assert trainer.skipped == 2 and trainer.step == 0
+
+
+def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_it(tmp_path):
+    lines = []
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    train_config = config.TrainConfig(max_steps=40, max_diverged_in_a_row=3, warmup_steps=10,
+                                      save_interval_minutes=0, save_interval_steps=1,
+                                      validate_interval_steps=0, log_interval_steps=1)
+    make_epoch = epoch_maker(make_pairs(32, 20), 4)
+    healthy = Trainer(model_config, train_config, tmp_path / "healthy", log=lines.append)
+    healthy.fit(make_epoch)  # the loss falls: nothing is flagged
+    assert healthy.diverged == 0 and not any("far above" in line for line in lines)
+    # A learning rate 1000x the schedule's: from the second update on, losses of tens to
+    # thousands of nats per token (measured; `--lr-scale 1e6` reached 2.8e6 and exited 0).
+    diverging = Trainer(model_config, dataclasses.replace(train_config, lr_scale=1e3),
+                        tmp_path / "diverging", log=lines.append)
+    with pytest.raises(TrainingError, match=r"training diverged: the loss stayed far above its "
+                                            r"running mean [\d.]+ for 3 updates .* lower "
+                                            r"--lr-scale \(now 1000\)"):
+        diverging.fit(make_epoch)
+    warnings = [line for line in lines if line.startswith("warning: loss")]
+    assert len(warnings) == 3 and diverging.diverged == 3 and diverging.step == 4
+    # Only the update before the loss took off was saved.
+    assert [checkpoints.load(p).meta["step"] for p in
+            checkpoints.list_checkpoints(tmp_path / "diverging")] == [1]
 
 
 def test_resuming_with_another_architecture_is_refused(tmp_path):

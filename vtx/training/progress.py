@@ -58,7 +58,8 @@ class Progress:
         self._nll += nll_sum
         self._tokens += tokens
 
-    def report_train(self, step: int, learning_rate: float, skipped: int) -> None:
+    def report_train(self, step: int, learning_rate: float, skipped: int,
+                     diverged: int = 0) -> None:
         now = self.clock()
         tokens = max(self._tokens, 1.0)
         loss, nll = self._loss / tokens, self._nll / tokens
@@ -70,7 +71,8 @@ class Progress:
         self.log(f"step {step}/{self.max_steps} | loss {loss:.3f} | nll {nll:.3f} | "
                  f"ppl {math.exp(min(nll, 50)):.2f} | lr {learning_rate:.3e} | tok/s {rate:.0f} | "
                  f"elapsed {format_duration(now - self._run_start)} | eta {format_duration(eta)}"
-                 + (f" | skipped {skipped}" if skipped else ""))
+                 + (f" | skipped {skipped}" if skipped else "")
+                 + (f" | diverged {diverged}" if diverged else ""))
         self.record(step, {"train_loss": loss, "train_nll": nll, "lr": learning_rate,
                            "tokens_per_second": rate})
         self._reset(now)

@@ -36,6 +36,11 @@ from vtx.training.stream import BatchStream
 from vtx.training.validation import Score
 
 SUM = tf.distribute.ReduceOp.SUM
+# An update's loss (nats per target token) diverges when it exceeds both DIVERGENCE_FACTOR times
+# and DIVERGENCE_MARGIN above the running mean of the updates before it: far beyond the noise of
+# a healthy run, whose loss only drifts slowly.
+DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
+RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
 
 
 class TrainingError(RuntimeError):
@@ -102,6 +107,7 @@ class Trainer:
                                   self.model.trainable_variables]
             self._token_count = self._local_variable(())
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
+        self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
         # The best task metric so far (higher is better), validations since the best one (by
         # `best_checkpoint_metric`), and the wall seconds of every run before this process.
         self.best_score: float | None = None
@@ -226,7 +232,8 @@ class Trainer:
 
     def _meta(self) -> dict:
         return {"step": self.step, "positions": [list(p) for p in self.positions],
-                "skipped": self.skipped, "best_valid": self.best_valid,
+                "skipped": self.skipped, "diverged": self.diverged,
+                "best_valid": self.best_valid,
                 "best_score": self.best_score, "validations_since_best": self.since_best,
                 "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
@@ -280,6 +287,7 @@ class Trainer:
                 variable.assign(array)
         meta = checkpoint.meta
         self.step, self.skipped = meta["step"], meta.get("skipped", 0)
+        self.diverged = meta.get("diverged", 0)
         self.best_valid = meta.get("best_valid", math.inf)
         self.best_score = meta.get("best_score")
         self.since_best = meta.get("validations_since_best", 0)
@@ -380,9 +388,34 @@ class Trainer:
         progress.report_valid(self.step, loss, nll, is_best, score)
         return is_best
 
+    def _watch_divergence(self, loss: float, watch: dict) -> bool:
+        """Whether this update's loss diverged from the running mean (counted and logged).
+
+        Raises:
+            TrainingError: `max_diverged_in_a_row` diverging updates in a row.
+        """
+        mean = watch.get("mean")
+        if mean is not None and loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
+            self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
+            self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
+                     f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
+                     f"all); no checkpoint is saved until it comes back")
+            if watch["in_a_row"] >= self.config.max_diverged_in_a_row:
+                raise TrainingError(
+                    f"training diverged: the loss stayed far above its running mean {mean:.3f} "
+                    f"for {watch['in_a_row']} updates (now {loss:.4g} at step {self.step}); the "
+                    f"checkpoints written before are kept: lower --lr-scale (now "
+                    f"{self.config.lr_scale:g}) or raise --warmup-steps, and resume")
+            return True
+        watch["in_a_row"] = 0
+        watch["mean"] = loss if mean is None else (
+            (1 - RUNNING_MEAN_WEIGHT) * mean + RUNNING_MEAN_WEIGHT * loss)
+        return False
+
     def _loop(self, stream, progress, make_valid, score_valid) -> int | None:
         config, in_a_row = self.config, 0
         last_save = started = self.clock()
+        watch = {"mean": None, "in_a_row": 0}
         while self.step < config.max_steps:
             loss_sum, nll_sum, tokens = self.train_update(stream)
             if not math.isfinite(loss_sum):
@@ -394,9 +427,11 @@ class Trainer:
                                         f"{self.step + 1}; lower --lr-scale or use float32")
                 continue
             self.step, in_a_row = self.step + 1, 0
+            diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), watch)
             progress.add(loss_sum, nll_sum, tokens)
             if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
-                progress.report_train(self.step, self.learning_rate(self.step), self.skipped)
+                progress.report_train(self.step, self.learning_rate(self.step), self.skipped,
+                                      self.diverged)
             is_best = validated = False
             if make_valid and config.validate_interval_steps and (
                     self.step % config.validate_interval_steps == 0):
@@ -420,7 +455,8 @@ class Trainer:
                          f"validations (--patience {config.patience}) at step {self.step}: "
                          f"saving a checkpoint and stopping")
             out_of_time = out_of_time or patience_out
-            if (self._any_worker(bool(due or stop or is_best)) or out_of_time
+            # A diverging model is saved only when the run ends here (signal, budget, last step).
+            if (self._any_worker(bool((due or is_best) and not diverging or stop)) or out_of_time
                     or self.step == config.max_steps):
                 path = self.save(stream)
                 last_save = self.clock()
