@@ -27,8 +27,11 @@ def _expand(flag: str, patterns: tuple[str, ...]) -> list[Path]:
 @click.option("--test-files", multiple=True, metavar="GLOB", help="Test .mrg files (repeatable glob).")
 @click.option("--destdir", required=True, type=click.Path(file_okay=False),
               help="Output folder for PREFIX.words, PREFIX.trees, PREFIX.gold.")
-@click.option("--keep-tags", is_flag=True, help="Keep POS tags in the linearized trees instead of XX.")
-def prepare_parse(treebank, train_files, valid_files, test_files, destdir, keep_tags):
+@click.option("--slots", type=click.Choice(("xx", "tags", "words")), default="xx", show_default=True,
+              help="What stands for each word in the linearized trees: XX (Vinyals et al.), its "
+                   "POS tag, or the word itself.")
+@click.option("--keep-tags", is_flag=True, help="The same as --slots tags.")
+def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots, keep_tags):
     """Linearize a treebank into words/trees parallel text (Vinyals et al., 2015) for `vtx preprocess`."""
     from vtx.parsing import prepare, trees
 
@@ -43,7 +46,7 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, keep_
         else:
             splits = {name: _expand(FILE_OPTIONS[name], patterns)
                       for name, patterns in explicit.items() if patterns}
-        summaries = prepare.prepare(splits, destdir, keep_tags=keep_tags)
+        summaries = prepare.prepare(splits, destdir, slots="tags" if keep_tags else slots)
     except FileNotFoundError as error:
         raise click.ClickException(str(error)) from error
     except trees.TreeSyntaxError as error:

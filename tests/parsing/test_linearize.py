@@ -15,14 +15,14 @@ def test_linearize_follows_vinyals_et_al():
 
 
 def test_linearize_can_keep_tags():
-    _, target = linearize(trees.parse_tree(CAT), keep_tags=True)
+    _, target = linearize(trees.parse_tree(CAT), slots="tags")
     assert " ".join(target) == "(S (NP DT NN )NP (VP VBZ )VP . )S"
 
 
 def test_round_trip_on_every_sample_tree(normalized_trees):
     for tree in normalized_trees:
         gold = tree.to_string()
-        words, with_tags = linearize(tree, keep_tags=True)
+        words, with_tags = linearize(tree, slots="tags")
         rebuilt, stats = delinearize(with_tags, words)
         assert (rebuilt.to_string(), stats.total) == (gold, 0)
         _, with_slots = linearize(tree)
@@ -30,9 +30,26 @@ def test_round_trip_on_every_sample_tree(normalized_trees):
         assert (rebuilt.to_string(), stats.total) == (gold, 0)
 
 
+def test_linearize_can_write_the_words():
+    words, target = linearize(trees.parse_tree(CAT), slots="words")
+    assert " ".join(target) == "(S (NP The cat )NP (VP sleeps )VP . )S"
+    rebuilt, stats = delinearize(target, words)  # word slots name no tag: XX
+    assert rebuilt.to_string() == "(TOP (S (NP (XX The) (XX cat)) (VP (XX sleeps)) (. .)))"
+    assert stats.total == 0
+    with pytest.raises(ValueError, match="slots must be one of xx, tags, words, got 'pos'"):
+        linearize(trees.parse_tree(CAT), slots="pos")
+
+
+def test_round_trip_with_word_slots_on_every_sample_tree(normalized_trees):
+    for tree in normalized_trees:
+        words, target = linearize(tree, slots="words")
+        rebuilt, stats = delinearize(target, words, tags=[tag for _, tag in tree.tagged_words()])
+        assert (rebuilt.to_string(), stats.total) == (tree.to_string(), 0)
+
+
 def test_round_trip_of_a_root_with_several_children():
     tree = trees.parse_tree("(TOP (NP (NN a)) (VP (VB b)))")
-    words, target = linearize(tree, keep_tags=True)
+    words, target = linearize(tree, slots="tags")
     assert " ".join(target) == "(TOP (NP NN )NP (VP VB )VP )TOP"
     assert delinearize(target, words)[0] == tree
 

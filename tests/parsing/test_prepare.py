@@ -60,7 +60,7 @@ def test_brackets_file_lists_each_training_bracket_once(tmp_path, sample_files):
 
 
 def test_prepare_keep_tags(tmp_path, sample_files):
-    prepare.prepare({"train": sample_files[:1]}, tmp_path, keep_tags=True)
+    prepare.prepare({"train": sample_files[:1]}, tmp_path, slots="tags")
     first = (tmp_path / "train.trees").read_text().splitlines()[0].split()
     assert first[:5] == ["(S", "(NP", "(NP", "NNP", "NNP"]
 

@@ -1,7 +1,8 @@
 """Trees as token sequences, after Vinyals et al. 2015 ("Grammar as a Foreign Language", section 2).
 
 The source is the words; the target is the tree's brackets in pre-order, each phrase opening as
-`(LABEL` and closing as `)LABEL`, each word replaced by one slot token (`XX`, or its POS tag):
+`(LABEL` and closing as `)LABEL`, each word replaced by one slot token: `XX` (Vinyals et al.), its
+POS tag, or the word itself (`SLOTS`):
 
     (TOP (S (NP (DT The) (NN cat)) (VP (VBZ sleeps)) (. .)))
     source: The cat sleeps .
@@ -35,8 +36,17 @@ from vtx.parsing.trees import ROOT_LABEL, Tree
 
 # Slot token standing for one word when POS tags are not kept (Vinyals et al. 2015).
 SLOT_TOKEN = "XX"
+# What stands for each word in a target: XX, its POS tag, or the word itself. A decoder that
+# writes the words (or their tags) must find each word in the source to continue, which gives a
+# small model a strong signal to attend to it.
+SLOTS = ("xx", "tags", "words")
 # Part-of-speech tag given to words when the target names no tag (slot `XX`) and none is supplied.
 DEFAULT_TAG = "XX"
+# The Penn Treebank's part-of-speech tags: a slot that equals its word is a tag only when it is one
+# of these (punctuation is its own tag), else the word itself.
+PTB_TAGS = frozenset(
+    "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
+    "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB # $ `` '' -LRB- -RRB- , . :".split())
 
 
 @dataclasses.dataclass
@@ -60,31 +70,36 @@ class RepairStats:
         return RepairStats(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
-def linearize(tree: Tree, keep_tags: bool = False) -> tuple[list[str], list[str]]:
+def linearize(tree: Tree, slots: str = "xx") -> tuple[list[str], list[str]]:
     """Source words and target bracket tokens of a tree.
 
     Args:
         tree: a tree, normally from `trees.normalize`.
-        keep_tags: write each word's POS tag as its slot instead of `XX`.
+        slots: one of SLOTS: what stands for each word, `XX`, its POS tag or the word.
 
     Returns:
         (words, target): the N words, and the target tokens (N slots plus two per phrase).
+
+    Raises:
+        ValueError: unknown `slots`.
     """
+    if slots not in SLOTS:
+        raise ValueError(f"slots must be one of {', '.join(SLOTS)}, got {slots!r}")
     root = tree
     if root.label == ROOT_LABEL and len(root.children) == 1 and not root.is_preterminal:
         root = root.children[0]
     target: list[str] = []
-    _linearize_into(root, keep_tags, target)
+    _linearize_into(root, slots, target)
     return root.leaves(), target
 
 
-def _linearize_into(tree: Tree, keep_tags: bool, target: list[str]) -> None:
+def _linearize_into(tree: Tree, slots: str, target: list[str]) -> None:
     if tree.is_preterminal:
-        target.append(tree.label if keep_tags else SLOT_TOKEN)
+        target.append({"xx": SLOT_TOKEN, "tags": tree.label, "words": tree.children[0]}[slots])
         return
     target.append("(" + tree.label)
     for child in tree.children:
-        _linearize_into(child, keep_tags, target)
+        _linearize_into(child, slots, target)
     target.append(")" + tree.label)
 
 
@@ -95,8 +110,8 @@ def delinearize(target: Sequence[str], words: Sequence[str],
     Args:
         target: target tokens, e.g. a model's output split on spaces.
         words: the N source words, placed in order into the slots.
-        tags: N POS tags for the preterminals; default: the slot token itself when it is not
-            `XX` (targets written with `keep_tags`), else `XX`.
+        tags: N POS tags for the preterminals; default: the slot token itself when it is a tag
+            (targets with tag slots), else `XX` (slots `XX`, or the word itself).
 
     Returns:
         (tree, stats): a `TOP`-rooted tree whose leaves are `words`, and the repairs made.
@@ -120,7 +135,7 @@ def delinearize(target: Sequence[str], words: Sequence[str],
         elif token == "(":
             stats.dropped_tokens += 1
         elif next_word < len(words):
-            tag = tags[next_word] if tags is not None else token if token != SLOT_TOKEN else DEFAULT_TAG
+            tag = tags[next_word] if tags is not None else _slot_tag(token, words[next_word])
             stack[-1].children.append(Tree(tag, [words[next_word]]))
             next_word += 1
         else:
@@ -132,6 +147,13 @@ def delinearize(target: Sequence[str], words: Sequence[str],
     if only is not None and not only.is_preterminal and only.label == ROOT_LABEL:
         root = only  # the target spelled out the root itself: (TOP ... )TOP
     return root, stats
+
+
+def _slot_tag(token: str, word: str) -> str:
+    """The POS tag a slot token gives its word: the token when it is a tag, else XX."""
+    if token == SLOT_TOKEN or (token == word and token not in PTB_TAGS):
+        return DEFAULT_TAG
+    return token
 
 
 def _close(stack: list[Tree], label: str, stats: RepairStats) -> None:

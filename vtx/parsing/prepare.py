@@ -70,7 +70,7 @@ def wsj_split(treebank_dir: str | Path) -> dict[str, list[Path]]:
     return splits
 
 
-def split_lines(files: Sequence[Path], keep_tags: bool = False) -> tuple[list[tuple[str, str, str]], int]:
+def split_lines(files: Sequence[Path], slots: str = "xx") -> tuple[list[tuple[str, str, str]], int]:
     """(words, linearized tree, gold tree) lines of the trees in `files`, and how many were dropped.
 
     Raises:
@@ -83,20 +83,20 @@ def split_lines(files: Sequence[Path], keep_tags: bool = False) -> tuple[list[tu
             if normal is None:
                 dropped += 1
                 continue
-            words, target = linearize(normal, keep_tags)
+            words, target = linearize(normal, slots)
             lines.append((" ".join(words), " ".join(target), normal.to_string()))
     return lines, dropped
 
 
 def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
-            keep_tags: bool = False) -> dict[str, SplitSummary]:
+            slots: str = "xx") -> dict[str, SplitSummary]:
     """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`, and
     `brackets.txt` when there is a `train` split.
 
     Args:
         splits: split prefix -> treebank files, e.g. from `wsj_split`.
         destdir: output folder (created when missing).
-        keep_tags: linearize with POS tags instead of `XX`.
+        slots: what stands for each word in the targets (`linearize.SLOTS`).
 
     Returns:
         Split prefix -> what was written.
@@ -110,7 +110,7 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     summaries, pending = {}, []
     try:
         for prefix, files in splits.items():
-            lines, dropped = split_lines(files, keep_tags)
+            lines, dropped = split_lines(files, slots)
             for column, suffix in enumerate(SUFFIXES):
                 pending.append((_write_temp(destdir, (line[column] for line in lines)),
                                 destdir / f"{prefix}.{suffix}"))
