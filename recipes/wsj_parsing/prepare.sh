@@ -6,7 +6,9 @@
 # TREEBANK_DIR is the LDC layout holding wsj/SS/wsj_SSNN.mrg (or the wsj folder itself):
 # train = sections 02-21 (~40K sentences), valid = 22, test = 23. Writes $WORK/text
 # (PREFIX.words/.trees/.gold, brackets.txt) and $WORK/data (16K joint vocabulary, as the paper).
-# WORK defaults to runs/wsj_parsing.
+# WORK defaults to runs/wsj_parsing; SLOTS (xx, the paper's linearization) is what stands for each
+# word in the trees (vtx prepare-parse --slots; `words` is what the treebank sample needed, see
+# README.md).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
@@ -15,6 +17,6 @@ WORK=${WORK:-$ROOT/runs/wsj_parsing}
 [ -d "$1" ] || die "treebank folder '$1' does not exist"
 check_vtx
 step "linearizing the treebank into $WORK/text"
-"$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text"
+"$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text" --slots "${SLOTS:-xx}"
 step "binarizing into $WORK/data"
 preprocess_trees "$WORK/text" "$WORK/data" 16000 --testpref "$WORK/text/test" --workers 4

@@ -22,7 +22,7 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_f1(shared_data, tmp_path):
     for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
         (ptb / source.name).symlink_to(source)
     env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "WORK": str(tmp_path / "work"),
-           "STEPS": "20", "NUM_LAST": "1", "VTX": str(Path(sys.executable).with_name("vtx"))}
+           "STEPS": "20", "VALIDATE": "10", "VTX": str(Path(sys.executable).with_name("vtx"))}
     result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
