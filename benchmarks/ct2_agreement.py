@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from vtx.export import export  # noqa: E402
 from vtx.export.ct2 import SENTENCEPIECE_FILE, translate_lines  # noqa: E402
 from vtx.inference import translate  # noqa: E402
-from vtx.training import checkpoints  # noqa: E402
+from vtx import checkpoints  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

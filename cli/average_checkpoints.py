@@ -16,17 +16,16 @@ import click
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 def average_checkpoints(inputs, num_last, output, force):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
-    from vtx.training import checkpoints
+    from vtx import checkpoints
 
     paths = [Path(p) for p in inputs]
     if len(paths) == 1 and paths[0].is_dir():
         if num_last is None:
             raise click.UsageError("--num-last is required when --inputs is a directory")
-        found = checkpoints.list_checkpoints(paths[0])
-        if len(found) < num_last:
-            raise click.ClickException(f"--num-last {num_last}: {paths[0]} has only "
-                                       f"{len(found)} numbered checkpoints")
-        paths = found[-num_last:]
+        try:
+            paths = checkpoints.newest(paths[0], num_last)
+        except ValueError as error:
+            raise click.ClickException(f"--num-last {num_last}: {error}") from error
     elif any(p.is_dir() for p in paths):
         raise click.UsageError("give either one directory or checkpoint files to --inputs")
     elif num_last is not None:

@@ -56,7 +56,7 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     Copied as `run/checkpoint_<step>.npz` of a fresh folder, with max_positions 64 (sinusoidal
     positions have no weights, so the limit is free to lower) so that overlong lines are cheap.
     """
-    from vtx.training import checkpoints
+    from vtx import checkpoints
 
     checkpoint = checkpoints.load(TRANSLATION_MODEL)
     checkpoint.meta["model_config"]["max_positions"] = 64

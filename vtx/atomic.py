@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Iterator, TextIO
@@ -32,9 +33,9 @@ def output_path(path: str | Path, force: bool, flag: str = "--output") -> Path:
     target = Path(os.path.realpath(path))
     if target.is_file() and not force:
         shown = path if target == path.absolute() else f"{path} (a link to {target})"
-        raise OutputExistsError(f"{flag} {shown} exists; add --force to replace it")
+        raise OutputExistsError(f"{flag} {shown} already exists (use --force to replace it)")
     if not target.parent.is_dir():
-        raise FileNotFoundError(f"{flag} {path}: no folder {target.parent}")
+        raise FileNotFoundError(f"{flag} {path}: folder {target.parent} does not exist")
     return target
 
 
@@ -65,3 +66,47 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]:
+    """A hidden temporary path beside `path` (same suffix) for the caller to write a file or a
+    folder into; renamed over `path` (a link's target, the link kept) when the block completes,
+    removed when it fails.
+
+    Args:
+        fsync: flush a file's data to disk before the rename (checkpoints: a crash right after
+            must not leave an empty file under the final name).
+    """
+    path = Path(os.path.realpath(path))
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    _remove(tmp)
+    try:
+        yield tmp
+        if fsync and tmp.is_file():
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+        if path.is_dir() and not path.is_symlink() and tmp.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all."""
+    with replaced_on_success(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def copy_file(source: str | Path, target: str | Path) -> None:
+    """Copy `source` to `target` whole or not at all."""
+    with replaced_on_success(target) as tmp:
+        shutil.copyfile(source, tmp)

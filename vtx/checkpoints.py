@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vtx import atomic
+
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
 BEST_NAME = "checkpoint_best.npz"
 DAMAGED_SUFFIX = ".damaged"
@@ -53,6 +55,21 @@ def list_checkpoints(save_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest(save_dir: str | Path, count: int = 1) -> list[Path]:
+    """The `count` newest numbered checkpoints of `save_dir`, oldest first.
+
+    Raises:
+        ValueError: fewer than `count` (the directory and the number found named).
+    """
+    found = list_checkpoints(save_dir)
+    if not found:
+        raise ValueError(f"{save_dir}: no checkpoint_*.npz in this directory")
+    if len(found) < count:
+        raise ValueError(f"{save_dir} has only {len(found)} numbered checkpoints "
+                         f"(checkpoint_*.npz), {count} wanted")
+    return found[len(found) - count:]
+
+
 def check_output(path: str | Path, force: bool) -> None:
     """Refuse to write a new checkpoint at `path` when it exists (unless `force`) or when its
     folder is missing, before any work is done.
@@ -60,13 +77,9 @@ def check_output(path: str | Path, force: bool) -> None:
     Raises:
         ValueError: the reason, with `--output` and the path.
     """
-    path = Path(path)
-    if path.exists() and not force:
-        raise ValueError(f"--output {path} already exists (use --force to replace it)")
-    if path.exists() and not path.is_file():
+    target = atomic.output_path(path, force)  # a link's target
+    if target.exists() and not target.is_file():
         raise ValueError(f"--output {path} is not a regular file; not replacing it")
-    if not path.parent.is_dir():
-        raise ValueError(f"--output {path}: folder {path.parent} does not exist")
 
 
 def save(path: str | Path, checkpoint: Checkpoint) -> None:
@@ -78,15 +91,9 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
         arrays["vocab"] = np.frombuffer(checkpoint.vocab, dtype=np.uint8)
     meta = {**checkpoint.meta, _CHECKSUM: _checksum(arrays, checkpoint.meta)}
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic.replaced_on_success(path, fsync=True) as tmp:
         with open(tmp, "wb") as handle:
             np.savez(handle, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load(path: str | Path) -> Checkpoint:

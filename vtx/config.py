@@ -35,10 +35,9 @@ class _JsonConfig:
 
     def save(self, path: str | Path) -> None:
         """Write as JSON atomically (temp file, then rename)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
+        from vtx import atomic
+
+        atomic.write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: str | Path):

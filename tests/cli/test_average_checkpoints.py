@@ -1,8 +1,8 @@
 import numpy as np
 from click.testing import CliRunner
 
-from vtx.training import checkpoints
-from vtx.training.checkpoints import Checkpoint
+from vtx import checkpoints
+from vtx.checkpoints import Checkpoint
 from vtx_cli.main import main
 
 

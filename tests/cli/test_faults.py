@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from vtx.training import checkpoints
-from vtx.training.checkpoints import Checkpoint
+from vtx import checkpoints
+from vtx.checkpoints import Checkpoint
 from vtx_cli.main import main
 
 
@@ -164,7 +164,8 @@ def test_an_existing_output_file_needs_force(trained_checkpoint, tmp_path, comma
     output.write_text("keep me\n")
     result = invoke(command, "--checkpoint", trained_checkpoint, "--output", output,
                     stdin="A dog runs .\n")
-    assert_one_line_error(result, f"--output {output} exists; add --force to replace it")
+    assert_one_line_error(result, f"--output {output} already exists (use --force to replace "
+                          "it)")
     assert output.read_text() == "keep me\n"
     result = invoke(command, "--checkpoint", trained_checkpoint, "--output", output, "--force",
                     "--beam", 2, stdin="A dog runs .\n")
@@ -179,7 +180,7 @@ def test_an_output_link_is_followed_and_kept(trained_checkpoint, tmp_path):
     link.symlink_to(target)
     result = invoke("translate", "--checkpoint", trained_checkpoint, "--output", link,
                     stdin="A dog runs .\nTwo men sit on a bench .\n")
-    assert_one_line_error(result, f"--output {link} (a link to {target}) exists")
+    assert_one_line_error(result, f"--output {link} (a link to {target}) already exists")
     result = invoke("translate", "--checkpoint", trained_checkpoint, "--output", link, "--force",
                     stdin="A dog runs .\nTwo men sit on a bench .\n")
     assert result.exit_code == 0, result.output

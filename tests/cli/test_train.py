@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from vtx.training import checkpoints
+from vtx import checkpoints
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 SMALL = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--log-interval-steps",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vtx.training import checkpoints
+from vtx import checkpoints
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 

@@ -1,7 +1,7 @@
 import pytest
 from click.testing import CliRunner
 
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx_cli.main import main
 
 

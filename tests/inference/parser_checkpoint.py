@@ -13,7 +13,7 @@ from vtx.config import TINY
 from vtx.data.vocab import train_sentencepiece
 from vtx.models import transformer
 from vtx.parsing.prepare import bracket_tokens, split_lines
-from vtx.training import checkpoints
+from vtx import checkpoints
 
 VOCAB_SIZE = 600
 

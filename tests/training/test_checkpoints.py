@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from vtx.training import checkpoints
-from vtx.training.checkpoints import Checkpoint
+from vtx import checkpoints
+from vtx.checkpoints import Checkpoint
 
 
 def make(step, scale, config=None):

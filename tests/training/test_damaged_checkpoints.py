@@ -8,8 +8,8 @@ import pytest
 
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
-from vtx.training import checkpoints
-from vtx.training.checkpoints import Checkpoint, CheckpointError
+from vtx import checkpoints
+from vtx.checkpoints import Checkpoint, CheckpointError
 from vtx.training.trainer import Trainer
 
 

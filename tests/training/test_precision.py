@@ -2,7 +2,7 @@ import pytest
 
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx.training.precision import choose_precision, cpu_flags, resolve_precision
 from vtx.training.trainer import Trainer
 

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx.training.trainer import Trainer, TrainingError
 
 

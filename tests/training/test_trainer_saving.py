@@ -8,7 +8,7 @@ import pytest
 
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx.training.trainer import Trainer
 
 PAIRS = make_pairs(16, 20)

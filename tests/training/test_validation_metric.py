@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tests.inference.parser_checkpoint import write_random_parser
 from tests.training.synthetic import epoch_maker, make_pairs
 from tests.training.test_trainer_saving import make_trainer, saved_steps
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx.training.validation import Score, ValidationScorer
 from vtx_cli.main import main
 

@@ -34,15 +34,31 @@ class Vocabulary:
 
     def __init__(self, model_path: str | Path):
         self.model_path = Path(model_path)
+        self._load(lambda processor: processor.Load(str(self.model_path)), str(self.model_path))
+
+    @classmethod
+    def from_bytes(cls, model: bytes, name: str) -> "Vocabulary":
+        """A vocabulary from a serialized SentencePiece model (e.g. carried by a checkpoint);
+        `name` says where it came from in messages. Its `model_path` is None.
+
+        Raises:
+            DataError: as the constructor.
+        """
+        vocab = cls.__new__(cls)
+        vocab.model_path = None
+        vocab._load(lambda processor: processor.LoadFromSerializedProto(model), name)
+        return vocab
+
+    def _load(self, load, name: str) -> None:
         self._processor = spm.SentencePieceProcessor()
         try:
-            self._processor.Load(str(self.model_path))
+            load(self._processor)
         except (OSError, RuntimeError) as err:
-            raise DataError(f"cannot load SentencePiece model {self.model_path}: {err}") from None
+            raise DataError(f"cannot load SentencePiece model {name}: {err}") from None
         found = {"pad": self._processor.pad_id(), "unk": self._processor.unk_id(),
                  "bos": self._processor.bos_id(), "eos": self._processor.eos_id()}
         if found != SPECIAL_IDS:
-            raise DataError(f"SentencePiece model {self.model_path} has special ids {found}; "
+            raise DataError(f"SentencePiece model {name} has special ids {found}; "
                             f"vtx needs {SPECIAL_IDS} (train with pad_id=0 unk_id=1 bos_id=2 "
                             f"eos_id=3)")
 

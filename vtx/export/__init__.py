@@ -11,10 +11,9 @@ so a directory at the target path is always a complete export.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
+from vtx import atomic
 from vtx.inference.translate import DecodeOptions
 
 FORMATS = ("savedmodel", "ctranslate2")
@@ -54,7 +53,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         ValueError: unknown format, output in the way, unreadable checkpoint or no vocabulary.
     """
     from vtx.inference.translate import checkpoint_vocabulary
-    from vtx.training import checkpoints
+    from vtx import checkpoints
 
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
@@ -62,18 +61,11 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     _check_output(output, force)
     checkpoint = checkpoints.load(checkpoint_path)
     checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic.replaced_on_success(output) as tmp:
         if format == "savedmodel":
             from vtx.export.savedmodel import write_savedmodel
             write_savedmodel(checkpoint, tmp, options)
         else:
             from vtx.export.ct2 import write_ctranslate2
             write_ctranslate2(checkpoint, tmp)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return output

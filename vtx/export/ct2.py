@@ -24,7 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from vtx.config import BOS_ID, PAD_ID, ModelConfig
-from vtx.training.checkpoints import Checkpoint
+from vtx.checkpoints import Checkpoint
 
 SENTENCEPIECE_FILE = "sentencepiece.model"
 # Added to the logits of PAD and BOS: exp() of it underflows to exactly 0 in float32 (and it still

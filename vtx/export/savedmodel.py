@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID
 from vtx.inference.translate import LENGTH_BUCKET, DecodeOptions, load_model
-from vtx.training.checkpoints import Checkpoint
+from vtx.checkpoints import Checkpoint
 
 
 class TranslateModule(tf.Module):

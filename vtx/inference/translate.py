@@ -18,7 +18,7 @@ import numpy as np
 
 from vtx import atomic
 from vtx.config import PAD_ID, ModelConfig
-from vtx.training import checkpoints
+from vtx import checkpoints
 
 LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
 
@@ -57,10 +57,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """
     path = Path(path)
     if path.is_dir():
-        found = checkpoints.list_checkpoints(path)
-        if not found:
-            raise ValueError(f"{path}: no checkpoint_*.npz in this directory")
-        return found[-1]
+        return checkpoints.newest(path)[0]
     if not path.is_file():
         raise ValueError(f"{path}: no such checkpoint file or directory")
     return path
@@ -237,15 +234,11 @@ def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
         ValueError: the checkpoint has no vocabulary, or its vocabulary does not match the
             model's embedding size (the message names `path`).
     """
-    import tempfile
-
     from vtx.data.vocab import Vocabulary
 
     if checkpoint.vocab is None:
         raise ValueError(f"{path}: the checkpoint carries no vocabulary")
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "vocab.model").write_bytes(checkpoint.vocab)
-        vocab = Vocabulary(Path(tmp) / "vocab.model")
+    vocab = Vocabulary.from_bytes(checkpoint.vocab, f"in {path}")
     vocab_size = checkpoint.meta["model_config"]["vocab_size"]
     if vocab.size != vocab_size:
         raise ValueError(f"{path}: vocabulary has {vocab.size} pieces but the model "

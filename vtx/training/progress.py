@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Callable
+
+from vtx import atomic
 
 
 def format_duration(seconds: float) -> str:
@@ -137,7 +138,6 @@ def write_learning_curve(history_path: Path, png_path: Path) -> None:
     axis.set_ylabel("label-smoothed loss (nats/token)")
     axis.grid(alpha=0.3)
     axis.legend()
-    tmp = png_path.with_name(f".{png_path.name}.tmp-{os.getpid()}.png")
-    figure.savefig(tmp, dpi=100, bbox_inches="tight")
+    with atomic.replaced_on_success(png_path) as tmp:
+        figure.savefig(tmp, dpi=100, bbox_inches="tight")
     plt.close(figure)
-    os.replace(tmp, png_path)

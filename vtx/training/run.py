@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from vtx import config
+from vtx import atomic, config
 from vtx.config import ModelConfig, TrainConfig
 
 CONFIG_FILE = "config.json"
@@ -44,9 +44,7 @@ def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelCon
     record = {"arch": arch, "data_dir": str(Path(data_dir).resolve()),
               "model": model_config.to_dict(), "train": train_config.to_dict()}
     save_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    atomic.write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
 def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainConfig,

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,9 +22,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from vtx import atomic
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.models import transformer
-from vtx.training import checkpoints
+from vtx import checkpoints
 from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import resolve_precision
@@ -462,7 +461,7 @@ class Trainer:
                 last_save = self.clock()
                 if path is not None:
                     if is_best:
-                        _copy_atomically(path, self.save_dir / checkpoints.BEST_NAME)
+                        atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
                     if progress.history_path.exists():
                         progress.plot()
             if self._any_worker(stop):
@@ -471,8 +470,3 @@ class Trainer:
                 return None
         return None
 
-
-def _copy_atomically(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
