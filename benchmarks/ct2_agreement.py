@@ -24,6 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from vtx.export import export  # noqa: E402
 from vtx.export.ct2 import SENTENCEPIECE_FILE, translate_lines  # noqa: E402
+from vtx.inference.decoding import DecodeOptions  # noqa: E402
 from vtx.inference import translate  # noqa: E402
 from vtx import checkpoints  # noqa: E402
 
@@ -62,14 +63,14 @@ def main() -> None:
                     (f"beam {args.beam}, vtx fairseq penalty", args.beam, "fairseq")]
         ct2_outputs = {}
         for name, beam, penalty in settings:
-            options = translate.DecodeOptions(beam=beam, lenpen=args.lenpen,
-                                              length_penalty=penalty)
+            options = DecodeOptions(beam=beam, lenpen=args.lenpen, length_penalty=penalty)
             ours = [h[0].text if h else "" for h in
                     translate.load_translator(path, options).translate(lines)]
             if beam not in ct2_outputs:
-                ct2_outputs[beam] = translate_lines(ct2, processor, lines, beam_size=beam,
-                                                    length_penalty=args.lenpen,
-                                                    max_positions=max_positions)
+                ct2_outputs[beam] = translate_lines(
+                    ct2, processor, lines, DecodeOptions(beam=beam, lenpen=args.lenpen,
+                                                         length_penalty="fairseq"),
+                    max_positions=max_positions)
             same = sum(a == b for a, b in zip(ours, ct2_outputs[beam]))
             print(f"{name} (alpha {args.lenpen}) vs CTranslate2 beam {beam} (|Y|^alpha): "
                   f"{same}/{len(lines)} identical lines ({100 * same / len(lines):.1f}%)",

@@ -2,6 +2,7 @@
 
 import click
 
+from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import checkpoint_option, search_options
 
 FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
@@ -15,7 +16,7 @@ FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --he
 @click.option("--output", required=True, type=click.Path(),
               help="Directory to create (written under a temporary name, then renamed).")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
-@search_options(beam=4, lenpen=0.6, max_len_b=50)
+@search_options(TRANSLATION)
 def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form, max_len_a,
            max_len_b):
     """Export a trained model for serving without vtx.
@@ -23,7 +24,8 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
     The search options are baked into a SavedModel; CTranslate2 takes its own when translating.
     """
     from vtx.export import export as export_model
-    from vtx.inference.translate import DecodeOptions, resolve_checkpoint
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.translate import resolve_checkpoint
 
     try:
         path = resolve_checkpoint(checkpoint)

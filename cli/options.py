@@ -2,22 +2,27 @@
 
 import click
 
+from vtx.inference.decoding import LENGTH_PENALTIES, DecodeOptions  # no TensorFlow import
+
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")
 
 
-def search_options(beam: int, lenpen: float, max_len_b: int):
-    """--beam --lenpen --length-penalty --max-len-a --max-len-b, with per-command defaults."""
+def search_options(defaults: DecodeOptions):
+    """--beam --lenpen --length-penalty --max-len-a --max-len-b, defaulting to a preset of
+    `vtx.inference.decoding` (the paper's translation or parsing settings)."""
     options = [
-        click.option("--beam", type=click.IntRange(min=1), default=beam, show_default=True),
-        click.option("--lenpen", type=click.FloatRange(min=0), default=lenpen, show_default=True,
-                     help="Length penalty alpha."),
-        click.option("--length-penalty", "penalty_form", type=click.Choice(["gnmt", "fairseq"]),
-                     default="gnmt", show_default=True,
+        click.option("--beam", type=click.IntRange(min=1), default=defaults.beam,
+                     show_default=True),
+        click.option("--lenpen", type=click.FloatRange(min=0), default=defaults.lenpen,
+                     show_default=True, help="Length penalty alpha."),
+        click.option("--length-penalty", "penalty_form", type=click.Choice(LENGTH_PENALTIES),
+                     default=defaults.length_penalty, show_default=True,
                      help="gnmt: ((5+|Y|)/6)^alpha as the paper; fairseq: |Y|^alpha."),
-        click.option("--max-len-a", type=click.FloatRange(min=0), default=1.0, show_default=True),
-        click.option("--max-len-b", type=click.IntRange(min=0), default=max_len_b,
+        click.option("--max-len-a", type=click.FloatRange(min=0), default=defaults.max_len_a,
+                     show_default=True),
+        click.option("--max-len-b", type=click.IntRange(min=0), default=defaults.max_len_b,
                      show_default=True, help="Output length limit: a * source length + b."),
     ]
 

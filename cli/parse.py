@@ -2,6 +2,7 @@
 
 import click
 
+from vtx.inference.decoding import PARSING
 from vtx_cli.options import checkpoint_option, search_options
 
 
@@ -13,8 +14,9 @@ from vtx_cli.options import checkpoint_option, search_options
               help="Where to write the trees, one per line (default: stdout); written atomically "
                    "(through a link to its target; a FIFO or device directly).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
-@search_options(beam=21, lenpen=0.3, max_len_b=300)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True,
+@search_options(PARSING)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=PARSING.max_tokens,
+              show_default=True,
               help="Source tokens per batch, padding counted (each holds --beam hypotheses).")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines parsed (and written) together.")
@@ -26,6 +28,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
           max_tokens, buffer_size, gold, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx import atomic
+    from vtx.inference.decoding import DecodeOptions
     from vtx.inference import parse as lib
     from vtx.inference import translate
     from vtx.parsing import evalb, trees
@@ -37,7 +40,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
         if output_path:  # before any work: an output that cannot be written fails at once
             atomic.output_path(output_path, force)
         gold_trees = lib.read_gold(gold, len(lines)) if gold else None
-        options = translate.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                           max_len_a=max_len_a,
                                           max_len_b=max_len_b, max_tokens=max_tokens,
                                           jit_compile=jit)

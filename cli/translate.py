@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import checkpoint_option, search_options
 
 
@@ -15,8 +16,9 @@ from vtx_cli.options import checkpoint_option, search_options
               help="Where to write translations (default: stdout); written atomically (through a "
                    "link to its target; a FIFO or device directly).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
-@search_options(beam=4, lenpen=0.6, max_len_b=50)
-@click.option("--max-tokens", type=click.IntRange(min=1), default=8192, show_default=True,
+@search_options(TRANSLATION)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=TRANSLATION.max_tokens,
+              show_default=True,
               help="Source tokens per batch, padding counted.")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines read before translating (1: answer each line at once).")
@@ -32,11 +34,12 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
 
     warn = lambda message: click.echo(f"warning: {message}", err=True)
     from vtx import atomic
+    from vtx.inference.decoding import DecodeOptions
 
     try:
         if output_path:  # before any work: an output that cannot be written fails at once
             atomic.output_path(output_path, force)
-        options = lib.DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                     max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                                     max_tokens=max_tokens, jit_compile=jit)
         path = lib.resolve_checkpoint(checkpoint)

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from tests.export.conftest import greedy_margins, invoke, vtx_translate
+from vtx.inference.decoding import DecodeOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 MAX_POSITIONS = 64  # the suite's translation model's (tests/conftest.py)
@@ -44,7 +45,7 @@ def test_ctranslate2_greedy_equals_vtx_translate_beam_1(exported, trained_checkp
     assert len(lines) >= 190
     expected = vtx_translate(trained_checkpoint, lines, tmp_path, "--beam", "1")
     assert len(set(expected)) >= 150, "the model should give varied translations"
-    assert translate_lines(exported[0], exported[1], lines, beam_size=1,
+    assert translate_lines(exported[0], exported[1], lines, DecodeOptions(beam=1),
                            max_positions=MAX_POSITIONS) == expected
 
 
@@ -57,5 +58,6 @@ def test_ctranslate2_stops_at_the_length_limit_like_vtx(exported, trained_checkp
     lines = [line for line, margin in zip(test_sentences, margins) if margin >= 1e-3]
     expected = vtx_translate(trained_checkpoint, lines, tmp_path, "--beam", "1",
                              "--max-len-a", "0.25", "--max-len-b", "2")
-    assert translate_lines(exported[0], exported[1], lines, beam_size=1, max_len_a=0.25,
-                           max_len_b=2, max_positions=MAX_POSITIONS) == expected
+    assert translate_lines(exported[0], exported[1], lines,
+                           DecodeOptions(beam=1, max_len_a=0.25, max_len_b=2),
+                           max_positions=MAX_POSITIONS) == expected

@@ -4,7 +4,8 @@ import pytest
 
 from tests.inference.parser_checkpoint import write_random_parser
 from vtx.inference import parse
-from vtx.inference.translate import DecodeOptions, load_translator
+from vtx.inference.decoding import DecodeOptions
+from vtx.inference.translate import load_translator
 from vtx.parsing import evalb
 from vtx.parsing.linearize import delinearize
 from vtx.parsing.prepare import split_lines

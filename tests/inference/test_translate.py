@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from vtx.inference import translate
-from vtx.inference.translate import DecodeOptions
+from vtx.inference import decoding, translate
+from vtx.inference.decoding import DecodeOptions
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_padded_batches_cover_every_sentence_once_with_few_shapes():
     rng = np.random.default_rng(0)
     encoded = [list(range(4, 4 + n)) for n in rng.integers(1, 60, 200)]
     seen, shapes = [], set()
-    for rows, array in translate.padded_batches(encoded, max_tokens=512):
+    for rows, array in decoding.padded_batches(encoded, max_tokens=512):
         shapes.add(array.shape)
         assert array.shape[0] * array.shape[1] <= 512 or array.shape[0] == 1
         for row, index in enumerate(rows):

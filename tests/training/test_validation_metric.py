@@ -17,7 +17,8 @@ from vtx_cli.main import main
 
 
 def test_bleu_scorer_equals_sacrebleu_of_vtx_translate(trained_checkpoint, shared_data, tmp_path):
-    from vtx.inference.translate import DecodeOptions, bleu, load_translator
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.translate import bleu, load_translator
 
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:
         sources = [next(handle).strip() for _ in range(40)]
@@ -47,7 +48,8 @@ def random_parser(shared_data, tmp_path_factory):
 
 def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
     from vtx.inference.parse import parse_lines, read_gold
-    from vtx.inference.translate import DecodeOptions, load_translator
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.translate import load_translator
     from vtx.parsing import evalb
     from vtx.parsing.prepare import split_lines
 
@@ -71,7 +73,8 @@ def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
 
 
 def test_f1_scorer_names_a_gold_file_of_other_sentences(random_parser, tmp_path):
-    from vtx.inference.translate import DecodeOptions, load_translator
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.translate import load_translator
     from vtx.parsing.prepare import split_lines
 
     checkpoint, files = random_parser

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vtx import atomic
-from vtx.inference.translate import DecodeOptions
+from vtx.inference.decoding import DecodeOptions
 
 FORMATS = ("savedmodel", "ctranslate2")
 # A directory holding one of these is a previous export, which --force may replace.

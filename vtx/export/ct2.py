@@ -23,8 +23,9 @@ from typing import Iterable
 
 import numpy as np
 
-from vtx.config import BOS_ID, PAD_ID, ModelConfig
 from vtx.checkpoints import Checkpoint
+from vtx.config import BOS_ID, PAD_ID, ModelConfig
+from vtx.inference.decoding import DecodeOptions
 
 SENTENCEPIECE_FILE = "sentencepiece.model"
 # Added to the logits of PAD and BOS: exp() of it underflows to exactly 0 in float32 (and it still
@@ -132,34 +133,42 @@ def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
     (Path(directory) / SENTENCEPIECE_FILE).write_bytes(checkpoint.vocab)
 
 
-def translate_lines(translator, processor, lines: Iterable[str], beam_size: int = 4,
-                    length_penalty: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
+def translate_lines(translator, processor, lines: Iterable[str],
+                    options: DecodeOptions = DecodeOptions(length_penalty="fairseq"),
                     max_positions: int = 1024, max_batch_size: int = 64) -> list[str]:
     """Translate with a loaded `ctranslate2.Translator` under vtx's conventions.
 
     Source pieces carry no BOS/EOS and are cut to `max_positions`; each sentence may produce at
-    most a * |X| + b tokens (EOS included, as vtx counts |Y|); empty lines give "". CTranslate2's
-    length penalty is |Y|^alpha (vtx's `--length-penalty fairseq`), not GNMT's.
+    most `options.length_limit(|X|)` tokens (EOS included, as vtx counts |Y|); empty lines give
+    "". CTranslate2's length penalty is |Y|^alpha: `options.length_penalty` must be `fairseq`
+    when the beam is wider than 1 (a beam of 1 is greedy, where no penalty applies).
 
     Args:
         translator: a `ctranslate2.Translator` over a directory from `write_ctranslate2`.
         processor: a `sentencepiece.SentencePieceProcessor` of the same vocabulary.
         lines: source sentences.
+        options: the search (vtx.inference.decoding); nbest, max_tokens and jit_compile unused.
 
     Returns:
         One detokenized translation per line.
+
+    Raises:
+        ValueError: a beam over 1 with the `gnmt` length penalty, which CTranslate2 lacks.
     """
+    if options.beam > 1 and options.length_penalty != "fairseq":
+        raise ValueError(f"CTranslate2 scores with |Y|^alpha (length penalty fairseq), not "
+                         f"{options.length_penalty}")
     lines = list(lines)
     pieces = [processor.encode(line, out_type=str)[:max_positions] for line in lines]
     # CTranslate2 takes one length limit per call: group sentences of equal limit.
-    limits = [max(1, min(int(max_len_a * len(p)) + max_len_b, max_positions)) for p in pieces]
+    limits = [options.length_limit(len(p), max_positions) for p in pieces]
     outputs = [""] * len(lines)
     wanted = [i for i, line in enumerate(lines) if line.strip()]
     for limit in sorted({limits[i] for i in wanted}):
         group = [i for i in wanted if limits[i] == limit]
         # Both stop after `limit` decoding steps, an EOS step included (vtx's |Y|).
-        results = translator.translate_batch([pieces[i] for i in group], beam_size=beam_size,
-                                             length_penalty=length_penalty,
+        results = translator.translate_batch([pieces[i] for i in group], beam_size=options.beam,
+                                             length_penalty=options.lenpen,
                                              max_decoding_length=limit,
                                              max_batch_size=max_batch_size)
         for index, result in zip(group, results):

@@ -17,13 +17,15 @@ to "". Shapes: B batch, S padded source length, L output limit.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import tensorflow as tf
 
-from vtx.config import PAD_ID
-from vtx.inference.translate import LENGTH_BUCKET, DecodeOptions, load_model
 from vtx.checkpoints import Checkpoint
+from vtx.config import PAD_ID
+from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
+from vtx.inference.translate import load_model
 
 
 class TranslateModule(tf.Module):
@@ -38,7 +40,7 @@ class TranslateModule(tf.Module):
     def __init__(self, model, sentencepiece_model: bytes, options: DecodeOptions):
         import tensorflow_text
 
-        from vtx.inference.model_search import make_search_fn
+        from vtx.inference.model_search import search_for
 
         super().__init__(name="vtx_translate")
         if options.nbest != 1:
@@ -49,9 +51,8 @@ class TranslateModule(tf.Module):
         self.model_variables = list(model.variables)
         self.tokenizer = tensorflow_text.SentencepieceTokenizer(model=sentencepiece_model)
         self._max_positions = model.config.max_positions
-        self._search = make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
-                                      length_penalty=options.length_penalty,
-                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b)
+        self._search = search_for(model, dataclasses.replace(options, nbest=1,
+                                                             jit_compile=False))
         self.translate = tf.function(self._translate,
                                      input_signature=[tf.TensorSpec([None], tf.string)])
 

@@ -44,11 +44,11 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
+from vtx.inference.decoding import LENGTH_PENALTIES
 
 TokensToLogits = Callable[[tf.Tensor, Any], tuple[tf.Tensor, Any]]
 
 _NEG_INF = float("-inf")
-LENGTH_PENALTIES = ("gnmt", "fairseq")
 
 
 class BeamState(NamedTuple):

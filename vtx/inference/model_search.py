@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
+from vtx.inference.decoding import DecodeOptions
 from vtx.models.transformer import Transformer
 
 
@@ -77,3 +78,11 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     if jit_compile:
         return tf.function(search, jit_compile=True)
     return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+
+def search_for(model: Transformer, options: DecodeOptions) -> Callable[[tf.Tensor], SearchOutput]:
+    """`make_search_fn` with the settings of `options` (vtx.inference.decoding)."""
+    return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
+                          length_penalty=options.length_penalty, max_len_a=options.max_len_a,
+                          max_len_b=options.max_len_b, nbest=options.nbest,
+                          jit_compile=options.jit_compile)

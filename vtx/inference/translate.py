@@ -14,34 +14,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-import numpy as np
-
-from vtx import atomic
-from vtx.config import PAD_ID, ModelConfig
-from vtx import checkpoints
-
-LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeOptions:
-    """Search settings; defaults are the paper's for translation (section 6.1)."""
-
-    beam: int = 4
-    lenpen: float = 0.6  # alpha
-    length_penalty: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha; "fairseq": |Y|^alpha
-    max_len_a: float = 1.0  # |Y| <= a * |X| + b
-    max_len_b: int = 50
-    nbest: int = 1
-    max_tokens: int = 8192  # source tokens per batch, padding counted
-    jit_compile: bool = False
-
-    def __post_init__(self) -> None:
-        if self.beam < 1 or not 1 <= self.nbest <= self.beam:
-            raise ValueError(f"need 1 <= nbest <= beam, got nbest {self.nbest}, beam {self.beam}")
-        if self.length_penalty not in ("gnmt", "fairseq"):
-            raise ValueError(f"length_penalty must be gnmt or fairseq, got {self.length_penalty!r}")
-
+from vtx import atomic, checkpoints
+from vtx.config import ModelConfig
+from vtx.inference.decoding import DecodeOptions, padded_batches
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
@@ -76,30 +51,6 @@ def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
     return model
 
 
-def padded_batches(encoded: list[list[int]], max_tokens: int) -> Iterator[tuple[list[int], np.ndarray]]:
-    """Group sentence indices by length into [B, S] arrays of few distinct shapes.
-
-    Sentences are sorted by length; S is rounded up to a multiple of LENGTH_BUCKET; B is the
-    largest power of two with B * S <= max_tokens (at least 1), and a short last batch is padded
-    with empty rows up to a power of two.
-
-    Yields:
-        (indices of the real rows, int32 [B, S] source ids).
-    """
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-    start = 0
-    while start < len(order):
-        longest = len(encoded[order[min(start, len(order) - 1)]])
-        width = max(LENGTH_BUCKET, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
-        rows = 1 << max(0, (max_tokens // width).bit_length() - 1)
-        chunk = [i for i in order[start:start + rows] if len(encoded[i]) <= width]
-        start += len(chunk)
-        array = np.full((1 << (len(chunk) - 1).bit_length(), width), PAD_ID, np.int32)
-        for row, index in enumerate(chunk):
-            array[row, :len(encoded[index])] = encoded[index]
-        yield chunk, array
-
-
 class Translator:
     """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
 
@@ -112,13 +63,10 @@ class Translator:
 
     def __init__(self, model, vocab, options: DecodeOptions,
                  warn: Callable[[str], None] = lambda message: None):
-        from vtx.inference.model_search import make_search_fn
+        from vtx.inference.model_search import search_for
 
         self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
-        self._search = make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
-                                      length_penalty=options.length_penalty,
-                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b,
-                                      nbest=options.nbest, jit_compile=options.jit_compile)
+        self._search = search_for(model, options)
 
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""

@@ -9,8 +9,8 @@ dropout) decodes the validation sources with beam search, and the output is scor
   `vtx prepare-parse`, e.g. `valid.gold`) and scored with EVALB's COLLINS.prm rules, as
   `vtx parse --gold` does.
 
-The search is compiled once (one traced graph for every batch shape) and reused at every
-validation.
+The search settings are `vtx.inference.decoding.VALIDATION`'s; the search is compiled once (one
+traced graph for every batch shape) and reused at every validation.
 """
 
 from __future__ import annotations
@@ -21,15 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 METRICS = ("bleu", "f1")
-# Search defaults: the paper's decoding for each task (sections 6.1 and 6.3), with a smaller beam
-# and a tighter length limit for parsing, so that a validation costs seconds, not minutes, on a
-# CPU: an early model that never ends its trees would otherwise decode |X| + 300 tokens for every
-# batch. A linearized tree holds one slot per word and two brackets per phrase, under 3 tokens per
-# word (3.5 per source piece at most on the WSJ sample), so 4 |X| + 10 cuts no tree a model should
-# produce.
-DEFAULT_BEAM = {"bleu": 4, "f1": 4}
-DEFAULT_LENPEN = {"bleu": 0.6, "f1": 0.3}
-MAX_LEN = {"bleu": (1.0, 50), "f1": (4.0, 10)}  # (a, b) of |Y| <= a |X| + b
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +42,7 @@ class ValidationScorer:
             (`pipeline.split_pairs`).
         metric: "bleu" or "f1".
         gold_path: for "f1": gold trees, one per line, aligned with `pairs`.
-        beam, lenpen: search settings (default: `DEFAULT_BEAM`, `DEFAULT_LENPEN` of the metric).
+        beam, lenpen: search settings (default: those of `decoding.VALIDATION[metric]`).
         max_tokens: source tokens per decoding batch.
 
     Raises:
@@ -62,17 +53,18 @@ class ValidationScorer:
     def __init__(self, model, vocab, pairs: list[tuple[list[int], list[int]]], metric: str,
                  gold_path: str | Path | None = None, beam: int | None = None,
                  lenpen: float | None = None, max_tokens: int = 4096):
-        from vtx.inference.translate import DecodeOptions, Translator
+        from vtx.inference.decoding import VALIDATION
+        from vtx.inference.translate import Translator
 
         if metric not in METRICS:
             raise ValueError(f"validation metric must be one of {', '.join(METRICS)}, "
                              f"got {metric!r}")
         self.metric = metric
         self.sources = [source[:model.config.max_positions] for source, _ in pairs]
-        options = DecodeOptions(beam=beam or DEFAULT_BEAM[metric],
-                                lenpen=DEFAULT_LENPEN[metric] if lenpen is None else lenpen,
-                                max_len_a=MAX_LEN[metric][0], max_len_b=MAX_LEN[metric][1],
-                                max_tokens=max_tokens)
+        preset = VALIDATION[metric]
+        options = dataclasses.replace(preset, beam=beam or preset.beam,
+                                      lenpen=preset.lenpen if lenpen is None else lenpen,
+                                      max_tokens=max_tokens)
         self.translator = Translator(model, vocab, options)
         if metric == "bleu":
             self.references = [vocab.decode(target) for _, target in pairs]

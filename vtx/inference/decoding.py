@@ -1,0 +1,89 @@
+"""Decoding settings, in one place: the search (beam, length penalty alpha and its formula), the
+output length limit a * |X| + b, and the padded batch shapes.
+
+Every decoder of vtx reads them: `vtx translate` and `vtx parse` (their flags' defaults are the
+presets below), the task metric at validation time (`vtx.training.validation`), the SavedModel
+export (baked into its graph) and `vtx.export.ct2.translate_lines` (CTranslate2 under vtx's
+conventions).
+
+Conventions: |X| is the number of source pieces (no BOS/EOS); |Y| counts every generated token, EOS
+included; a hypothesis may hold at most a * |X| + b tokens, never more than the model's positions.
+The length penalty divides log P(Y | X) by ((5 + |Y|) / 6)^alpha (`gnmt`, Wu et al. 2016, the
+paper's) or |Y|^alpha (`fairseq`, also CTranslate2's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+from vtx.config import PAD_ID
+
+LENGTH_PENALTIES = ("gnmt", "fairseq")
+LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    """Search settings; defaults are the paper's for translation (section 6.1)."""
+
+    beam: int = 4
+    lenpen: float = 0.6  # alpha
+    length_penalty: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha; "fairseq": |Y|^alpha
+    max_len_a: float = 1.0  # |Y| <= a * |X| + b
+    max_len_b: int = 50
+    nbest: int = 1
+    max_tokens: int = 8192  # source tokens per batch, padding counted
+    jit_compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.beam < 1 or not 1 <= self.nbest <= self.beam:
+            raise ValueError(f"need 1 <= nbest <= beam, got nbest {self.nbest}, beam {self.beam}")
+        if self.length_penalty not in LENGTH_PENALTIES:
+            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got "
+                             f"{self.length_penalty!r}")
+        if not (self.max_len_a >= 0 and self.max_len_b >= 0 and self.lenpen >= 0):
+            raise ValueError(f"max_len_a, max_len_b and lenpen must be >= 0, got "
+                             f"{self.max_len_a!r}, {self.max_len_b!r}, {self.lenpen!r}")
+
+    def length_limit(self, source_length: int, max_positions: int) -> int:
+        """The most tokens (EOS included) a hypothesis of a `source_length`-piece source may hold."""
+        return max(1, min(int(self.max_len_a * source_length) + self.max_len_b, max_positions))
+
+
+# The paper's decoding: translation (section 6.1) and parsing (section 6.3, input length + 300).
+TRANSLATION = DecodeOptions()
+PARSING = DecodeOptions(beam=21, lenpen=0.3, max_len_b=300, max_tokens=1024)
+# At each validation during training the search must cost seconds on a CPU: translation keeps the
+# paper's settings; parsing takes a beam of 4 and a tighter limit, since an early model that never
+# ends its trees would decode |X| + 300 tokens in every batch. A linearized tree holds one slot per
+# word and two brackets per phrase, under 3 tokens per word (3.5 per source piece at most on the
+# WSJ sample), so 4 |X| + 10 cuts no tree a model should produce.
+VALIDATION = {"bleu": TRANSLATION,
+              "f1": dataclasses.replace(PARSING, beam=4, max_len_a=4.0, max_len_b=10)}
+
+
+def padded_batches(encoded: list[list[int]], max_tokens: int) -> Iterator[tuple[list[int], np.ndarray]]:
+    """Group sentence indices by length into [B, S] arrays of few distinct shapes.
+
+    Sentences are sorted by length; S is rounded up to a multiple of LENGTH_BUCKET; B is the
+    largest power of two with B * S <= max_tokens (at least 1), and a short last batch is padded
+    with empty rows up to a power of two.
+
+    Yields:
+        (indices of the real rows, int32 [B, S] source ids).
+    """
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    start = 0
+    while start < len(order):
+        longest = len(encoded[order[min(start, len(order) - 1)]])
+        width = max(LENGTH_BUCKET, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
+        rows = 1 << max(0, (max_tokens // width).bit_length() - 1)
+        chunk = [i for i in order[start:start + rows] if len(encoded[i]) <= width]
+        start += len(chunk)
+        array = np.full((1 << (len(chunk) - 1).bit_length(), width), PAD_ID, np.int32)
+        for row, index in enumerate(chunk):
+            array[row, :len(encoded[index])] = encoded[index]
+        yield chunk, array
