@@ -1,7 +1,5 @@
 """`vtx translate`: beam search from stdin (or --input) to stdout (paper section 6.1)."""
 
-import sys
-
 import click
 
 from vtx.inference.decoding import TRANSLATION
@@ -31,24 +29,16 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
               max_len_b, max_tokens, buffer_size, nbest, reference, jit, force):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
-
-    warn = lambda message: click.echo(f"warning: {message}", err=True)
-    from vtx import atomic
     from vtx.inference.decoding import DecodeOptions
 
     try:
-        if output_path:  # before any work: an output that cannot be written fails at once
-            atomic.output_path(output_path, force)
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
-                                    max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
-                                    max_tokens=max_tokens, jit_compile=jit)
-        path = lib.resolve_checkpoint(checkpoint)
-        translator = lib.load_translator(path, options, warn)
-        click.echo(f"checkpoint: {path}", err=True)
-        source = open(input_path, "rb") if input_path else sys.stdin.buffer
-        with lib.output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
-            best = lib.translate_stream(translator, lib.read_lines(source, warn), write,
-                                        buffer_size)
+                                max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+                                max_tokens=max_tokens, jit_compile=jit)
+        best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
+                                  force, warn=lambda message: click.echo(f"warning: {message}",
+                                                                         err=True),
+                                  log=lambda message: click.echo(message, err=True))
         if reference:
             score, signature = lib.bleu(best, reference)
             click.echo(score, err=True)

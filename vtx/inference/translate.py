@@ -158,6 +158,32 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False, force: b
         yield write
 
 
+def translate_file(checkpoint: str | Path, input_path: str | Path | None,
+                   output_path: str | Path | None, options: DecodeOptions,
+                   buffer_size: int = 1024, force: bool = False,
+                   warn: Callable[[str], None] = lambda message: None,
+                   log: Callable[[str], None] = lambda message: None) -> list[str]:
+    """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
+    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest).
+
+    Returns:
+        The best hypothesis of every line, in input order.
+
+    Raises:
+        OutputExistsError: `output_path` exists and `force` is false (checked before any work).
+        OSError, ValueError: an unreadable input or checkpoint (named).
+    """
+    if output_path:
+        atomic.output_path(output_path, force)
+    path = resolve_checkpoint(checkpoint)
+    translator = load_translator(path, options, warn)
+    log(f"checkpoint: {path}")
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
+            return translate_stream(translator, read_lines(source, warn), write, buffer_size)
+
+
 def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
     """Detokenized sacreBLEU of `hypotheses` against a reference file: (score line, signature).
 
