@@ -43,7 +43,7 @@ step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
 # schedule's rate; the best dev F1 (beam 4) is kept as checkpoint_best.npz.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
-  --dropout 0.3 --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
+  --dropout 0.1 --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --keep-last 2 \
   --log-interval-steps 100
