@@ -39,3 +39,9 @@ def test_malformed_treebank_file(tmp_path):
     result = _run("--train-files", tmp_path / "bad.mrg", "--valid-files", tmp_path / "bad.mrg",
                   "--destdir", tmp_path / "out")
     assert result.exit_code == 1 and "bad.mrg" in result.output and "never closed" in result.output
+    assert not (tmp_path / "out").exists()  # no empty folder left behind
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    _run("--train-files", tmp_path / "bad.mrg", "--valid-files", tmp_path / "bad.mrg",
+         "--destdir", kept)
+    assert kept.is_dir() and not list(kept.iterdir())  # a folder the user made stays

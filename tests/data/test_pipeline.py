@@ -6,10 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.data.conftest import SMALL_VOCAB
+from tests.data.conftest import SMALL_VOCAB, read_shard
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
-from vtx.data.binarize import read_shard
 
 MAX_TOKENS = 600
 

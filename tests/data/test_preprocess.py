@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from tests.data.conftest import SMALL_VOCAB, TRAIN_LINES, VALID_LINES, head, write_lines
-from vtx.data.binarize import read_shard
+from tests.data.conftest import (SMALL_VOCAB, TRAIN_LINES, VALID_LINES, head, read_shard,
+                                 write_lines)
 from vtx.data.preprocess import PreprocessConfig, preprocess
 from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary

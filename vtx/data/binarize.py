@@ -238,14 +238,3 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
         _merge_stats(stats, part)
     return stats
 
-
-def read_shard(prefix: Path, dtype: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Read one shard back with numpy: (source id arrays, target id arrays), in stored order.
-
-    For checks and tools; training reads shards through `vtx.data.pipeline`.
-    """
-    tokens = np.fromfile(f"{prefix}.bin", dtype)
-    lengths = np.fromfile(f"{prefix}.idx", IDX_DTYPE).reshape(2, -1)
-    pieces = np.split(tokens, np.cumsum(lengths.reshape(-1))[:-1])
-    count = lengths.shape[1]
-    return pieces[:count], pieces[count:]

@@ -71,9 +71,10 @@ class Vocabulary:
         """One sentence -> its piece ids (no bos/eos)."""
         return self._processor.encode(text, out_type=int)
 
-    def encode_batch(self, texts: list[str], num_threads: int = 1) -> list[list[int]]:
-        """Many sentences -> their piece ids, encoded in C++ with `num_threads` threads."""
-        return self._processor.encode(texts, out_type=int, num_threads=num_threads)
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many sentences -> their piece ids (one C++ call; `vtx preprocess` parallelizes over
+        processes instead)."""
+        return self._processor.encode(texts, out_type=int)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids -> detokenized text; pad, bos and eos ids are dropped."""
@@ -83,10 +84,6 @@ class Vocabulary:
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Piece ids -> their pieces (e.g. "▁Haus")."""
         return [self._processor.id_to_piece(int(i)) for i in ids]
-
-    def piece_id(self, piece: str) -> int:
-        """A piece -> its id (UNK_ID when the piece is not in the vocabulary)."""
-        return self._processor.piece_to_id(piece)
 
 
 class _RaisingIterator:

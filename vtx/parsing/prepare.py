@@ -106,6 +106,7 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
             left in `destdir` then.
     """
     destdir = Path(destdir)
+    created = not destdir.exists()
     destdir.mkdir(parents=True, exist_ok=True)
     summaries, pending = {}, []
     try:
@@ -121,6 +122,8 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     except BaseException:
         for temp, _ in pending:
             temp.unlink(missing_ok=True)
+        if created:  # a failed run leaves no empty folder behind
+            destdir.rmdir()
         raise
     for temp, final in pending:
         os.replace(temp, final)
