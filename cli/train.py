@@ -43,6 +43,10 @@ ARCHS = tuple(PRESETS)
                    "avx512_bf16 or AMX, else float32.")
 @click.option("--jit/--no-jit", default=False, show_default=True,
               help="XLA-compile the per-replica gradient function (helps on GPU).")
+@click.option("--xla-cache-dir", type=click.Path(file_okay=False),
+              help="With --jit: keep the compiled programs here, so that a resumed run does not "
+                   "compile again (TensorFlow's persistent XLA cache; per machine).  [default: "
+                   "SAVE_DIR/xla_cache on a GPU machine, none on a CPU]")
 @click.option("--devices", default=None,
               help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,
@@ -75,7 +79,7 @@ ARCHS = tuple(PRESETS)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
-          eval_beam, eval_lenpen, best_checkpoint_metric, **train_options):
+          eval_beam, eval_lenpen, best_checkpoint_metric, xla_cache_dir, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
 
@@ -87,6 +91,14 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
         return
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
+    if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
+        from vtx.training import compile_cache
+
+        cache = xla_cache_dir or compile_cache.default_directory(save_dir)
+        if cache is not None:
+            click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
+    elif xla_cache_dir:
+        raise click.UsageError("--xla-cache-dir goes with --jit")
     from vtx.data.text import DataError
     from vtx.training import run
     from vtx.training.trainer import TrainingError

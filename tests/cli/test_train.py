@@ -75,3 +75,20 @@ def test_changing_the_model_on_an_existing_save_dir_is_refused(multi30k_small, t
                  "--d-ff", 64, *SMALL)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr and "describes another model" in result.stderr
+
+
+def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_small, tmp_path):
+    cache, save = tmp_path / "xla", tmp_path / "run"
+    result = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
+                 "--max-steps", 2, "--max-tokens", 256, "--precision", "float32", "--jit",
+                 "--xla-cache-dir", cache, "--validate-interval-steps", 0, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shapes = next(line for line in result.stderr.splitlines() if line.startswith("batch shapes"))
+    count = len(shapes.split(": ")[1].split(", "))
+    compiled = [line for line in result.stderr.splitlines() if line.startswith("compiled the ")]
+    assert len(compiled) == count and f"shape {count}/{count}" in compiled[-1]
+    assert result.stderr.index(compiled[-1]) < result.stderr.index("step 2/2")
+    assert any(cache.glob("xla_compile_cache_*")), "no compiled program was kept"
+    refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
+                  "--xla-cache-dir", cache)
+    assert refused.returncode == 2 and "--xla-cache-dir goes with --jit" in refused.stderr

@@ -106,9 +106,9 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
+    shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries)
     log("batch shapes (rows x length), training and validation: " + ", ".join(
-        f"{rows}x{length}" for rows, length in
-        pipeline.batch_shapes(train_config.max_tokens, boundaries)))
+        f"{rows}x{length}" for rows, length in shapes))
 
     def make_epoch(epoch: int, skip: int):
         return pipeline.train_batches(
@@ -127,7 +127,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
                     bucket_boundaries=boundaries).as_numpy_iterator())
             return cached
 
-    return trainer.fit(make_epoch, valid, score_valid)
+    return trainer.fit(make_epoch, valid, score_valid, shapes)
 
 
 def _without_index(batch: dict) -> dict:

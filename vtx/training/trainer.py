@@ -325,6 +325,19 @@ class Trainer:
         self.log(f"skipped {path}, renamed to {target.name} (kept, not resumed from again): "
                  f"{error}")
 
+    def compile_shapes(self, shapes: list[tuple[int, int]]) -> None:
+        """Compile the update for every (rows, length) batch shape now, one progress line each:
+        an all-pad batch of that shape runs through the gradient function (it adds nothing to
+        the accumulators, which are cleared after)."""
+        for number, (rows, length) in enumerate(shapes, start=1):
+            started = self.clock()
+            pad = np.full((rows, length), PAD_ID, np.int32)
+            batch = {"source": pad, "target_in": pad, "target_out": pad}
+            self._accumulate(self._distribute([batch] * self.topology.local_replicas)).numpy()
+            self.log(f"compiled the update for batch shape {number}/{len(shapes)} "
+                     f"({rows}x{length}) in {self.clock() - started:.1f} s")
+        self._reset()
+
     # ---- the loop ----
 
     def _request_stop(self, signum, frame) -> None:
@@ -333,7 +346,8 @@ class Trainer:
 
     def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
             make_valid: Callable[[], Iterable[dict]] | None = None,
-            score_valid: Callable[[], Score] | None = None) -> int | None:
+            score_valid: Callable[[], Score] | None = None,
+            shapes: list[tuple[int, int]] | None = None) -> int | None:
         """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
 
         Args:
@@ -342,6 +356,9 @@ class Trainer:
             score_valid: `() -> Score` of the model on the validation set by a task metric
                 (`vtx.training.validation`), called at each validation on every worker; needed
                 when `best_checkpoint_metric` is not "loss".
+            shapes: the (rows, length) of every batch the data makes (`pipeline.batch_shapes`):
+                with XLA (`jit_compile`) each is compiled before the first update, so that no
+                update ever waits for a compilation.
 
         Returns:
             None when `max_steps` was reached, the `max_minutes` budget ran out or `patience`
@@ -367,6 +384,8 @@ class Trainer:
                             elapsed_before=self.elapsed_before)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
+            if self.config.jit_compile and shapes:
+                self.compile_shapes(shapes)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
             for signum, handler in handlers.items():
