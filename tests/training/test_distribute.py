@@ -48,3 +48,19 @@ def test_gpus_listed_by_nvidia_smi_but_unseen_by_tensorflow_are_named(tmp_path, 
     assert "vtx[gpu]" in warning
     fake_nvidia_smi(tmp_path, "No devices were found\\n")
     assert unseen_gpus_warning() is None
+
+
+def test_the_xla_cache_defaults_to_the_save_dir_on_a_gpu_machine_only(tmp_path, monkeypatch):
+    from vtx.training import compile_cache
+
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\\n")
+    assert compile_cache.default_directory(tmp_path / "run") == tmp_path / "run" / "xla_cache"
+    fake_nvidia_smi(tmp_path, "No devices were found\\n")
+    assert compile_cache.default_directory(tmp_path / "run") is None
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 "
+                                       "--tf_xla_persistent_cache_directory=/old")
+    compile_cache.enable(tmp_path / "cache")
+    assert os.environ["TF_XLA_FLAGS"] == ("--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory="
+                                          f"{(tmp_path / 'cache').resolve()}")
+    assert not (tmp_path / "cache").exists()  # TensorFlow creates it when it first writes

@@ -21,21 +21,21 @@ FLAG = "--tf_xla_persistent_cache_directory"
 DEFAULT_NAME = "xla_cache"
 
 
-def has_gpu() -> bool:
-    """Whether `nvidia-smi -L` lists a GPU (without importing TensorFlow)."""
+def listed_gpus() -> list[str]:
+    """The GPUs `nvidia-smi -L` lists (its lines), found without importing TensorFlow."""
     if not shutil.which("nvidia-smi"):
-        return False
+        return []
     try:
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                                 timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        return False
-    return any(line.startswith("GPU ") for line in listed.splitlines())
+        return []
+    return [line for line in listed.splitlines() if line.startswith("GPU ")]
 
 
 def default_directory(save_dir: str | Path) -> Path | None:
     """SAVE_DIR/xla_cache on a machine with a GPU, else None (no cache)."""
-    return Path(save_dir) / DEFAULT_NAME if has_gpu() else None
+    return Path(save_dir) / DEFAULT_NAME if listed_gpus() else None
 
 
 def enable(directory: str | Path) -> Path:

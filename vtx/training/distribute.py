@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import subprocess
 
 import tensorflow as tf
+
+from vtx.training import compile_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +56,9 @@ def topology(strategy: tf.distribute.Strategy) -> Topology:
 def unseen_gpus_warning() -> str | None:
     """A warning when `nvidia-smi -L` lists GPUs but TensorFlow sees none (TensorFlow without its
     CUDA libraries would otherwise train on the CPU in silence); None when all is as it looks."""
-    if tf.config.list_physical_devices("GPU") or not shutil.which("nvidia-smi"):
+    if tf.config.list_physical_devices("GPU"):
         return None
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    gpus = [line for line in listed.splitlines() if line.startswith("GPU ")]
+    gpus = compile_cache.listed_gpus()
     if not gpus:
         return None
     return (f"warning: nvidia-smi lists {len(gpus)} GPU(s) but TensorFlow sees none, so this "
