@@ -47,6 +47,21 @@ def test_round_trip_with_word_slots_on_every_sample_tree(normalized_trees):
         assert (rebuilt.to_string(), stats.total) == (tree.to_string(), 0)
 
 
+def test_word_slots_are_aligned_with_the_words_so_a_misspelt_word_shifts_no_other():
+    words = "The cat sleeps .".split()
+    # "cat" written in two pieces: by counting, "t" would take "sleeps" and "sleeps" the ".".
+    tree, stats = delinearize("(S (NP The ca t )NP (VP sleeps )VP . )S".split(), words)
+    assert tree.to_string() == "(TOP (S (NP (XX The) (XX cat)) (VP (XX sleeps)) (. .)))"
+    assert (stats.misspelt_slots, stats.extra_slots, stats.total) == (1, 1, 2)
+    # A skipped word goes just before the next word found, in its phrase.
+    tree, stats = delinearize("(S (NP The )NP (VP sleeps )VP . )S".split(), words)
+    assert tree.to_string() == "(TOP (S (NP (XX The)) (VP (XX cat) (XX sleeps)) (. .)))"
+    assert (stats.missing_slots, stats.total) == (1, 1)
+    # XX slots are counted, not aligned: the same skip shifts every word after it.
+    tree, _ = delinearize("(S (NP XX )NP (VP XX )VP XX )S".split(), words)
+    assert tree.to_string() == "(TOP (S (NP (XX The)) (VP (XX cat)) (XX sleeps) (XX .)))"
+
+
 def test_round_trip_of_a_root_with_several_children():
     tree = trees.parse_tree("(TOP (NP (NN a)) (VP (VB b)))")
     words, target = linearize(tree, slots="tags")

@@ -23,6 +23,12 @@ It reads the tokens left to right with a stack of open phrases and repairs, coun
 6. `empty_constituents`: phrases that received no word are removed.
 7. `dropped_tokens`: tokens that are neither slots nor brackets with a label (`(`, `)`) are dropped;
    a bare `)` is not counted here but closes like any closing token.
+8. `misspelt_slots`: when the slots are the words themselves (`--slots words`), they are first
+   aligned with the input words (difflib's longest matching blocks, in order), so that a word
+   the model wrote in two pieces, or skipped, shifts no other word: a slot aligned with another
+   word still places that word and is counted here; a slot aligned with none is an `extra_slots`,
+   and a word no slot took is a `missing_slots`, placed just before the next word a slot took, in
+   the same phrase (or by rule 4 after the last one).
 
 The result is always rooted in `TOP` with the words in order as its leaves.
 """
@@ -42,8 +48,8 @@ SLOT_TOKEN = "XX"
 SLOTS = ("xx", "tags", "words")
 # Part-of-speech tag given to words when the target names no tag (slot `XX`) and none is supplied.
 DEFAULT_TAG = "XX"
-# The Penn Treebank's part-of-speech tags: a slot that equals its word is a tag only when it is one
-# of these (punctuation is its own tag), else the word itself.
+# The Penn Treebank's part-of-speech tags: a slot token is taken as its word's tag only when it is
+# one of these (tag slots; punctuation is its own tag), else the tag is XX.
 PTB_TAGS = frozenset(
     "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
     "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB # $ `` '' -LRB- -RRB- , . :".split())
@@ -60,6 +66,7 @@ class RepairStats:
     unclosed_opens: int = 0
     empty_constituents: int = 0
     dropped_tokens: int = 0
+    misspelt_slots: int = 0
 
     @property
     def total(self) -> int:
@@ -110,8 +117,8 @@ def delinearize(target: Sequence[str], words: Sequence[str],
     Args:
         target: target tokens, e.g. a model's output split on spaces.
         words: the N source words, placed in order into the slots.
-        tags: N POS tags for the preterminals; default: the slot token itself when it is a tag
-            (targets with tag slots), else `XX` (slots `XX`, or the word itself).
+        tags: N POS tags for the preterminals; default: the slot token itself when it is a PTB
+            tag (targets with tag slots), else `XX` (slots `XX`, or the words themselves).
 
     Returns:
         (tree, stats): a `TOP`-rooted tree whose leaves are `words`, and the repairs made.
@@ -124,6 +131,9 @@ def delinearize(target: Sequence[str], words: Sequence[str],
     stats = RepairStats()
     root = Tree(ROOT_LABEL)
     stack = [root]
+    slots = [token for token in target if not token.startswith(("(", ")"))]
+    aligned = iter(_align_word_slots(slots, words) if _are_words(slots) else
+                   [i if i < len(words) else None for i in range(len(slots))])
     next_word = 0
     for token in target:
         if token.startswith("(") and len(token) > 1:
@@ -134,12 +144,17 @@ def delinearize(target: Sequence[str], words: Sequence[str],
             _close(stack, token[1:], stats)
         elif token == "(":
             stats.dropped_tokens += 1
-        elif next_word < len(words):
-            tag = tags[next_word] if tags is not None else _slot_tag(token, words[next_word])
-            stack[-1].children.append(Tree(tag, [words[next_word]]))
-            next_word += 1
-        else:
+        elif (index := next(aligned)) is None:
             stats.extra_slots += 1
+        else:
+            for skipped in range(next_word, index):  # words no slot took: after the last one
+                tag = tags[skipped] if tags is not None else DEFAULT_TAG
+                stack[-1].children.append(Tree(tag, [words[skipped]]))
+                stats.missing_slots += 1
+            tag = tags[index] if tags is not None else _slot_tag(token)
+            stack[-1].children.append(Tree(tag, [words[index]]))
+            stats.misspelt_slots += _are_words([token]) and token != words[index]
+            next_word = index + 1
     stats.unclosed_opens += len(stack) - 1
     _place_missing_words(root, words, tags, next_word, stats)
     _remove_empty(root, stats)
@@ -149,11 +164,28 @@ def delinearize(target: Sequence[str], words: Sequence[str],
     return root, stats
 
 
-def _slot_tag(token: str, word: str) -> str:
-    """The POS tag a slot token gives its word: the token when it is a tag, else XX."""
-    if token == SLOT_TOKEN or (token == word and token not in PTB_TAGS):
-        return DEFAULT_TAG
-    return token
+def _are_words(slots: Sequence[str]) -> bool:
+    """Whether slot tokens are words (`--slots words`) rather than XX or POS tags."""
+    return any(slot != SLOT_TOKEN and slot not in PTB_TAGS for slot in slots)
+
+
+def _align_word_slots(slots: Sequence[str], words: Sequence[str]) -> list[int | None]:
+    """For each slot, the index of the word it stands for (increasing), or None for a slot that
+    stands for no word: difflib's matching blocks, and position by position between them."""
+    import difflib
+
+    aligned: list[int | None] = []
+    matcher = difflib.SequenceMatcher(None, list(slots), list(words), autojunk=False)
+    for _, slot_start, slot_end, word_start, word_end in matcher.get_opcodes():
+        paired = min(slot_end - slot_start, word_end - word_start)
+        aligned += [word_start + offset for offset in range(paired)]
+        aligned += [None] * (slot_end - slot_start - paired)
+    return aligned
+
+
+def _slot_tag(token: str) -> str:
+    """The POS tag a slot token gives its word: the token when it is a PTB tag, else XX."""
+    return token if token in PTB_TAGS else DEFAULT_TAG
 
 
 def _close(stack: list[Tree], label: str, stats: RepairStats) -> None:
