@@ -79,3 +79,33 @@ def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint):
     translator.translate(SENTENCES)  # several padded (rows, length) shapes
     translator.translate(["A dog."])
     assert translator._search.experimental_get_tracing_count() == 1
+
+
+def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refused(
+        trained_checkpoint):
+    from vtx import checkpoints
+    from vtx.inference.decoding import search_bytes
+
+    checkpoint = checkpoints.load(trained_checkpoint)
+    model = translate.load_model(checkpoint)
+    vocab = translate.checkpoint_vocabulary(checkpoint, trained_checkpoint)
+    options = DecodeOptions(beam=8, max_tokens=4096)
+    lines = [s for s in SENTENCES if s]
+    free = translate.Translator(model, vocab, options)
+    # A budget of two of the longest sentences' searches: more, smaller batches, each within it,
+    # and the same translations.
+    budget = 2 * search_bytes(options, model.config, 24) + 1
+    tight = translate.Translator(model, vocab, options, memory_budget=budget)
+    encoded = [tight.encode(line, i) for i, line in enumerate(lines)]
+    assert 16 < max(len(e) for e in encoded) <= 24
+    batches = list(decoding.padded_batches(encoded, options.max_tokens, tight._max_rows))
+    assert len(batches) > len(list(decoding.padded_batches(encoded, options.max_tokens)))
+    for _, array in batches:
+        assert array.shape[0] * search_bytes(options, model.config, array.shape[1]) <= budget
+    assert [h[0].text for h in tight.translate(lines)] == [h[0].text for h in
+                                                           free.translate(lines)]
+    refused = translate.Translator(model, vocab, DecodeOptions(beam=1000),
+                                   memory_budget=2**20)
+    with pytest.raises(ValueError, match=r"--beam 1000: the search of one sentence of \d+ "
+                                         r"pieces needs about [\d.]+ GiB, more than"):
+        refused.translate(lines[:1])

@@ -15,7 +15,7 @@ paper's) or |Y|^alpha (`fairseq`, also CTranslate2's).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -65,12 +65,34 @@ VALIDATION = {"bleu": TRANSLATION,
               "f1": dataclasses.replace(PARSING, beam=4, max_len_a=4.0, max_len_b=10)}
 
 
-def padded_batches(encoded: list[list[int]], max_tokens: int) -> Iterator[tuple[list[int], np.ndarray]]:
+def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
+    """About the memory one sentence's search takes: per hypothesis, the self-attention cache
+    (layers x keys and values x d_model x max length) and the float32 scores over the vocabulary
+    (logits, log-probabilities and candidates), plus the sentence's encoder keys and values."""
+    length = options.length_limit(source_length, config.max_positions)
+    per_hypothesis = 4 * (2 * config.num_layers * config.d_model * length + 3 * config.vocab_size)
+    return options.beam * per_hypothesis + 4 * 2 * config.num_layers * config.d_model * source_length
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel reports available (MemAvailable), or None where it cannot be read."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def padded_batches(encoded: list[list[int]], max_tokens: int,
+                   max_rows: Callable[[int], int] | None = None
+                   ) -> Iterator[tuple[list[int], np.ndarray]]:
     """Group sentence indices by length into [B, S] arrays of few distinct shapes.
 
     Sentences are sorted by length; S is rounded up to a multiple of LENGTH_BUCKET; B is the
-    largest power of two with B * S <= max_tokens (at least 1), and a short last batch is padded
-    with empty rows up to a power of two.
+    largest power of two with B * S <= max_tokens (at least 1), and at most `max_rows(S)` when
+    given; a short last batch is padded with empty rows up to a power of two.
 
     Yields:
         (indices of the real rows, int32 [B, S] source ids).
@@ -80,7 +102,10 @@ def padded_batches(encoded: list[list[int]], max_tokens: int) -> Iterator[tuple[
     while start < len(order):
         longest = len(encoded[order[min(start, len(order) - 1)]])
         width = max(LENGTH_BUCKET, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
-        rows = 1 << max(0, (max_tokens // width).bit_length() - 1)
+        rows = max_tokens // width
+        if max_rows is not None:
+            rows = min(rows, max_rows(width))
+        rows = 1 << max(0, rows.bit_length() - 1)
         chunk = [i for i in order[start:start + rows] if len(encoded[i]) <= width]
         start += len(chunk)
         array = np.full((1 << (len(chunk) - 1).bit_length(), width), PAD_ID, np.int32)

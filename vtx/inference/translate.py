@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Iterator
 
 from vtx import atomic, checkpoints
 from vtx.config import ModelConfig
-from vtx.inference.decoding import DecodeOptions, padded_batches
+from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
+                                   search_bytes)
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
@@ -59,14 +60,37 @@ class Translator:
         vocab: a `vtx.data.vocab.Vocabulary` (encode/decode).
         options: search settings.
         warn: receives warnings (truncated lines).
+        memory_budget: bytes a batch's search may take (`decoding.search_bytes` per sentence):
+            batches hold fewer sentences when a wide beam would need more, and a sentence that
+            alone needs more is refused. Default: half of the memory available now.
     """
 
     def __init__(self, model, vocab, options: DecodeOptions,
-                 warn: Callable[[str], None] = lambda message: None):
+                 warn: Callable[[str], None] = lambda message: None,
+                 memory_budget: int | None = None):
         from vtx.inference.model_search import search_for
 
         self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
         self._search = search_for(model, options)
+        self.memory_budget = memory_budget if memory_budget is not None else (
+            (available_memory() or 0) // 2 or None)
+
+    def _max_rows(self, width: int) -> int:
+        """Sentences of `width` pieces searched together within `memory_budget` (half of the
+        memory available when the Translator was made).
+
+        Raises:
+            ValueError: one sentence alone needs more (the beam and the memory named).
+        """
+        if self.memory_budget is None:
+            return 1 << 30
+        one = search_bytes(self.options, self.model.config, width)
+        if one > self.memory_budget:
+            raise ValueError(f"--beam {self.options.beam}: the search of one sentence of "
+                             f"{width} pieces needs about {one / 2**30:.1f} GiB, more than the "
+                             f"{self.memory_budget / 2**30:.1f} GiB it may use (half of the "
+                             f"available memory); use a smaller --beam")
+        return self.memory_budget // one
 
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
@@ -91,7 +115,7 @@ class Translator:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order."""
         results: list[list[Hypothesis]] = [[] for _ in encoded]
-        for rows, source in padded_batches(encoded, self.options.max_tokens):
+        for rows, source in padded_batches(encoded, self.options.max_tokens, self._max_rows):
             output = self._search(source)
             tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
             scores = output.scores.numpy()
