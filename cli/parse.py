@@ -49,8 +49,11 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
     except (OSError, ValueError, trees.TreeSyntaxError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"checkpoint: {path}", err=True)
-    with translate.output_sink(output_path, force=force) as write:
-        report = lib.parse_stream(translator, lines, write, buffer_size, gold_trees, warn)
+    try:
+        with translate.output_sink(output_path, force=force) as write:
+            report = lib.parse_stream(translator, lines, write, buffer_size, gold_trees, warn)
+    except (OSError, ValueError) as error:  # e.g. a --beam too wide for the memory
+        raise click.ClickException(str(error)) from error
     click.echo(report.repair_summary(), err=True)
     if gold_trees is not None:
         try:
