@@ -60,14 +60,34 @@ class _Repeat:
         return self.batch
 
 
-def test_xla_compiled_updates_equal_graph_updates(tmp_path):
-    graph_losses, graph_weights = first_two_losses_and_weights(make_trainer(tmp_path / "graph"))
+@pytest.mark.parametrize("update_freq", [1, 2])
+def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
+    graph_losses, graph_weights = first_two_losses_and_weights(
+        make_trainer(tmp_path / "graph", update_freq=update_freq))
     xla_losses, xla_weights = first_two_losses_and_weights(
-        make_trainer(tmp_path / "xla", jit_compile=True))
+        make_trainer(tmp_path / "xla", jit_compile=True, update_freq=update_freq))
     np.testing.assert_allclose(xla_losses, graph_losses, rtol=1e-5)
     assert graph_losses[1] < graph_losses[0]
     for a, b in zip(xla_weights, graph_weights):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
+    trainer = make_trainer(tmp_path, jit_compile=True, update_freq=2)
+    before = [np.asarray(v.numpy()) for v in trainer.model.variables + trainer.optimizer.variables]
+    trainer.compile_shapes([(8, 12), (4, 20)])
+    after = [np.asarray(v.numpy()) for v in trainer.model.variables + trainer.optimizer.variables]
+    assert len(after) == len(before)
+    for a, b in zip(after, before):
+        np.testing.assert_array_equal(a, b)
+    assert int(trainer.optimizer.iterations.numpy()) == 0
+    # and the first real update after it is the same as without the compilation pass
+    compiled_losses, compiled_weights = first_two_losses_and_weights(trainer)
+    losses, weights = first_two_losses_and_weights(
+        make_trainer(tmp_path / "plain", jit_compile=True, update_freq=2))
+    np.testing.assert_allclose(compiled_losses, losses, rtol=1e-6)
+    for a, b in zip(compiled_weights, weights):
+        np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):

@@ -105,6 +105,7 @@ class Trainer:
             self._accumulators = [self._local_variable(v.shape) for v in
                                   self.model.trainable_variables]
             self._token_count = self._local_variable(())
+            self._sums = self._local_variable((3,))  # loss, nll, tokens of this update
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
         # The best task metric so far (higher is better), validations since the best one (by
@@ -117,12 +118,17 @@ class Trainer:
         self._stop_signal: int | None = None
         self._resumed = False
         gradient_fn = self._replica_gradients
-        if train_config.jit_compile:
+        whole_update_jit = train_config.jit_compile and self.strategy.num_replicas_in_sync == 1
+        if train_config.jit_compile and not whole_update_jit:
             gradient_fn = tf.function(gradient_fn, jit_compile=True)
         self._gradient_fn = gradient_fn
-        self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True)
+        self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True,
+                                       jit_compile=whole_update_jit or None)
+        # The last micro-batch of an update, the check of its loss and the Adam step (or the
+        # skip of a non-finite update) are one program; on one device XLA compiles all of it.
+        self._update = tf.function(self._update_impl, reduce_retracing=True,
+                                   jit_compile=whole_update_jit or None)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True)
-        self._apply = tf.function(self._apply_impl)
         self._reset = tf.function(self._reset_impl)
 
     @staticmethod
@@ -149,25 +155,35 @@ class Trainer:
             for accumulator, grad in zip(self._accumulators, grads):
                 accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32) * sums[2])
             self._token_count.assign_add(sums[2])
-            return sums
+            self._sums.assign_add(sums)
 
-        return self.strategy.reduce(SUM, self.strategy.run(replica, args=(batch,)), axis=None)
+        self.strategy.run(replica, args=(batch,))
 
-    def _apply_impl(self):
-        def replica():
-            context = tf.distribute.get_replica_context()
-            total = tf.maximum(context.all_reduce(SUM, self._token_count.read_value()), 1.0)
-            grads = [a.read_value() / total for a in self._accumulators]
-            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-            self._zero_accumulators()
+    def _update_impl(self, batch, apply):
+        """The last micro-batch, then Adam on the accumulated gradients when `apply` (a boolean
+        tensor) and the update's loss is finite; else the accumulators are only cleared.
+        Returns the update's [loss, nll, tokens] sums."""
+        self._accumulate_impl(batch)
+        totals = self.strategy.reduce(
+            SUM, self.strategy.run(lambda: self._sums.read_value()), axis=None)
+        # Every replica and worker sees the same totals, so all take the same branch.
+        tf.cond(tf.logical_and(apply, tf.reduce_all(tf.math.is_finite(totals))),
+                lambda: self.strategy.run(self._apply_replica),
+                lambda: self.strategy.run(self._zero_accumulators))
+        return totals
 
-        self.strategy.run(replica)
+    def _apply_replica(self):
+        context = tf.distribute.get_replica_context()
+        total = tf.maximum(context.all_reduce(SUM, self._token_count.read_value()), 1.0)
+        grads = [a.read_value() / total for a in self._accumulators]
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        self._zero_accumulators()
 
     def _reset_impl(self):
         self.strategy.run(self._zero_accumulators)
 
     def _zero_accumulators(self):
-        for accumulator in self._accumulators + [self._token_count]:
+        for accumulator in self._accumulators + [self._token_count, self._sums]:
             accumulator.assign(tf.zeros_like(accumulator))
 
     def _evaluate_impl(self, batch):
@@ -198,23 +214,22 @@ class Trainer:
                                          self.config.warmup_steps, self.config.lr_scale))
 
     def train_update(self, stream: BatchStream) -> np.ndarray:
-        """One update: `update_freq` micro-batches per replica. Returns [loss, nll, tokens] sums."""
-        totals = np.zeros(3, np.float64)
-        for _ in range(self.config.update_freq):
+        """One update: `update_freq` micro-batches per replica, then Adam when the loss is finite
+        (the update is skipped otherwise). Returns its [loss, nll, tokens] sums."""
+        for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
             try:
-                totals += self._accumulate(self._distribute(batches)).numpy()
+                if micro_batch < self.config.update_freq - 1:
+                    self._accumulate(self._distribute(batches))
+                else:
+                    totals = self._update(self._distribute(batches), tf.constant(True))
+                    return totals.numpy().astype(np.float64)
             except tf.errors.ResourceExhaustedError as error:
                 shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
                                    f"{tuple(b['target_in'].shape)}" for b in batches)
                 raise TrainingError(f"out of memory on a batch of {shapes}; lower --max-tokens "
                                     f"(now {self.config.max_tokens}) and raise --update-freq "
                                     f"to keep the tokens per step") from error
-        if np.isfinite(totals).all():
-            self._apply()
-        else:
-            self._reset()
-        return totals
 
     def evaluate(self, batches: Iterable[dict]) -> tuple[float, float]:
         """Mean label-smoothed loss and NLL per target token over `batches` (no dropout)."""
@@ -327,13 +342,16 @@ class Trainer:
 
     def compile_shapes(self, shapes: list[tuple[int, int]]) -> None:
         """Compile the update for every (rows, length) batch shape now, one progress line each:
-        an all-pad batch of that shape runs through the gradient function (it adds nothing to
-        the accumulators, which are cleared after)."""
+        an all-pad batch of that shape runs through the whole update with Adam switched off (it
+        adds nothing to the accumulators, which are cleared after)."""
         for number, (rows, length) in enumerate(shapes, start=1):
             started = self.clock()
             pad = np.full((rows, length), PAD_ID, np.int32)
             batch = {"source": pad, "target_in": pad, "target_out": pad}
-            self._accumulate(self._distribute([batch] * self.topology.local_replicas)).numpy()
+            batches = self._distribute([batch] * self.topology.local_replicas)
+            if self.config.update_freq > 1:
+                self._accumulate(batches)
+            self._update(batches, tf.constant(False)).numpy()
             self.log(f"compiled the update for batch shape {number}/{len(shapes)} "
                      f"({rows}x{length}) in {self.clock() - started:.1f} s")
         self._reset()
