@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -154,10 +153,7 @@ def set_aside(path: str | Path) -> Path:
     Returns:
         The new path.
     """
-    path = Path(path)
-    target = path.with_name(path.name + DAMAGED_SUFFIX)
-    os.replace(path, target)
-    return target
+    return atomic.move_aside(path, DAMAGED_SUFFIX)
 
 
 def average(paths: list[str | Path]) -> Checkpoint:
