@@ -3,7 +3,7 @@
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import checkpoint_option, search_options
+from vtx_cli.options import checkpoint_option, library_error, search_options
 
 FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
 
@@ -33,5 +33,5 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
                                 max_len_a=max_len_a, max_len_b=max_len_b)
         written = export_model(path, output, export_format, options, force=force)
     except ValueError as error:
-        raise click.ClickException(str(error)) from error
+        raise library_error(error, {"output": "--output", "force": "--force"}) from error
     click.echo(f"exported {path} as {export_format} to {written}")

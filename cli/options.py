@@ -1,7 +1,8 @@
-"""Click options shared by the decoding commands (translate, parse, export)."""
+"""Click options shared by the decoding commands (translate, parse, export), and their errors."""
 
 import click
 
+from vtx.errors import ArgumentError
 from vtx.inference.decoding import LENGTH_PENALTIES, DecodeOptions  # no TensorFlow import
 
 checkpoint_option = click.option(
@@ -32,3 +33,11 @@ def search_options(defaults: DecodeOptions):
         return command
 
     return decorate
+
+
+def library_error(error: Exception, flags: dict[str, str]) -> click.ClickException:
+    """The one-line error of a library exception; an `ArgumentError` names the command's flag
+    for each library argument it mentions (`flags`: argument -> flag)."""
+    if isinstance(error, ArgumentError):
+        return click.ClickException(error.message(lambda argument: flags.get(argument, argument)))
+    return click.ClickException(str(error))

@@ -3,7 +3,9 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import checkpoint_option, search_options
+from vtx_cli.options import checkpoint_option, library_error, search_options
+
+FLAGS = {"gold_path": "--gold", "beam": "--beam"}  # library argument -> flag
 
 
 @click.command()
@@ -27,41 +29,20 @@ from vtx_cli.options import checkpoint_option, search_options
 def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
           max_tokens, buffer_size, gold, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
-    from vtx import atomic
-    from vtx.inference.decoding import DecodeOptions
     from vtx.inference import parse as lib
-    from vtx.inference import translate
-    from vtx.parsing import evalb, trees
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.parsing import evalb
 
-    warn = lambda message: click.echo(f"warning: {message}", err=True)
-    with click.open_file(input_path or "-", "rb") as source:  # "-": stdin, left open
-        lines = list(translate.read_lines(source, warn))
     try:
-        if output_path:  # before any work: an output that cannot be written fails at once
-            atomic.output_path(output_path, force)
-        gold_trees = lib.read_gold(gold, len(lines)) if gold else None
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
-                                          max_len_a=max_len_a,
-                                          max_len_b=max_len_b, max_tokens=max_tokens,
-                                          jit_compile=jit)
-        path = translate.resolve_checkpoint(checkpoint)
-        translator = translate.load_translator(path, options, warn)
-    except (OSError, ValueError, trees.TreeSyntaxError) as error:
-        raise click.ClickException(str(error)) from error
-    click.echo(f"checkpoint: {path}", err=True)
-    try:
-        with translate.output_sink(output_path, force=force) as write:
-            report = lib.parse_stream(translator, lines, write, buffer_size, gold_trees, warn)
-    except (OSError, ValueError) as error:  # e.g. a --beam too wide for the memory
-        raise click.ClickException(str(error)) from error
-    click.echo(report.repair_summary(), err=True)
-    if gold_trees is not None:
-        try:
-            scores = evalb.score_trees(gold_trees, report.trees)
-        except evalb.TooManyErrors as error:
-            raise click.ClickException(str(error)) from error
-        for result in scores.sentences:
-            if result.message:
-                click.echo(f"{result.line} : {result.message}", err=True)
-        click.echo(evalb.format_summary(scores), err=True, nl=False)
-
+                                max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens,
+                                jit_compile=jit)
+        parsed = lib.parse_file(checkpoint, input_path, output_path, options, buffer_size, force,
+                                gold, warn=lambda message: click.echo(f"warning: {message}",
+                                                                      err=True),
+                                log=lambda message: click.echo(message, err=True))
+    except (OSError, ValueError) as error:  # also a --beam too wide for the memory
+        raise library_error(error, FLAGS) from error
+    if parsed.scores is not None:
+        click.echo(evalb.format_errors(parsed.scores), err=True, nl=False)
+        click.echo(evalb.format_summary(parsed.scores), err=True, nl=False)

@@ -21,9 +21,7 @@ def score_trees(gold, test, per_sentence, max_errors, cutoff_len):
         raise click.ClickException(f"no such file: {error.filename}") from error
     except ValueError as error:  # malformed tree, different line counts, too many errors
         raise click.ClickException(str(error)) from error
-    for result in report.sentences:
-        if result.message:
-            click.echo(f"{result.line} : {result.message}", err=True)
+    click.echo(evalb.format_errors(report), err=True, nl=False)
     if per_sentence:
         click.echo(evalb.format_sentences(report), nl=False)
     click.echo(evalb.format_summary(report), nl=False)

@@ -3,7 +3,9 @@
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import checkpoint_option, search_options
+from vtx_cli.options import checkpoint_option, library_error, search_options
+
+FLAGS = {"beam": "--beam", "reference_path": "--reference"}  # library argument -> flag
 
 
 @click.command()
@@ -44,4 +46,4 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
             click.echo(score, err=True)
             click.echo(signature, err=True)
     except (OSError, ValueError) as error:
-        raise click.ClickException(str(error)) from error
+        raise library_error(error, FLAGS) from error

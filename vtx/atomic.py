@@ -5,7 +5,8 @@ A regular output is written to a hidden temporary file beside it and renamed ove
 complete, so a crash or a kill leaves the old file (or none), never a truncated one. A symbolic
 link is followed: its target is what gets replaced, the link stays. A path that is not a regular
 file (a FIFO, `/dev/stdout`, a terminal) is a stream: it is opened and written directly, since
-renaming over it would replace the device entry itself.
+renaming over it would replace the device entry itself. A folder is built the same way: in a
+hidden folder beside it, renamed into place when complete (`new_directory`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 
 class OutputExistsError(FileExistsError):
@@ -93,11 +94,57 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
         if fsync and tmp.is_file():
             with open(tmp, "rb") as handle:
                 os.fsync(handle.fileno())
-        if path.is_dir() and not path.is_symlink() and tmp.is_dir():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        _put_in_place(tmp, path)
     finally:
         _remove(tmp)
+
+
+def _put_in_place(tmp: Path, path: Path) -> None:
+    """Rename `tmp` over `path`; a folder at `path` is moved aside first and removed only once
+    `tmp` has taken its place (put back if that rename fails)."""
+    if not (path.is_dir() and tmp.is_dir()):
+        os.replace(tmp, path)
+        return
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    _remove(old)
+    os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.replace(old, path)
+        raise
+    shutil.rmtree(old)
+
+
+@contextlib.contextmanager
+def new_directory(path: str | Path) -> Iterator[Path]:
+    """An empty hidden folder beside `path` to build a folder in: it replaces `path` (a link's
+    target, the link kept) when the block completes and is removed when it fails, so `path` is
+    never seen half-built."""
+    with replaced_on_success(path) as tmp:
+        tmp.mkdir()
+        yield tmp
+
+
+@contextlib.contextmanager
+def replaced_together() -> Iterator[Callable[[str | Path], Path]]:
+    """`temporary(path)` gives a hidden temporary path beside `path` to write into (as
+    `replaced_on_success`); once the block completes every one is renamed over its path, and
+    when it fails none is and all are removed (several outputs that belong together)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda path: stack.enter_context(replaced_on_success(path))
+
+
+def move_aside(path: str | Path, suffix: str) -> Path:
+    """Rename `path` to its name + `suffix` in the same folder, replacing a file there.
+
+    Returns:
+        The new path.
+    """
+    path = Path(path)
+    target = path.with_name(path.name + suffix)
+    os.replace(path, target)
+    return target
 
 
 def write_text(path: str | Path, text: str) -> None:

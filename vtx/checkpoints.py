@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -32,6 +31,10 @@ _ZIP_MAGIC = b"PK\x03\x04"
 
 class CheckpointError(ValueError):
     """A checkpoint file is damaged (truncated, overwritten, checksum mismatch) or not a checkpoint."""
+
+
+class ArchitectureError(ValueError):
+    """A file describes a model of another architecture than the one it is used with."""
 
 
 @dataclasses.dataclass
@@ -154,10 +157,7 @@ def set_aside(path: str | Path) -> Path:
     Returns:
         The new path.
     """
-    path = Path(path)
-    target = path.with_name(path.name + DAMAGED_SUFFIX)
-    os.replace(path, target)
-    return target
+    return atomic.move_aside(path, DAMAGED_SUFFIX)
 
 
 def average(paths: list[str | Path]) -> Checkpoint:
@@ -188,9 +188,32 @@ def average(paths: list[str | Path]) -> Checkpoint:
 
 
 def _check_same_architecture(reference: Checkpoint, other: Checkpoint, path) -> None:
-    if other.meta.get("model_config") != reference.meta.get("model_config"):
-        raise ValueError(f"{path}: different architecture from the newest checkpoint: "
-                         f"{other.meta.get('model_config')} vs {reference.meta.get('model_config')}")
+    check_architecture(reference.meta.get("model_config"), other.meta.get("model_config"), path,
+                       "every averaged checkpoint must match the newest")
     shapes = [a.shape for a in other.model]
     if shapes != [a.shape for a in reference.model]:
         raise ValueError(f"{path}: variable shapes differ from the newest checkpoint")
+
+
+def check_architecture(expected: dict | None, found: dict | None, where: str | Path,
+                       advice: str = "") -> None:
+    """Refuse a model configuration read from `where` that is not the `expected` one.
+
+    Args:
+        expected: the model configuration in use (`ModelConfig.to_dict()`).
+        found: the one `where` records (a checkpoint's meta, a run's config.json); None if none.
+        where: the file `found` was read from, named in the message.
+        advice: what the user can do, appended to the message.
+
+    Raises:
+        ArchitectureError: they differ; the message names `where` and every differing field
+            with both values.
+    """
+    if found == expected:
+        return
+    expected, found = expected or {}, found or {}
+    differences = ", ".join(f"{key} {found.get(key)}, expected {expected.get(key)}"
+                            for key in sorted(expected.keys() | found.keys())
+                            if found.get(key) != expected.get(key))
+    raise ArchitectureError(f"{where} holds a different architecture ({differences})"
+                            + (f"; {advice}" if advice else ""))

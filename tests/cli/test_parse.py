@@ -95,3 +95,31 @@ def test_malformed_gold_and_checkpoint_files_are_named(checkpoint, tmp_path):
     result = invoke("--checkpoint", not_a_checkpoint, stdin="a\n")
     assert result.exit_code == 1
     assert "model.npz: not a readable vtx checkpoint" in result.stderr
+
+
+def test_evalb_error_sentences_are_listed_before_the_summary(checkpoint, dev, tmp_path):
+    words, gold = dev
+    lines = words.read_text().splitlines()
+    first = lines[0].split()
+    lines[0] = " ".join(["zzz", *first[1:]])
+    changed = tmp_path / "changed.words"
+    changed.write_text("\n".join(lines) + "\n")
+    result = invoke("--checkpoint", checkpoint, "--gold", gold, "--input", changed, *FAST)
+    assert result.exit_code == 0, result.output
+    listed = f"1 : Words unmatch ({first[0]}|zzz)\n"
+    assert listed in result.stderr and "Number of Error sentence  =      1" in result.stderr
+    assert result.stderr.index(listed) < result.stderr.index("=== Summary ===")
+
+
+def test_a_beam_too_wide_for_the_memory_is_one_line_naming_the_flag(checkpoint, dev, tmp_path,
+                                                                    monkeypatch):
+    import vtx.inference.translate
+
+    monkeypatch.setattr(vtx.inference.translate, "available_memory", lambda: 2)  # 1 byte usable
+    words, _ = dev
+    output = tmp_path / "out.txt"
+    result = invoke("--checkpoint", checkpoint, "--input", words, "--output", output, *FAST)
+    assert result.exit_code == 1
+    assert "Error: --beam 3: the search of one sentence of " in result.stderr
+    assert result.stderr.rstrip().endswith("use a smaller --beam")
+    assert "Traceback" not in result.output and not output.exists()

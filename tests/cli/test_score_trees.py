@@ -50,3 +50,5 @@ def test_too_many_errors_stop_like_evalb(tmp_path):
     assert result.exit_code == 1 and "MAX_ERROR 1" in result.output and "line 3" in result.output
     result = _run(tmp_path / "gold", tmp_path / "test")
     assert result.exit_code == 0 and "Number of Error sentence  =      3" in result.output
+    assert "1 : Words unmatch (a|b)\n2 : Words unmatch (a|b)\n3 : Words unmatch (a|b)\n" in (
+        result.stderr)

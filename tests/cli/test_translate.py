@@ -37,6 +37,15 @@ def test_reference_prints_sacrebleu_score_and_signature(trained_checkpoint, mult
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
+def test_a_reference_of_another_length_is_one_line_naming_the_flag(trained_checkpoint, tmp_path):
+    (tmp_path / "ref.de").write_text("Ein Hund.\n")
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--reference",
+                 tmp_path / "ref.de", stdin=b"A dog.\nA cat.\n")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"Error: --reference {tmp_path / 'ref.de'} has 1 lines, the input 2")
+
+
 def test_invalid_utf8_is_warned_not_fatal(trained_checkpoint):
     result = vtx("translate", "--checkpoint", trained_checkpoint, stdin=b"A dog.\nA \xff cat.\n")
     assert result.returncode == 0

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -25,6 +27,26 @@ def test_unknown_format_is_a_usage_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match="unknown export format 'onnx'"):
         from vtx.export import export
         export(checkpoint, tmp_path / "o", "onnx")
+
+
+def test_an_output_in_the_way_is_refused_naming_the_library_arguments(tmp_path):
+    from vtx.errors import ArgumentError
+    from vtx.export import export
+
+    output = tmp_path / "out"
+    output.write_text("mine")
+    never_read = tmp_path / "c.npz"  # the output is checked first
+    with pytest.raises(ArgumentError, match=rf"^output {re.escape(str(output))} already exists "
+                                            r"\(use force to replace it\)$"):
+        export(never_read, output, "ctranslate2")
+    with pytest.raises(ArgumentError, match=r"exists and is not a directory; not replacing it$"):
+        export(never_read, output, "ctranslate2", force=True)
+    output.unlink()
+    output.mkdir()
+    (output / "notes.txt").write_text("mine")
+    with pytest.raises(ArgumentError, match=r"^output .* is a non-empty directory that holds no "
+                                            r"export \(saved_model.pb or model.bin\); not "):
+        export(never_read, output, "ctranslate2", force=True)
 
 
 @pytest.mark.slow

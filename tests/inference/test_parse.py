@@ -3,6 +3,7 @@
 import pytest
 
 from tests.inference.parser_checkpoint import write_random_parser
+from vtx.errors import ArgumentError
 from vtx.inference import parse
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.translate import load_translator
@@ -105,5 +106,7 @@ def test_read_gold_checks_the_line_count(tmp_path):
     gold.write_text("(TOP (NP (NN a)))\n\n(TOP (NP (NN b)))\n")
     trees = parse.read_gold(gold, 3)
     assert trees[1] is None and trees[2].leaves() == ["b"]
-    with pytest.raises(ValueError, match=r"--gold .*valid\.gold has 3 lines but the input has 4"):
+    with pytest.raises(ArgumentError,
+                       match=r"^gold_path .*valid\.gold has 3 lines but the input has 4$") as error:
         parse.read_gold(gold, 4)
+    assert error.value.arguments == ["gold_path"]

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from vtx.errors import ArgumentError
 from vtx.inference import decoding, translate
 from vtx.inference.decoding import DecodeOptions
 
@@ -106,6 +107,8 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
                                                            free.translate(lines)]
     refused = translate.Translator(model, vocab, DecodeOptions(beam=1000),
                                    memory_budget=2**20)
-    with pytest.raises(ValueError, match=r"--beam 1000: the search of one sentence of \d+ "
-                                         r"pieces needs about [\d.]+ GiB, more than"):
+    with pytest.raises(ArgumentError, match=r"^beam 1000: the search of one sentence of \d+ "
+                                            r"pieces needs about [\d.]+ GiB, more than the 0\.0 "
+                                            r"GiB .*; use a smaller beam$") as error:
         refused.translate(lines[:1])
+    assert error.value.arguments == ["beam"]

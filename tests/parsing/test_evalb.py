@@ -95,6 +95,8 @@ def test_report_excludes_errors_and_skips_from_the_figures():
     assert (totals.sentences, totals.errors, totals.skipped, totals.valid) == (3, 1, 1, 1)
     # Only sentence 1 counts: recall 3/4 = 75.00, precision 3/3 = 100.00, F1 = 2*75*100/175.
     assert (totals.match, totals.gold_brackets, totals.test_brackets) == (3, 4, 3)
+    assert evalb.format_errors(report) == "2 : Words unmatch (the|a)\n"  # the skip says nothing
+    assert evalb.format_errors(evalb.score_trees([gold], [test])) == ""
     summary = evalb.format_summary(report)
     assert "Number of Error sentence  =      1\n" in summary
     assert "Number of Skip  sentence  =      1\n" in summary

@@ -55,7 +55,9 @@ def test_different_architectures_are_refused(tmp_path):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     checkpoints.save(a, make(10, 1.0, {"d_model": 8}))
     checkpoints.save(b, make(20, 1.0, {"d_model": 16}))
-    with pytest.raises(ValueError, match="a.npz: different architecture"):
+    with pytest.raises(checkpoints.ArchitectureError,
+                       match=r"a.npz holds a different architecture \(d_model 8, expected 16\); "
+                             r"every averaged checkpoint must match the newest"):
         checkpoints.average([a, b])
 
 

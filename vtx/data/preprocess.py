@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from vtx import atomic
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import DataError, decode_line, read_parallel, resolve_path
@@ -164,17 +164,6 @@ def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict
     }
 
 
-def _install(workdir: Path, destdir: Path) -> None:
-    """Move the finished `workdir` to `destdir`, replacing an old one only now."""
-    if destdir.exists():
-        old = destdir.with_name(f".{destdir.name}.old-{os.getpid()}")
-        destdir.rename(old)
-        workdir.rename(destdir)
-        shutil.rmtree(old)
-    else:
-        workdir.rename(destdir)
-
-
 def preprocess(config: PreprocessConfig) -> dict:
     """Build the data directory `config.destdir`; return its meta (as written to meta.json).
 
@@ -191,10 +180,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         destdir.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"--destdir {destdir}: cannot create its parent folder ({err})") from None
-    workdir = destdir.with_name(f".{destdir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir()
-    try:
+    with atomic.new_directory(destdir) as workdir:
         started = time.perf_counter()
         vocab = _vocabulary(config, files, workdir)
         splits = {}
@@ -208,8 +194,4 @@ def preprocess(config: PreprocessConfig) -> dict:
         meta = _meta(config, vocab, files, splits)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        _install(workdir, destdir)
-    except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
     return meta

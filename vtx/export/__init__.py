@@ -14,24 +14,32 @@ from __future__ import annotations
 from pathlib import Path
 
 from vtx import atomic
+from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 
 FORMATS = ("savedmodel", "ctranslate2")
-# A directory holding one of these is a previous export, which --force may replace.
+# A directory holding one of these is a previous export, which `force` may replace.
 _EXPORT_MARKERS = ("saved_model.pb", "model.bin")
 
 
 def _check_output(output: Path, force: bool) -> None:
-    """Refuse an existing output unless forced, and never replace something not an export."""
+    """Refuse an existing output unless forced, and never replace something not an export.
+
+    Raises:
+        ArgumentError: `output` is in the way (the message names it and the `force` argument).
+    """
     if not output.exists():
         return
     if not force:
-        raise ValueError(f"--output {output} already exists (use --force to replace it)")
+        raise ArgumentError("{output} {path} already exists (use {force} to replace it)",
+                            path=output)
     if not output.is_dir():
-        raise ValueError(f"--output {output} exists and is not a directory; not replacing it")
+        raise ArgumentError("{output} {path} exists and is not a directory; not replacing it",
+                            path=output)
     if any(output.iterdir()) and not any((output / m).is_file() for m in _EXPORT_MARKERS):
-        raise ValueError(f"--output {output} is a non-empty directory that holds no export "
-                         f"({' or '.join(_EXPORT_MARKERS)}); not replacing it")
+        raise ArgumentError("{output} {path} is a non-empty directory that holds no export "
+                            "({markers}); not replacing it", path=output,
+                            markers=" or ".join(_EXPORT_MARKERS))
 
 
 def export(checkpoint_path: str | Path, output: str | Path, format: str,
@@ -50,7 +58,8 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         `output` as a Path.
 
     Raises:
-        ValueError: unknown format, output in the way, unreadable checkpoint or no vocabulary.
+        ArgumentError: `output` is in the way (a ValueError naming `output` and `force`).
+        ValueError: unknown format, unreadable checkpoint or no vocabulary.
     """
     from vtx.inference.translate import checkpoint_vocabulary
     from vtx import checkpoints

@@ -17,11 +17,17 @@ every output line reads back as one tree); the treebank's own text already uses 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from vtx.inference.translate import Translator
+from vtx import atomic
+from vtx.errors import ArgumentError
+from vtx.inference.decoding import DecodeOptions
+from vtx.inference.translate import (Translator, load_translator, output_sink, read_lines,
+                                     resolve_checkpoint)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, delinearize
 from vtx.parsing.trees import Tree
@@ -50,17 +56,19 @@ def sentence_words(line: str) -> list[str]:
     return [word.translate(_BRACKET_ESCAPES) for word in line.split()]
 
 
-def read_gold(path: str | Path, line_count: int) -> list[Tree | None]:
+def read_gold(gold_path: str | Path, line_count: int) -> list[Tree | None]:
     """Gold trees, one per line (None for a blank line), checked against the input's line count.
 
     Raises:
-        FileNotFoundError: `path` does not exist.
+        FileNotFoundError: `gold_path` does not exist.
         TreeSyntaxError: a line is not one tree (file and line named).
-        ValueError: the file has a number of lines other than `line_count`.
+        ArgumentError: the file has a number of lines other than `line_count` (a ValueError
+            naming `gold_path`).
     """
-    gold = evalb.read_tree_lines(path)
+    gold = evalb.read_tree_lines(gold_path)
     if len(gold) != line_count:
-        raise ValueError(f"--gold {path} has {len(gold)} lines but the input has {line_count}")
+        raise ArgumentError("{gold_path} {path} has {lines} lines but the input has {line_count}",
+                            path=gold_path, lines=len(gold), line_count=line_count)
     return gold
 
 
@@ -139,3 +147,48 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
         total.repairs += chunk.repairs
         total.repaired_trees += chunk.repaired_trees
     return total
+
+
+@dataclasses.dataclass
+class ParsedFile:
+    """What `parse_file` did."""
+
+    checkpoint: Path  # the checkpoint file used (a save dir's newest)
+    parse: ParseReport  # the trees and their repairs
+    scores: evalb.EvalbReport | None  # EVALB (COLLINS.prm) against the gold trees, if given
+
+
+def parse_file(checkpoint: str | Path, input_path: str | Path | None,
+               output_path: str | Path | None, options: DecodeOptions, buffer_size: int = 1024,
+               force: bool = False, gold_path: str | Path | None = None,
+               warn: Callable[[str], None] = lambda message: None,
+               log: Callable[[str], None] = lambda message: None) -> ParsedFile:
+    """`vtx parse` as a library call: the sentences of `input_path` (None: stdin) parsed into
+    trees in `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's
+    newest) and, with `gold_path`, scored against its trees.
+
+    The input, the output, the gold trees and the checkpoint are all checked before any parsing;
+    `log` is told the checkpoint used, then the repairs made.
+
+    Raises:
+        OutputExistsError: `output_path` exists and `force` is false.
+        ArgumentError: the gold file's line count differs from the input's (naming `gold_path`),
+            or a sentence alone needs more memory than allowed (naming `beam`).
+        OSError, ValueError, TreeSyntaxError: an unreadable input, gold file or checkpoint
+            (named).
+        evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written).
+    """
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        lines = list(read_lines(source, warn))
+    if output_path:
+        atomic.output_path(output_path, force)
+    gold = read_gold(gold_path, len(lines)) if gold_path else None
+    path = resolve_checkpoint(checkpoint)
+    translator = load_translator(path, options, warn)
+    log(f"checkpoint: {path}")
+    with output_sink(output_path, force=force) as write:
+        report = parse_stream(translator, lines, write, buffer_size, gold, warn)
+    log(report.repair_summary())
+    scores = evalb.score_trees(gold, report.trees) if gold is not None else None
+    return ParsedFile(path, report, scores)

@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from vtx import atomic, checkpoints
 from vtx.config import ModelConfig
+from vtx.errors import ArgumentError
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
 
@@ -80,16 +81,18 @@ class Translator:
         memory available when the Translator was made).
 
         Raises:
-            ValueError: one sentence alone needs more (the beam and the memory named).
+            ArgumentError: one sentence alone needs more (a ValueError naming `beam` and
+                the memory).
         """
         if self.memory_budget is None:
             return 1 << 30
         one = search_bytes(self.options, self.model.config, width)
         if one > self.memory_budget:
-            raise ValueError(f"--beam {self.options.beam}: the search of one sentence of "
-                             f"{width} pieces needs about {one / 2**30:.1f} GiB, more than the "
-                             f"{self.memory_budget / 2**30:.1f} GiB it may use (half of the "
-                             f"available memory); use a smaller --beam")
+            raise ArgumentError("{beam} {size}: the search of one sentence of {width} pieces "
+                                "needs about {need:.1f} GiB, more than the {budget:.1f} GiB it "
+                                "may use (half of the available memory); use a smaller {beam}",
+                                size=self.options.beam, width=width, need=one / 2**30,
+                                budget=self.memory_budget / 2**30)
         return self.memory_budget // one
 
     def encode(self, text: str, line_number: int) -> list[int]:
@@ -212,14 +215,16 @@ def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
     """Detokenized sacreBLEU of `hypotheses` against a reference file: (score line, signature).
 
     Raises:
-        ValueError: the reference has another number of lines (both counts named).
+        ArgumentError: the reference has another number of lines (a ValueError naming
+            `reference_path` and both counts).
     """
     import sacrebleu
 
     references = Path(reference_path).read_text(encoding="utf-8").splitlines()
     if len(references) != len(hypotheses):
-        raise ValueError(f"--reference {reference_path} has {len(references)} lines, the input "
-                         f"{len(hypotheses)}")
+        raise ArgumentError("{reference_path} {path} has {references} lines, the input "
+                            "{hypotheses}", path=reference_path, references=len(references),
+                            hypotheses=len(hypotheses))
     metric = sacrebleu.metrics.BLEU()
     score = metric.corpus_score(hypotheses, [references])
     return str(score), str(metric.get_signature())

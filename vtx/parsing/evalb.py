@@ -303,6 +303,12 @@ def score_files(gold_path: str | Path, test_path: str | Path, cutoff_len: int = 
     return score_trees(gold, test, cutoff_len, max_errors)
 
 
+def format_errors(report: EvalbReport) -> str:
+    """EVALB's message for each error sentence, `LINE : MESSAGE` a line ("" when none)."""
+    return "".join(f"{result.line} : {result.message}\n" for result in report.sentences
+                   if result.message)
+
+
 def format_sentences(report: EvalbReport) -> str:
     """EVALB's per-sentence table and its totals line."""
     rows = ["  Sent.                        Matched  Bracket   Cross        Correct Tag",

@@ -11,11 +11,10 @@ temporary names and renamed only once every split is complete.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from vtx import atomic
 from vtx.parsing.linearize import linearize
 from vtx.parsing.trees import normalize, read_mrg
 
@@ -108,25 +107,22 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     destdir = Path(destdir)
     created = not destdir.exists()
     destdir.mkdir(parents=True, exist_ok=True)
-    summaries, pending = {}, []
+    summaries = {}
     try:
-        for prefix, files in splits.items():
-            lines, dropped = split_lines(files, slots)
-            for column, suffix in enumerate(SUFFIXES):
-                pending.append((_write_temp(destdir, (line[column] for line in lines)),
-                                destdir / f"{prefix}.{suffix}"))
-            summaries[prefix] = SplitSummary(len(files), len(lines), dropped)
-            if prefix == TRAIN_SPLIT:
-                pending.append((_write_temp(destdir, bracket_tokens(line[1] for line in lines)),
-                                destdir / BRACKETS_FILE))
+        with atomic.replaced_together() as temporary:
+            for prefix, files in splits.items():
+                lines, dropped = split_lines(files, slots)
+                for column, suffix in enumerate(SUFFIXES):
+                    _write_lines(temporary(destdir / f"{prefix}.{suffix}"),
+                                 (line[column] for line in lines))
+                summaries[prefix] = SplitSummary(len(files), len(lines), dropped)
+                if prefix == TRAIN_SPLIT:
+                    _write_lines(temporary(destdir / BRACKETS_FILE),
+                                 bracket_tokens(line[1] for line in lines))
     except BaseException:
-        for temp, _ in pending:
-            temp.unlink(missing_ok=True)
-        if created:  # a failed run leaves no empty folder behind
+        if created and not any(destdir.iterdir()):  # a failed run leaves no empty folder behind
             destdir.rmdir()
         raise
-    for temp, final in pending:
-        os.replace(temp, final)
     return summaries
 
 
@@ -135,15 +131,7 @@ def bracket_tokens(targets: Iterable[str]) -> list[str]:
     return sorted({token for target in targets for token in target.split() if token[0] in "()"})
 
 
-def _write_temp(destdir: Path, lines: Iterable[str]) -> Path:
-    """Writes lines to a new hidden temporary file in `destdir` (same file system: rename is atomic)."""
-    handle, name = tempfile.mkstemp(dir=destdir, prefix=".prepare-", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for line in lines:
-                out.write(line + "\n")
-        os.chmod(name, 0o644)  # mkstemp makes 0600 files; these are ordinary outputs
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        for line in lines:
+            out.write(line + "\n")

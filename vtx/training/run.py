@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from vtx import atomic, config
+from vtx import atomic, checkpoints, config
 from vtx.config import ModelConfig, TrainConfig
 
 CONFIG_FILE = "config.json"
@@ -23,7 +23,8 @@ def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
     """Refuse a save dir whose config.json describes another model (reads, writes nothing).
 
     Raises:
-        ValueError: config.json unreadable or of another model (the path named).
+        ValueError: config.json unreadable (the path named).
+        checkpoints.ArchitectureError: config.json describes another model (a ValueError).
     """
     path = save_dir / CONFIG_FILE
     if not path.exists():
@@ -32,9 +33,8 @@ def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
         previous = json.loads(path.read_text())
     except ValueError as error:
         raise ValueError(f"{path}: not valid JSON ({error}); move it away to start over") from error
-    if previous.get("model") != model_config.to_dict():
-        raise ValueError(f"{path} describes another model ({previous.get('model')}); "
-                         f"use a new --save-dir or the same model flags")
+    checkpoints.check_architecture(model_config.to_dict(), previous.get("model"), path,
+                                   "use a new --save-dir or the same model flags")
 
 
 def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelConfig,

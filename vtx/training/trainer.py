@@ -287,9 +287,12 @@ class Trainer:
             TrainingError: the checkpoint is of another architecture or worker count.
         """
         checkpoint = checkpoints.load(path)
-        if checkpoint.meta.get("model_config") != self.model_config.to_dict():
-            raise TrainingError(f"{path} holds a different architecture "
-                                f"({checkpoint.meta.get('model_config')}); use another --save-dir")
+        try:
+            checkpoints.check_architecture(self.model_config.to_dict(),
+                                           checkpoint.meta.get("model_config"), path,
+                                           "use another --save-dir")
+        except checkpoints.ArchitectureError as error:
+            raise TrainingError(str(error)) from error
         if checkpoint.meta.get("num_workers", 1) != self.topology.num_workers:
             raise TrainingError(f"{path} was written by {checkpoint.meta.get('num_workers')} "
                                 f"workers, this run has {self.topology.num_workers}")

@@ -1,0 +1,70 @@
+"""`vtx.atomic`: folders and groups of files appear whole or not at all."""
+
+import pytest
+
+from vtx import atomic
+
+
+def _names(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_new_directory_replaces_an_old_folder_only_when_complete(tmp_path):
+    target = tmp_path / "data.en-de"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with atomic.new_directory(target) as building:
+        assert building.parent == tmp_path and building.name.startswith(".")
+        assert list(building.iterdir()) == []
+        (building / "new.txt").write_text("new")
+        assert (target / "old.txt").read_text() == "old"  # untouched until the block ends
+    assert _names(target) == ["new.txt"]
+    assert _names(tmp_path) == ["data.en-de"]  # neither the temporary nor the old folder is left
+
+
+def test_a_failed_new_directory_leaves_the_old_folder_and_no_temporary(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic.new_directory(target) as building:
+            (building / "half.txt").write_text("half")
+            raise RuntimeError("disk full")
+    assert _names(tmp_path) == []
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic.new_directory(target):
+            raise RuntimeError("disk full")
+    assert _names(tmp_path) == ["out"] and _names(target) == ["old.txt"]
+
+
+def test_new_directory_through_a_link_replaces_its_target_and_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "old.txt").write_text("old")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with atomic.new_directory(tmp_path / "link") as building:
+        (building / "new.txt").write_text("new")
+    assert (tmp_path / "link").is_symlink() and _names(tmp_path / "real") == ["new.txt"]
+
+
+def test_replaced_together_renames_all_or_none(tmp_path):
+    (tmp_path / "a.txt").write_text("old a")
+    with pytest.raises(RuntimeError):
+        with atomic.replaced_together() as temporary:
+            temporary(tmp_path / "a.txt").write_text("new a")
+            temporary(tmp_path / "b.txt").write_text("new b")
+            raise RuntimeError("the second split is malformed")
+    assert _names(tmp_path) == ["a.txt"] and (tmp_path / "a.txt").read_text() == "old a"
+    with atomic.replaced_together() as temporary:
+        temporary(tmp_path / "a.txt").write_text("new a")
+        temporary(tmp_path / "b.txt").write_text("new b")
+        assert not (tmp_path / "b.txt").exists()
+    assert _names(tmp_path) == ["a.txt", "b.txt"]
+    assert (tmp_path / "a.txt").read_text() == "new a"
+
+
+def test_move_aside_adds_the_suffix_and_replaces_an_earlier_one(tmp_path):
+    (tmp_path / "c.npz").write_text("second")
+    (tmp_path / "c.npz.damaged").write_text("first")
+    assert atomic.move_aside(tmp_path / "c.npz", ".damaged") == tmp_path / "c.npz.damaged"
+    assert _names(tmp_path) == ["c.npz.damaged"]
+    assert (tmp_path / "c.npz.damaged").read_text() == "second"
