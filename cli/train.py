@@ -126,19 +126,13 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
 
 
 def _dry_run(arch, vocab_size, data_dir, overrides):
-    from vtx import config
-    from vtx.models import transformer
+    from vtx.training import run
 
-    if vocab_size is None and data_dir:
-        from vtx.data.pipeline import vocab_size as data_vocab_size
-
-        vocab_size = data_vocab_size(data_dir)
     try:
-        model_config = config.preset(arch, vocab_size=vocab_size, **overrides)
+        model_config, parameters = run.dry_run(data_dir, arch, overrides, vocab_size)
     except ValueError as error:
         raise click.UsageError(str(error)) from error
-    model = transformer.build(model_config)
     click.echo(f"arch: {arch}  vocab_size: {model_config.vocab_size}  "
                f"layers: {model_config.num_layers}  d_model: {model_config.d_model}  "
                f"d_ff: {model_config.d_ff}  heads: {model_config.num_heads}")
-    click.echo(f"parameters: {model.count_params()}")
+    click.echo(f"parameters: {parameters}")

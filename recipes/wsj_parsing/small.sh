@@ -10,8 +10,8 @@
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), MINUTES (50:
 # the training budget, dev F1 measurements included), STEPS (an update cap, 100000), SLOTS (words:
 # what stands for each word in the linearized trees, see vtx prepare-parse --slots), VALIDATE
-# (1000: updates between dev F1 measurements), DEV (the dev files, a glob in PTB:
-# wsj_01[67][0-9].mrg).
+# (1000: updates between dev F1 measurements), DROPOUT (0.1, residual and embedding), DEV (the
+# dev files, a glob in PTB: wsj_01[67][0-9].mrg).
 #
 # Choices, made on the dev set only (docs/results.md has the runs): the words themselves stand in
 # the slots of the trees (with XX or POS tags a small model learnt a language model of trees that
@@ -26,6 +26,7 @@ MINUTES=${MINUTES:-50}
 STEPS=${STEPS:-100000}
 SLOTS=${SLOTS:-words}
 VALIDATE=${VALIDATE:-1000}
+DROPOUT=${DROPOUT:-0.1}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
 
 check_vtx
@@ -43,7 +44,7 @@ step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
 # schedule's rate; the best dev F1 (beam 4) is kept as checkpoint_best.npz.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
-  --dropout 0.1 --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
+  --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --keep-last 2 \
   --log-interval-steps 100

@@ -48,17 +48,19 @@ def test_extra_source_padding_changes_no_logit(model):
     np.testing.assert_allclose(model((padded, tgt)), model((src, tgt)), atol=1e-5)
 
 
-def test_cached_decode_step_equals_full_forward_over_24_steps(model):
+@pytest.mark.parametrize("grow", [False, True], ids=["allocated_cache", "growing_cache"])
+def test_cached_decode_step_equals_full_forward_over_24_steps(model, grow):
     src = random_ids((3, 9))
     src[0, 4:] = PAD_ID
     tgt = random_ids((3, 24))
     tgt[:, 0] = BOS_ID
     full = np.asarray(model((src, tgt)))
-    state = model.init_state(src, max_length=30)
+    state = model.init_state(src, max_length=None if grow else 30)
     for t in range(24):
-        logits, state = model.decode_step(tgt[:, t], state)
+        logits, state = model.decode_step(tgt[:, t], state, grow=grow)
         assert np.abs(np.asarray(logits) - full[:, t]).max() < 1e-4
     assert int(state["index"]) == 24
+    assert state["self_keys"][0].shape[1] == (24 if grow else 30)
 
 
 def test_compiled_decode_step_matches_eager(model):

@@ -8,8 +8,11 @@ and after each step reorders the state by beam index (a gather on axis 0), so pa
 never recomputed. Rows are sentence-major (row b * K + k is beam k of sentence b). Beam-invariant
 entries of a dict state (`beam_invariant`, e.g. the encoder output that every beam of a sentence
 reads) keep their B rows: they are neither repeated nor reordered, and the decoder reads row b for
-rows b * K ... b * K + K - 1. Everything is TensorFlow graph code: call it inside one `tf.function` (with
-`jit_compile=True` for XLA) so that it is traced once per padded shape.
+rows b * K ... b * K + K - 1. Growing entries of a dict state (`growing`, e.g. a self-attention
+cache that gains one position a step instead of being allocated for L positions up front) may
+change their axis 1 from one step to the next. Everything is TensorFlow graph code: call it inside
+one `tf.function` (with `jit_compile=True` for XLA, which needs fixed shapes: no growing state) so
+that it is traced once per padded shape.
 
 Shapes: B batch (sentences), K beam size, V vocabulary, L = max_length (tokens a hypothesis may
 hold), C = 2K candidates per sentence and step, R nbest.
@@ -112,6 +115,19 @@ def gather_rows(nested, rows: tf.Tensor, beam_invariant: tuple[str, ...] = ()):
     """Gather axis 0 of every tensor of rank >= 1 with `rows` int32 [N]; rank 0 and the
     `beam_invariant` entries unchanged."""
     return _map_beam_dependent(lambda x: tf.gather(x, rows, axis=0), nested, beam_invariant)
+
+
+def _loop_shapes(loop_state, growing: tuple[str, ...]):
+    """Shape invariants of a while loop's state: each tensor keeps its shape, except axis 1 of the
+    `growing` entries of its dict `cache`."""
+    shapes = tf.nest.map_structure(lambda x: x.shape, loop_state)
+    if not growing:
+        return shapes
+    free_axis_1 = lambda x: tf.TensorShape([x.shape[0], None, *x.shape[2:]])
+    cache = {key: tf.nest.map_structure(free_axis_1 if key in growing else (lambda x: x.shape),
+                                        value)
+             for key, value in loop_state.cache.items()}
+    return shapes._replace(cache=cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +325,8 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
                 beam_size: int = 4, max_length: int = 50, max_lengths=None, alpha: float = 0.6,
                 length_penalty: str = "gnmt", eos_id: int = EOS_ID, bos_id: int = BOS_ID,
                 nbest: int = 1, early_stop: bool = True,
-                beam_invariant: tuple[str, ...] = ()) -> SearchOutput:
+                beam_invariant: tuple[str, ...] = (),
+                growing: tuple[str, ...] = ()) -> SearchOutput:
     """Beam search with finished hypotheses kept apart and a length-penalised score (section 6.1).
 
     Graph code: run it inside a `tf.function` (optionally `jit_compile=True`) to trace once per
@@ -318,7 +335,8 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
     Args:
         tokens_to_logits: (token_ids int32 [B * K], state) -> (logits [B * K, V], new state).
         initial_state: the decoder state of the B sentences (rank >= 1 tensors lead with B); it is
-            repeated K times per sentence and must have room for `max_length` positions.
+            repeated K times per sentence and must have room for `max_length` positions (or
+            grow, see `growing`).
         batch_size: B.
         beam_size: K, live hypotheses kept per sentence.
         max_length: L, the largest |Y| (EOS included); fixes every shape.
@@ -332,6 +350,8 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
             result is the same either way, only the number of steps changes.
         beam_invariant: keys of a dict `initial_state` whose tensors stay [B, ...] (never
             repeated nor reordered); `tokens_to_logits` must read them per sentence.
+        growing: keys of a dict `initial_state` whose tensors' axis 1 may change from step to
+            step (a cache that grows by one position a step); not under XLA.
 
     Returns:
         `SearchOutput` with R hypotheses per sentence, best first.
@@ -342,10 +362,11 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
     search = _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
                           length_penalty, eos_id, bos_id, nbest, early_stop, beam_invariant)
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
+    state = _initial_beam_state(search, initial_state, max_lengths)
     state = tf.while_loop(
         lambda state: ~tf.reduce_all(state.done),
         lambda state: (_search_step(search, max_lengths, state),),
-        (_initial_beam_state(search, initial_state, max_lengths),),
+        (state,), shape_invariants=(_loop_shapes(state, growing),),
         maximum_iterations=search.max_length)[0]
     seqs, scores, finished = _best_hypotheses(search, state, max_lengths)
     return _finalize(search, seqs, scores, finished, state.step)
@@ -380,7 +401,7 @@ def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyStat
 def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
                   max_length: int = 50, max_lengths=None, alpha: float = 0.6,
                   length_penalty: str = "gnmt", eos_id: int = EOS_ID,
-                  bos_id: int = BOS_ID) -> SearchOutput:
+                  bos_id: int = BOS_ID, growing: tuple[str, ...] = ()) -> SearchOutput:
     """Take the most probable token at each step until EOS or the length limit.
 
     Same arguments and output as `beam_search` (R = 1); the score uses the same length penalty.
@@ -398,7 +419,8 @@ def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: i
                         cache=initial_state)
     state = tf.while_loop(lambda state: ~tf.reduce_all(state.done),
                           lambda state: (_greedy_step(search, max_lengths, state),),
-                          (state,), maximum_iterations=search.max_length)[0]
+                          (state,), shape_invariants=(_loop_shapes(state, growing),),
+                          maximum_iterations=search.max_length)[0]
     # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
     generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)
     scores = state.logprobs / search.penalty_of(generated)

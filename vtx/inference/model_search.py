@@ -5,6 +5,7 @@ Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypot
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import tensorflow as tf
@@ -66,12 +67,17 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
             batch_size = tf.shape(source_ids)[0]
         max_length, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b,
                                                        model.config.max_positions)
-        state = model.init_state(source_ids, max_length)
+        # Without XLA the self-attention cache grows a position a step: each step copies and
+        # attends over the positions decoded so far, not over all max_length of them.
+        grow = not jit_compile
+        state = model.init_state(source_ids, None if grow else max_length)
+        step = functools.partial(model.decode_step, grow=grow)
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
-                      length_penalty=length_penalty)
+                      length_penalty=length_penalty,
+                      growing=model.GROWING_STATE if grow else ())
         if beam_size == 1:
-            return greedy_search(model.decode_step, state, batch_size, **common)
-        return beam_search(model.decode_step, state, batch_size, beam_size=beam_size,
+            return greedy_search(step, state, batch_size, **common)
+        return beam_search(step, state, batch_size, beam_size=beam_size,
                            nbest=nbest, early_stop=early_stop,
                            beam_invariant=model.BEAM_INVARIANT_STATE, **common)
 

@@ -83,18 +83,29 @@ class Transformer(keras.Model):
     # beam search keeps them at B rows (`beam_search(beam_invariant=...)`), never copying them per
     # beam nor reordering them.
     BEAM_INVARIANT_STATE = ("memory_mask", "memory_keys", "memory_values")
+    # Entries that gain one position per `decode_step(grow=True)` (axis 1).
+    GROWING_STATE = ("self_keys", "self_values")
 
-    def init_state(self, source_ids, max_length: int) -> dict:
+    def init_state(self, source_ids, max_length: int | None) -> dict:
         """Encode the source and allocate the decoding cache for up to `max_length` positions.
+
+        Args:
+            source_ids: int [B, S], PAD-padded.
+            max_length: M, the positions the self-attention cache is allocated for (the fixed
+                shapes XLA needs; `decode_step` writes one position a step); None: the cache
+                starts empty and `decode_step(grow=True)` appends to it, so that each step reads
+                and copies only the positions decoded so far.
 
         Returns:
             dict with `index` (int32 scalar, next position), `memory_mask` [B, 1, S], and per
             layer `memory_keys`/`memory_values` [B, S, H, K] and `self_keys`/`self_values`
-            [B, M, H, K] (zeros, filled one position per `decode_step`).
+            [B, M, H, K] (zeros, filled one position per `decode_step`; [B, 0, H, K] when
+            growing).
         """
         memory, memory_mask = self.encode(source_ids)
         batch = ops.shape(source_ids)[0]
-        cache_shape = (batch, max_length, self.config.num_heads, self.config.head_dim)
+        cache_shape = (batch, 0 if max_length is None else max_length, self.config.num_heads,
+                       self.config.head_dim)
         state = {"index": ops.zeros((), "int32"), "memory_mask": memory_mask,
                  "memory_keys": [], "memory_values": [], "self_keys": [], "self_values": []}
         for layer in self.decoder_layers:
@@ -105,13 +116,15 @@ class Transformer(keras.Model):
             state["self_values"].append(ops.zeros(cache_shape, self.compute_dtype))
         return state
 
-    def decode_step(self, token_ids, state: dict):
+    def decode_step(self, token_ids, state: dict, grow: bool = False):
         """Feed one token per sentence at position state["index"].
 
         Args:
             token_ids: [B] int ids (BOS_ID at index 0).
             state: from `init_state` or the previous `decode_step`; its self-attention cache has
                 B rows, its `BEAM_INVARIANT_STATE` B / G (G consecutive rows per sentence).
+            grow: append this position to the self-attention cache (`init_state(max_length=
+                None)`) instead of writing it into the allocated one.
 
         Returns:
             (logits [B, V] float32 for the next position, the new state).
@@ -122,7 +135,7 @@ class Transformer(keras.Model):
         for i, layer in enumerate(self.decoder_layers):
             x, keys, values = layer.step(x, index, state["self_keys"][i], state["self_values"][i],
                                          state["memory_keys"][i], state["memory_values"][i],
-                                         state["memory_mask"])
+                                         state["memory_mask"], grow)
             new_keys.append(keys)
             new_values.append(values)
         logits = self.embedding.project(x)[:, 0, :]

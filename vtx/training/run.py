@@ -12,11 +12,24 @@ from vtx.config import ModelConfig, TrainConfig
 CONFIG_FILE = "config.json"
 
 
-def resolve_model_config(data_dir, arch: str, overrides: dict) -> ModelConfig:
-    """The preset `arch` with the data's vocabulary size and `overrides` (None values ignored)."""
-    from vtx.data import pipeline
+def resolve_model_config(data_dir, arch: str, overrides: dict,
+                         vocab_size: int | None = None) -> ModelConfig:
+    """The preset `arch` with `vocab_size` (default: the data's, else the preset's) and
+    `overrides` (None values ignored)."""
+    if vocab_size is None and data_dir:
+        from vtx.data import pipeline
 
-    return config.preset(arch, vocab_size=pipeline.vocab_size(data_dir), **overrides)
+        vocab_size = pipeline.vocab_size(data_dir)
+    return config.preset(arch, vocab_size=vocab_size, **overrides)
+
+
+def dry_run(data_dir, arch: str, overrides: dict,
+            vocab_size: int | None = None) -> tuple[ModelConfig, int]:
+    """The model `train` would build (see `resolve_model_config`) and its parameter count."""
+    from vtx.models import transformer
+
+    model_config = resolve_model_config(data_dir, arch, overrides, vocab_size)
+    return model_config, transformer.build(model_config).count_params()
 
 
 def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
