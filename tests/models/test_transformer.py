@@ -60,7 +60,7 @@ def test_cached_decode_step_equals_full_forward_over_24_steps(model, grow):
         logits, state = model.decode_step(tgt[:, t], state, grow=grow)
         assert np.abs(np.asarray(logits) - full[:, t]).max() < 1e-4
     assert int(state["index"]) == 24
-    assert state["self_keys"][0].shape[1] == (24 if grow else 30)
+    assert state["self_keys"][0].shape[2] == (24 if grow else 30)  # [B, H, positions, K]
 
 
 def test_compiled_decode_step_matches_eager(model):

@@ -10,7 +10,7 @@ entries of a dict state (`beam_invariant`, e.g. the encoder output that every be
 reads) keep their B rows: they are neither repeated nor reordered, and the decoder reads row b for
 rows b * K ... b * K + K - 1. Growing entries of a dict state (`growing`, e.g. a self-attention
 cache that gains one position a step instead of being allocated for L positions up front) may
-change their axis 1 from one step to the next. Everything is TensorFlow graph code: call it inside
+change shape (not rows) from one step to the next. Everything is TensorFlow graph code: call it inside
 one `tf.function` (with `jit_compile=True` for XLA, which needs fixed shapes: no growing state) so
 that it is traced once per padded shape.
 
@@ -118,13 +118,13 @@ def gather_rows(nested, rows: tf.Tensor, beam_invariant: tuple[str, ...] = ()):
 
 
 def _loop_shapes(loop_state, growing: tuple[str, ...]):
-    """Shape invariants of a while loop's state: each tensor keeps its shape, except axis 1 of the
-    `growing` entries of its dict `cache`."""
+    """Shape invariants of a while loop's state: each tensor keeps its shape, except the axes
+    after the first of the `growing` entries of its dict `cache`."""
     shapes = tf.nest.map_structure(lambda x: x.shape, loop_state)
     if not growing:
         return shapes
-    free_axis_1 = lambda x: tf.TensorShape([x.shape[0], None, *x.shape[2:]])
-    cache = {key: tf.nest.map_structure(free_axis_1 if key in growing else (lambda x: x.shape),
+    rows_only = lambda x: tf.TensorShape([x.shape[0]] + [None] * (x.shape.rank - 1))
+    cache = {key: tf.nest.map_structure(rows_only if key in growing else (lambda x: x.shape),
                                         value)
              for key, value in loop_state.cache.items()}
     return shapes._replace(cache=cache)
@@ -350,8 +350,8 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
             result is the same either way, only the number of steps changes.
         beam_invariant: keys of a dict `initial_state` whose tensors stay [B, ...] (never
             repeated nor reordered); `tokens_to_logits` must read them per sentence.
-        growing: keys of a dict `initial_state` whose tensors' axis 1 may change from step to
-            step (a cache that grows by one position a step); not under XLA.
+        growing: keys of a dict `initial_state` whose tensors may change shape (but not their
+            rows) from step to step: a cache that grows by one position a step; not under XLA.
 
     Returns:
         `SearchOutput` with R hypotheses per sentence, best first.

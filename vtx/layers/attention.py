@@ -45,36 +45,40 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x):
+        """[B, L, D] -> [B, H, L, K]: heads first, so that a cache of keys and values is read by
+        batched matrix products without a transpose at every decoding step."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, self.head_dim))  # [B, L, H, K]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
+        return ops.transpose(x, (0, 2, 1, 3))
 
     def project_query(self, query):
-        """[B, T, D] -> [B, T, H, K], already scaled by 1/sqrt(K)."""
+        """[B, T, D] -> [B, H, T, K], already scaled by 1/sqrt(K)."""
         scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
         return self._split_heads(self.query_dense(query)) * scale
 
     def project_key_value(self, memory):
-        """[B, S, D] -> keys, values, each [B, S, H, K]."""
+        """[B, S, D] -> keys, values, each [B, H, S, K]."""
         return self._split_heads(self.key_dense(memory)), self._split_heads(self.value_dense(memory))
 
     def attend(self, query_heads, keys, values, mask=None, training=False):
         """Attention of projected queries over projected keys/values.
 
         Args:
-            query_heads: [B, T, H, K] from `project_query`.
-            keys, values: [B, S, H, K] from `project_key_value` (or a cache).
+            query_heads: [B, H, T, K] from `project_query`.
+            keys, values: [B, H, S, K] from `project_key_value` (or a cache).
             mask: bool [B, 1 or T, S], True = may attend; None attends everywhere.
 
         Returns:
             [B, T, D].
         """
-        scores = ops.einsum("bthk,bshk->bhts", query_heads, keys)  # [B, H, T, S]
+        scores = ops.einsum("bhtk,bhsk->bhts", query_heads, keys)  # [B, H, T, S]
         scores = ops.cast(scores, "float32")
         if mask is not None:
             scores = ops.where(mask[:, None, :, :], scores, _MASK_VALUE)
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         weights = self.dropout(weights, training=training)
-        context = ops.einsum("bhts,bshk->bthk", weights, values)  # [B, T, H, K]
+        context = ops.einsum("bhts,bhsk->bhtk", weights, values)  # [B, H, T, K]
+        context = ops.transpose(context, (0, 2, 1, 3))  # [B, T, H, K]
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         return self.output_dense(ops.reshape(context, (batch, length, self.d_model)))
 

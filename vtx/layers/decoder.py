@@ -63,7 +63,7 @@ class DecoderLayer(EncoderLayer):
         return self._cross_and_feed_forward(x, memory_keys, memory_values, memory_mask, training)
 
     def project_memory(self, memory):
-        """Cross-attention keys and values of the encoder output, each [B, S, H, K]: once a sentence."""
+        """Cross-attention keys and values of the encoder output, each [B, H, S, K]: once a sentence."""
         return self.cross_attention.project_key_value(memory)
 
     def step(self, x, index, self_keys, self_values, memory_keys, memory_values, memory_mask,
@@ -73,9 +73,9 @@ class DecoderLayer(EncoderLayer):
         Args:
             x: [B, 1, D] input at position `index`.
             index: int32 scalar, the position being decoded.
-            self_keys, self_values: [B, M, H, K] cache of the earlier positions (M > index); with
-                `grow`, [B, index, H, K], to which this position is appended.
-            memory_keys, memory_values: [B', S, H, K] from `project_memory`, memory_mask
+            self_keys, self_values: [B, H, M, K] cache of the earlier positions (M > index); with
+                `grow`, [B, H, index, K], to which this position is appended.
+            memory_keys, memory_values: [B', H, S, K] from `project_memory`, memory_mask
                 [B', 1, S], with B' = B / G: the rows of x are G consecutive hypotheses per
                 sentence (a beam search's K beams, which share their sentence's memory: it is
                 held once, not once per beam), G = 1 otherwise.
@@ -84,18 +84,18 @@ class DecoderLayer(EncoderLayer):
             (output [B, 1, D], updated self_keys, updated self_values).
         """
         attention = self.self_attention
-        new_keys, new_values = attention.project_key_value(x)  # [B, 1, H, K]
+        new_keys, new_values = attention.project_key_value(x)  # [B, H, 1, K]
         new_keys = ops.cast(new_keys, self_keys.dtype)
         new_values = ops.cast(new_values, self_values.dtype)
         if grow:
-            self_keys = ops.concatenate([self_keys, new_keys], axis=1)
-            self_values = ops.concatenate([self_values, new_values], axis=1)
+            self_keys = ops.concatenate([self_keys, new_keys], axis=2)
+            self_values = ops.concatenate([self_values, new_values], axis=2)
             visible = None  # every cached position is an earlier one
         else:
-            start = (0, index, 0, 0)
+            start = (0, 0, index, 0)
             self_keys = ops.slice_update(self_keys, start, new_keys)
             self_values = ops.slice_update(self_values, start, new_values)
-            visible = (ops.arange(ops.shape(self_keys)[1]) <= index)[None, None, :]  # [1, 1, M]
+            visible = (ops.arange(ops.shape(self_keys)[2]) <= index)[None, None, :]  # [1, 1, M]
         attended = attention.attend(attention.project_query(x), self_keys, self_values, visible)
         x = self._residual(self.attention_norm, x, attended, False)
         # A sentence's G hypotheses as G query positions over its one memory: [B', G, D].

@@ -83,7 +83,7 @@ class Transformer(keras.Model):
     # beam search keeps them at B rows (`beam_search(beam_invariant=...)`), never copying them per
     # beam nor reordering them.
     BEAM_INVARIANT_STATE = ("memory_mask", "memory_keys", "memory_values")
-    # Entries that gain one position per `decode_step(grow=True)` (axis 1).
+    # Entries that gain one position per `decode_step(grow=True)` (axis 2).
     GROWING_STATE = ("self_keys", "self_values")
 
     def init_state(self, source_ids, max_length: int | None) -> dict:
@@ -98,13 +98,13 @@ class Transformer(keras.Model):
 
         Returns:
             dict with `index` (int32 scalar, next position), `memory_mask` [B, 1, S], and per
-            layer `memory_keys`/`memory_values` [B, S, H, K] and `self_keys`/`self_values`
-            [B, M, H, K] (zeros, filled one position per `decode_step`; [B, 0, H, K] when
+            layer `memory_keys`/`memory_values` [B, H, S, K] and `self_keys`/`self_values`
+            [B, H, M, K] (zeros, filled one position per `decode_step`; [B, H, 0, K] when
             growing).
         """
         memory, memory_mask = self.encode(source_ids)
         batch = ops.shape(source_ids)[0]
-        cache_shape = (batch, 0 if max_length is None else max_length, self.config.num_heads,
+        cache_shape = (batch, self.config.num_heads, 0 if max_length is None else max_length,
                        self.config.head_dim)
         state = {"index": ops.zeros((), "int32"), "memory_mask": memory_mask,
                  "memory_keys": [], "memory_values": [], "self_keys": [], "self_values": []}
