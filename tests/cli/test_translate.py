@@ -106,3 +106,27 @@ def test_output_into_a_missing_directory_is_a_clear_error(trained_checkpoint, tm
                  tmp_path / "nowhere" / "out.txt", stdin=b"A dog.\n")
     assert result.returncode == 1
     assert b"Traceback" not in result.stderr and b"nowhere" in result.stderr
+
+
+def test_a_pipe_fed_one_line_at_a_time_gets_each_translation_before_the_next_line(
+        trained_checkpoint):
+    """--buffer-size 1, as an interactive user: each output line comes back while the input pipe
+    is still open and the next line not yet written."""
+    import select
+
+    process = subprocess.Popen([VTX, "translate", "--checkpoint", str(trained_checkpoint),
+                                "--buffer-size", "1"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        for line in (b"A man is riding a bike.\n", b"\n", b"Two dogs play in the snow.\n"):
+            process.stdin.write(line)
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], 240)
+            assert ready, f"no output for {line!r} while the input stays open"
+            answer = process.stdout.readline()
+            assert answer.endswith(b"\n") and (answer.strip() != b"") == (line.strip() != b"")
+        process.stdin.close()
+        assert process.stdout.read() == b""  # nothing held back
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
