@@ -25,9 +25,13 @@ FLAGS = {"gold_path": "--gold", "beam": "--beam"}  # library argument -> flag
 @click.option("--gold", type=click.Path(exists=True, dir_okay=False),
               help="Gold trees, one per line (e.g. valid.gold): print the EVALB (COLLINS.prm) "
                    "summary to stderr. The output trees then carry the gold POS tags.")
+@click.option("--constrain-trees/--no-constrain-trees", default=False, show_default=True,
+              help="Search only well-formed trees with one word slot per input word: matching "
+                   "brackets, one root, no empty phrase (for a model trained on trees with the "
+                   "words in their slots, prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
-          max_tokens, buffer_size, gold, jit, force):
+          max_tokens, buffer_size, gold, constrain_trees, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
@@ -36,7 +40,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                 max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens,
-                                jit_compile=jit)
+                                jit_compile=jit, constrain_trees=constrain_trees)
         parsed = lib.parse_file(checkpoint, input_path, output_path, options, buffer_size, force,
                                 gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),

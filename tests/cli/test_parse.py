@@ -1,5 +1,7 @@
 """`vtx parse`: stdin to one tree per line, EVALB summary with --gold, clear errors."""
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -123,3 +125,21 @@ def test_a_beam_too_wide_for_the_memory_is_one_line_naming_the_flag(checkpoint, 
     assert "Error: --beam 3: the search of one sentence of " in result.stderr
     assert result.stderr.rstrip().endswith("use a smaller --beam")
     assert "Traceback" not in result.output and not output.exists()
+
+
+def test_constrained_trees_need_no_repair_even_from_a_random_model(checkpoint, dev):
+    """Unconstrained, the random model's trees all need repairs (first test above); with
+    --constrain-trees every tree is well-formed with one slot per word (the random model still
+    misspells the words in its slots, which delinearize counts and replaces)."""
+    words, gold = dev
+    result = invoke("--checkpoint", checkpoint, "--gold", gold, "--input", words, "--beam", "3",
+                    "--max-len-a", "20", "--max-len-b", "10", "--constrain-trees")
+    assert result.exit_code == 0, result.output
+    repairs = re.search(r"repairs: \d+ of 4 trees repaired \((.*)\)", result.stderr).group(1)
+    counts = dict(item.split() for item in repairs.split(", "))
+    assert set(counts) > {"extra_closes", "missing_slots", "misspelt_slots"}
+    assert all(int(count) == 0 for name, count in counts.items() if name != "misspelt_slots")
+    inputs = words.read_text().splitlines()
+    for line, tree_line in zip(inputs, result.stdout.splitlines()):
+        if line:
+            assert parse_tree(tree_line).leaves() == line.split()

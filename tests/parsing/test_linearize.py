@@ -143,3 +143,10 @@ def test_repair_always_yields_a_tree_over_exactly_the_words(normalized_trees):
             slots = sum(not token.startswith(("(", ")")) for token in corrupted)
             assert stats.extra_slots == max(0, slots - len(words))
             assert stats.missing_slots == max(0, len(words) - slots)
+
+
+def test_bracket_pairs_match_each_opening_piece_with_its_closing_one_written_alike():
+    from vtx.parsing.linearize import bracket_pairs
+
+    pieces = ["<pad>", "\u2581(NP", "\u2581)NP", "(NP", ")NP", "\u2581(S", "(", "\u2581)VP", "\u2581a"]
+    assert bracket_pairs(pieces) == {1: 2, 3: 4}  # (S has no partner; ( alone is no bracket

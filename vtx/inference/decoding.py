@@ -37,6 +37,9 @@ class DecodeOptions:
     nbest: int = 1
     max_tokens: int = 8192  # source tokens per batch, padding counted
     jit_compile: bool = False
+    # Parsing with the words in the slots of the trees: every output is a well-formed tree over
+    # the source's pieces (`vtx.inference.tree_constraint`).
+    constrain_trees: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1 or not 1 <= self.nbest <= self.beam:

@@ -6,11 +6,12 @@ Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypot
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
 from vtx.inference.decoding import DecodeOptions
 from vtx.models.transformer import Transformer
@@ -43,14 +44,17 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
 
 def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
-                   nbest: int = 1, early_stop: bool = True,
-                   jit_compile: bool = False) -> Callable[[tf.Tensor], SearchOutput]:
+                   nbest: int = 1, early_stop: bool = True, jit_compile: bool = False,
+                   tree_pieces: Sequence[str] | None = None,
+                   ) -> Callable[[tf.Tensor], SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
 
     Without XLA the function is traced once, for any (B, S): one graph serves every batch, so
     no batch ever retraces. With XLA (`jit_compile`) it is compiled once per (B, S) shape, which
     is why callers pad batches to a few fixed shapes. Arguments are those of `beam_search`; max_len_a and max_len_b set
-    each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`).
+    each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`); `tree_pieces` (the
+    vocabulary's pieces), when given, constrains the output to a well-formed tree with one word
+    slot per source word (`vtx.inference.tree_constraint`).
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
@@ -72,6 +76,9 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         grow = not jit_compile
         state = model.init_state(source_ids, None if grow else max_length)
         step = functools.partial(model.decode_step, grow=grow)
+        if tree_pieces is not None:
+            step = tree_constraint.constrained(step, tree_pieces)
+            state = tree_constraint.initial_state(source_ids, state, tree_pieces)
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
                       growing=model.GROWING_STATE if grow else ())
@@ -86,9 +93,12 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
-def search_for(model: Transformer, options: DecodeOptions) -> Callable[[tf.Tensor], SearchOutput]:
-    """`make_search_fn` with the settings of `options` (vtx.inference.decoding)."""
+def search_for(model: Transformer, options: DecodeOptions,
+               pieces: Sequence[str] | None = None) -> Callable[[tf.Tensor], SearchOutput]:
+    """`make_search_fn` with the settings of `options` (vtx.inference.decoding); with
+    `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
                           length_penalty=options.length_penalty, max_len_a=options.max_len_a,
                           max_len_b=options.max_len_b, nbest=options.nbest,
-                          jit_compile=options.jit_compile)
+                          jit_compile=options.jit_compile,
+                          tree_pieces=pieces if options.constrain_trees else None)

@@ -72,7 +72,8 @@ class Translator:
         from vtx.inference.model_search import search_for
 
         self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
-        self._search = search_for(model, options)
+        pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
+        self._search = search_for(model, options, pieces)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
 

@@ -77,6 +77,21 @@ class RepairStats:
         return RepairStats(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
+def is_bracket(piece: str) -> bool:
+    """A linearized tree's bracket, `(X` or `)X`, also as a SentencePiece piece (`\u2581(NP`)."""
+    token = piece.removeprefix("\u2581")
+    return len(token) > 1 and token[0] in "()"
+
+
+def bracket_pairs(pieces: Sequence[str]) -> dict[int, int]:
+    """The index of each opening bracket among `pieces` (a vocabulary's: `(X`, or `\u2581(X` as
+    SentencePiece writes it) -> the index of its closing one, written alike; brackets without a
+    partner left out."""
+    index = {piece: i for i, piece in enumerate(pieces)}
+    return {i: index[piece.replace("(", ")", 1)] for piece, i in index.items()
+            if is_bracket(piece) and "(" in piece and piece.replace("(", ")", 1) in index}
+
+
 def linearize(tree: Tree, slots: str = "xx") -> tuple[list[str], list[str]]:
     """Source words and target bracket tokens of a tree.
 
