@@ -8,7 +8,8 @@ import tensorflow as tf
 from vtx.inference import tree_constraint
 from vtx.inference.beam_search import beam_search, greedy_search
 
-PIECES = ["<pad>", "<unk>", "<s>", "</s>",  # vtx's special ids 0-3 "\u2581(S", "\u2581(NP", "\u2581(VP", "\u2581)S",
+# vtx's special ids 0-3 first
+PIECES = ["<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581(NP", "\u2581(VP", "\u2581)S",
           "\u2581)NP", "\u2581)VP", "\u2581the", "\u2581dog", "\u2581run", "s", "\u2581.", "ing"]
 ID = {piece: index for index, piece in enumerate(PIECES)}
 # "the dog runs ." and "dog running": 4 and 2 words
