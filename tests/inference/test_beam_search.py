@@ -133,6 +133,45 @@ def test_early_stop_never_changes_the_result(alpha):
     np.testing.assert_array_equal(stopped.scores, full.scores)
 
 
+def counting_rows(decoder):
+    """decoder as a tokens_to_logits that also adds the rows it decodes to a variable."""
+    rows = tf.Variable(0)
+
+    def tokens_to_logits(token_ids, state):
+        rows.assign_add(tf.shape(token_ids)[0])
+        return decoder(token_ids, state)
+
+    return tokens_to_logits, rows
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_dropping_done_sentences_changes_only_the_rows_decoded(beam_size):
+    # 18 sentences whose limits and EOS times differ, so that they finish at different steps.
+    starts = list(range(1, 400, 23))
+    limits = [2 + i % 7 for i in range(len(starts))]
+    decoder = HashPrefixDecoder(vocab_size=9, seed=13, eos_bias=1.0)
+    outputs, decoded = [], []
+    for drop_done in (False, True):
+        step, rows = counting_rows(decoder)
+        options = dict(max_length=8, max_lengths=limits, alpha=0.6, drop_done=drop_done)
+        if beam_size == 1:
+            search = lambda: greedy_search(step, decoder.initial_state(starts), len(starts),
+                                           **options)
+        else:
+            search = lambda: beam_search(step, decoder.initial_state(starts), len(starts),
+                                         beam_size=beam_size, nbest=2, **options)
+        outputs.append(tf.nest.map_structure(lambda x: x.numpy(), tf.function(search)()))
+        decoded.append(int(rows.numpy()))
+    kept, dropped = outputs
+    np.testing.assert_array_equal(dropped.tokens, kept.tokens)
+    np.testing.assert_array_equal(dropped.finished, kept.finished)
+    np.testing.assert_allclose(dropped.scores, kept.scores, rtol=1e-6)
+    assert dropped.steps == kept.steps
+    assert decoded[0] == kept.steps * len(starts) * beam_size  # every row at every step
+    # With dropping, a sentence's rows are decoded at most until its own limit.
+    assert decoded[1] <= sum(min(limit, kept.steps) for limit in limits) * beam_size < decoded[0]
+
+
 def test_same_input_twice_gives_the_same_output():
     decoder = HashPrefixDecoder(vocab_size=9, seed=10)
     first, second = (run_beam(decoder, beam_size=4, max_length=7, nbest=4) for _ in range(2))

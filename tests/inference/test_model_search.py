@@ -32,23 +32,31 @@ def padded(sources, length=None):
     return tf.constant([s + [PAD_ID] * (length - len(s)) for s in sources], tf.int32)
 
 
-def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False, **options):
+def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False,
+                  fast: bool = False, **options):
     """Like `make_search_fn` (beam or greedy), with eos_slope * (position - |X|) added to the EOS
-    logit of each hypothesis (|X| its source length): hypotheses end a few words past |X|."""
+    logit of each hypothesis (|X| its source length): hypotheses end a few words past |X|. With
+    `fast`, the state as `make_search_fn` has it without XLA: a growing cache, the memory held
+    once per sentence, finished sentences dropped; else all of it allocated and kept per row."""
     eos = tf.one_hot(EOS_ID, model.config.vocab_size)  # [V]
 
     def tokens_to_logits(token_ids, state):
-        logits, new_state = model.decode_step(token_ids, state)
-        source_lengths = tf.reduce_sum(tf.cast(state["memory_mask"], tf.float32), axis=[1, 2])  # [N]
-        past_source = tf.cast(state["index"], tf.float32) - source_lengths  # [N]
+        logits, new_state = model.decode_step(token_ids, state, grow=fast)
+        source_lengths = tf.reduce_sum(tf.cast(state["memory_mask"], tf.float32), axis=[1, 2])
+        per_row = tf.shape(token_ids)[0] // tf.shape(source_lengths)[0]  # beams held once
+        past_source = tf.cast(state["index"], tf.float32) - tf.repeat(source_lengths, per_row)
         return logits + eos_slope * past_source[:, None] * eos, new_state
 
     @tf.function
     def search(source):
         max_length, limits = output_length_limits(source, 1.0, max_len_b, 1024)
         run = greedy_search if greedy else beam_search
-        return run(tokens_to_logits, model.init_state(source, max_length), source.shape[0],
-                   max_length=max_length, max_lengths=limits, **options)
+        if fast:
+            options.update(growing=model.GROWING_STATE, drop_done=True)
+            if not greedy:
+                options.update(beam_invariant=model.BEAM_INVARIANT_STATE)
+        return run(tokens_to_logits, model.init_state(source, None if fast else max_length),
+                   source.shape[0], max_length=max_length, max_lengths=limits, **options)
 
     return search
 
@@ -106,6 +114,19 @@ def test_early_stop_matches_running_to_max_length(model):
     lengths = stopped.lengths.numpy()  # [B, R]
     assert stopped.finished.numpy().all() and lengths[0].min() > lengths[1].max()
     assert_same_hypotheses(hypotheses(stopped), hypotheses(full), rtol=0)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_the_fast_state_equals_the_allocated_one(model, greedy):
+    # Sentences end at different steps (a few words past their lengths 6, 2 and 4), so the fast
+    # search drops them from the decoder's batch one after the other.
+    source = padded(SOURCES)
+    options = dict(greedy=greedy) if greedy else dict(beam_size=4, nbest=2)
+    fast = biased_search(model, 2.0, 10, fast=True, **options)(source)
+    allocated = biased_search(model, 2.0, 10, **options)(source)
+    assert fast.finished.numpy().all() and len(set(fast.lengths.numpy()[:, 0])) > 1
+    assert int(fast.steps) == int(allocated.steps)
+    assert_same_hypotheses(hypotheses(fast), hypotheses(allocated))
 
 
 def test_memory_held_once_per_sentence_equals_memory_copied_per_beam(model):

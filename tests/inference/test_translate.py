@@ -36,6 +36,16 @@ def test_padded_batches_cover_every_sentence_once_with_few_shapes():
     assert len(shapes) <= 20
 
 
+def test_batches_without_padding_rows_hold_only_sentences():
+    rng = np.random.default_rng(1)
+    encoded = [list(range(4, 4 + n)) for n in rng.integers(1, 60, 200)]
+    padded = list(decoding.padded_batches(encoded, max_tokens=512))
+    tight = list(decoding.padded_batches(encoded, max_tokens=512, pad_rows=False))
+    assert [rows for rows, _ in tight] == [rows for rows, _ in padded]
+    assert all(array.shape[0] == len(rows) for rows, array in tight)
+    assert any(array.shape[0] > len(rows) for rows, array in padded)
+
+
 def test_batched_results_equal_one_at_a_time_and_keep_input_order(translator):
     batched = [h[0].text if h else "" for h in translator.translate(SENTENCES)]
     single = [translator.translate([s])[0] for s in SENTENCES]

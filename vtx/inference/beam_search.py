@@ -10,9 +10,12 @@ entries of a dict state (`beam_invariant`, e.g. the encoder output that every be
 reads) keep their B rows: they are neither repeated nor reordered, and the decoder reads row b for
 rows b * K ... b * K + K - 1. Growing entries of a dict state (`growing`, e.g. a self-attention
 cache that gains one position a step instead of being allocated for L positions up front) may
-change shape (not rows) from one step to the next. Everything is TensorFlow graph code: call it inside
-one `tf.function` (with `jit_compile=True` for XLA, which needs fixed shapes: no growing state) so
-that it is traced once per padded shape.
+change shape (not rows) from one step to the next. With `drop_done`, the rows of a sentence whose
+search is over leave the decoder's state (fairseq and CTranslate2 do the same): later steps run
+the decoder on the sentences still searching only, so a batch costs what its sentences need, not
+its longest one times its size. Everything is TensorFlow graph code: call it inside one
+`tf.function` (with `jit_compile=True` for XLA, which needs fixed shapes: no growing state, no
+`drop_done`) so that it is traced once per padded shape.
 
 Shapes: B batch (sentences), K beam size, V vocabulary, L = max_length (tokens a hypothesis may
 hold), C = 2K candidates per sentence and step, R nbest.
@@ -63,7 +66,9 @@ class BeamState(NamedTuple):
     finished_seqs: tf.Tensor  # int32 [B, K, L + 1]: BOS, tokens, EOS, then PAD
     finished_scores: tf.Tensor  # float32 [B, K]: log P / lp(|Y|), descending; -inf = empty slot
     done: tf.Tensor  # bool [B]: the sentence's search is over (early stop or its length limit)
-    cache: Any  # the decoder state: tensors of rank >= 1 have B * K leading rows
+    cache: Any  # the decoder state: tensors of rank >= 1 have b * K leading rows (b sentences)
+    sentences: tf.Tensor  # int32 [b]: the sentences whose rows `cache` holds, in order (all B
+    # unless `drop_done` removed those whose search is over)
 
 
 class SearchOutput(NamedTuple):
@@ -117,17 +122,35 @@ def gather_rows(nested, rows: tf.Tensor, beam_invariant: tuple[str, ...] = ()):
     return _map_beam_dependent(lambda x: tf.gather(x, rows, axis=0), nested, beam_invariant)
 
 
-def _loop_shapes(loop_state, growing: tuple[str, ...]):
+def _loop_shapes(loop_state, growing: tuple[str, ...], drop_done: bool = False):
     """Shape invariants of a while loop's state: each tensor keeps its shape, except the axes
-    after the first of the `growing` entries of its dict `cache`."""
+    after the first of the `growing` entries of its dict `cache`, and with `drop_done` the first
+    axis of `sentences` and of every cache tensor of rank >= 1 (rows leave as sentences end)."""
     shapes = tf.nest.map_structure(lambda x: x.shape, loop_state)
-    if not growing:
+    if not growing and not drop_done:
         return shapes
-    rows_only = lambda x: tf.TensorShape([x.shape[0]] + [None] * (x.shape.rank - 1))
-    cache = {key: tf.nest.map_structure(rows_only if key in growing else (lambda x: x.shape),
-                                        value)
-             for key, value in loop_state.cache.items()}
-    return shapes._replace(cache=cache)
+
+    def cache_shape(x, grows: bool):
+        if x.shape.rank == 0:
+            return x.shape
+        rows = None if drop_done else x.shape[0]
+        return tf.TensorShape([rows] + ([None] * (x.shape.rank - 1) if grows else x.shape[1:]))
+
+    cache = loop_state.cache
+    if isinstance(cache, dict):
+        cache = {key: tf.nest.map_structure(lambda x: cache_shape(x, key in growing), value)
+                 for key, value in cache.items()}
+    else:
+        cache = tf.nest.map_structure(lambda x: cache_shape(x, False), cache)
+    shapes = shapes._replace(cache=cache)
+    if drop_done:
+        shapes = shapes._replace(sentences=tf.TensorShape([None]))
+    return shapes
+
+
+def _rows(x) -> int | tf.Tensor:
+    """The size of x's first axis: a Python int when static (XLA needs it), else a tensor."""
+    return x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +196,7 @@ def _top_candidates(search: _Search, state: BeamState, log_probs):
         logprobs float32 [B, C], parent beam int32 [B, C], sequences int32 [B, C, L + 1],
         is_eos bool [B, C].
     """
-    batch, beam = search.batch_size, search.beam_size
+    batch, beam = _rows(state.live_logprobs), search.beam_size
     vocab_size = tf.shape(log_probs)[-1]
     totals = state.live_logprobs[:, :, None] + tf.reshape(log_probs, (batch, beam, -1))
     logprobs, flat = tf.math.top_k(tf.reshape(totals, (batch, -1)), k=2 * beam)  # [B, C]
@@ -189,8 +212,13 @@ def _keep_best(scores, seqs, k: int):
     return best, tf.gather(seqs, index, batch_dims=1), index
 
 
-def _search_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
-    """Extend every live hypothesis by one token; sentences that are done stay as they are."""
+def _search_step(search: _Search, max_lengths, state: BeamState) -> tuple[BeamState, tf.Tensor]:
+    """Extend every live hypothesis by one token; sentences that are done stay as they are.
+
+    The b sentences of `state` may be a subset of the batch (its `sentences`), max_lengths [b]
+    theirs. Returns the new state, with `done` updated and the decoder's new cache not yet
+    reordered, and the rows int32 [b, K] of that cache each new live hypothesis continues.
+    """
     flat_ids = tf.reshape(tf.gather(state.live_seqs, state.step, axis=2), (-1,))  # [B * K]
     log_probs, cache = search.log_probs(flat_ids, state.cache)
     logprobs, parents, seqs, is_eos = _top_candidates(search, state, log_probs)
@@ -208,19 +236,56 @@ def _search_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
     active = ~state.done  # [B]
     beams = tf.range(search.beam_size)[None, :]  # [1, K]: a done sentence keeps its own rows
     parent_beams = tf.where(active[:, None], tf.gather(parents, kept, batch_dims=1), beams)
-    rows = tf.reshape(tf.range(search.batch_size)[:, None] * search.beam_size + parent_beams, (-1,))
+    rows = tf.range(_rows(parents))[:, None] * search.beam_size + parent_beams  # [b, K]
     keep = lambda new, old: tf.where(
         tf.reshape(active, (-1,) + (1,) * (new.shape.rank - 1)), new, old)
     step = state.step + 1
-    new_state = BeamState(
+    new_state = state._replace(
         step=step,
         live_seqs=keep(live_seqs, state.live_seqs),
         live_logprobs=keep(live_logprobs, state.live_logprobs),
         finished_seqs=keep(finished_seqs, state.finished_seqs),
         finished_scores=keep(finished_scores, state.finished_scores),
-        done=state.done,
-        cache=gather_rows(cache, rows, search.beam_invariant))
-    return new_state._replace(done=state.done | _sentence_done(search, max_lengths, new_state))
+        cache=cache)
+    return new_state._replace(
+        done=state.done | _sentence_done(search, max_lengths, new_state)), rows
+
+
+def _reordering_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
+    """A step over the whole batch: every sentence keeps its rows, done or not (fixed shapes)."""
+    state, rows = _search_step(search, max_lengths, state)
+    return state._replace(
+        cache=gather_rows(state.cache, tf.reshape(rows, (-1,)), search.beam_invariant))
+
+
+def _dropping_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
+    """A step over the sentences still searching; the rows of those it finishes leave the cache.
+
+    Only the sentences' small per-hypothesis tensors are gathered and scattered back; the
+    cache's rows are reordered by beam and rid of the finished sentences in one gather (the
+    beam-invariant entries are gathered only on steps where a sentence finished).
+    """
+    sentences = state.sentences  # [b]
+    pick = lambda full: tf.gather(full, sentences)
+    part, rows = _search_step(search, pick(max_lengths), BeamState(
+        step=state.step, live_seqs=pick(state.live_seqs), live_logprobs=pick(state.live_logprobs),
+        finished_seqs=pick(state.finished_seqs), finished_scores=pick(state.finished_scores),
+        done=pick(state.done), cache=state.cache, sentences=sentences))
+    kept = tf.cast(tf.reshape(tf.where(~part.done), (-1,)), tf.int32)  # [b'] in `sentences`
+    cache = gather_rows(part.cache, tf.reshape(tf.gather(rows, kept), (-1,)),
+                        search.beam_invariant)
+    if search.beam_invariant:
+        invariant = {key: part.cache[key] for key in search.beam_invariant}
+        invariant = tf.cond(tf.size(kept) < tf.size(sentences),
+                            lambda: gather_rows(invariant, kept), lambda: invariant)
+        cache = {**cache, **invariant}
+    put = lambda full, new: tf.tensor_scatter_nd_update(full, sentences[:, None], new)
+    return BeamState(step=part.step, live_seqs=put(state.live_seqs, part.live_seqs),
+                     live_logprobs=put(state.live_logprobs, part.live_logprobs),
+                     finished_seqs=put(state.finished_seqs, part.finished_seqs),
+                     finished_scores=put(state.finished_scores, part.finished_scores),
+                     done=put(state.done, part.done), cache=cache,
+                     sentences=tf.gather(sentences, kept))
 
 
 def _sentence_done(search: _Search, max_lengths, state: BeamState):
@@ -244,7 +309,8 @@ def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamStat
     return BeamState(step=tf.constant(0, tf.int32), live_seqs=seqs, live_logprobs=first_live,
                      finished_seqs=seqs, finished_scores=tf.fill((batch, beam), _NEG_INF),
                      done=max_lengths <= 0,
-                     cache=expand_to_beams(initial_state, beam, search.beam_invariant))
+                     cache=expand_to_beams(initial_state, beam, search.beam_invariant),
+                     sentences=tf.range(batch))
 
 
 def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
@@ -326,7 +392,7 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
                 length_penalty: str = "gnmt", eos_id: int = EOS_ID, bos_id: int = BOS_ID,
                 nbest: int = 1, early_stop: bool = True,
                 beam_invariant: tuple[str, ...] = (),
-                growing: tuple[str, ...] = ()) -> SearchOutput:
+                growing: tuple[str, ...] = (), drop_done: bool = False) -> SearchOutput:
     """Beam search with finished hypotheses kept apart and a length-penalised score (section 6.1).
 
     Graph code: run it inside a `tf.function` (optionally `jit_compile=True`) to trace once per
@@ -352,6 +418,9 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
             repeated nor reordered); `tokens_to_logits` must read them per sentence.
         growing: keys of a dict `initial_state` whose tensors may change shape (but not their
             rows) from step to step: a cache that grows by one position a step; not under XLA.
+        drop_done: run each step's decoder on the sentences still searching only: the rows of
+            a sentence whose search is over leave the state (its result is kept), so the
+            state's batch size changes from step to step; not under XLA. The result is the same.
 
     Returns:
         `SearchOutput` with R hypotheses per sentence, best first.
@@ -363,10 +432,11 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
                           length_penalty, eos_id, bos_id, nbest, early_stop, beam_invariant)
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
     state = _initial_beam_state(search, initial_state, max_lengths)
+    step = _dropping_step if drop_done else _reordering_step
     state = tf.while_loop(
         lambda state: ~tf.reduce_all(state.done),
-        lambda state: (_search_step(search, max_lengths, state),),
-        (state,), shape_invariants=(_loop_shapes(state, growing),),
+        lambda state: (step(search, max_lengths, state),),
+        (state,), shape_invariants=(_loop_shapes(state, growing, drop_done),),
         maximum_iterations=search.max_length)[0]
     seqs, scores, finished = _best_hypotheses(search, state, max_lengths)
     return _finalize(search, seqs, scores, finished, state.step)
@@ -380,7 +450,8 @@ class GreedyState(NamedTuple):
     logprobs: tf.Tensor  # float32 [B]: log P of the sequence so far
     finished: tf.Tensor  # bool [B]: the sequence ended with EOS
     done: tf.Tensor  # bool [B]: finished, or at the sentence's length limit
-    cache: Any  # the decoder state, B leading rows
+    cache: Any  # the decoder state, b leading rows
+    sentences: tf.Tensor  # int32 [b]: the sentences whose rows `cache` holds (see BeamState)
 
 
 def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
@@ -395,13 +466,31 @@ def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyStat
     return GreedyState(step=step, seqs=tf.where(active[:, None], seqs, state.seqs),
                        logprobs=tf.where(active, logprobs, state.logprobs),
                        finished=state.finished | finished,
-                       done=state.done | finished | (step >= max_lengths), cache=cache)
+                       done=state.done | finished | (step >= max_lengths), cache=cache,
+                       sentences=state.sentences)
+
+
+def _greedy_dropping_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
+    """`_greedy_step` over the sentences still searching; those it finishes leave the cache."""
+    sentences = state.sentences  # [b]
+    pick = lambda full: tf.gather(full, sentences)
+    part = _greedy_step(search, pick(max_lengths), GreedyState(
+        step=state.step, seqs=pick(state.seqs), logprobs=pick(state.logprobs),
+        finished=pick(state.finished), done=pick(state.done), cache=state.cache,
+        sentences=sentences))
+    kept = tf.cast(tf.reshape(tf.where(~part.done), (-1,)), tf.int32)  # [b'] in `sentences`
+    put = lambda full, new: tf.tensor_scatter_nd_update(full, sentences[:, None], new)
+    return GreedyState(step=part.step, seqs=put(state.seqs, part.seqs),
+                       logprobs=put(state.logprobs, part.logprobs),
+                       finished=put(state.finished, part.finished), done=put(state.done, part.done),
+                       cache=gather_rows(part.cache, kept), sentences=tf.gather(sentences, kept))
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
                   max_length: int = 50, max_lengths=None, alpha: float = 0.6,
                   length_penalty: str = "gnmt", eos_id: int = EOS_ID,
-                  bos_id: int = BOS_ID, growing: tuple[str, ...] = ()) -> SearchOutput:
+                  bos_id: int = BOS_ID, growing: tuple[str, ...] = (),
+                  drop_done: bool = False) -> SearchOutput:
     """Take the most probable token at each step until EOS or the length limit.
 
     Same arguments and output as `beam_search` (R = 1); the score uses the same length penalty.
@@ -416,10 +505,11 @@ def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: i
                       tf.fill((batch_size, search.max_length), PAD_ID)], axis=1)
     state = GreedyState(step=tf.constant(0, tf.int32), seqs=seqs, logprobs=tf.zeros((batch_size,)),
                         finished=tf.zeros((batch_size,), tf.bool), done=max_lengths <= 0,
-                        cache=initial_state)
+                        cache=initial_state, sentences=tf.range(batch_size))
+    step = _greedy_dropping_step if drop_done else _greedy_step
     state = tf.while_loop(lambda state: ~tf.reduce_all(state.done),
-                          lambda state: (_greedy_step(search, max_lengths, state),),
-                          (state,), shape_invariants=(_loop_shapes(state, growing),),
+                          lambda state: (step(search, max_lengths, state),),
+                          (state,), shape_invariants=(_loop_shapes(state, growing, drop_done),),
                           maximum_iterations=search.max_length)[0]
     # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
     generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)

@@ -89,13 +89,14 @@ def available_memory() -> int | None:
 
 
 def padded_batches(encoded: list[list[int]], max_tokens: int,
-                   max_rows: Callable[[int], int] | None = None
+                   max_rows: Callable[[int], int] | None = None, pad_rows: bool = True
                    ) -> Iterator[tuple[list[int], np.ndarray]]:
     """Group sentence indices by length into [B, S] arrays of few distinct shapes.
 
     Sentences are sorted by length; S is rounded up to a multiple of LENGTH_BUCKET; B is the
     largest power of two with B * S <= max_tokens (at least 1), and at most `max_rows(S)` when
-    given; a short last batch is padded with empty rows up to a power of two.
+    given; with `pad_rows` (the fixed shapes XLA compiles for) a short last batch is padded with
+    empty rows up to a power of two, else it keeps its own number of rows.
 
     Yields:
         (indices of the real rows, int32 [B, S] source ids).
@@ -111,7 +112,8 @@ def padded_batches(encoded: list[list[int]], max_tokens: int,
         rows = 1 << max(0, rows.bit_length() - 1)
         chunk = [i for i in order[start:start + rows] if len(encoded[i]) <= width]
         start += len(chunk)
-        array = np.full((1 << (len(chunk) - 1).bit_length(), width), PAD_ID, np.int32)
+        height = 1 << (len(chunk) - 1).bit_length() if pad_rows else len(chunk)
+        array = np.full((height, width), PAD_ID, np.int32)
         for row, index in enumerate(chunk):
             array[row, :len(encoded[index])] = encoded[index]
         yield chunk, array

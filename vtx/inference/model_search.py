@@ -72,7 +72,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         max_length, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b,
                                                        model.config.max_positions)
         # Without XLA the self-attention cache grows a position a step: each step copies and
-        # attends over the positions decoded so far, not over all max_length of them.
+        # attends over the positions decoded so far, not over all max_length of them; and the
+        # beam search drops the sentences it has finished from the decoder's batch.
         grow = not jit_compile
         state = model.init_state(source_ids, None if grow else max_length)
         step = functools.partial(model.decode_step, grow=grow)
@@ -81,7 +82,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
             state = tree_constraint.initial_state(source_ids, state, tree_pieces)
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
-                      growing=model.GROWING_STATE if grow else ())
+                      growing=model.GROWING_STATE if grow else (), drop_done=grow)
         if beam_size == 1:
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,

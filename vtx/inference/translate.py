@@ -119,7 +119,10 @@ class Translator:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order."""
         results: list[list[Hypothesis]] = [[] for _ in encoded]
-        for rows, source in padded_batches(encoded, self.options.max_tokens, self._max_rows):
+        # Empty rows pad a batch only to the shapes XLA compiles for: without XLA one graph
+        # serves every shape, and an empty row would still be searched.
+        for rows, source in padded_batches(encoded, self.options.max_tokens, self._max_rows,
+                                           pad_rows=self.options.jit_compile):
             output = self._search(source)
             tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
             scores = output.scores.numpy()

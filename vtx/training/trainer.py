@@ -104,7 +104,6 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self._accumulators = [self._local_variable(v.shape) for v in
                                   self.model.trainable_variables]
-            self._token_count = self._local_variable(())
             self._sums = self._local_variable((3,))  # loss, nll, tokens of this update
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
@@ -154,7 +153,6 @@ class Trainer:
             sums, grads = self._gradient_fn(batch)
             for accumulator, grad in zip(self._accumulators, grads):
                 accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32) * sums[2])
-            self._token_count.assign_add(sums[2])
             self._sums.assign_add(sums)
 
         self.strategy.run(replica, args=(batch,))
@@ -174,7 +172,7 @@ class Trainer:
 
     def _apply_replica(self):
         context = tf.distribute.get_replica_context()
-        total = tf.maximum(context.all_reduce(SUM, self._token_count.read_value()), 1.0)
+        total = tf.maximum(context.all_reduce(SUM, self._sums.read_value()[2]), 1.0)
         grads = [a.read_value() / total for a in self._accumulators]
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self._zero_accumulators()
@@ -183,7 +181,7 @@ class Trainer:
         self.strategy.run(self._zero_accumulators)
 
     def _zero_accumulators(self):
-        for accumulator in self._accumulators + [self._token_count, self._sums]:
+        for accumulator in self._accumulators + [self._sums]:
             accumulator.assign(tf.zeros_like(accumulator))
 
     def _evaluate_impl(self, batch):
