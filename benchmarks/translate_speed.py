@@ -17,7 +17,8 @@ the wall time of each call, and the ratio vtx / CTranslate2. Run it alone on the
 work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
-       [--beam 4] [--lenpen 0.6] [--max-tokens 8192] [--repeat 2] [--threads N] [--ctranslate2]
+       [--beam 4] [--lenpen 0.6] [--max-tokens 16384] [--repeat 2] [--threads N] [--ctranslate2]
+       [--ct2-max-batch-size 64]
 """
 
 from __future__ import annotations
@@ -82,11 +83,14 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000, help="lines of --input used")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lenpen", type=float, default=0.6)
-    parser.add_argument("--max-tokens", type=int, default=8192)
+    parser.add_argument("--max-tokens", type=int, default=16384,
+                        help="vtx's batches (vtx translate's default)")
     parser.add_argument("--repeat", type=int, default=2, help="calls on the same lines")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads of TensorFlow (intra-op) and CTranslate2 (intra_threads)")
     parser.add_argument("--ctranslate2", action="store_true")
+    parser.add_argument("--ct2-max-batch-size", type=int, default=64,
+                        help="CTranslate2's batches, in sentences (translate_lines' default)")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -104,7 +108,8 @@ def main() -> None:
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
           f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
-          f"({penalty}), --max-tokens {args.max_tokens}, {args.threads} threads")
+          f"({penalty}), --max-tokens {args.max_tokens}, {args.threads} threads; CTranslate2 "
+          f"max_batch_size {args.ct2_max_batch_size}")
     count = lambda text: len(translator.vocab.encode(text))
     ours = timed_calls(lambda batch: [h[0].text if h else "" for h in
                                       translator.translate(batch)], lines, args.repeat)
@@ -126,7 +131,8 @@ def main() -> None:
         processor = sentencepiece.SentencePieceProcessor(
             model_file=str(tmp / SENTENCEPIECE_FILE))
         theirs = timed_calls(lambda batch: translate_lines(
-            ct2, processor, batch, options, max_positions=translator.model.config.max_positions),
+            ct2, processor, batch, options, max_positions=translator.model.config.max_positions,
+            max_batch_size=args.ct2_max_batch_size),
             lines, args.repeat)
     ct2_rate = report("CTranslate2", theirs, lines, count)
     same = sum(a == b for a, b in zip(ours[-1][1], theirs[-1][1]))

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tests.inference.toy_decoder import HashPrefixDecoder, exhaustive_ranking
 from vtx.config import EOS_ID
-from vtx.inference.beam_search import beam_search, greedy_search, length_penalty
+from vtx.inference.beam_search import beam_search, greedy_search, length_penalty, top_k_rows
 
 STARTS = [5, 17, 333]
 
@@ -25,6 +25,21 @@ def run_greedy(decoder, starts=STARTS, **options):
 
 def words(output, sentence, rank=0):
     return tuple(output.tokens[sentence, rank, :output.lengths[sentence, rank]].tolist())
+
+
+@pytest.mark.parametrize("width,k", [(8000, 10), (4096, 3), (997, 5), (100, 9)])
+def test_top_k_by_blocks_equals_top_k(width, k):
+    rng = np.random.default_rng(width)
+    x = rng.normal(size=(6, width)).astype(np.float32)
+    x[1] = np.round(x[1])  # many ties: resolved to the lower index, as top_k does
+    x[2, ::2] = -np.inf  # masked tokens (the tree constraint's)
+    x[3] = 0.0
+    x[4] = -1.0  # a tie between the first column and the block holding the best value
+    x[4, 0], x[4, -2], x[4, -1] = 1.0, 2.0, 1.0
+    values, indices = top_k_rows(tf.constant(x), k)
+    expected = tf.math.top_k(tf.constant(x), k)
+    np.testing.assert_array_equal(values.numpy(), expected.values.numpy())
+    np.testing.assert_array_equal(indices.numpy(), expected.indices.numpy())
 
 
 def test_length_penalty_matches_the_formulas():

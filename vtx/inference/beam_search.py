@@ -170,13 +170,26 @@ class _Search:
     early_stop: bool
     beam_invariant: tuple[str, ...]  # dict-state keys kept at B rows (module docstring)
 
-    def log_probs(self, token_ids, cache):
-        """One decoder step: [N] ids -> (float32 [N, V] log-probs with banned ids at -inf, cache)."""
+    def candidates(self, token_ids, cache, count: int):
+        """One decoder step, and each row's `count` most probable tokens that may be generated.
+
+        Only the [N, V] logits' top tokens and their log-sum-exp are computed (no [N, V]
+        log-softmax, no [N, V] mask): the banned ids are removed from the few best instead,
+        which is why `count` plus their number are taken (fewer when V is smaller).
+
+        Returns:
+            (log-probs float32 [N, C] in descending order, -inf at the banned ids among them,
+            their token ids int32 [N, C], the new cache), with C >= count unless V is smaller.
+        """
         logits, cache = self.tokens_to_logits(token_ids, cache)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-        vocab_size = tf.shape(log_probs)[-1]
-        banned = tf.reduce_any(tf.range(vocab_size)[:, None] == tf.constant(self.banned_ids), -1)
-        return tf.where(banned[None, :], _NEG_INF, log_probs), cache
+        logits = tf.cast(logits, tf.float32)
+        taken = count + len(self.banned_ids)
+        if logits.shape[-1] is not None:
+            taken = min(taken, logits.shape[-1])
+        values, ids = top_k_rows(logits, taken)
+        banned = tf.reduce_any(ids[:, :, None] == tf.constant(self.banned_ids), axis=-1)
+        log_probs = values - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
+        return tf.where(banned, _NEG_INF, log_probs), ids, cache
 
     def penalty_of(self, lengths) -> tf.Tensor:
         return length_penalty(lengths, self.alpha, self.penalty)
@@ -187,20 +200,51 @@ class _Search:
         return tf.where(column[None, None, :], token_ids[:, :, None], seqs)
 
 
-def _top_candidates(search: _Search, state: BeamState, log_probs):
+def top_k_rows(x, k: int):
+    """`tf.math.top_k(x, k)` of x [N, V] (the same values and indices, ties to the lower
+    index), faster on a CPU for a large V and a small k: the maximum of each block of C
+    consecutive columns is taken, then the k best among the k blocks of largest maximum. Each
+    of the k best values lies in a block whose maximum is at least as large, so these k blocks
+    hold them all; they are read in column order, so ties resolve as top_k resolves them.
+    """
+    width = x.shape[-1]
+    block = _block_size(width, k) if width is not None else None
+    if block is None:
+        return tf.math.top_k(x, k=k)
+    blocks = tf.reshape(x, (-1, width // block, block))  # [N, V / C, C]
+    _, chosen = tf.math.top_k(tf.reduce_max(blocks, axis=-1), k=k)  # [N, k]
+    chosen = tf.sort(chosen, axis=-1)  # column order
+    candidates = tf.reshape(tf.gather(blocks, chosen, batch_dims=1), (-1, k * block))
+    values, position = tf.math.top_k(candidates, k=k)  # [N, k]
+    return values, tf.gather(chosen, position // block, batch_dims=1) * block + position % block
+
+
+def _block_size(width: int, k: int) -> int | None:
+    """The divisor C of `width` nearest sqrt(width) with at least 4 k blocks (None: no such C
+    between 16 and 512, and a plain top_k is as fast)."""
+    sizes = [c for c in range(16, 513) if width % c == 0 and width // c >= 4 * k]
+    return min(sizes, key=lambda c: abs(c * c - width)) if sizes else None
+
+
+def _top_candidates(search: _Search, state: BeamState, log_probs, token_ids):
     """The 2K best one-token extensions of each sentence's live hypotheses.
 
     Two K are taken so that K live ones remain even if K of them end with EOS (flax's reasoning).
+    Each row's 2K best tokens (`_Search.candidates`) hold its share of them.
+
+    Args:
+        log_probs, token_ids: [B * K, n] each, the candidate tokens of each live hypothesis.
 
     Returns:
         logprobs float32 [B, C], parent beam int32 [B, C], sequences int32 [B, C, L + 1],
         is_eos bool [B, C].
     """
     batch, beam = _rows(state.live_logprobs), search.beam_size
-    vocab_size = tf.shape(log_probs)[-1]
-    totals = state.live_logprobs[:, :, None] + tf.reshape(log_probs, (batch, beam, -1))
+    count = log_probs.shape[-1]
+    totals = state.live_logprobs[:, :, None] + tf.reshape(log_probs, (batch, beam, count))
     logprobs, flat = tf.math.top_k(tf.reshape(totals, (batch, -1)), k=2 * beam)  # [B, C]
-    parents, token_ids = flat // vocab_size, flat % vocab_size
+    parents = flat // count
+    token_ids = tf.gather(tf.reshape(token_ids, (batch, -1)), flat, batch_dims=1)
     seqs = tf.gather(state.live_seqs, parents, batch_dims=1)  # [B, C, L + 1]
     seqs = search.write_token(seqs, state.step + 1, token_ids)
     return logprobs, parents, seqs, tf.equal(token_ids, search.eos_id)
@@ -220,8 +264,8 @@ def _search_step(search: _Search, max_lengths, state: BeamState) -> tuple[BeamSt
     reordered, and the rows int32 [b, K] of that cache each new live hypothesis continues.
     """
     flat_ids = tf.reshape(tf.gather(state.live_seqs, state.step, axis=2), (-1,))  # [B * K]
-    log_probs, cache = search.log_probs(flat_ids, state.cache)
-    logprobs, parents, seqs, is_eos = _top_candidates(search, state, log_probs)
+    log_probs, token_ids, cache = search.candidates(flat_ids, state.cache, 2 * search.beam_size)
+    logprobs, parents, seqs, is_eos = _top_candidates(search, state, log_probs, token_ids)
 
     live_logprobs, live_seqs, kept = _keep_best(
         tf.where(is_eos, _NEG_INF, logprobs), seqs, search.beam_size)
@@ -456,8 +500,9 @@ class GreedyState(NamedTuple):
 
 def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
     """Append the most probable token to every sentence not done yet."""
-    log_probs, cache = search.log_probs(state.seqs[:, state.step], state.cache)  # [B, V]
-    token_ids = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]
+    log_probs, candidates, cache = search.candidates(state.seqs[:, state.step], state.cache, 1)
+    best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]: the first allowed one
+    token_ids = tf.gather(candidates, best, batch_dims=1)
     active = ~state.done
     seqs = search.write_token(state.seqs[:, None, :], state.step + 1, token_ids[:, None])[:, 0]
     logprobs = state.logprobs + tf.reduce_max(log_probs, axis=-1)

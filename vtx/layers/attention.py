@@ -60,16 +60,16 @@ class MultiHeadAttention(keras.layers.Layer):
         """[B, S, D] -> keys, values, each [B, H, S, K]."""
         return self._split_heads(self.key_dense(memory)), self._split_heads(self.value_dense(memory))
 
-    def attend(self, query_heads, keys, values, mask=None, training=False):
-        """Attention of projected queries over projected keys/values.
+    def context(self, query_heads, keys, values, mask=None, training=False):
+        """The attention-weighted average of the values, per head.
 
         Args:
-            query_heads: [B, H, T, K] from `project_query`.
+            query_heads: [B, H, T, K] from `project_query` (or `project_rows`, `query_groups`).
             keys, values: [B, H, S, K] from `project_key_value` (or a cache).
             mask: bool [B, 1 or T, S], True = may attend; None attends everywhere.
 
         Returns:
-            [B, T, D].
+            [B, H, T, K].
         """
         scores = ops.einsum("bhtk,bhsk->bhts", query_heads, keys)  # [B, H, T, S]
         scores = ops.cast(scores, "float32")
@@ -77,10 +77,40 @@ class MultiHeadAttention(keras.layers.Layer):
             scores = ops.where(mask[:, None, :, :], scores, _MASK_VALUE)
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         weights = self.dropout(weights, training=training)
-        context = ops.einsum("bhts,bhsk->bhtk", weights, values)  # [B, H, T, K]
+        return ops.einsum("bhts,bhsk->bhtk", weights, values)
+
+    def attend(self, query_heads, keys, values, mask=None, training=False):
+        """Attention of projected queries over projected keys/values (`context` and the output
+        projection): [B, H, T, K] queries -> [B, T, D]."""
+        context = self.context(query_heads, keys, values, mask, training)
         context = ops.transpose(context, (0, 2, 1, 3))  # [B, T, H, K]
         batch, length = ops.shape(context)[0], ops.shape(context)[1]
         return self.output_dense(ops.reshape(context, (batch, length, self.d_model)))
+
+    # Decoding: one position per row, as [N, D] matrices. A dense layer on a matrix is one matrix
+    # product (on [N, 1, D] Keras adds a dozen reshaping ops), which matters at every step.
+
+    def project_rows(self, x):
+        """[N, D], one position per row -> query (scaled by 1/sqrt(K)), key, value, each
+        [N, H, 1, K]: a reshape, no transpose."""
+        heads = lambda t: ops.reshape(t, (-1, self.num_heads, 1, self.head_dim))
+        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
+        return (heads(self.query_dense(x)) * scale, heads(self.key_dense(x)),
+                heads(self.value_dense(x)))
+
+    def query_groups(self, x, groups):
+        """[N, D] rows, G = N / groups consecutive ones per group -> queries [groups, H, G, K]
+        (scaled): each group's rows as the query positions of one attention (a sentence's beams
+        over the sentence's memory)."""
+        x = ops.reshape(self.query_dense(x), (groups, -1, self.num_heads, self.head_dim))
+        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
+        return ops.transpose(x, (0, 2, 1, 3)) * scale
+
+    def output_rows(self, context):
+        """[B, H, T, K] context -> [B * T, D] (row b * T + t), projected."""
+        if context.shape[2] != 1:
+            context = ops.transpose(context, (0, 2, 1, 3))  # [B, T, H, K]
+        return self.output_dense(ops.reshape(context, (-1, self.d_model)))
 
     def call(self, query, memory, mask=None, training=False):
         """Full (uncached) attention of `query` [B, T, D] over `memory` [B, S, D] -> [B, T, D]."""

@@ -68,10 +68,11 @@ class DecoderLayer(EncoderLayer):
 
     def step(self, x, index, self_keys, self_values, memory_keys, memory_values, memory_mask,
              grow: bool = False):
-        """One decoding position (inference: no dropout).
+        """One decoding position (inference: no dropout), as `call` computes it at `index`.
 
         Args:
-            x: [B, 1, D] input at position `index`.
+            x: [B, D] input at position `index`, one row per hypothesis (a matrix: every dense
+                layer is then one plain matrix product).
             index: int32 scalar, the position being decoded.
             self_keys, self_values: [B, H, M, K] cache of the earlier positions (M > index); with
                 `grow`, [B, H, index, K], to which this position is appended.
@@ -81,10 +82,10 @@ class DecoderLayer(EncoderLayer):
                 held once, not once per beam), G = 1 otherwise.
 
         Returns:
-            (output [B, 1, D], updated self_keys, updated self_values).
+            (output [B, D], updated self_keys, updated self_values).
         """
         attention = self.self_attention
-        new_keys, new_values = attention.project_key_value(x)  # [B, H, 1, K]
+        query, new_keys, new_values = attention.project_rows(x)  # [B, H, 1, K] each
         new_keys = ops.cast(new_keys, self_keys.dtype)
         new_values = ops.cast(new_values, self_values.dtype)
         if grow:
@@ -96,11 +97,11 @@ class DecoderLayer(EncoderLayer):
             self_keys = ops.slice_update(self_keys, start, new_keys)
             self_values = ops.slice_update(self_values, start, new_values)
             visible = (ops.arange(ops.shape(self_keys)[2]) <= index)[None, None, :]  # [1, 1, M]
-        attended = attention.attend(attention.project_query(x), self_keys, self_values, visible)
-        x = self._residual(self.attention_norm, x, attended, False)
-        # A sentence's G hypotheses as G query positions over its one memory: [B', G, D].
-        sentences = ops.shape(memory_keys)[0]
-        grouped = ops.reshape(x, (sentences, -1, self.d_model))
-        grouped = self._cross_and_feed_forward(grouped, memory_keys, memory_values, memory_mask,
-                                               False)
-        return ops.reshape(grouped, ops.shape(x)), self_keys, self_values
+        context = attention.context(query, self_keys, self_values, visible)
+        x = self.attention_norm(x + attention.output_rows(context))
+        # A sentence's G hypotheses as G query positions over its one memory.
+        cross = self.cross_attention
+        query = cross.query_groups(x, ops.shape(memory_keys)[0])  # [B', H, G, K]
+        context = cross.context(query, memory_keys, memory_values, memory_mask)
+        x = self.cross_attention_norm(x + cross.output_rows(context))
+        return self.feed_forward_norm(x + self.feed_forward(x)), self_keys, self_values

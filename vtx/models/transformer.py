@@ -130,7 +130,8 @@ class Transformer(keras.Model):
             (logits [B, V] float32 for the next position, the new state).
         """
         index = state["index"]
-        x = self._embed(token_ids[:, None], start_index=index)  # [B, 1, D]
+        vectors = self.embedding(token_ids)  # [B, D]: one position per row (see layer.step)
+        x = vectors + self.position_encoding(vectors[:, None, :], start_index=index)  # + [1, D]
         new_keys, new_values = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, keys, values = layer.step(x, index, state["self_keys"][i], state["self_values"][i],
@@ -138,7 +139,7 @@ class Transformer(keras.Model):
                                          state["memory_mask"], grow)
             new_keys.append(keys)
             new_values.append(values)
-        logits = self.embedding.project(x)[:, 0, :]
+        logits = self.embedding.project(x)
         new_state = {**state, "index": index + 1, "self_keys": new_keys, "self_values": new_values}
         return logits, new_state
 
