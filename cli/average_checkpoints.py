@@ -11,25 +11,35 @@ import click
 @click.option("--num-last", type=click.IntRange(min=1), default=None,
               help="Average the N newest numbered checkpoints of the --inputs directory "
                    "(paper: 5 for base, 20 for big).")
+@click.option("--upper-bound", default=None, metavar="STEP|best",
+              help="With --num-last: the newest checkpoints of at most this step; 'best': of at "
+                   "most the step of the directory's checkpoint_best.npz (the N ending at the best "
+                   "one).")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
               help="Where to write the averaged checkpoint (.npz).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
-def average_checkpoints(inputs, num_last, output, force):
+def average_checkpoints(inputs, num_last, upper_bound, output, force):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
     from vtx import checkpoints
 
     paths = [Path(p) for p in inputs]
+    if upper_bound is not None and not (upper_bound == "best" or upper_bound.isdigit()):
+        raise click.BadParameter(f"a step or 'best', got {upper_bound!r}",
+                                 param_hint="--upper-bound")
     if len(paths) == 1 and paths[0].is_dir():
         if num_last is None:
             raise click.UsageError("--num-last is required when --inputs is a directory")
         try:
-            paths = checkpoints.newest(paths[0], num_last)
+            bound = upper_bound
+            if bound is not None:
+                bound = checkpoints.best_step(paths[0]) if bound == "best" else int(bound)
+            paths = checkpoints.newest(paths[0], num_last, bound)
         except ValueError as error:
             raise click.ClickException(f"--num-last {num_last}: {error}") from error
     elif any(p.is_dir() for p in paths):
         raise click.UsageError("give either one directory or checkpoint files to --inputs")
-    elif num_last is not None:
-        raise click.UsageError("--num-last goes with a directory in --inputs")
+    elif num_last is not None or upper_bound is not None:
+        raise click.UsageError("--num-last and --upper-bound go with a directory in --inputs")
     try:
         checkpoints.check_output(output, force)
         averaged = checkpoints.average(paths)

@@ -58,8 +58,9 @@ def list_checkpoints(save_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def newest(save_dir: str | Path, count: int = 1) -> list[Path]:
-    """The `count` newest numbered checkpoints of `save_dir`, oldest first.
+def newest(save_dir: str | Path, count: int = 1, upper_bound: int | None = None) -> list[Path]:
+    """The `count` newest numbered checkpoints of `save_dir`, oldest first; with `upper_bound`,
+    the newest of those of at most that step (fairseq's --checkpoint-upper-bound).
 
     Raises:
         ValueError: fewer than `count` (the directory and the number found named).
@@ -67,10 +68,27 @@ def newest(save_dir: str | Path, count: int = 1) -> list[Path]:
     found = list_checkpoints(save_dir)
     if not found:
         raise ValueError(f"{save_dir}: no checkpoint_*.npz in this directory")
+    below = ""
+    if upper_bound is not None:
+        found = [p for p in found if int(_NAME.match(p.name).group(1)) <= upper_bound]
+        below = f" of step <= {upper_bound}"
     if len(found) < count:
         raise ValueError(f"{save_dir} has only {len(found)} numbered checkpoints "
-                         f"(checkpoint_*.npz), {count} wanted")
+                         f"(checkpoint_*.npz){below}, {count} wanted")
     return found[len(found) - count:]
+
+
+def best_step(save_dir: str | Path) -> int:
+    """The step of `save_dir`'s checkpoint_best.npz.
+
+    Raises:
+        ValueError: there is none (the path named), or it is damaged (CheckpointError).
+    """
+    path = Path(save_dir) / BEST_NAME
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (a best checkpoint is kept when training "
+                         f"validates)")
+    return int(load(path).meta["step"])
 
 
 def check_output(path: str | Path, force: bool) -> None:

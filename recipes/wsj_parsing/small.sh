@@ -11,7 +11,9 @@
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), MINUTES (50:
 # the training budget, dev F1 measurements included), STEPS (an update cap, 100000), SLOTS (words:
 # what stands for each word in the linearized trees, see vtx prepare-parse --slots), VALIDATE
-# (1000: updates between dev F1 measurements), DROPOUT (0.1, residual and embedding), LENPEN (1.0:
+# (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements without a better
+# one before training stops), AVERAGE (3: checkpoints averaged for the final parse, the best one
+# and those just before it; 1: the best alone), DROPOUT (0.1, residual and embedding), LENPEN (1.0:
 # the final parse's length penalty alpha), DEV (the dev files, a glob in PTB: wsj_01[67][0-9].mrg).
 #
 # Choices, made on the dev set only (docs/results.md has the runs): the words themselves stand in
@@ -27,6 +29,8 @@ MINUTES=${MINUTES:-50}
 STEPS=${STEPS:-100000}
 SLOTS=${SLOTS:-words}
 VALIDATE=${VALIDATE:-1000}
+PATIENCE=${PATIENCE:-2}
+AVERAGE=${AVERAGE:-3}
 DROPOUT=${DROPOUT:-0.1}
 LENPEN=${LENPEN:-1.0}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
@@ -48,10 +52,19 @@ step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
-  --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --keep-last 2 \
-  --log-interval-steps 100
+  --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --keep-last 6 \
+  --patience "$PATIENCE" --log-interval-steps 100
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
+if [ -f "$WORK/checkpoints/checkpoint_best.npz" ] && [ "$AVERAGE" -gt 1 ]; then
+  step "averaging the $AVERAGE checkpoints that end at the best one"
+  if "$VTX" average-checkpoints --inputs "$WORK/checkpoints" --num-last "$AVERAGE" \
+      --upper-bound best --output "$WORK/average.npz" --force; then
+    CHECKPOINT=$WORK/average.npz
+  else
+    echo "fewer than $AVERAGE checkpoints up to the best one: parsing with the best alone"
+  fi
+fi
 step "parsing the dev set with $(basename "$CHECKPOINT") (beam 21, alpha $LENPEN, max length input + 300, trees constrained)"
 parse_and_score "$CHECKPOINT" "$WORK/text" valid "$WORK/valid.parsed" --lenpen "$LENPEN" \
   --constrain-trees
