@@ -303,18 +303,27 @@ def _reordering_step(search: _Search, max_lengths, state: BeamState) -> BeamStat
 
 
 def _dropping_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
-    """A step over the sentences still searching; the rows of those it finishes leave the cache.
+    """A beam step over the sentences still searching (see `_step_searching`)."""
+    return _step_searching(_search_step, search, max_lengths, state)
 
-    Only the sentences' small per-hypothesis tensors are gathered and scattered back; the
-    cache's rows are reordered by beam and rid of the finished sentences in one gather (the
-    beam-invariant entries are gathered only on steps where a sentence finished).
+
+def _step_searching(advance, search: _Search, max_lengths, state):
+    """`advance` over the sentences still searching; the rows of those it finishes leave the
+    cache.
+
+    Every field of `state` (a BeamState or GreedyState) but `step`, `cache` and `sentences` holds
+    one row per sentence of the batch: these are gathered for the sentences still searching and
+    scattered back. The cache's rows are reordered (by beam) and rid of the finished sentences in
+    one gather; the beam-invariant entries are gathered only on steps where a sentence finished.
+
+    Args:
+        advance: (search, max_lengths [b], state of b sentences) -> (new state, the cache rows
+            int32 [b, G] each sentence's G new hypotheses continue).
     """
     sentences = state.sentences  # [b]
-    pick = lambda full: tf.gather(full, sentences)
-    part, rows = _search_step(search, pick(max_lengths), BeamState(
-        step=state.step, live_seqs=pick(state.live_seqs), live_logprobs=pick(state.live_logprobs),
-        finished_seqs=pick(state.finished_seqs), finished_scores=pick(state.finished_scores),
-        done=pick(state.done), cache=state.cache, sentences=sentences))
+    per_sentence = [name for name in state._fields if name not in ("step", "cache", "sentences")]
+    part, rows = advance(search, tf.gather(max_lengths, sentences), state._replace(
+        **{name: tf.gather(getattr(state, name), sentences) for name in per_sentence}))
     kept = tf.cast(tf.reshape(tf.where(~part.done), (-1,)), tf.int32)  # [b'] in `sentences`
     cache = gather_rows(part.cache, tf.reshape(tf.gather(rows, kept), (-1,)),
                         search.beam_invariant)
@@ -323,13 +332,10 @@ def _dropping_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
         invariant = tf.cond(tf.size(kept) < tf.size(sentences),
                             lambda: gather_rows(invariant, kept), lambda: invariant)
         cache = {**cache, **invariant}
-    put = lambda full, new: tf.tensor_scatter_nd_update(full, sentences[:, None], new)
-    return BeamState(step=part.step, live_seqs=put(state.live_seqs, part.live_seqs),
-                     live_logprobs=put(state.live_logprobs, part.live_logprobs),
-                     finished_seqs=put(state.finished_seqs, part.finished_seqs),
-                     finished_scores=put(state.finished_scores, part.finished_scores),
-                     done=put(state.done, part.done), cache=cache,
-                     sentences=tf.gather(sentences, kept))
+    put = lambda name: tf.tensor_scatter_nd_update(getattr(state, name), sentences[:, None],
+                                                    getattr(part, name))
+    return part._replace(cache=cache, sentences=tf.gather(sentences, kept),
+                         **{name: put(name) for name in per_sentence})
 
 
 def _sentence_done(search: _Search, max_lengths, state: BeamState):
@@ -516,19 +522,10 @@ def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyStat
 
 
 def _greedy_dropping_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
-    """`_greedy_step` over the sentences still searching; those it finishes leave the cache."""
-    sentences = state.sentences  # [b]
-    pick = lambda full: tf.gather(full, sentences)
-    part = _greedy_step(search, pick(max_lengths), GreedyState(
-        step=state.step, seqs=pick(state.seqs), logprobs=pick(state.logprobs),
-        finished=pick(state.finished), done=pick(state.done), cache=state.cache,
-        sentences=sentences))
-    kept = tf.cast(tf.reshape(tf.where(~part.done), (-1,)), tf.int32)  # [b'] in `sentences`
-    put = lambda full, new: tf.tensor_scatter_nd_update(full, sentences[:, None], new)
-    return GreedyState(step=part.step, seqs=put(state.seqs, part.seqs),
-                       logprobs=put(state.logprobs, part.logprobs),
-                       finished=put(state.finished, part.finished), done=put(state.done, part.done),
-                       cache=gather_rows(part.cache, kept), sentences=tf.gather(sentences, kept))
+    """A greedy step over the sentences still searching (see `_step_searching`)."""
+    advance = lambda search, max_lengths, state: (
+        _greedy_step(search, max_lengths, state), tf.range(tf.size(state.sentences))[:, None])
+    return _step_searching(advance, search, max_lengths, state)
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,

@@ -51,10 +51,12 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch, length, self.num_heads, self.head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
+    def _scaled(self, query_heads):
+        return query_heads * ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
+
     def project_query(self, query):
         """[B, T, D] -> [B, H, T, K], already scaled by 1/sqrt(K)."""
-        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
-        return self._split_heads(self.query_dense(query)) * scale
+        return self._scaled(self._split_heads(self.query_dense(query)))
 
     def project_key_value(self, memory):
         """[B, S, D] -> keys, values, each [B, H, S, K]."""
@@ -94,8 +96,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """[N, D], one position per row -> query (scaled by 1/sqrt(K)), key, value, each
         [N, H, 1, K]: a reshape, no transpose."""
         heads = lambda t: ops.reshape(t, (-1, self.num_heads, 1, self.head_dim))
-        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
-        return (heads(self.query_dense(x)) * scale, heads(self.key_dense(x)),
+        return (self._scaled(heads(self.query_dense(x))), heads(self.key_dense(x)),
                 heads(self.value_dense(x)))
 
     def query_groups(self, x, groups):
@@ -103,8 +104,7 @@ class MultiHeadAttention(keras.layers.Layer):
         (scaled): each group's rows as the query positions of one attention (a sentence's beams
         over the sentence's memory)."""
         x = ops.reshape(self.query_dense(x), (groups, -1, self.num_heads, self.head_dim))
-        scale = ops.cast(1.0 / math.sqrt(self.head_dim), self.compute_dtype)
-        return ops.transpose(x, (0, 2, 1, 3)) * scale
+        return self._scaled(ops.transpose(x, (0, 2, 1, 3)))
 
     def output_rows(self, context):
         """[B, H, T, K] context -> [B * T, D] (row b * T + t), projected."""
