@@ -10,7 +10,8 @@
 # Settings (environment): PTB (the sample folder; default $VTX_SHARED_DATA/ptb_sample, by default
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), MINUTES (50:
 # the training budget, dev F1 measurements included), STEPS (an update cap, 100000), SLOTS (words:
-# what stands for each word in the linearized trees, see vtx prepare-parse --slots), VALIDATE
+# what stands for each word in the linearized trees, see vtx prepare-parse --slots), SUBTREES (0:
+# N > 0 also trains on every phrase of >= N words as a pair of its own), VALIDATE
 # (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements without a better
 # one before training stops), AVERAGE (1: the best checkpoint alone is parsed; N: the average of
 # the N checkpoints that end at the best one), DROPOUT (0.2, residual and embedding), LENPEN (1.0:
@@ -30,6 +31,7 @@ WORK=${WORK:-$ROOT/runs/wsj_small}
 MINUTES=${MINUTES:-50}
 STEPS=${STEPS:-100000}
 SLOTS=${SLOTS:-words}
+SUBTREES=${SUBTREES:-0}
 VALIDATE=${VALIDATE:-1000}
 PATIENCE=${PATIENCE:-2}
 AVERAGE=${AVERAGE:-1}
@@ -45,7 +47,7 @@ rm -rf "$WORK"
 step "linearizing the sample into $WORK/text (slots: $SLOTS)"
 "$VTX" prepare-parse --train-files "$PTB/wsj_00[0-9][0-9].mrg" \
   --train-files "$PTB/wsj_01[0-5][0-9].mrg" --valid-files "$PTB/$DEV" \
-  --destdir "$WORK/text" --slots "$SLOTS"
+  --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
 step "binarizing into $WORK/data (4000-piece vocabulary)"
 preprocess_trees "$WORK/text" "$WORK/data" 4000
 step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"

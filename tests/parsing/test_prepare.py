@@ -80,3 +80,25 @@ def test_a_malformed_file_leaves_nothing_behind(tmp_path, sample_files):
     with pytest.raises(trees.TreeSyntaxError, match="bad.mrg"):
         prepare.prepare({"train": sample_files[:2], "valid": [bad]}, out)
     assert not out.exists()  # the folder it created is removed too
+
+
+def test_train_subtrees_adds_each_long_phrase_of_training_trees_only(tmp_path):
+    source = tmp_path / "wsj_9901.mrg"
+    source.write_text("( (S (NP-SBJ (DT The) (JJ old) (NN man)) (VP (VBD saw) (NP (DT a) (NN dog))"
+                      " (PP (IN in) (NP (DT the) (NN park)))) (. .)) )\n")
+    summaries = prepare.prepare({"train": [source], "valid": [source]}, tmp_path / "out",
+                                slots="words", train_subtrees=3)
+    read = lambda name: (tmp_path / "out" / name).read_text().splitlines()
+    # The sentence, then its phrases of >= 3 words in pre-order (the subject NP, the VP, the PP);
+    # not the 2-word NPs, the preterminals, nor the root S.
+    assert read("train.words") == ["The old man saw a dog in the park .", "The old man",
+                                   "saw a dog in the park", "in the park"]
+    assert read("train.trees")[1:] == ["(NP The old man )NP",
+                                       "(VP saw (NP a dog )NP (PP in (NP the park )NP )PP )VP",
+                                       "(PP in (NP the park )NP )PP"]
+    assert read("train.gold")[3] == "(TOP (PP (IN in) (NP (DT the) (NN park))))"
+    assert summaries["train"].sentences == 4
+    assert read("valid.words") == ["The old man saw a dog in the park ."]
+    for words, target, gold in zip(read("train.words"), read("train.trees"), read("train.gold")):
+        tags = [tag for _, tag in trees.parse_tree(gold).tagged_words()]
+        assert delinearize(target.split(), words.split(), tags)[0] == trees.parse_tree(gold)

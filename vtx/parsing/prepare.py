@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vtx import atomic
 from vtx.parsing.linearize import linearize
-from vtx.parsing.trees import normalize, read_mrg
+from vtx.parsing.trees import ROOT_LABEL, Tree, normalize, read_mrg
 
 # The standard WSJ split for parsing (Collins 1997 and after): train 02-21, dev 22, test 23.
 WSJ_SECTIONS = {"train": [f"{s:02d}" for s in range(2, 22)], "valid": ["22"], "test": ["23"]}
@@ -69,8 +69,13 @@ def wsj_split(treebank_dir: str | Path) -> dict[str, list[Path]]:
     return splits
 
 
-def split_lines(files: Sequence[Path], slots: str = "xx") -> tuple[list[tuple[str, str, str]], int]:
+def split_lines(files: Sequence[Path], slots: str = "xx",
+                subtrees: int = 0) -> tuple[list[tuple[str, str, str]], int]:
     """(words, linearized tree, gold tree) lines of the trees in `files`, and how many were dropped.
+
+    With `subtrees` N > 0, each tree's line is followed by one line for every phrase below its
+    root that spans at least N words (pre-order): the phrase's words and its own tree, a
+    training pair of its own (see `prepare`).
 
     Raises:
         FileNotFoundError, TreeSyntaxError: see `trees.read_mrg`.
@@ -82,13 +87,27 @@ def split_lines(files: Sequence[Path], slots: str = "xx") -> tuple[list[tuple[st
             if normal is None:
                 dropped += 1
                 continue
-            words, target = linearize(normal, slots)
-            lines.append((" ".join(words), " ".join(target), normal.to_string()))
+            lines.append(_line(normal, slots))
+            if subtrees:
+                lines.extend(_line(Tree(ROOT_LABEL, [phrase]), slots)
+                             for phrase in _phrases(normal, subtrees))
     return lines, dropped
 
 
+def _line(tree: Tree, slots: str) -> tuple[str, str, str]:
+    words, target = linearize(tree, slots)
+    return " ".join(words), " ".join(target), tree.to_string()
+
+
+def _phrases(tree: Tree, min_words: int) -> list[Tree]:
+    """The phrases (not preterminals) strictly below the sentence's root with >= min_words words."""
+    root = tree.children[0] if tree.label == ROOT_LABEL and len(tree.children) == 1 else tree
+    return [node for node in root.subtrees()
+            if node is not root and not node.is_preterminal and len(node.leaves()) >= min_words]
+
+
 def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
-            slots: str = "xx") -> dict[str, SplitSummary]:
+            slots: str = "xx", train_subtrees: int = 0) -> dict[str, SplitSummary]:
     """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`, and
     `brackets.txt` when there is a `train` split.
 
@@ -96,6 +115,10 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
         splits: split prefix -> treebank files, e.g. from `wsj_split`.
         destdir: output folder (created when missing).
         slots: what stands for each word in the targets (`linearize.SLOTS`).
+        train_subtrees: N > 0 adds to the `train` split, after each sentence, every phrase of
+            its tree spanning >= N words as a pair of its own (its words -> its subtree): more,
+            shorter training pairs from the same trees (data augmentation for a small
+            treebank); the other splits never get them. 0: off.
 
     Returns:
         Split prefix -> what was written.
@@ -111,7 +134,8 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     try:
         with atomic.replaced_together() as temporary:
             for prefix, files in splits.items():
-                lines, dropped = split_lines(files, slots)
+                lines, dropped = split_lines(files, slots,
+                                             train_subtrees if prefix == TRAIN_SPLIT else 0)
                 for column, suffix in enumerate(SUFFIXES):
                     _write_lines(temporary(destdir / f"{prefix}.{suffix}"),
                                  (line[column] for line in lines))
