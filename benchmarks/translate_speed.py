@@ -9,15 +9,18 @@ ones are steady state; all are printed.
 
 With --ctranslate2 the same checkpoint is exported (`vtx.export.ct2.write_ctranslate2`, float32)
 and CTranslate2 translates the same lines through `vtx.export.ct2.translate_lines` (the same
-length limits). Both then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one), so
-they solve the same search problem, and the number of identical output lines is printed.
+length limits). Both then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one)
+and stop a sentence's search once `--beam` hypotheses have finished (`--stop fairseq`, what
+CTranslate2 does when alpha > 0), so they solve the same search problem, and the number of
+identical output lines is printed.
 
 Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, EOS not counted),
 the wall time of each call, and the ratio vtx / CTranslate2. Run it alone on the machine (other
 work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
-       [--beam 4] [--lenpen 0.6] [--max-tokens 16384] [--repeat 2] [--threads N] [--ctranslate2]
+       [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
+       [--ctranslate2]
        [--ct2-max-batch-size 64]
 """
 
@@ -76,6 +79,8 @@ def report(name: str, calls, lines: list[str], count_tokens) -> float:
 
 
 def main() -> None:
+    from vtx.inference.decoding import STOP_RULES  # no TensorFlow import
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "fixtures" /
                         "multi30k_tiny.npz")
@@ -83,6 +88,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000, help="lines of --input used")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lenpen", type=float, default=0.6)
+    parser.add_argument("--stop", choices=STOP_RULES, default=None,
+                        help="vtx's stop rule (vtx translate --stop); default: fairseq with "
+                             "--ctranslate2 (CTranslate2's own rule when alpha > 0), else exact")
     parser.add_argument("--max-tokens", type=int, default=16384,
                         help="vtx's batches (vtx translate's default)")
     parser.add_argument("--repeat", type=int, default=2, help="calls on the same lines")
@@ -102,13 +110,15 @@ def main() -> None:
 
     lines = read_lines(args.input, args.limit)
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
+    args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, length_penalty=penalty,
-                            max_tokens=args.max_tokens)
+                            max_tokens=args.max_tokens, stop=args.stop)
     translator = load_translator(args.checkpoint, options)
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
           f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
-          f"({penalty}), --max-tokens {args.max_tokens}, {args.threads} threads; CTranslate2 "
+          f"({penalty}), --stop {args.stop}, --max-tokens {args.max_tokens}, {args.threads} "
+          f"threads; CTranslate2 "
           f"max_batch_size {args.ct2_max_batch_size}")
     count = lambda text: len(translator.vocab.encode(text))
     ours = timed_calls(lambda batch: [h[0].text if h else "" for h in

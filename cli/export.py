@@ -18,7 +18,7 @@ FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --he
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
 @search_options(TRANSLATION)
 def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form, max_len_a,
-           max_len_b):
+           max_len_b, stop):
     """Export a trained model for serving without vtx.
 
     The search options are baked into a SavedModel; CTranslate2 takes its own when translating.
@@ -30,7 +30,7 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
     try:
         path = resolve_checkpoint(checkpoint)
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
-                                max_len_a=max_len_a, max_len_b=max_len_b)
+                                max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
         written = export_model(path, output, export_format, options, force=force)
     except ValueError as error:
         raise library_error(error, {"output": "--output", "force": "--force"}) from error

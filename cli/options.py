@@ -3,7 +3,7 @@
 import click
 
 from vtx.errors import ArgumentError
-from vtx.inference.decoding import LENGTH_PENALTIES, DecodeOptions  # no TensorFlow import
+from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES, DecodeOptions  # no TensorFlow
 
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
@@ -11,7 +11,7 @@ checkpoint_option = click.option(
 
 
 def search_options(defaults: DecodeOptions):
-    """--beam --lenpen --length-penalty --max-len-a --max-len-b, defaulting to a preset of
+    """--beam --lenpen --length-penalty --max-len-a --max-len-b --stop, defaulting to a preset of
     `vtx.inference.decoding` (the paper's translation or parsing settings)."""
     options = [
         click.option("--beam", type=click.IntRange(min=1), default=defaults.beam,
@@ -25,6 +25,12 @@ def search_options(defaults: DecodeOptions):
                      show_default=True),
         click.option("--max-len-b", type=click.IntRange(min=0), default=defaults.max_len_b,
                      show_default=True, help="Output length limit: a * source length + b."),
+        click.option("--stop", type=click.Choice(STOP_RULES), default=defaults.stop,
+                     show_default=True,
+                     help="When a sentence's beam search ends: fairseq: once --beam hypotheses "
+                          "have finished (as fairseq); exact: once no live one can beat the best "
+                          "finished (the result of running to the length limit, more steps); "
+                          "never: at the length limit."),
     ]
 
     def decorate(command):

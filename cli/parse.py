@@ -31,7 +31,7 @@ FLAGS = {"gold_path": "--gold", "beam": "--beam"}  # library argument -> flag
                    "words in their slots, prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
-          max_tokens, buffer_size, gold, constrain_trees, jit, force):
+          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
@@ -39,7 +39,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
 
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
-                                max_len_a=max_len_a, max_len_b=max_len_b, max_tokens=max_tokens,
+                                max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
+                                max_tokens=max_tokens,
                                 jit_compile=jit, constrain_trees=constrain_trees)
         parsed = lib.parse_file(checkpoint, input_path, output_path, options, buffer_size, force,
                                 gold, warn=lambda message: click.echo(f"warning: {message}",

@@ -68,6 +68,9 @@ ARCHS = tuple(PRESETS)
 @click.option("--eval-lenpen", type=click.FloatRange(min=0), default=None,
               help="Length penalty alpha of --eval-bleu / --eval-f1.  [default: 0.6 for BLEU, "
                    "0.3 for F1]")
+@click.option("--eval-constrain-trees", is_flag=True,
+              help="With --eval-f1: search only well-formed trees with one word slot per word, "
+                   "as `vtx parse --constrain-trees` (for trees with the words in their slots).")
 @click.option("--best-checkpoint-metric", type=click.Choice(BEST_CHECKPOINT_METRICS),
               default=None,
               help="What checkpoint_best is the best of: validation loss (lowest), bleu or f1 "
@@ -79,7 +82,8 @@ ARCHS = tuple(PRESETS)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
-          eval_beam, eval_lenpen, best_checkpoint_metric, xla_cache_dir, **train_options):
+          eval_beam, eval_lenpen, eval_constrain_trees, best_checkpoint_metric, xla_cache_dir,
+          **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
 
@@ -106,9 +110,11 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     if eval_bleu and eval_gold:
         raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task metric)")
     eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
+    if eval_constrain_trees and not eval_gold:
+        raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
     eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
     if eval_gold:
-        eval_options["gold_path"] = eval_gold
+        eval_options.update(gold_path=eval_gold, constrain_trees=eval_constrain_trees)
     try:
         train_config = config.TrainConfig(
             jit_compile=train_options.pop("jit"),

@@ -28,14 +28,14 @@ FLAGS = {"beam": "--beam", "reference_path": "--reference"}  # library argument 
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a,
-              max_len_b, max_tokens, buffer_size, nbest, reference, jit, force):
+              max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions
 
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
-                                max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
+                                max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=jit)
         best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",

@@ -63,6 +63,15 @@ def test_nbest_writes_k_scored_lines_per_input(trained_checkpoint):
         assert float(score) <= 0 and text
 
 
+def test_stop_fairseq_translates_and_an_unknown_rule_names_the_flag(trained_checkpoint):
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--stop", "fairseq",
+                 stdin=b"A man is riding a bike.\nTwo dogs play.\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert len(result.stdout.decode().splitlines()) == 2
+    refused = vtx("translate", "--checkpoint", trained_checkpoint, "--stop", "soon")
+    assert refused.returncode == 2 and b"--stop" in refused.stderr and b"soon" in refused.stderr
+
+
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     result = vtx("translate", "--checkpoint", tmp_path)
     assert result.returncode == 1

@@ -130,7 +130,7 @@ def test_batched_limits_equal_one_sentence_at_a_time():
 def test_early_stop_returns_the_full_run_result_in_fewer_steps():
     decoder = HashPrefixDecoder(vocab_size=9, seed=9, eos_bias=3.0)
     stopped = run_beam(decoder, beam_size=4, max_length=8, nbest=2)
-    full = run_beam(decoder, beam_size=4, max_length=8, nbest=2, early_stop=False)
+    full = run_beam(decoder, beam_size=4, max_length=8, nbest=2, stop="never")
     assert full.steps == 8 and stopped.steps < 8
     np.testing.assert_array_equal(stopped.tokens, full.tokens)
     np.testing.assert_array_equal(stopped.scores, full.scores)
@@ -143,9 +143,48 @@ def test_early_stop_never_changes_the_result(alpha):
     decoder = HashPrefixDecoder(vocab_size=9, seed=12, eos_bias=1.0)
     stopped = run_beam(decoder, starts=starts, beam_size=3, max_length=8, alpha=alpha, nbest=2)
     full = run_beam(decoder, starts=starts, beam_size=3, max_length=8, alpha=alpha, nbest=2,
-                    early_stop=False)
+                    stop="never")
     np.testing.assert_array_equal(stopped.tokens, full.tokens)
     np.testing.assert_array_equal(stopped.scores, full.scores)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 2.0])
+def test_fairseq_stop_ends_a_sentence_when_its_beam_size_th_hypothesis_finishes(alpha):
+    # The search up to a step does not depend on the rule, so each sentence's "fairseq" result
+    # is the run cut at the step its K-th hypothesis finished; one step earlier fewer had.
+    decoder = HashPrefixDecoder(vocab_size=9, seed=12, eos_bias=1.0)
+    for start in range(1, 200, 37):
+        stopped = run_beam(decoder, starts=[start], beam_size=3, max_length=12, alpha=alpha,
+                           nbest=3, stop="fairseq")
+        steps = int(stopped.steps)
+        assert stopped.finished.all() and steps < 12
+        cut = run_beam(decoder, starts=[start], beam_size=3, max_length=steps, alpha=alpha,
+                       nbest=3, stop="never")
+        np.testing.assert_array_equal(stopped.tokens[:, :, :steps], cut.tokens)
+        np.testing.assert_array_equal(stopped.scores, cut.scores)
+        earlier = run_beam(decoder, starts=[start], beam_size=3, max_length=steps - 1,
+                           alpha=alpha, nbest=3, stop="never")
+        assert not earlier.finished.all()
+
+
+def test_fairseq_stop_decodes_fewer_rows_than_exact_on_the_same_sentences():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=12, eos_bias=1.0)
+    starts = list(range(1, 400, 23))
+    rows = {}
+    for stop in ("exact", "fairseq"):
+        tokens_to_logits, count = counting_rows(decoder)
+        search = tf.function(lambda: beam_search(
+            tokens_to_logits, decoder.initial_state(starts), len(starts), beam_size=3,
+            max_length=30, stop=stop, drop_done=True))
+        search()
+        rows[stop] = int(count.numpy())
+    assert rows["fairseq"] < rows["exact"]
+
+
+def test_an_unknown_stop_rule_is_named():
+    decoder = HashPrefixDecoder(vocab_size=9, seed=12)
+    with pytest.raises(ValueError, match="unknown stop rule 'first'"):
+        run_beam(decoder, beam_size=3, max_length=8, stop="first")
 
 
 def counting_rows(decoder):

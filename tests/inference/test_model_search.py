@@ -109,7 +109,7 @@ def test_early_stop_matches_running_to_max_length(model):
     # A steep ramp: every hypothesis ends a few words past |X|, so the 6-token source's are longer
     # than the 2-token source's (measured for every slope from 1.5 to 4: no near-tie decides it).
     stopped = biased_search(model, 2.0, 10, beam_size=4, nbest=2)(source)
-    full = biased_search(model, 2.0, 10, beam_size=4, nbest=2, early_stop=False)(source)
+    full = biased_search(model, 2.0, 10, beam_size=4, nbest=2, stop="never")(source)
     assert int(full.steps) == 16 and int(stopped.steps) < 16
     lengths = stopped.lengths.numpy()  # [B, R]
     assert stopped.finished.numpy().all() and lengths[0].min() > lengths[1].max()

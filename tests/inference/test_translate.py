@@ -85,6 +85,11 @@ def test_options_refuse_nbest_over_beam():
         DecodeOptions(beam=4, nbest=5)
 
 
+def test_options_refuse_an_unknown_stop_rule():
+    with pytest.raises(ValueError, match="stop must be one of fairseq, exact, never, got 'early'"):
+        DecodeOptions(stop="early")
+
+
 def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint):
     translator = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=64))
     translator.translate(SENTENCES)  # several padded (rows, length) shapes

@@ -46,7 +46,7 @@ def random_parser(shared_data, tmp_path_factory):
     return write_random_parser(folder, files), files
 
 
-def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
+def test_f1_scorer_equals_vtx_parse_with_gold_constrained_or_not(random_parser, tmp_path):
     from vtx.inference.parse import parse_lines, read_gold
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.translate import load_translator
@@ -58,18 +58,24 @@ def test_f1_scorer_equals_vtx_parse_with_gold(random_parser, tmp_path):
     gold_path = tmp_path / "valid.gold"
     gold_path.write_text("".join(line[2] + "\n" for line in lines))
     words = [line[0] for line in lines]
-    translator = load_translator(checkpoint, DecodeOptions(beam=4, lenpen=0.3, max_len_a=4.0,
-                                                           max_len_b=10))
-    pairs = [(translator.encode(w, i), translator.vocab.encode(line[1]))
-             for i, (w, line) in enumerate(zip(words, lines))]
-    score = ValidationScorer(translator.model, translator.vocab, pairs, "f1", gold_path)()
-
     gold = read_gold(gold_path, len(words))
-    report = parse_lines(translator, words, gold)
-    totals = evalb.score_trees(gold, report.trees, max_errors=len(gold)).all
-    assert score.metric == "f1"
-    assert score.summary.startswith(f"F1 {totals.f1:.2f} (recall {totals.recall:.2f}")
-    assert f"{report.repaired_trees} of {len(gold)} trees repaired" in score.summary
+    summaries = {}
+    for constrain in (False, True):
+        translator = load_translator(checkpoint, DecodeOptions(
+            beam=4, lenpen=0.3, max_len_a=4.0, max_len_b=10, constrain_trees=constrain))
+        pairs = [(translator.encode(w, i), translator.vocab.encode(line[1]))
+                 for i, (w, line) in enumerate(zip(words, lines))]
+        score = ValidationScorer(translator.model, translator.vocab, pairs, "f1", gold_path,
+                                 constrain_trees=constrain)()
+
+        report = parse_lines(translator, words, gold)
+        totals = evalb.score_trees(gold, report.trees, max_errors=len(gold)).all
+        assert score.metric == "f1"
+        assert score.summary.startswith(f"F1 {totals.f1:.2f} (recall {totals.recall:.2f}")
+        assert f"{report.repaired_trees} of {len(gold)} trees repaired" in score.summary
+        summaries[constrain] = score.summary
+    # The random model writes no brackets of its own (flat trees); constrained, it must.
+    assert summaries[False] != summaries[True]
 
 
 def test_f1_scorer_names_a_gold_file_of_other_sentences(random_parser, tmp_path):
@@ -174,6 +180,7 @@ def test_vtx_train_eval_bleu_logs_bleu_and_keeps_the_best_by_it(multi30k_small, 
     (["--best-checkpoint-metric", "bleu"], "the best checkpoint by bleu needs bleu computed"),
     (["--eval-bleu", "--validate-interval-steps", "0"], "needs a validation split"),
     (["--eval-bleu", "--eval-f1", "GOLD"], "--eval-bleu and --eval-f1 exclude each other"),
+    (["--eval-bleu", "--eval-constrain-trees"], "--eval-constrain-trees goes with --eval-f1"),
 ])
 def test_vtx_train_refuses_a_metric_it_cannot_compute(multi30k_small, tmp_path, flags, message):
     gold = tmp_path / "valid.gold"

@@ -28,10 +28,17 @@ Definitions used throughout:
     still live after L steps holds L words and no EOS.
   * score(Y) = log P(Y | X) / lp(|Y|), with lp the GNMT length penalty ((5 + |Y|) / 6)^alpha
     (Wu et al. 2016, eq. 14, the paper's choice) or fairseq's |Y|^alpha.
-  * Search stops for a sentence when no live hypothesis can beat its R-th best finished one. Log
-    probabilities only fall as a hypothesis grows and lp only grows with |Y| (alpha >= 0), so a live
-    hypothesis with log-prob s can at best score s / lp(L) (the argument of flax's decoder).
-    Because the bound is strict, stopping early returns exactly what running to L steps returns.
+  * When a sentence's search stops (`stop`, one of STOP_RULES):
+    - "exact": when no live hypothesis can beat its R-th best finished one. Log probabilities
+      only fall as a hypothesis grows and lp only grows with |Y| (alpha >= 0), so a live
+      hypothesis with log-prob s can at best score s / lp(L) (the argument of flax's decoder).
+      Because the bound is strict, stopping early returns exactly what running to L steps
+      returns; but with a distant L the live hypotheses can run on for many steps.
+    - "fairseq": once K hypotheses have finished (fairseq's rule, Hugging Face's
+      `early_stopping=True`); a later, longer hypothesis that would have scored better is not
+      looked for. CTranslate2 does the same when alpha > 0 (with alpha = 0 it stops once the
+      best candidate ends).
+    - "never": at the length limit only.
   * If a sentence has fewer than R finished hypotheses after L steps, its best live ones fill the
     remaining slots, scored log P / lp(L) and marked `finished = False`.
   * Each step takes the 2K best one-token extensions (so K live ones remain however many end in
@@ -50,7 +57,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.inference.decoding import LENGTH_PENALTIES
+from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES
 
 TokensToLogits = Callable[[tf.Tensor, Any], tuple[tf.Tensor, Any]]
 
@@ -167,7 +174,7 @@ class _Search:
     bos_id: int
     banned_ids: tuple[int, ...]  # never generated (PAD, BOS)
     nbest: int  # R
-    early_stop: bool
+    stop: str  # one of STOP_RULES
     beam_invariant: tuple[str, ...]  # dict-state keys kept at B rows (module docstring)
 
     def candidates(self, token_ids, cache, count: int):
@@ -339,10 +346,12 @@ def _step_searching(advance, search: _Search, max_lengths, state):
 
 
 def _sentence_done(search: _Search, max_lengths, state: BeamState):
-    """bool [B]: the sentence reached its length limit, or can no longer improve its R-best."""
+    """bool [B]: the sentence reached its length limit, or its search stops (`search.stop`)."""
     at_limit = state.step >= max_lengths
-    if not search.early_stop:
+    if search.stop == "never":
         return at_limit
+    if search.stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
+        return at_limit | (state.finished_scores[:, search.beam_size - 1] > _NEG_INF)
     best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)  # live sorted
     rth_finished = state.finished_scores[:, search.nbest - 1]
     # Strictly greater: a later hypothesis can then never tie, so the result equals a full run.
@@ -391,7 +400,7 @@ def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
 
 
 def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
-                 bos_id, nbest, early_stop, beam_invariant=()) -> _Search:
+                 bos_id, nbest, stop, beam_invariant=()) -> _Search:
     """Check the settings (one clear error each) and bundle them.
 
     batch_size and max_length may also be int32 scalar tensors: a graph traced for inputs of
@@ -410,12 +419,14 @@ def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pen
             f"unknown length_penalty {penalty!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
     if not alpha >= 0.0:  # the early-stop bound needs lp to grow with |Y|
         raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    if stop not in STOP_RULES:
+        raise ValueError(f"unknown stop rule {stop!r}; choose one of: {', '.join(STOP_RULES)}")
     if eos_id in (PAD_ID, bos_id):
         raise ValueError(f"eos_id ({eos_id}) must differ from PAD_ID ({PAD_ID}) and bos_id ({bos_id})")
     size = lambda value: value if _is_scalar_int_tensor(value) else int(value)
     return _Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
                    float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
-                   int(nbest), bool(early_stop), tuple(beam_invariant))
+                   int(nbest), stop, tuple(beam_invariant))
 
 
 def _is_scalar_int_tensor(value) -> bool:
@@ -440,7 +451,7 @@ def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tens
 def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
                 beam_size: int = 4, max_length: int = 50, max_lengths=None, alpha: float = 0.6,
                 length_penalty: str = "gnmt", eos_id: int = EOS_ID, bos_id: int = BOS_ID,
-                nbest: int = 1, early_stop: bool = True,
+                nbest: int = 1, stop: str = "exact",
                 beam_invariant: tuple[str, ...] = (),
                 growing: tuple[str, ...] = (), drop_done: bool = False) -> SearchOutput:
     """Beam search with finished hypotheses kept apart and a length-penalised score (section 6.1).
@@ -462,8 +473,9 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         length_penalty: "gnmt" ((5 + |Y|) / 6)^alpha, or "fairseq" |Y|^alpha.
         eos_id, bos_id: end and start tokens (PAD_ID and bos_id are never generated).
         nbest: R <= K hypotheses returned per sentence.
-        early_stop: stop a sentence once no live hypothesis can beat its R-th finished one; the
-            result is the same either way, only the number of steps changes.
+        stop: when a sentence's search ends before its length limit, one of STOP_RULES (module
+            docstring): "exact" (the result of running to the limit, in fewer steps),
+            "fairseq" (once K hypotheses have finished), "never".
         beam_invariant: keys of a dict `initial_state` whose tensors stay [B, ...] (never
             repeated nor reordered); `tokens_to_logits` must read them per sentence.
         growing: keys of a dict `initial_state` whose tensors may change shape (but not their
@@ -479,7 +491,7 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         ValueError: a setting is out of range (the message names it).
     """
     search = _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
-                          length_penalty, eos_id, bos_id, nbest, early_stop, beam_invariant)
+                          length_penalty, eos_id, bos_id, nbest, stop, beam_invariant)
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
     state = _initial_beam_state(search, initial_state, max_lengths)
     step = _dropping_step if drop_done else _reordering_step
@@ -541,7 +553,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: i
     bound can beat the finished score, so it returns a score >= greedy's.
     """
     search = _make_search(tokens_to_logits, batch_size, 1, max_length, alpha, length_penalty,
-                          eos_id, bos_id, 1, True)
+                          eos_id, bos_id, 1, "exact")
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
     seqs = tf.concat([tf.fill((batch_size, 1), search.bos_id),
                       tf.fill((batch_size, search.max_length), PAD_ID)], axis=1)

@@ -22,6 +22,11 @@ import numpy as np
 from vtx.config import PAD_ID
 
 LENGTH_PENALTIES = ("gnmt", "fairseq")
+# When a sentence's beam search stops (`vtx.inference.beam_search`): "fairseq" once `beam`
+# hypotheses have finished (fairseq's rule); "exact" when no live hypothesis can beat the best
+# finished one, bounding it by the length limit's penalty (the result of running to the limit,
+# often in many more steps); "never" at the length limit only.
+STOP_RULES = ("fairseq", "exact", "never")
 LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
 
 
@@ -35,6 +40,7 @@ class DecodeOptions:
     max_len_a: float = 1.0  # |Y| <= a * |X| + b
     max_len_b: int = 50
     nbest: int = 1
+    stop: str = "exact"  # one of STOP_RULES
     # Source tokens per batch, padding counted. Finished sentences leave a batch's search, so
     # a large batch costs no idle rows; it only needs fewer decoder steps for the same lines.
     max_tokens: int = 16384
@@ -49,6 +55,8 @@ class DecodeOptions:
         if self.length_penalty not in LENGTH_PENALTIES:
             raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got "
                              f"{self.length_penalty!r}")
+        if self.stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
         if not (self.max_len_a >= 0 and self.max_len_b >= 0 and self.lenpen >= 0):
             raise ValueError(f"max_len_a, max_len_b and lenpen must be >= 0, got "
                              f"{self.max_len_a!r}, {self.max_len_b!r}, {self.lenpen!r}")

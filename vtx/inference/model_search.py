@@ -44,7 +44,7 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
 
 def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
-                   nbest: int = 1, early_stop: bool = True, jit_compile: bool = False,
+                   nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
                    ) -> Callable[[tf.Tensor], SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
@@ -76,7 +76,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # beam search drops the sentences it has finished from the decoder's batch.
         grow = not jit_compile
         state = model.init_state(source_ids, None if grow else max_length)
-        step = functools.partial(model.decode_step, grow=grow)
+        # Weights the step would otherwise rebuild at every position: built once, here.
+        step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
         if tree_pieces is not None:
             step = tree_constraint.constrained(step, tree_pieces)
             state = tree_constraint.initial_state(source_ids, state, tree_pieces)
@@ -86,7 +87,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         if beam_size == 1:
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,
-                           nbest=nbest, early_stop=early_stop,
+                           nbest=nbest, stop=stop,
                            beam_invariant=model.BEAM_INVARIANT_STATE, **common)
 
     if jit_compile:
@@ -100,6 +101,6 @@ def search_for(model: Transformer, options: DecodeOptions,
     `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
                           length_penalty=options.length_penalty, max_len_a=options.max_len_a,
-                          max_len_b=options.max_len_b, nbest=options.nbest,
+                          max_len_b=options.max_len_b, nbest=options.nbest, stop=options.stop,
                           jit_compile=options.jit_compile,
                           tree_pieces=pieces if options.constrain_trees else None)

@@ -92,12 +92,25 @@ class MultiHeadAttention(keras.layers.Layer):
     # Decoding: one position per row, as [N, D] matrices. A dense layer on a matrix is one matrix
     # product (on [N, 1, D] Keras adds a dozen reshaping ops), which matters at every step.
 
-    def project_rows(self, x):
+    def fused_query_key_value(self):
+        """The query (scaled by 1/sqrt(K)), key and value projections side by side, in the
+        compute dtype: (kernel [D, 3D], bias [3D]). Build it once, outside a decoding loop, and
+        pass it to `project_rows`: one matrix product then does the three projections."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        dense = (self.query_dense, self.key_dense, self.value_dense)
+        kernel = ops.concatenate([dense[0].kernel * scale, dense[1].kernel, dense[2].kernel],
+                                 axis=1)
+        bias = ops.concatenate([dense[0].bias * scale, dense[1].bias, dense[2].bias], axis=0)
+        return ops.cast(kernel, self.compute_dtype), ops.cast(bias, self.compute_dtype)
+
+    def project_rows(self, x, fused=None):
         """[N, D], one position per row -> query (scaled by 1/sqrt(K)), key, value, each
-        [N, H, 1, K]: a reshape, no transpose."""
-        heads = lambda t: ops.reshape(t, (-1, self.num_heads, 1, self.head_dim))
-        return (self._scaled(heads(self.query_dense(x))), heads(self.key_dense(x)),
-                heads(self.value_dense(x)))
+        [N, H, 1, K], by one matrix product with `fused` (from `fused_query_key_value`; built
+        here when None) and a reshape, no transpose."""
+        kernel, bias = self.fused_query_key_value() if fused is None else fused
+        projected = ops.reshape(ops.matmul(x, kernel) + bias,
+                                (-1, 3 * self.num_heads, 1, self.head_dim))
+        return ops.split(projected, 3, axis=1)
 
     def query_groups(self, x, groups):
         """[N, D] rows, G = N / groups consecutive ones per group -> queries [groups, H, G, K]

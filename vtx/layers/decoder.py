@@ -67,7 +67,7 @@ class DecoderLayer(EncoderLayer):
         return self.cross_attention.project_key_value(memory)
 
     def step(self, x, index, self_keys, self_values, memory_keys, memory_values, memory_mask,
-             grow: bool = False):
+             grow: bool = False, fused_query_key_value=None):
         """One decoding position (inference: no dropout), as `call` computes it at `index`.
 
         Args:
@@ -80,12 +80,15 @@ class DecoderLayer(EncoderLayer):
                 [B', 1, S], with B' = B / G: the rows of x are G consecutive hypotheses per
                 sentence (a beam search's K beams, which share their sentence's memory: it is
                 held once, not once per beam), G = 1 otherwise.
+            fused_query_key_value: the self-attention's `fused_query_key_value()`, built once
+                outside the decoding loop (built at each call when None).
 
         Returns:
             (output [B, D], updated self_keys, updated self_values).
         """
         attention = self.self_attention
-        query, new_keys, new_values = attention.project_rows(x)  # [B, H, 1, K] each
+        # [B, H, 1, K] each
+        query, new_keys, new_values = attention.project_rows(x, fused_query_key_value)
         new_keys = ops.cast(new_keys, self_keys.dtype)
         new_values = ops.cast(new_values, self_values.dtype)
         if grow:

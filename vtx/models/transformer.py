@@ -116,7 +116,13 @@ class Transformer(keras.Model):
             state["self_values"].append(ops.zeros(cache_shape, self.compute_dtype))
         return state
 
-    def decode_step(self, token_ids, state: dict, grow: bool = False):
+    def step_weights(self) -> list:
+        """What `decode_step` can be given so that it does not rebuild it at every step: each
+        decoder layer's fused self-attention projection (`fused_query_key_value`). Build it once
+        per search, outside its loop."""
+        return [layer.self_attention.fused_query_key_value() for layer in self.decoder_layers]
+
+    def decode_step(self, token_ids, state: dict, grow: bool = False, step_weights=None):
         """Feed one token per sentence at position state["index"].
 
         Args:
@@ -125,6 +131,7 @@ class Transformer(keras.Model):
                 B rows, its `BEAM_INVARIANT_STATE` B / G (G consecutive rows per sentence).
             grow: append this position to the self-attention cache (`init_state(max_length=
                 None)`) instead of writing it into the allocated one.
+            step_weights: `step_weights()`, built outside the decoding loop (None: built here).
 
         Returns:
             (logits [B, V] float32 for the next position, the new state).
@@ -133,10 +140,11 @@ class Transformer(keras.Model):
         vectors = self.embedding(token_ids)  # [B, D]: one position per row (see layer.step)
         x = vectors + self.position_encoding(vectors[:, None, :], start_index=index)  # + [1, D]
         new_keys, new_values = [], []
+        fused = self.step_weights() if step_weights is None else step_weights
         for i, layer in enumerate(self.decoder_layers):
             x, keys, values = layer.step(x, index, state["self_keys"][i], state["self_values"][i],
                                          state["memory_keys"][i], state["memory_values"][i],
-                                         state["memory_mask"], grow)
+                                         state["memory_mask"], grow, fused[i])
             new_keys.append(keys)
             new_values.append(values)
         logits = self.embedding.project(x)

@@ -43,6 +43,8 @@ class ValidationScorer:
         metric: "bleu" or "f1".
         gold_path: for "f1": gold trees, one per line, aligned with `pairs`.
         beam, lenpen: search settings (default: those of `decoding.VALIDATION[metric]`).
+        constrain_trees: for "f1": search only well-formed trees with one slot per word
+            (`vtx.inference.tree_constraint`, as `vtx parse --constrain-trees`).
         max_tokens: source tokens per decoding batch.
 
     Raises:
@@ -52,7 +54,8 @@ class ValidationScorer:
 
     def __init__(self, model, vocab, pairs: list[tuple[list[int], list[int]]], metric: str,
                  gold_path: str | Path | None = None, beam: int | None = None,
-                 lenpen: float | None = None, max_tokens: int = 4096):
+                 lenpen: float | None = None, max_tokens: int = 4096,
+                 constrain_trees: bool = False):
         from vtx.inference.decoding import VALIDATION
         from vtx.inference.translate import Translator
 
@@ -64,9 +67,11 @@ class ValidationScorer:
         preset = VALIDATION[metric]
         options = dataclasses.replace(preset, beam=beam or preset.beam,
                                       lenpen=preset.lenpen if lenpen is None else lenpen,
-                                      max_tokens=max_tokens)
+                                      max_tokens=max_tokens, constrain_trees=constrain_trees)
         self.translator = Translator(model, vocab, options)
         if metric == "bleu":
+            if constrain_trees:
+                raise ValueError("constrain_trees is for the f1 metric (trees), not bleu")
             self.references = [vocab.decode(target) for _, target in pairs]
         else:
             if gold_path is None:
