@@ -52,12 +52,13 @@ step "binarizing into $WORK/data (4000-piece vocabulary)"
 preprocess_trees "$WORK/text" "$WORK/data" 4000
 step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
-# schedule's rate; the best dev F1 (beam 4) is kept as checkpoint_best.npz.
+# schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse) is kept as
+# checkpoint_best.npz.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
-  --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --keep-last 6 \
-  --patience "$PATIENCE" --log-interval-steps 100
+  --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
+  --keep-last 6 --patience "$PATIENCE" --log-interval-steps 100
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
 if [ -f "$WORK/checkpoints/checkpoint_best.npz" ] && [ "$AVERAGE" -gt 1 ]; then

@@ -36,6 +36,16 @@ def test_padded_batches_cover_every_sentence_once_with_few_shapes():
     assert len(shapes) <= 20
 
 
+def test_the_shapes_of_3000_lines_of_random_lengths_are_of_the_documented_set():
+    rng = np.random.default_rng(2)
+    encoded = [list(range(4, 4 + n)) for n in rng.integers(1, 257, 3000)]
+    seen = {array.shape for _, array in decoding.padded_batches(encoded, max_tokens=16384)}
+    documented = decoding.padded_shapes(16384, 256)
+    assert seen <= documented
+    # per length bucket: its full batches and its short last one, padded to a power of two
+    assert len({width for _, width in seen}) == 32 and len(seen) <= 2 * 32
+
+
 def test_batches_without_padding_rows_hold_only_sentences():
     rng = np.random.default_rng(1)
     encoded = [list(range(4, 4 + n)) for n in rng.integers(1, 60, 200)]
@@ -90,11 +100,16 @@ def test_options_refuse_an_unknown_stop_rule():
         DecodeOptions(stop="early")
 
 
-def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint):
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=64))
-    translator.translate(SENTENCES)  # several padded (rows, length) shapes
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint, jit):
+    # With XLA that one graph is compiled per shape (and searches as the graph does:
+    # tests/inference/test_model_search.py).
+    options = DecodeOptions(max_tokens=64, jit_compile=jit)
+    translator = translate.load_translator(trained_checkpoint, options)
+    outputs = translator.translate(SENTENCES)  # several padded (rows, length) shapes
     translator.translate(["A dog."])
     assert translator._search.experimental_get_tracing_count() == 1
+    assert [bool(h and h[0].text) for h in outputs] == [bool(s) for s in SENTENCES]
 
 
 def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refused(

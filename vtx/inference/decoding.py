@@ -98,6 +98,20 @@ def available_memory() -> int | None:
     return None
 
 
+def padded_shapes(max_tokens: int, longest: int) -> set[tuple[int, int]]:
+    """Every [B, S] shape `padded_batches` (with `pad_rows`, no `max_rows`) can yield for
+    sentences of at most `longest` pieces: S a multiple of LENGTH_BUCKET up to `longest` rounded
+    up, B a power of two with B * S <= max_tokens (or 1). With XLA each is compiled at most once
+    per process; at max_tokens 16384 and sentences of up to 256 pieces that is 255 shapes at
+    most, of which an input uses those of its lengths."""
+    shapes = set()
+    for width in range(LENGTH_BUCKET, max(LENGTH_BUCKET, -(-longest // LENGTH_BUCKET)
+                                          * LENGTH_BUCKET) + 1, LENGTH_BUCKET):
+        rows = max(1, max_tokens // width)
+        shapes.update((1 << power, width) for power in range(rows.bit_length()))
+    return shapes
+
+
 def padded_batches(encoded: list[list[int]], max_tokens: int,
                    max_rows: Callable[[int], int] | None = None, pad_rows: bool = True
                    ) -> Iterator[tuple[list[int], np.ndarray]]:

@@ -49,10 +49,10 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    ) -> Callable[[tf.Tensor], SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
 
-    Without XLA the function is traced once, for any (B, S): one graph serves every batch, so
-    no batch ever retraces. With XLA (`jit_compile`) it is compiled once per (B, S) shape, which
-    is why callers pad batches to a few fixed shapes. Arguments are those of `beam_search`; max_len_a and max_len_b set
-    each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`); `tree_pieces` (the
+    The function is traced once, for any (B, S): no batch ever retraces. Without XLA one graph
+    serves every batch; with XLA (`jit_compile`) that graph is compiled once per (B, S) shape,
+    which is why callers pad batches to a few fixed shapes. Arguments are those of
+    `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`); `tree_pieces` (the
     vocabulary's pieces), when given, constrains the output to a well-formed tree with one word
     slot per source word (`vtx.inference.tree_constraint`).
 
@@ -90,9 +90,10 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                            nbest=nbest, stop=stop,
                            beam_invariant=model.BEAM_INVARIANT_STATE, **common)
 
-    if jit_compile:
-        return tf.function(search, jit_compile=True)
-    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
+    # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
+    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                       jit_compile=jit_compile or None)
 
 
 def search_for(model: Transformer, options: DecodeOptions,
