@@ -11,7 +11,8 @@
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), MINUTES (50:
 # the training budget, dev F1 measurements included), STEPS (an update cap, 100000), SLOTS (words:
 # what stands for each word in the linearized trees, see vtx prepare-parse --slots), SUBTREES (0:
-# N > 0 also trains on every phrase of >= N words as a pair of its own), VALIDATE
+# N > 0 also trains on every phrase of >= N words as a pair of its own; 8 gained nothing, see
+# README.md), VALIDATE
 # (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements without a better
 # one before training stops), AVERAGE (1: the best checkpoint alone is parsed; N: the average of
 # the N checkpoints that end at the best one), DROPOUT (0.2, residual and embedding), LENPEN (1.0:
