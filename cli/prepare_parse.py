@@ -31,9 +31,11 @@ def _expand(flag: str, patterns: tuple[str, ...]) -> list[Path]:
               help="What stands for each word in the linearized trees: XX (Vinyals et al.), its "
                    "POS tag, or the word itself.")
 @click.option("--keep-tags", is_flag=True, help="The same as --slots tags.")
-@click.option("--train-subtrees", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
-              help="Also train on every phrase of >= N words of a training tree as a pair of its own "
-                   "(its words -> its subtree); 0: off. Valid and test sets are never augmented.")
+@click.option("--train-subtrees", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N",
+              help="Also train on every phrase of >= N words of a training tree as a pair of its "
+                   "own (its words -> its subtree); 0: off. Valid and test sets are never "
+                   "augmented.")
 def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots, keep_tags,
                   train_subtrees):
     """Linearize a treebank into words/trees parallel text (Vinyals et al., 2015) for `vtx preprocess`."""

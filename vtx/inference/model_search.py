@@ -52,9 +52,10 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     The function is traced once, for any (B, S): no batch ever retraces. Without XLA one graph
     serves every batch; with XLA (`jit_compile`) that graph is compiled once per (B, S) shape,
     which is why callers pad batches to a few fixed shapes. Arguments are those of
-    `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see `output_length_limits`); `tree_pieces` (the
-    vocabulary's pieces), when given, constrains the output to a well-formed tree with one word
-    slot per source word (`vtx.inference.tree_constraint`).
+    `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see
+    `output_length_limits`); `tree_pieces` (the vocabulary's pieces), when given, constrains the
+    output to a well-formed tree with one word slot per source word
+    (`vtx.inference.tree_constraint`).
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
