@@ -134,7 +134,7 @@ class TrainConfig(_JsonConfig):
     validate_interval_steps: int = 1000  # 0 disables
     log_interval_steps: int = 100
     max_nonfinite_in_a_row: int = 10  # stop after this many consecutive non-finite losses
-    max_diverged_in_a_row: int = 10  # ... or losses far above their running mean (trainer.py)
+    max_diverged_in_a_row: int = 10  # ... or losses far above their running mean (loop.py)
     # checkpoint_best keeps the best validation by this: "loss" (lowest), or a task metric
     # computed at each validation, "bleu" or "f1" (highest; vtx.training.validation).
     best_checkpoint_metric: str = "loss"

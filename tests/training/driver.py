@@ -54,16 +54,16 @@ def main() -> None:
             time.sleep(args.step_sleep)
             yield batch
 
-    original = trainer.train_update
+    original = trainer.read_update
 
-    def recorded_update(stream):
-        totals = original(stream)
+    def recorded_update(totals):
+        totals = original(totals)
         if not first:
             first.append(totals[0] / totals[2])
             print(f"loss-step-{trainer.step + 1}: {first[0]:.8f}", flush=True)
         return totals
 
-    trainer.train_update = recorded_update
+    trainer.read_update = recorded_update
     trainer.fit(slow_epoch)
     weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
     out = Path(args.save_dir) / f"final_weights_{trainer.topology.worker_index}.npz"

@@ -15,7 +15,8 @@ PAIRS = make_pairs(16, 20)
 
 
 class StepClock:
-    """A clock that moves `seconds_per_update` with every training update and nowhere else."""
+    """A clock that moves `seconds_per_update` with every training update and nowhere else: when
+    the host waits for the update's sums (on a GPU the launch returns at once)."""
 
     def __init__(self, seconds_per_update: float):
         self.now, self.seconds_per_update = 1000.0, seconds_per_update
@@ -24,25 +25,25 @@ class StepClock:
         return self.now
 
     def attach(self, trainer: Trainer) -> Trainer:
-        update = trainer.train_update
+        read = trainer.read_update
 
-        def timed_update(stream):
+        def timed_read(totals):
             self.now += self.seconds_per_update
-            return update(stream)
+            return read(totals)
 
-        trainer.train_update = timed_update
+        trainer.read_update = timed_read
         return trainer
 
 
 def make_trainer(save_dir, lines=None, seconds_per_update=1.0, tensorboard_dir=None,
-                 **options) -> Trainer:
+                 launch_ahead=True, **options) -> Trainer:
     train_config = config.TrainConfig(**{"max_steps": 6, "save_interval_minutes": 0,
                                          "validate_interval_steps": 0, "log_interval_steps": 1,
                                          "warmup_steps": 10, **options})
     clock = StepClock(seconds_per_update)
     trainer = Trainer(config.preset("tiny", vocab_size=20, dropout=0.0), train_config, save_dir,
                       log=(lines.append if lines is not None else lambda line: None), clock=clock,
-                      tensorboard_dir=tensorboard_dir)
+                      tensorboard_dir=tensorboard_dir, launch_ahead=launch_ahead)
     return clock.attach(trainer)
 
 
@@ -58,6 +59,19 @@ def test_time_budget_stops_at_the_update_that_uses_it_up_and_saves_it(tmp_path):
     assert any("time budget of 0.05 minutes used up at step 3" in line for line in lines)
     etas = [line.split("eta ")[1].split()[0] for line in lines if "eta " in line]
     assert etas == ["0:00:02", "0:00:01", "0:00:00"]  # the budget bounds the ETA, not max_steps
+
+
+def test_the_last_step_is_validated_when_the_time_budget_or_max_steps_ends_the_run(tmp_path):
+    """Between two validation intervals the best checkpoint is chosen among all the updates."""
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    for name, options in (("budget", {"max_steps": 100, "max_minutes": 3 / 60}),
+                          ("steps", {"max_steps": 3})):
+        trainer = make_trainer(tmp_path / name, validate_interval_steps=100, **options)
+        assert trainer.fit(epoch_maker(PAIRS, 4), lambda: valid) is None
+        history = [json.loads(line) for line in
+                   (tmp_path / name / "history.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in history if "valid_loss" in r] == [3]
+        assert checkpoints.load(tmp_path / name / checkpoints.BEST_NAME).meta["step"] == 3
 
 
 def test_save_interval_minutes_saves_on_the_clock(tmp_path):
@@ -109,3 +123,42 @@ def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path):
         for key, value in record.items():
             if key != "step":
                 assert scalars[(key, record["step"])] == pytest.approx(value, rel=1e-6)
+
+
+def test_updates_launched_ahead_train_the_same_model_and_never_overlap_a_save_or_validation(
+        tmp_path):
+    """The next update is launched before the last one is read, except where the host saves,
+    validates or stops after it: same checkpoints, same history as reading every update first."""
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    runs = {}
+    for ahead in (False, True):
+        events = []
+        trainer = make_trainer(tmp_path / str(ahead), max_steps=11, save_interval_steps=4,
+                               validate_interval_steps=3, launch_ahead=ahead)
+        start, read = trainer.start_update, trainer.read_update
+        trainer.start_update = lambda stream: events.append("start") or start(stream)
+        trainer.read_update = lambda totals: events.append("read") or read(totals)
+        trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
+        runs[ahead] = events
+    # Each update is launched before the one before is read, except after steps 3, 6, 9
+    # (validation) and 4, 8 (save), where the host acts with nothing in flight.
+    assert [step for step in range(1, 11)
+            if _launches_before_read(runs[True], step)] == [1, 2, 5, 7, 10]
+    assert runs[False] == ["start", "read"] * 11
+    saved = saved_steps(tmp_path / "True")  # every 4 steps, the last, and each best validation
+    assert saved == saved_steps(tmp_path / "False") and {4, 8, 11} <= set(saved)
+    for path in checkpoints.list_checkpoints(tmp_path / "True"):
+        other = checkpoints.load(tmp_path / "False" / path.name)
+        for a, b in zip(checkpoints.load(path).model, other.model):
+            np.testing.assert_array_equal(a, b)
+    histories = [[{k: v for k, v in json.loads(line).items() if "per_second" not in k}
+                  for line in (tmp_path / str(ahead) / "history.jsonl").read_text().splitlines()]
+                 for ahead in (True, False)]
+    assert histories[0] == histories[1]
+
+
+def _launches_before_read(events: list[str], step: int) -> bool:
+    """Whether update `step + 1` was launched before update `step` was read."""
+    starts = [i for i, event in enumerate(events) if event == "start"]
+    reads = [i for i, event in enumerate(events) if event == "read"]
+    return starts[step] < reads[step - 1]

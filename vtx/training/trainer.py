@@ -1,4 +1,6 @@
-"""The training loop: a custom `strategy.run` loop with gradient accumulation (paper section 5).
+"""The trainer's device side: model, optimizer and the compiled update, with gradient
+accumulation over micro-batches and replicas in a custom `strategy.run` step (paper section 5).
+The host loop that drives it (steps, validation, checkpoints, signals) is `loop.py`.
 
 Shapes: B batch, S source length, T target length, V vocabulary.
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -22,28 +23,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from vtx import atomic
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
+from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import resolve_precision
-from vtx.training.progress import Progress
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
-from vtx.training.validation import Score
 
 SUM = tf.distribute.ReduceOp.SUM
-# An update's loss (nats per target token) diverges when it exceeds both DIVERGENCE_FACTOR times
-# and DIVERGENCE_MARGIN above the running mean of the updates before it: far beyond the noise of
-# a healthy run, whose loss only drifts slowly.
-DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
-RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (non-finite losses in a row, out of memory, incompatible save dir)."""
 
 
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
@@ -64,7 +54,7 @@ def _empty_batch() -> dict:
     return {"source": pad, "target_in": pad, "target_out": pad}
 
 
-class Trainer:
+class Trainer(TrainingLoop):
     """Owns the model, optimizer, accumulators and compiled step functions of one run.
 
     Args:
@@ -77,17 +67,20 @@ class Trainer:
         tensorboard_dir: optional TensorBoard log directory.
         clock: seconds from an arbitrary origin, for the time budget, the save cadence and the
             progress lines (tests pass a fake one).
+        launch_ahead: launch each update before reading the one before when the host has
+            nothing to do in between (one worker only): no host synchronisation between updates;
+            False reads every update before the next (the same model either way).
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
                  strategy: tf.distribute.Strategy | None = None,
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
         precision, reason = resolve_precision(train_config.precision)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
-        self.clock = clock
+        self.clock, self.launch_ahead = clock, launch_ahead
         self.save_dir = Path(save_dir)
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
@@ -211,23 +204,37 @@ class Trainer:
         return float(paper_learning_rate(step, self.model_config.d_model,
                                          self.config.warmup_steps, self.config.lr_scale))
 
-    def train_update(self, stream: BatchStream) -> np.ndarray:
-        """One update: `update_freq` micro-batches per replica, then Adam when the loss is finite
-        (the update is skipped otherwise). Returns its [loss, nll, tokens] sums."""
+    def start_update(self, stream: BatchStream) -> tf.Tensor:
+        """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss is
+        finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums as a tensor
+        that is not read: on a GPU the host goes on while the device computes."""
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
             try:
                 if micro_batch < self.config.update_freq - 1:
                     self._accumulate(self._distribute(batches))
                 else:
-                    totals = self._update(self._distribute(batches), tf.constant(True))
-                    return totals.numpy().astype(np.float64)
+                    return self._update(self._distribute(batches), tf.constant(True))
             except tf.errors.ResourceExhaustedError as error:
-                shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
-                                   f"{tuple(b['target_in'].shape)}" for b in batches)
-                raise TrainingError(f"out of memory on a batch of {shapes}; lower --max-tokens "
-                                    f"(now {self.config.max_tokens}) and raise --update-freq "
-                                    f"to keep the tokens per step") from error
+                raise self._out_of_memory(batches) from error
+
+    def read_update(self, totals: tf.Tensor) -> np.ndarray:
+        """Wait for a launched update and return its [loss, nll, tokens] sums (float64)."""
+        try:
+            return totals.numpy().astype(np.float64)
+        except tf.errors.ResourceExhaustedError as error:
+            raise self._out_of_memory([]) from error
+
+    def train_update(self, stream: BatchStream) -> np.ndarray:
+        """One update, launched and read: its [loss, nll, tokens] sums."""
+        return self.read_update(self.start_update(stream))
+
+    def _out_of_memory(self, batches: list) -> TrainingError:
+        shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
+                           f"{tuple(b['target_in'].shape)}" for b in batches)
+        return TrainingError(f"out of memory{' on a batch of ' + shapes if shapes else ''}; lower "
+                             f"--max-tokens (now {self.config.max_tokens}) and raise "
+                             f"--update-freq to keep the tokens per step")
 
     def evaluate(self, batches: Iterable[dict]) -> tuple[float, float]:
         """Mean label-smoothed loss and NLL per target token over `batches` (no dropout)."""
@@ -356,155 +363,3 @@ class Trainer:
             self.log(f"compiled the update for batch shape {number}/{len(shapes)} "
                      f"({rows}x{length}) in {self.clock() - started:.1f} s")
         self._reset()
-
-    # ---- the loop ----
-
-    def _request_stop(self, signum, frame) -> None:
-        self._stop_signal = signum
-        self.log(f"received signal {signum}: saving a checkpoint after this update, then exiting")
-
-    def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
-            make_valid: Callable[[], Iterable[dict]] | None = None,
-            score_valid: Callable[[], Score] | None = None,
-            shapes: list[tuple[int, int]] | None = None) -> int | None:
-        """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
-
-        Args:
-            make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
-            make_valid: `() -> batches` of the validation set (the same on every worker).
-            score_valid: `() -> Score` of the model on the validation set by a task metric
-                (`vtx.training.validation`), called at each validation on every worker; needed
-                when `best_checkpoint_metric` is not "loss".
-            shapes: the (rows, length) of every batch the data makes (`pipeline.batch_shapes`):
-                with XLA (`jit_compile`) each is compiled before the first update, so that no
-                update ever waits for a compilation.
-
-        Returns:
-            None when `max_steps` was reached, the `max_minutes` budget ran out or `patience`
-            validations brought no new best (a checkpoint is saved in each case); the signal
-            number when SIGTERM/SIGINT stopped it.
-
-        Raises:
-            TrainingError: too many non-finite losses in a row, or out of memory.
-        """
-        metric = self.config.best_checkpoint_metric
-        if metric != "loss" and (score_valid is None or make_valid is None):
-            raise TrainingError(f"the best checkpoint is chosen by {metric}, but no validation "
-                                f"set or {metric} scorer was given")
-        if not self._resumed:
-            self.resume()
-        self.save_dir.mkdir(parents=True, exist_ok=True)
-        stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
-        progress = Progress(self.save_dir, self.config.max_steps,
-                            self.log if self.topology.is_chief else (lambda line: None),
-                            self._tensorboard_dir if self.topology.is_chief else None,
-                            time_budget_seconds=60 * self.config.max_minutes or None,
-                            clock=self.clock, start_step=self.step,
-                            elapsed_before=self.elapsed_before)
-        handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            if self.config.jit_compile and shapes:
-                self.compile_shapes(shapes)
-            return self._loop(stream, progress, make_valid, score_valid)
-        finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
-
-    def _validate(self, make_valid, score_valid, progress) -> bool:
-        """Validation loss (and task metric); returns whether this is the best validation."""
-        loss, nll = self.evaluate(make_valid())
-        score = score_valid() if score_valid is not None else None
-        if self.config.best_checkpoint_metric == "loss":
-            is_best = loss < self.best_valid
-        else:
-            is_best = self.best_score is None or score.value > self.best_score
-        self.best_valid = min(self.best_valid, loss)
-        if score is not None and (self.best_score is None or score.value > self.best_score):
-            self.best_score = score.value
-        self.since_best = 0 if is_best else self.since_best + 1
-        progress.report_valid(self.step, loss, nll, is_best, score)
-        return is_best
-
-    def _watch_divergence(self, loss: float, watch: dict) -> bool:
-        """Whether this update's loss diverged from the running mean (counted and logged).
-
-        Raises:
-            TrainingError: `max_diverged_in_a_row` diverging updates in a row.
-        """
-        mean = watch.get("mean")
-        if mean is not None and loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
-            self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
-            self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
-                     f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
-                     f"all); no checkpoint is saved until it comes back")
-            if watch["in_a_row"] >= self.config.max_diverged_in_a_row:
-                raise TrainingError(
-                    f"training diverged: the loss stayed far above its running mean {mean:.3f} "
-                    f"for {watch['in_a_row']} updates (now {loss:.4g} at step {self.step}); the "
-                    f"checkpoints written before are kept: lower --lr-scale (now "
-                    f"{self.config.lr_scale:g}) or raise --warmup-steps, and resume")
-            return True
-        watch["in_a_row"] = 0
-        watch["mean"] = loss if mean is None else (
-            (1 - RUNNING_MEAN_WEIGHT) * mean + RUNNING_MEAN_WEIGHT * loss)
-        return False
-
-    def _loop(self, stream, progress, make_valid, score_valid) -> int | None:
-        config, in_a_row = self.config, 0
-        last_save = started = self.clock()
-        watch = {"mean": None, "in_a_row": 0}
-        while self.step < config.max_steps:
-            loss_sum, nll_sum, tokens = self.train_update(stream)
-            if not math.isfinite(loss_sum):
-                self.skipped, in_a_row = self.skipped + 1, in_a_row + 1
-                self.log(f"non-finite loss at step {self.step + 1}: update skipped "
-                         f"({in_a_row} in a row, {self.skipped} in all)")
-                if in_a_row >= config.max_nonfinite_in_a_row:
-                    raise TrainingError(f"{in_a_row} non-finite losses in a row at step "
-                                        f"{self.step + 1}; lower --lr-scale or use float32")
-                continue
-            self.step, in_a_row = self.step + 1, 0
-            diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), watch)
-            progress.add(loss_sum, nll_sum, tokens)
-            if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
-                progress.report_train(self.step, self.learning_rate(self.step), self.skipped,
-                                      self.diverged)
-            is_best = validated = False
-            if make_valid and config.validate_interval_steps and (
-                    self.step % config.validate_interval_steps == 0):
-                is_best, validated = self._validate(make_valid, score_valid, progress), True
-            due = (config.save_interval_steps and self.step % config.save_interval_steps == 0) or (
-                config.save_interval_minutes and
-                self.clock() - last_save >= 60 * config.save_interval_minutes)
-            stop = self._stop_signal is not None
-            # The budget counts this process only (a resumed run gets a fresh one); every worker
-            # must agree to stop, or the collectives of the next update would hang.
-            out_of_time = self._any_worker(bool(config.max_minutes) and (
-                self.clock() - started >= 60 * config.max_minutes))
-            if out_of_time:
-                self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
-                         f"{self.step}: saving a checkpoint and stopping")
-            # Every worker computes the same validation, so they agree without a collective.
-            patience_out = validated and bool(config.patience) and (
-                self.since_best >= config.patience)
-            if patience_out:
-                self.log(f"no better {config.best_checkpoint_metric} in {self.since_best} "
-                         f"validations (--patience {config.patience}) at step {self.step}: "
-                         f"saving a checkpoint and stopping")
-            out_of_time = out_of_time or patience_out
-            # A diverging model is saved only when the run ends here (signal, budget, last step).
-            if (self._any_worker(bool((due or is_best) and not diverging or stop)) or out_of_time
-                    or self.step == config.max_steps):
-                path = self.save(stream)
-                last_save = self.clock()
-                if path is not None:
-                    if is_best:
-                        atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
-                    if progress.history_path.exists():
-                        progress.plot()
-            if self._any_worker(stop):
-                return self._stop_signal or signal.SIGTERM
-            if out_of_time:
-                return None
-        return None
-

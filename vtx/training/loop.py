@@ -1,0 +1,264 @@
+"""The training loop of `Trainer`: updates, validation, checkpoint cadence, time budget, signals.
+
+`TrainingLoop` is the half of `vtx.training.trainer.Trainer` that runs on the host: it launches
+the compiled updates (`start_update`), reads their sums (`read_update`), counts steps, skips and
+divergence, validates, saves (`save`) and stops. The compiled step functions, the model and its
+checkpoint format live in `trainer.py`; the cross-worker collectives in `distribute.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import signal
+from typing import Callable, Iterable
+
+import numpy as np
+
+from vtx import atomic, checkpoints
+from vtx.training.progress import Progress
+from vtx.training.stream import BatchStream
+from vtx.training.validation import Score
+
+# An update's loss (nats per target token) diverges when it exceeds both DIVERGENCE_FACTOR times
+# and DIVERGENCE_MARGIN above the running mean of the updates before it: far beyond the noise of
+# a healthy run, whose loss only drifts slowly.
+DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
+RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite losses in a row, out of memory, incompatible save dir)."""
+
+
+class TrainingLoop:
+    """The host side of training, mixed into `Trainer`, whose state (`config`, `step`, counters,
+    `clock`, `log`) and device side (`start_update`, `read_update`, `evaluate`, `save`,
+    `resume`, `compile_shapes`, `_any_worker`) it drives."""
+
+    def _request_stop(self, signum, frame) -> None:
+        self._stop_signal = signum
+        self.log(f"received signal {signum}: saving a checkpoint after this update, then exiting")
+
+    def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
+            make_valid: Callable[[], Iterable[dict]] | None = None,
+            score_valid: Callable[[], Score] | None = None,
+            shapes: list[tuple[int, int]] | None = None) -> int | None:
+        """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
+
+        Args:
+            make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
+            make_valid: `() -> batches` of the validation set (the same on every worker).
+            score_valid: `() -> Score` of the model on the validation set by a task metric
+                (`vtx.training.validation`), called at each validation on every worker; needed
+                when `best_checkpoint_metric` is not "loss".
+            shapes: the (rows, length) of every batch the data makes (`pipeline.batch_shapes`):
+                with XLA (`jit_compile`) each is compiled before the first update, so that no
+                update ever waits for a compilation.
+
+        Returns:
+            None when `max_steps` was reached, the `max_minutes` budget ran out or `patience`
+            validations brought no new best (a checkpoint is saved in each case); the signal
+            number when SIGTERM/SIGINT stopped it.
+
+        Raises:
+            TrainingError: too many non-finite losses in a row, or out of memory.
+        """
+        metric = self.config.best_checkpoint_metric
+        if metric != "loss" and (score_valid is None or make_valid is None):
+            raise TrainingError(f"the best checkpoint is chosen by {metric}, but no validation "
+                                f"set or {metric} scorer was given")
+        if not self._resumed:
+            self.resume()
+        self.save_dir.mkdir(parents=True, exist_ok=True)
+        stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
+        progress = Progress(self.save_dir, self.config.max_steps,
+                            self.log if self.topology.is_chief else (lambda line: None),
+                            self._tensorboard_dir if self.topology.is_chief else None,
+                            time_budget_seconds=60 * self.config.max_minutes or None,
+                            clock=self.clock, start_step=self.step,
+                            elapsed_before=self.elapsed_before)
+        handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if self.config.jit_compile and shapes:
+                self.compile_shapes(shapes)
+            return self._loop(stream, progress, make_valid, score_valid)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def _validate(self, make_valid, score_valid, progress) -> bool:
+        """Validation loss (and task metric); returns whether this is the best validation."""
+        loss, nll = self.evaluate(make_valid())
+        score = score_valid() if score_valid is not None else None
+        if self.config.best_checkpoint_metric == "loss":
+            is_best = loss < self.best_valid
+        else:
+            is_best = self.best_score is None or score.value > self.best_score
+        self.best_valid = min(self.best_valid, loss)
+        if score is not None and (self.best_score is None or score.value > self.best_score):
+            self.best_score = score.value
+        self.since_best = 0 if is_best else self.since_best + 1
+        progress.report_valid(self.step, loss, nll, is_best, score)
+        return is_best
+
+    def _watch_divergence(self, loss: float, watch: dict) -> bool:
+        """Whether this update's loss diverged from the running mean (counted and logged).
+
+        Raises:
+            TrainingError: `max_diverged_in_a_row` diverging updates in a row.
+        """
+        mean = watch.get("mean")
+        if mean is not None and loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
+            self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
+            self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
+                     f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
+                     f"all); no checkpoint is saved until it comes back")
+            if watch["in_a_row"] >= self.config.max_diverged_in_a_row:
+                raise TrainingError(
+                    f"training diverged: the loss stayed far above its running mean {mean:.3f} "
+                    f"for {watch['in_a_row']} updates (now {loss:.4g} at step {self.step}); the "
+                    f"checkpoints written before are kept: lower --lr-scale (now "
+                    f"{self.config.lr_scale:g}) or raise --warmup-steps, and resume")
+            return True
+        watch["in_a_row"] = 0
+        watch["mean"] = loss if mean is None else (
+            (1 - RUNNING_MEAN_WEIGHT) * mean + RUNNING_MEAN_WEIGHT * loss)
+        return False
+
+    def _loop(self, stream, progress, make_valid, score_valid) -> int | None:
+        """Updates until a stop; the next update is launched before the last one is read when
+        the host has nothing to do after it (see `_may_launch_ahead`), so the device never waits
+        for the host's book-keeping."""
+        loop = _LoopState(started=self.clock())
+        loop.last_save = loop.last_read = loop.started
+        pending = None  # the sums of an update launched and not yet read
+        while True:
+            if pending is None:
+                if self.step >= self.config.max_steps:
+                    return None
+                pending = self.start_update(stream)
+            ahead = self.start_update(stream) if self._may_launch_ahead(loop, make_valid) else None
+            counted = self._count(self.read_update(pending), progress, loop)
+            pending = ahead
+            if not counted:
+                continue
+            clock_due, out_of_time, stop = self._clock_flags(loop)
+            if pending is not None and (clock_due or out_of_time or stop):
+                # The host acts now (saves, stops): the update launched ahead is read first.
+                self._count(self.read_update(pending), progress, loop)
+                pending = None
+            if pending is None:
+                done, result = self._after_update(stream, progress, make_valid, score_valid,
+                                                  loop, clock_due, out_of_time, stop)
+                if done:
+                    return result
+
+    def _may_launch_ahead(self, loop: "_LoopState", make_valid) -> bool:
+        """Whether the next update may be launched before the pending one is read: on one worker
+        only (each worker's clock differs, their launches must not), and only when the host will
+        not act after the pending one: no validation, save or last step at its step, no stop
+        signal, and neither the time budget nor the save cadence expected to run out by its end
+        (the last update's duration after the last read)."""
+        config, ending = self.config, self.step + 1  # the pending update's step, when finite
+        if (not self.launch_ahead or self.topology.num_workers > 1
+                or self._stop_signal is not None or ending >= config.max_steps
+                or (config.save_interval_steps and ending % config.save_interval_steps == 0)
+                or (make_valid and config.validate_interval_steps
+                    and ending % config.validate_interval_steps == 0)):
+            return False
+        if loop.seconds_per_update is None:
+            return True
+        ends_at = loop.last_read + loop.seconds_per_update
+        return not ((config.max_minutes and ends_at - loop.started >= 60 * config.max_minutes) or
+                    (config.save_interval_minutes and
+                     ends_at - loop.last_save >= 60 * config.save_interval_minutes))
+
+    def _count(self, totals: np.ndarray, progress: Progress, loop: "_LoopState") -> bool:
+        """Book-keeping of a read update: a non-finite one was skipped (counted; too many in a
+        row stop training); a finite one is the next step, watched for divergence and logged.
+        Returns whether it was a step.
+
+        Raises:
+            TrainingError: `max_nonfinite_in_a_row` non-finite losses in a row, or divergence.
+        """
+        config, now = self.config, self.clock()
+        loop.seconds_per_update, loop.last_read = now - loop.last_read, now
+        loss_sum, nll_sum, tokens = totals
+        if not math.isfinite(loss_sum):
+            self.skipped, loop.nonfinite_in_a_row = self.skipped + 1, loop.nonfinite_in_a_row + 1
+            self.log(f"non-finite loss at step {self.step + 1}: update skipped "
+                     f"({loop.nonfinite_in_a_row} in a row, {self.skipped} in all)")
+            if loop.nonfinite_in_a_row >= config.max_nonfinite_in_a_row:
+                raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite losses in a row at "
+                                    f"step {self.step + 1}; lower --lr-scale or use float32")
+            return False
+        self.step, loop.nonfinite_in_a_row = self.step + 1, 0
+        loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch)
+        progress.add(loss_sum, nll_sum, tokens)
+        if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
+            progress.report_train(self.step, self.learning_rate(self.step), self.skipped,
+                                  self.diverged)
+        return True
+
+    def _clock_flags(self, loop: "_LoopState") -> tuple[bool, bool, bool]:
+        """This worker's (save due by the clock, time budget used up, stop signal received).
+        The budget counts this process only (a resumed run gets a fresh one)."""
+        config, now = self.config, self.clock()
+        clock_due = bool(config.save_interval_minutes) and (
+            now - loop.last_save >= 60 * config.save_interval_minutes)
+        out_of_time = bool(config.max_minutes) and now - loop.started >= 60 * config.max_minutes
+        return clock_due, out_of_time, self._stop_signal is not None
+
+    def _after_update(self, stream, progress, make_valid, score_valid, loop: "_LoopState",
+                      clock_due: bool, out_of_time: bool, stop: bool) -> tuple[bool, int | None]:
+        """Validation, checkpoint and stop decisions after step `self.step` (no update in
+        flight). Returns (whether to stop, `fit`'s return value)."""
+        config = self.config
+        # Every worker must agree to stop, or the collectives of the next update would hang.
+        out_of_time = self._any_worker(out_of_time)
+        if out_of_time:
+            self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
+                     f"{self.step}: saving a checkpoint and stopping")
+        is_best = validated = False
+        # The last step is validated too (time budget or max_steps), so that the best checkpoint
+        # is chosen among all the updates made, not only up to the last interval.
+        if make_valid and config.validate_interval_steps and (
+                self.step % config.validate_interval_steps == 0 or out_of_time
+                or self.step == config.max_steps):
+            is_best, validated = self._validate(make_valid, score_valid, progress), True
+        due = clock_due or bool(config.save_interval_steps and
+                                self.step % config.save_interval_steps == 0)
+        # Every worker computes the same validation, so they agree without a collective.
+        patience_out = validated and bool(config.patience) and self.since_best >= config.patience
+        if patience_out:
+            self.log(f"no better {config.best_checkpoint_metric} in {self.since_best} "
+                     f"validations (--patience {config.patience}) at step {self.step}: "
+                     f"saving a checkpoint and stopping")
+        out_of_time = out_of_time or patience_out
+        # A diverging model is saved only when the run ends here (signal, budget, last step).
+        if (self._any_worker(bool((due or is_best) and not loop.diverging or stop)) or out_of_time
+                or self.step == config.max_steps):
+            path = self.save(stream)
+            loop.last_save = self.clock()
+            if path is not None:
+                if is_best:
+                    atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
+                if progress.history_path.exists():
+                    progress.plot()
+        if self._any_worker(stop):
+            return True, self._stop_signal or signal.SIGTERM
+        return out_of_time, None
+
+
+@dataclasses.dataclass
+class _LoopState:
+    """What the training loop carries from one update to the next (host side, this process)."""
+
+    started: float  # clock at the loop's start: the time budget counts from here
+    last_save: float = 0.0
+    last_read: float = 0.0  # clock when the last update's sums were read
+    seconds_per_update: float | None = None  # between the last two reads
+    nonfinite_in_a_row: int = 0
+    diverging: bool = False  # the last step's loss is far above its running mean
+    watch: dict = dataclasses.field(default_factory=lambda: {"mean": None, "in_a_row": 0})
