@@ -77,22 +77,28 @@ def paper_learning_rate(step: int, d_model: int, warmup_steps: int = 4000) -> fl
 
 
 def make_step(model: Transformer, label_smoothing: float, bfloat16: bool,
-              warmup_steps: int = 4000):
+              warmup_steps: int = 4000, fused: bool = False, read_loss: bool = True):
     """A function `batch -> loss_sum` doing forward, backward and one Adam update.
 
     Args:
-        model: the reference model (in training mode).
+        model: the reference model (in training mode), on the CPU or a GPU.
         label_smoothing: epsilon_ls; torch spreads it over all V tokens, the label included, as vtx.
-        bfloat16: run the forward pass under CPU bfloat16 autocast (weights stay float32).
+        bfloat16: run the forward pass under bfloat16 autocast on the model's device (weights
+            stay float32).
         warmup_steps: of the paper's schedule.
+        fused: `torch.optim.Adam(fused=True)` (one kernel for every parameter; GPU).
+        read_loss: return the loss as a float (waits for the update); else as a device tensor,
+            so that updates on a GPU run back to back.
     """
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    device = next(model.parameters()).device.type
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
+                                 fused=fused or None)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda index: paper_learning_rate(index + 1, model.d_model, warmup_steps))
 
     def step(batch: dict) -> float:
         target = batch["target_out"]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bfloat16):
             logits = model(batch["source"], batch["target_in"])
         loss_sum = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(),
                                    ignore_index=PAD_ID, label_smoothing=label_smoothing,
@@ -102,7 +108,7 @@ def make_step(model: Transformer, label_smoothing: float, bfloat16: bool,
         (loss_sum / tokens).backward()
         optimizer.step()
         schedule.step()
-        return float(loss_sum.detach())
+        return float(loss_sum.detach()) if read_loss else loss_sum.detach()
 
     return step
 

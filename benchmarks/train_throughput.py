@@ -164,6 +164,12 @@ def run_worker(framework: str, arch: str, precision: str, args) -> dict | None:
                "--warmup-tiny", str(args.warmup_tiny),
                "--tokens", str(args.tokens), "--length", str(args.length),
                "--threads", str(args.threads)] + (["--jit-compile"] if args.jit_compile else [])
+    return run_child(command, f"{framework} {arch} {precision}")
+
+
+def run_child(command: list[str], label: str) -> dict | None:
+    """Run a worker command with this folder on its path; its `RESULT_TAG` line's JSON, or None
+    (with the end of its error output, headed by `label`) when it printed none."""
     paths = [str(BENCHMARKS)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow",
            "PYTHONPATH": os.pathsep.join(paths)}
@@ -171,8 +177,7 @@ def run_worker(framework: str, arch: str, precision: str, args) -> dict | None:
     for line in done.stdout.splitlines():
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])
-    print(f"  {framework} {arch} {precision} failed (exit {done.returncode}):\n"
-          f"{done.stderr[-2000:]}", file=sys.stderr)
+    print(f"  {label} failed (exit {done.returncode}):\n{done.stderr[-3000:]}", file=sys.stderr)
     return None
 
 

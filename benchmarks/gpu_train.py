@@ -1,0 +1,163 @@
+"""Training throughput on a GPU: vtx's compiled update against the torch reference (issue 12).
+
+For each arch (`--archs`, default base,big) and batch (`--tokens`, default 8192,16384,32768
+target tokens of B x L, L = `--length`, no padding), one child process each:
+
+* vtx: the real `Trainer` on a one-device MirroredStrategy, `--precision` (default
+  mixed_bfloat16), XLA on (`--no-jit` for off); the batch shape compiled first (`compile s`),
+  `--warmup` updates, then `--steps` updates launched back to back as `vtx train` launches them
+  (each before the one before is read) and read at the end: target tokens per second of wall time.
+* torch: `benchmarks/torch_reference.py` (the same model on torch.nn) on the same device, bf16
+  autocast for mixed_bfloat16, `Adam(fused=True)` on a GPU, the same updates back to back,
+  synchronised at the end.
+
+MFU = tok/s x 6 x parameters (encoder, decoder and the shared embedding that is also the
+output projection) / `--peak-tflops` (989: the H100 SXM's dense bf16 peak); attention's own
+FLOPs are left out, as in the issue's table.
+
+On the GPU machine (see ../shared/gpu/README.md):
+    bash .gpu/bin/setup.sh && . .gpu/bin/env.sh && python benchmarks/gpu_train.py
+On a CPU, to check that it runs (the figures mean nothing there):
+    python benchmarks/gpu_train.py --device cpu --archs tiny --tokens 512 --length 16 --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from train_throughput import RESULT_TAG, model_config_for, run_child, synthetic_batches
+
+
+def measure_vtx(arch: str, tokens: int, args) -> dict:
+    """Compile seconds, then the wall seconds of `args.steps` updates launched back to back."""
+    import tensorflow as tf
+
+    from vtx.config import TrainConfig
+    from vtx.training.stream import BatchStream
+    from vtx.training.trainer import Trainer
+
+    model_config = model_config_for(arch)
+    batches = synthetic_batches(model_config.vocab_size, tokens, args.length)
+    train_config = TrainConfig(max_tokens=tokens, precision=args.precision,
+                               jit_compile=args.jit, validate_interval_steps=0)
+    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
+    with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
+        trainer = Trainer(model_config, train_config, save_dir,
+                          strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
+        started = time.perf_counter()
+        trainer.compile_shapes([batches[0]["source"].shape])
+        compile_seconds = time.perf_counter() - started
+        stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
+        for _ in range(args.warmup):
+            trainer.train_update(stream)
+        started = time.perf_counter()
+        launched = [trainer.start_update(stream) for _ in range(args.steps)]
+        loss_sums = [float(trainer.read_update(totals)[0]) for totals in launched]
+        return {"seconds": time.perf_counter() - started, "compile_seconds": compile_seconds,
+                "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1]}
+
+
+def measure_torch(arch: str, tokens: int, args) -> dict:
+    """The wall seconds of `args.steps` reference updates run back to back."""
+    import torch
+    import torch_reference
+
+    device = "cuda" if args.device == "gpu" else "cpu"
+    model = torch_reference.build(model_config_for(arch).to_dict(), os.cpu_count()).to(device)
+    step = torch_reference.make_step(model, label_smoothing=0.1,
+                                     bfloat16=args.precision == "mixed_bfloat16",
+                                     fused=device == "cuda", read_loss=False)
+    batches = [{k: v.to(device) for k, v in torch_reference.to_tensors(b).items()}
+               for b in synthetic_batches(model.embedding.num_embeddings, tokens, args.length)]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for i in range(args.warmup):
+        step(batches[i % len(batches)])
+    sync()
+    started = time.perf_counter()
+    for i in range(args.steps):
+        loss_sum = step(batches[i % len(batches)])
+    sync()
+    return {"seconds": time.perf_counter() - started, "compile_seconds": 0.0,
+            "params": sum(p.numel() for p in model.parameters()),
+            "last_loss_sum": float(loss_sum)}
+
+
+def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
+    """One measurement in a child process; None (with its error output) when it fails."""
+    command = [sys.executable, __file__, "--worker", framework, "--archs", arch,
+               "--tokens", str(tokens), "--length", str(args.length), "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--precision", args.precision,
+               "--device", args.device, "--jit" if args.jit else "--no-jit"]
+    return run_child(command, f"{framework} {arch} {tokens}")
+
+
+def format_row(arch: str, tokens: int, vtx: dict | None, torch: dict | None, args) -> str:
+    """arch, tokens, compile s, tok/s of each, the ratio, MFU of each, parameters."""
+    target_tokens = tokens // args.length * args.length * args.steps
+    rate = lambda r: target_tokens / r["seconds"] if r else None
+    mfu = lambda r: 100 * rate(r) * 6 * r["params"] / (args.peak_tflops * 1e12) if r else None
+    cell = lambda value, spec: format(value, spec) if value is not None else "-"
+    ratio = rate(vtx) / rate(torch) if vtx and torch else None
+    return (f"{arch:5} {tokens:6d} {cell(vtx and vtx['compile_seconds'], '9.1f'):>9} "
+            f"{cell(rate(vtx), '10.0f'):>10} {cell(rate(torch), '10.0f'):>10} "
+            f"{cell(ratio, '6.2f'):>6}x {cell(mfu(vtx), '6.1f'):>6}% {cell(mfu(torch), '6.1f'):>6}% "
+            f"{'/'.join(str(r['params']) if r else '-' for r in (vtx, torch))}")
+
+
+def main(args) -> None:
+    print(f"device: {args.device} ({_gpu_name() if args.device == 'gpu' else 'CPU'}); "
+          f"precision {args.precision}, vtx XLA {'on' if args.jit else 'off'}; B x {args.length} "
+          f"tokens a side; {args.warmup} warm-up + {args.steps} timed updates back to back; "
+          f"MFU against {args.peak_tflops:g} TFLOP/s")
+    print(f"{'arch':5} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
+          f"{'ratio':>7} {'vtx MFU':>7} {'torch MFU':>7} params vtx/torch")
+    for arch in args.archs.split(","):
+        for tokens in (int(t) for t in args.tokens.split(",")):
+            vtx = run_worker("vtx", arch, tokens, args)
+            torch = run_worker("torch", arch, tokens, args) if args.reference else None
+            print(format_row(arch, tokens, vtx, torch, args), flush=True)
+
+
+def _gpu_name() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout.strip() or "no GPU listed"
+    except FileNotFoundError:
+        return "no nvidia-smi"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--archs", default="base,big")
+    parser.add_argument("--tokens", default="8192,16384,32768", help="target tokens per batch")
+    parser.add_argument("--length", type=int, default=64, help="L, source and target length")
+    parser.add_argument("--steps", type=int, default=30, help="timed updates")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed updates after compiling")
+    parser.add_argument("--precision", default="mixed_bfloat16",
+                        choices=("float32", "mixed_bfloat16"))
+    parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the torch reference")
+    parser.add_argument("--peak-tflops", type=float, default=989.0)
+    parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.length < 2 or any(int(t) < args.length for t in args.tokens.split(",")):
+        parser.error(f"every --tokens ({args.tokens}) must be >= --length ({args.length}) >= 2")
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    if arguments.worker:
+        measure = measure_vtx if arguments.worker == "vtx" else measure_torch
+        print(RESULT_TAG + json.dumps(measure(arguments.archs, int(arguments.tokens), arguments)),
+              flush=True)
+    else:
+        main(arguments)
