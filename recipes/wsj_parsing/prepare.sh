@@ -8,7 +8,8 @@
 # (PREFIX.words/.trees/.gold, brackets.txt) and $WORK/data (16K joint vocabulary, as the paper).
 # WORK defaults to runs/wsj_parsing; SLOTS (xx, the paper's linearization) is what stands for each
 # word in the trees (vtx prepare-parse --slots; `words` is what the treebank sample needed, see
-# README.md).
+# README.md); SUBTREES (0: N > 0 also trains on every phrase of >= N words as a pair of its own,
+# vtx prepare-parse --train-subtrees; 8 is the treebank sample's choice).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
@@ -17,6 +18,7 @@ WORK=${WORK:-$ROOT/runs/wsj_parsing}
 [ -d "$1" ] || die "treebank folder '$1' does not exist"
 check_vtx
 step "linearizing the treebank into $WORK/text"
-"$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text" --slots "${SLOTS:-xx}"
+"$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text" --slots "${SLOTS:-xx}" \
+  --train-subtrees "${SUBTREES:-0}"
 step "binarizing into $WORK/data"
 preprocess_trees "$WORK/text" "$WORK/data" 16000 --testpref "$WORK/text/test" --workers 4
