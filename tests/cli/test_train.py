@@ -94,3 +94,42 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                   "--xla-cache-dir", cache)
     assert refused.returncode == 2 and "--xla-cache-dir goes with --jit" in refused.stderr
+
+
+def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(multi30k_small,
+                                                                             tmp_path):
+    from vtx.data import pipeline
+
+    data, save = multi30k_small / "data", tmp_path / "run"
+
+    def shapes_line(stderr):
+        return next(line for line in stderr.splitlines() if line.startswith("batch shapes"))
+
+    first = vtx("train", data, "--save-dir", save, "--max-steps", 1, *SMALL)
+    assert first.returncode == 0, first.stderr[-3000:]
+    # Without XLA the lengths take any value (one traced program runs every shape).
+    lengths = pipeline.bucket_boundaries_for(data, ("train", "valid"),
+                                             **pipeline.shape_policy(False))
+    assert any(length % 8 for length in lengths)
+    newest = checkpoints.list_checkpoints(save)[-1]
+    assert checkpoints.load(newest).meta["bucket_boundaries"] == lengths
+    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert shapes_line(resumed.stderr) == shapes_line(first.stderr)
+    assert "kept from the checkpoint" not in resumed.stderr
+
+    # A checkpoint from before the lengths were recorded was trained on 8 multiples of 8: its
+    # data position only means the same batches with those.
+    old = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
+    del old.meta["bucket_boundaries"]
+    checkpoints.save(checkpoints.list_checkpoints(save)[-1], old)
+    legacy = vtx("train", data, "--save-dir", save, "--max-steps", 3, *SMALL)
+    assert legacy.returncode == 0, legacy.stderr[-3000:]
+    multiples = pipeline.bucket_boundaries_for(data, ("train", "valid"))
+    assert f"batch lengths kept from the checkpoint so that the data resumes where it was: " \
+           f"{multiples}" in legacy.stderr
+    assert all(length % 8 == 0 for length in multiples)
+    assert shapes_line(legacy.stderr) == "batch shapes (rows x length), training and " \
+        "validation: " + ", ".join(f"{r}x{n}" for r, n in pipeline.batch_shapes(512, multiples))
+    assert checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta[
+        "bucket_boundaries"] == multiples

@@ -162,13 +162,39 @@ def test_optimal_boundaries_pad_the_fewest_tokens():
     assert pipeline.optimal_boundaries(lengths, max_shapes=3) == [8, 16, 24]
 
 
-def test_optimal_boundaries_equal_an_exhaustive_search():
+@pytest.mark.parametrize("step", [8, 1])
+def test_optimal_boundaries_equal_an_exhaustive_search(step):
     lengths = np.random.default_rng(0).integers(1, 60, 300)
-    candidates = list(range(8, 65, 8))  # lengths reach 59: the last boundary is 64
+    top = -(-int(lengths.max()) // step) * step  # the longest, rounded up to a multiple
+    candidates = list(range(step, top + 1, step))
 
     def padded(boundaries):
         return sum(next(b for b in boundaries if b >= n) for n in lengths)
 
-    best = min((list(c) + [64] for k in range(3)
+    best = min((list(c) + [candidates[-1]] for k in range(3)
                 for c in itertools.combinations(candidates[:-1], k)), key=padded)
-    assert padded(pipeline.optimal_boundaries(lengths, max_shapes=3)) == padded(best)
+    found = pipeline.optimal_boundaries(lengths, max_shapes=3, step=step)
+    assert len(found) <= 3 and all(b % step == 0 for b in found)
+    assert padded(found) == padded(best)
+
+
+def test_without_xla_batches_take_lengths_of_any_value_and_pad_fewer_tokens():
+    # Under XLA each shape is compiled: at most 8 multiples of 8. Without it one traced program
+    # runs them all: 16 lengths of any value.
+    assert pipeline.shape_policy(True) == {"max_shapes": 8, "step": 8}
+    assert pipeline.shape_policy(False) == {"max_shapes": 16, "step": 1}
+    lengths = np.array([3, 3, 3, 9, 9, 17])
+    assert pipeline.optimal_boundaries(lengths, **pipeline.shape_policy(False)) == [3, 9, 17]
+    assert pipeline.optimal_boundaries(lengths, **pipeline.shape_policy(True)) == [8, 16, 24]
+
+
+def test_every_batch_has_one_of_the_shapes_of_lengths_of_any_value(small_data_dir):
+    boundaries = pipeline.bucket_boundaries_for(small_data_dir, **pipeline.shape_policy(False))
+    assert len(boundaries) <= 16 and any(b % 8 for b in boundaries)
+    shapes = set(pipeline.batch_shapes(MAX_TOKENS, boundaries))
+    batches = list(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
+                                          bucket_boundaries=boundaries).as_numpy_iterator())
+    assert {batch["source"].shape for batch in batches} <= shapes
+    real = sum(int((b["target_out"] != PAD_ID).sum()) for b in batches)
+    assert real == sum(int((b["target_out"] != PAD_ID).sum()) for b in pipeline.train_batches(
+        small_data_dir, max_tokens=MAX_TOKENS).as_numpy_iterator())  # every pair, once

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.training.synthetic import epoch_maker, make_pairs
+from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
 from vtx import checkpoints
 from vtx.training.trainer import Trainer, TrainingError
@@ -133,6 +133,35 @@ def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_i
     # Only the update before the loss took off was saved.
     assert [checkpoints.load(p).meta["step"] for p in
             checkpoints.list_checkpoints(tmp_path / "diverging")] == [1]
+
+
+def test_one_spiking_update_on_a_validation_step_still_saves_the_best_checkpoint(tmp_path):
+    """A batch can be far harder than the rest (long or odd pairs) and spike alone; when the
+    validation right after it is the best yet, that checkpoint is the one to keep."""
+    lines = []
+    pairs = make_pairs(50, 20)
+    rng = np.random.default_rng(7)
+    # Targets unrelated to their sources: a model that has learnt to reverse (loss ~0.1 nats
+    # per token by step 149) loses ~5 nats per token on them, far above twice its running mean.
+    hard = to_batch([(source, rng.integers(4, 20, 8).tolist()) for source, _ in pairs[:10]])
+    regular = epoch_maker(pairs, 10)
+
+    def make_epoch(epoch, skip):
+        batches = regular(epoch, 0)
+        if epoch == 29:  # 5 batches an epoch: the 150th update
+            batches[4] = hard
+        return batches[skip:]
+
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    train_config = config.TrainConfig(max_steps=152, warmup_steps=50, lr_scale=0.2,
+                                      label_smoothing=0.0, save_interval_minutes=0,
+                                      save_interval_steps=0, validate_interval_steps=150)
+    trainer = Trainer(model_config, train_config, tmp_path, log=lines.append)
+    trainer.fit(make_epoch, lambda: regular(0, 0))
+    assert [line.split(" at step ")[1].split()[0] for line in lines
+            if line.startswith("warning: loss")] == ["150"]
+    assert any(line.startswith("valid step 150 ") and line.endswith("| best") for line in lines)
+    assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 150
 
 
 def test_resuming_with_another_architecture_is_refused(tmp_path):

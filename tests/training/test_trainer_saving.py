@@ -74,6 +74,28 @@ def test_the_last_step_is_validated_when_the_time_budget_or_max_steps_ends_the_r
         assert checkpoints.load(tmp_path / name / checkpoints.BEST_NAME).meta["step"] == 3
 
 
+def test_tokens_per_second_leave_out_validation_time(tmp_path):
+    """tok/s measures training: a run that validates for 30 s every 2 updates logs the same
+    rates as one that does not validate."""
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    rates = {}
+    for name, interval in (("validating", 2), ("not", 0)):
+        trainer = make_trainer(tmp_path / name, max_steps=6, log_interval_steps=2,
+                               validate_interval_steps=interval)
+        evaluate, clock = trainer.evaluate, trainer.clock
+
+        def slow_evaluate(batches, evaluate=evaluate, clock=clock):
+            clock.now += 30.0
+            return evaluate(batches)
+
+        trainer.evaluate = slow_evaluate
+        trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
+        history = [json.loads(line) for line in
+                   (tmp_path / name / "history.jsonl").read_text().splitlines()]
+        rates[name] = [r["tokens_per_second"] for r in history if "tokens_per_second" in r]
+    assert len(rates["not"]) == 3 and rates["validating"] == pytest.approx(rates["not"])
+
+
 def test_save_interval_minutes_saves_on_the_clock(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=7, save_interval_minutes=2 / 60)
     trainer.fit(epoch_maker(PAIRS, 4))

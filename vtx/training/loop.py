@@ -113,7 +113,8 @@ class TrainingLoop:
             self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
             self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
                      f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
-                     f"all); no checkpoint is saved until it comes back")
+                     f"all); no routine checkpoint is saved until it comes back (a new best "
+                     f"validation still is)")
             if watch["in_a_row"] >= self.config.max_diverged_in_a_row:
                 raise TrainingError(
                     f"training diverged: the loss stayed far above its running mean {mean:.3f} "
@@ -149,10 +150,16 @@ class TrainingLoop:
                 self._count(self.read_update(pending), progress, loop)
                 pending = None
             if pending is None:
+                paused = self.clock()
                 done, result = self._after_update(stream, progress, make_valid, score_valid,
                                                   loop, clock_due, out_of_time, stop)
                 if done:
                     return result
+                # Validating and saving are not training: left out of tokens/s and of the
+                # next update's duration.
+                paused = self.clock() - paused
+                progress.leave_out(paused)
+                loop.last_read += paused
 
     def _may_launch_ahead(self, loop: "_LoopState", make_valid) -> bool:
         """Whether the next update may be launched before the pending one is read: on one worker
@@ -236,8 +243,10 @@ class TrainingLoop:
                      f"validations (--patience {config.patience}) at step {self.step}: "
                      f"saving a checkpoint and stopping")
         out_of_time = out_of_time or patience_out
-        # A diverging model is saved only when the run ends here (signal, budget, last step).
-        if (self._any_worker(bool((due or is_best) and not loop.diverging or stop)) or out_of_time
+        # A diverging model is not saved by the cadence, only when the run ends here (signal,
+        # budget, last step) or when it validated as the best yet: a validation outweighs one
+        # update's loss (a batch of unusually long or hard pairs can spike alone).
+        if (self._any_worker(bool(due and not loop.diverging or is_best or stop)) or out_of_time
                 or self.step == config.max_steps):
             path = self.save(stream)
             loop.last_save = self.clock()

@@ -59,6 +59,10 @@ class Progress:
         self._nll += nll_sum
         self._tokens += tokens
 
+    def leave_out(self, seconds: float) -> None:
+        """Leave `seconds` (validating, saving) out of this interval's tokens/s."""
+        self._interval_start += seconds
+
     def report_train(self, step: int, learning_rate: float, skipped: int,
                      diverged: int = 0) -> None:
         now = self.clock()

@@ -98,7 +98,8 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         raise ValueError(f"{eval_metric} at each validation needs a validation split in "
                          f"{data_dir} and --validate-interval-steps above 0")
     splits = ("train", "valid") if has_valid else ("train",)
-    boundaries = pipeline.bucket_boundaries_for(data_dir, splits)
+    boundaries = pipeline.bucket_boundaries_for(
+        data_dir, splits, **pipeline.shape_policy(train_config.jit_compile))
     for split in splits:
         pipeline.check_positions(data_dir, split, model_config.max_positions)
         pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
@@ -113,6 +114,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
                                              max_tokens=train_config.max_tokens,
                                              **(eval_options or {}))
     trainer.resume()
+    boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
     write_run_config(save_dir, data_dir, arch, model_config, train_config)
     shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
@@ -141,6 +143,30 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
             return cached
 
     return trainer.fit(make_epoch, valid, score_valid, shapes)
+
+
+def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[str, ...],
+                        log: Callable[[str], None]) -> list[int]:
+    """The padded lengths of this run's batches, recorded in the trainer's checkpoints: a resumed
+    run keeps its checkpoint's (those of a checkpoint from before they were recorded: the 8
+    multiples of 8 used then), so that its data position names the same batches whatever the
+    flags (`--jit` picks other lengths).
+
+    Raises:
+        ValueError: --max-tokens cannot hold the longest pair at the kept lengths.
+    """
+    from vtx.data import pipeline
+
+    if trainer.step:
+        kept = trainer.bucket_boundaries or pipeline.bucket_boundaries_for(data_dir, splits)
+        if kept != boundaries:
+            log(f"batch lengths kept from the checkpoint so that the data resumes where it was: "
+                f"{kept} (a new run with these flags would use {boundaries})")
+            for split in splits:
+                pipeline.check_max_tokens(data_dir, split, trainer.config.max_tokens, kept)
+            boundaries = kept
+    trainer.bucket_boundaries = boundaries
+    return boundaries
 
 
 def _without_index(batch: dict) -> dict:

@@ -107,6 +107,9 @@ class Trainer(TrainingLoop):
         self.elapsed_before = 0.0
         self._started = clock()
         self.positions = [(0, 0)] * self.topology.num_workers  # per worker: (epoch, offset)
+        # The padded batch lengths the positions refer to (`pipeline.optimal_boundaries`), set
+        # by the caller and kept in checkpoints; None when unknown.
+        self.bucket_boundaries: list[int] | None = None
         self._stop_signal: int | None = None
         self._resumed = False
         gradient_fn = self._replica_gradients
@@ -256,7 +259,8 @@ class Trainer(TrainingLoop):
                 "best_score": self.best_score, "validations_since_best": self.since_best,
                 "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
-                "num_workers": self.topology.num_workers}
+                "num_workers": self.topology.num_workers,
+                "bucket_boundaries": self.bucket_boundaries}
 
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
@@ -315,6 +319,7 @@ class Trainer(TrainingLoop):
         self.since_best = meta.get("validations_since_best", 0)
         self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
+        self.bucket_boundaries = meta.get("bucket_boundaries")
         if self.vocab is None:
             self.vocab = checkpoint.vocab
 
