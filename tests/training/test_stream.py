@@ -1,3 +1,6 @@
+import threading
+import time
+
 from vtx.training.stream import BatchStream
 
 
@@ -17,3 +20,34 @@ def test_stream_resumed_at_a_position_continues_the_same_sequence():
     resumed = BatchStream(labelled_epochs, epoch=1, offset=2)
     assert [resumed.next() for _ in range(3)] == [(1, 2), (2, 0), (2, 1)]
     assert resumed.position == (2, 2)
+
+
+class SlowToTearDown:
+    """An epoch's batches whose teardown blocks until the test lets it go (as a tf.data iterator
+    that ran beside training can, for tens of seconds)."""
+
+    let_go = threading.Event()
+    torn_down_on_main_thread: list[bool] = []
+
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.batches)
+
+    def __del__(self):
+        self.torn_down_on_main_thread.append(threading.current_thread() is threading.main_thread())
+        self.let_go.wait(timeout=60)
+
+
+def test_the_next_epoch_starts_without_waiting_for_the_last_one_to_be_torn_down():
+    stream = BatchStream(lambda epoch, skip: SlowToTearDown(labelled_epochs(epoch, skip)))
+    assert [stream.next() for _ in range(4)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    SlowToTearDown.let_go.set()  # only now: on the main thread next() would have waited 60 s
+    deadline = time.monotonic() + 30
+    while not SlowToTearDown.torn_down_on_main_thread and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert SlowToTearDown.torn_down_on_main_thread == [False]
