@@ -47,6 +47,9 @@ ARCHS = tuple(PRESETS)
               help="With --jit: keep the compiled programs here, so that a resumed run does not "
                    "compile again (TensorFlow's persistent XLA cache; per machine).  [default: "
                    "SAVE_DIR/xla_cache on a GPU machine, none on a CPU]")
+@click.option("--compile-workers", type=click.IntRange(min=0), default=0,
+              help="With --jit, on one device: batch shapes compiled at once before the first "
+                   "update (0: half the CPU cores).  [default: 0]")
 @click.option("--devices", default=None,
               help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,

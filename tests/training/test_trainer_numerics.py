@@ -6,7 +6,7 @@ import pytest
 
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
-from vtx.training.trainer import Trainer
+from vtx.training.trainer import Trainer, compile_workers
 
 TINY = config.preset("tiny", vocab_size=20, dropout=0.0)
 
@@ -73,21 +73,38 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
 
 
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
-    trainer = make_trainer(tmp_path, jit_compile=True, update_freq=2)
-    before = [np.asarray(v.numpy()) for v in trainer.model.variables + trainer.optimizer.variables]
-    trainer.compile_shapes([(8, 12), (4, 20)])
-    after = [np.asarray(v.numpy()) for v in trainer.model.variables + trainer.optimizer.variables]
-    assert len(after) == len(before)
-    for a, b in zip(after, before):
-        np.testing.assert_array_equal(a, b)
-    assert int(trainer.optimizer.iterations.numpy()) == 0
-    # and the first real update after it is the same as without the compilation pass
-    compiled_losses, compiled_weights = first_two_losses_and_weights(trainer)
+    """One shape at a time, or several at once (threads, as on a GPU machine's CPU cores): every
+    shape is compiled and named, and the first real updates after it are those without it."""
     losses, weights = first_two_losses_and_weights(
         make_trainer(tmp_path / "plain", jit_compile=True, update_freq=2))
-    np.testing.assert_allclose(compiled_losses, losses, rtol=1e-6)
-    for a, b in zip(compiled_weights, weights):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    shapes = [(8, 12), (4, 20)]
+    for workers in (1, 2):
+        trainer = make_trainer(tmp_path / str(workers), jit_compile=True, update_freq=2,
+                               compile_workers=workers)
+        lines = []
+        trainer.log = lines.append
+        state = trainer.model.variables + trainer.optimizer.variables
+        before = [np.asarray(v.numpy()) for v in state]
+        trainer.compile_shapes(shapes)
+        named = sorted(line.split("(")[1].split(")")[0] for line in lines
+                       if line.startswith("compiled the update for batch shape"))
+        assert named == sorted(f"{rows}x{length}" for rows, length in shapes), workers
+        for a, b in zip([np.asarray(v.numpy()) for v in state], before):
+            np.testing.assert_array_equal(a, b)
+        assert int(trainer.optimizer.iterations.numpy()) == 0
+        compiled_losses, compiled_weights = first_two_losses_and_weights(trainer)
+        np.testing.assert_allclose(compiled_losses, losses, rtol=1e-6)
+        for a, b in zip(compiled_weights, weights):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_compile_workers_half_the_cores_one_device_only():
+    assert compile_workers(0, shapes=8, replicas=1, cpus=16) == 8
+    assert compile_workers(0, shapes=8, replicas=1, cpus=6) == 3
+    assert compile_workers(0, shapes=8, replicas=1, cpus=1) == 1
+    assert compile_workers(0, shapes=3, replicas=1, cpus=16) == 3  # no more than the shapes
+    assert compile_workers(4, shapes=8, replicas=1, cpus=2) == 4  # asked for: kept
+    assert compile_workers(0, shapes=8, replicas=2, cpus=16) == 1  # collectives: one at a time
 
 
 def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):

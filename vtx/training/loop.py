@@ -72,16 +72,17 @@ class TrainingLoop:
             self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
-        progress = Progress(self.save_dir, self.config.max_steps,
-                            self.log if self.topology.is_chief else (lambda line: None),
-                            self._tensorboard_dir if self.topology.is_chief else None,
-                            time_budget_seconds=60 * self.config.max_minutes or None,
-                            clock=self.clock, start_step=self.step,
-                            elapsed_before=self.elapsed_before)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.config.jit_compile and shapes:
+                # Before the progress clock starts: compiling is not training (tokens/s, ETA).
                 self.compile_shapes(shapes)
+            progress = Progress(self.save_dir, self.config.max_steps,
+                                self.log if self.topology.is_chief else (lambda line: None),
+                                self._tensorboard_dir if self.topology.is_chief else None,
+                                time_budget_seconds=60 * self.config.max_minutes or None,
+                                clock=self.clock, start_step=self.step,
+                                elapsed_before=self.elapsed_before)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
             for signum, handler in handlers.items():

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -356,15 +358,61 @@ class Trainer(TrainingLoop):
     def compile_shapes(self, shapes: list[tuple[int, int]]) -> None:
         """Compile the update for every (rows, length) batch shape now, one progress line each:
         an all-pad batch of that shape runs through the whole update with Adam switched off (it
-        adds nothing to the accumulators, which are cleared after)."""
-        for number, (rows, length) in enumerate(shapes, start=1):
-            started = self.clock()
-            pad = np.full((rows, length), PAD_ID, np.int32)
-            batch = {"source": pad, "target_in": pad, "target_out": pad}
-            batches = self._distribute([batch] * self.topology.local_replicas)
-            if self.config.update_freq > 1:
-                self._accumulate(batches)
-            self._update(batches, tf.constant(False)).numpy()
-            self.log(f"compiled the update for batch shape {number}/{len(shapes)} "
-                     f"({rows}x{length}) in {self.clock() - started:.1f} s")
+        adds nothing to the accumulators, which are cleared after).
+
+        XLA compiles a program on one CPU core, so on one replica several shapes are compiled at
+        once (`compile_workers`); their all-pad runs then share the device's memory, and a shape
+        whose run did not fit beside the others is run again alone (its program is compiled
+        by then). Several replicas compile one shape at a time: each shape's pass ends in
+        collectives, which concurrent passes could enter in different orders."""
+        workers = compile_workers(self.config.compile_workers, len(shapes),
+                                  self.strategy.num_replicas_in_sync)
+        started, done, crowded = self.clock(), 0, []
+
+        def report(shape, seconds, note=""):
+            nonlocal done
+            done += 1
+            self.log(f"compiled the update for batch shape {done}/{len(shapes)} "
+                     f"({shape[0]}x{shape[1]}){note} in {seconds:.1f} s")
+
+        if workers == 1:
+            for shape in shapes:
+                report(shape, self._compile_pass(shape))
+        else:
+            self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
+            with ThreadPoolExecutor(workers) as pool:
+                passes = {pool.submit(self._compile_pass, shape): shape for shape in shapes}
+                for finished in as_completed(passes):
+                    try:
+                        report(passes[finished], finished.result())
+                    except tf.errors.ResourceExhaustedError:
+                        crowded.append(passes[finished])
+            for shape in crowded:  # compiled, but its run did not fit beside the others
+                report(shape, self._compile_pass(shape), ", run again alone (out of memory "
+                       "beside the others)")
         self._reset()
+        if workers > 1:
+            self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s")
+
+    def _compile_pass(self, shape: tuple[int, int]) -> float:
+        """One all-pad update of `shape` with Adam off; its seconds."""
+        started = self.clock()
+        pad = np.full(shape, PAD_ID, np.int32)
+        batch = {"source": pad, "target_in": pad, "target_out": pad}
+        batches = self._distribute([batch] * self.topology.local_replicas)
+        if self.config.update_freq > 1:
+            self._accumulate(batches)
+        self._update(batches, tf.constant(False)).numpy()
+        return self.clock() - started
+
+
+def compile_workers(requested: int, shapes: int, replicas: int,
+                    cpus: int | None = None) -> int:
+    """How many batch shapes `Trainer.compile_shapes` compiles at once: `requested` when > 0,
+    else half the CPU cores (the other half feed the compilers and the device), at least 1;
+    never more than there are shapes, and 1 with several replicas (see compile_shapes)."""
+    if replicas > 1 or shapes <= 1:
+        return 1
+    if requested <= 0:
+        requested = max(1, (cpus or os.cpu_count() or 1) // 2)
+    return min(requested, shapes)
