@@ -41,8 +41,10 @@ ARCHS = tuple(PRESETS)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
               help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 and on CPUs with "
                    "avx512_bf16 or AMX, else float32.")
-@click.option("--jit/--no-jit", default=False, show_default=True,
-              help="XLA-compile the per-replica gradient function (helps on GPU).")
+@click.option("--jit/--no-jit", default=None,
+              help="XLA-compile the update (on one device the whole of it; across replicas "
+                   "the per-replica gradients).  [default: --jit where nvidia-smi lists a GPU "
+                   "and --devices names no CPU only, else --no-jit]")
 @click.option("--xla-cache-dir", type=click.Path(file_okay=False),
               help="With --jit: keep the compiled programs here, so that a resumed run does not "
                    "compile again (TensorFlow's persistent XLA cache; per machine).  [default: "
@@ -98,9 +100,13 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
         return
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
-    if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
-        from vtx.training import compile_cache
+    from vtx.training import compile_cache
 
+    if train_options["jit"] is None:
+        train_options["jit"] = compile_cache.jit_by_default(devices.split(",") if devices else None)
+        if train_options["jit"]:
+            click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
+    if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
         cache = xla_cache_dir or compile_cache.default_directory(save_dir)
         if cache is not None:
             click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)

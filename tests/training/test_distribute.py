@@ -50,14 +50,18 @@ def test_gpus_listed_by_nvidia_smi_but_unseen_by_tensorflow_are_named(tmp_path, 
     assert unseen_gpus_warning() is None
 
 
-def test_the_xla_cache_defaults_to_the_save_dir_on_a_gpu_machine_only(tmp_path, monkeypatch):
+def test_xla_and_its_cache_are_on_by_default_on_a_gpu_machine_only(tmp_path, monkeypatch):
     from vtx.training import compile_cache
 
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\\n")
     assert compile_cache.default_directory(tmp_path / "run") == tmp_path / "run" / "xla_cache"
+    assert compile_cache.jit_by_default(None)  # XLA on by default where a GPU is listed
+    assert compile_cache.jit_by_default(["/gpu:0", "/gpu:1"])
+    assert not compile_cache.jit_by_default(["/cpu:0"])  # ... unless the run is on the CPU
     fake_nvidia_smi(tmp_path, "No devices were found\\n")
     assert compile_cache.default_directory(tmp_path / "run") is None
+    assert not compile_cache.jit_by_default(None)
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2 "
                                        "--tf_xla_persistent_cache_directory=/old")
     compile_cache.enable(tmp_path / "cache")
