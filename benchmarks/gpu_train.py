@@ -51,7 +51,8 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         trainer = Trainer(model_config, train_config, save_dir,
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
         started = time.perf_counter()
-        trainer.compile_shapes([batches[0]["source"].shape])
+        rows, length = batches[0]["source"].shape
+        trainer.compile_shapes([(rows, length, length)])
         compile_seconds = time.perf_counter() - started
         stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
         for _ in range(args.warmup):

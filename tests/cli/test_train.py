@@ -99,6 +99,7 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
 def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(multi30k_small,
                                                                              tmp_path):
     from vtx.data import pipeline
+    from vtx.training.trainer import format_shape
 
     data, save = multi30k_small / "data", tmp_path / "run"
 
@@ -129,7 +130,9 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     assert f"batch lengths kept from the checkpoint so that the data resumes where it was: " \
            f"{multiples}" in legacy.stderr
     assert all(length % 8 == 0 for length in multiples)
-    assert shapes_line(legacy.stderr) == "batch shapes (rows x length), training and " \
-        "validation: " + ", ".join(f"{r}x{n}" for r, n in pipeline.batch_shapes(512, multiples))
+    sides = pipeline.side_lengths_for(data, ("train", "valid"), multiples)
+    assert shapes_line(legacy.stderr) == "batch shapes (rows x length, or rows x source x " \
+        "target), training and validation: " + ", ".join(
+            format_shape(shape) for shape in pipeline.batch_shapes(512, multiples, sides))
     assert checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta[
         "bucket_boundaries"] == multiples

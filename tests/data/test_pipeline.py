@@ -66,9 +66,9 @@ def test_every_batch_has_one_of_at_most_8_shapes_whatever_its_fill(small_data_di
     boundaries = pipeline.bucket_boundaries_for(small_data_dir)
     shapes = pipeline.batch_shapes(MAX_TOKENS, boundaries)
     assert len(shapes) <= pipeline.MAX_SHAPES
-    assert {batch["source"].shape for batch in epoch0} <= set(shapes)
+    assert {batch["source"].shape for batch in epoch0} <= {(r, s) for r, s, _ in shapes}
     assert all(batch["target_out"].shape == batch["source"].shape for batch in epoch0)
-    assert all(rows % 8 == 0 or rows < 8 for rows, _ in shapes)
+    assert all(rows % 8 == 0 or rows < 8 for rows, _, _ in shapes)
     filled = [b for b in epoch0 if not (b["target_out"] != PAD_ID).any(axis=1).all()]
     assert filled  # short batches exist and kept their bucket's shape
     for batch in filled:  # fill rows come last
@@ -145,6 +145,36 @@ def test_custom_bucket_boundaries_are_used(small_data_dir):
         pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS, bucket_boundaries=[8, 16])
 
 
+def test_each_side_is_padded_to_the_longest_of_that_side_in_its_bucket(small_data_dir):
+    boundaries = [16, 32, 64, 128]
+    sides = pipeline.side_lengths_for(small_data_dir, ("train",), boundaries)
+    assert any(side < length for length, pair in zip(boundaries, sides) for side in pair)
+    full, cut = (batches_as_numpy(pipeline.train_batches(
+        small_data_dir, max_tokens=MAX_TOKENS, seed=7, bucket_boundaries=boundaries,
+        side_lengths=lengths)) for lengths in (None, sides))
+    assert unpadded_pairs(cut) == unpadded_pairs(full)  # the same batches: only padding cut
+    shapes = pipeline.batch_shapes(MAX_TOKENS, boundaries, sides)
+    seen = {(b["source"].shape, b["target_in"].shape, b["target_out"].shape) for b in cut}
+    assert seen <= {((r, s), (r, t), (r, t)) for r, s, t in shapes}
+    longest = {}  # each bucket's longest real source and target_in, by its rows
+    for batch in cut:
+        rows = batch["source"].shape[0]
+        found = ((batch["source"] != PAD_ID).sum(1).max(), (batch["target_in"] != PAD_ID).sum(1).max())
+        longest[rows] = np.maximum(longest.get(rows, (0, 0)), found)
+    for rows, source, target in shapes:
+        if rows in longest:
+            assert tuple(longest[rows]) == (source, target)
+    stepped = pipeline.side_lengths_for(small_data_dir, ("train",), boundaries, step=8)
+    for length, pair, exact in zip(boundaries, stepped, sides):
+        for side, least in zip(pair, exact):
+            assert side == length or (side % 8 == 0 and least <= side < least + 8)
+    # lengths computed from other data are refused, not a pair cut
+    with pytest.raises(Exception, match="a pair has a (source|target) longer than the"):
+        batches_as_numpy(pipeline.train_batches(
+            small_data_dir, max_tokens=MAX_TOKENS, bucket_boundaries=boundaries,
+            side_lengths=[(2, 2)] * len(boundaries)))
+
+
 def test_bad_arguments_are_named(small_data_dir):
     with pytest.raises(ValueError, match="max_tokens 20 cannot hold the longest pair"):
         pipeline.train_batches(small_data_dir, max_tokens=20)
@@ -191,7 +221,7 @@ def test_without_xla_batches_take_lengths_of_any_value_and_pad_fewer_tokens():
 def test_every_batch_has_one_of_the_shapes_of_lengths_of_any_value(small_data_dir):
     boundaries = pipeline.bucket_boundaries_for(small_data_dir, **pipeline.shape_policy(False))
     assert len(boundaries) <= 16 and any(b % 8 for b in boundaries)
-    shapes = set(pipeline.batch_shapes(MAX_TOKENS, boundaries))
+    shapes = {(rows, length) for rows, length, _ in pipeline.batch_shapes(MAX_TOKENS, boundaries)}
     batches = list(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
                                           bucket_boundaries=boundaries).as_numpy_iterator())
     assert {batch["source"].shape for batch in batches} <= shapes

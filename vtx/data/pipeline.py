@@ -1,7 +1,9 @@
 """tf.data input pipeline over a data directory written by `vtx preprocess` (`vtx.data.preprocess`).
 
-Public API (shapes: B batch, S source length, T target length; S == T == the bucket's padded
-length L within one batch):
+Public API (shapes: B batch, S source length, T target length; a bucket of padded length L
+holds the pairs with max(S, T) <= L, and its batches are [B, S_L] and [B, T_L], each side
+padded to the longest of that side in the bucket (`side_lengths_for`), so that a parser's
+sources, a third of their trees, are not padded to the tree's length):
     load_meta(data_dir) -> dict                      the directory's meta.json
     vocabulary_path(data_dir) -> Path                its SentencePiece model
     vocab_size(data_dir) -> int                      number of ids, special ones included
@@ -13,21 +15,26 @@ length L within one batch):
     shape_policy(jit_compile) -> dict                those two arguments for a run (see below)
     bucket_boundaries_for(data_dir, splits, max_shapes=8, step=8) -> list
                                                      optimal_boundaries of the pairs of `splits`
-    batch_shapes(max_tokens, boundaries) -> list     every (rows, length) a batch can have
+    side_lengths_for(data_dir, splits, boundaries, step=1) -> list
+                                                     each bucket's (source, target) padded lengths
+    batch_shapes(max_tokens, boundaries, sides=None) -> list
+                                                     every (rows, source, target) a batch can have
     train_batches(data_dir, split="train", max_tokens=4096, seed=0, epoch=0, skip_batches=0,
-                  num_shards=1, shard_index=0, bucket_boundaries=None) -> tf.data.Dataset
+                  num_shards=1, shard_index=0, bucket_boundaries=None, side_lengths=None)
+                  -> tf.data.Dataset
         one epoch of {"source": int32 [B, S], "target_in": int32 [B, T],
                       "target_out": int32 [B, T]}, PAD_ID-padded; target_in = bos + target,
         target_out = target + eos. Every kept pair exactly once. Every batch has one of the
-        shapes `batch_shapes(max_tokens, boundaries)` (boundaries default: the split's
-        `bucket_boundaries_for`), B x L <= max_tokens, a bucket's short last batch filled up
+        shapes `batch_shapes(max_tokens, boundaries, side_lengths)` (boundaries default: the
+        split's `bucket_boundaries_for`; side lengths: L for both sides), B x L <= max_tokens, a bucket's short last batch filled up
         with all-pad rows (index -1 in eval_batches), which carry no loss. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
         fully permuted with a stateless seeded shuffle (the whole shard is the shuffle buffer;
         a shard is at most `--shard-size` pairs), so `skip_batches=k` yields exactly the batches
         after the first k of the uninterrupted epoch (resume from a saved position).
         `num_shards`/`shard_index`: batch i goes to worker i % num_shards (multi-worker
         training); skip_batches counts this worker's batches. Workers may get one batch less.
-    eval_batches(data_dir, split, max_tokens, bucket_boundaries=None) -> tf.data.Dataset
+    eval_batches(data_dir, split, max_tokens, bucket_boundaries=None, side_lengths=None)
+                 -> tf.data.Dataset
         the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
         outputs can be put back in corpus order; no shuffling, deterministic order.
     check_max_tokens(data_dir, split, max_tokens, bucket_boundaries=None)
@@ -105,14 +112,8 @@ def shape_policy(jit_compile: bool) -> dict:
 def padded_lengths(data_dir: str | Path, splits: tuple[str, ...] = ("train",)) -> np.ndarray:
     """int64 [n]: each pair's length once padded for the model, max(|source|, |target| + 1)
     (target_in and target_out hold one id more than the stored target), over `splits`."""
-    data_dir = Path(data_dir)
-    meta = load_meta(data_dir)
-    found = [np.zeros(0, np.int64)]
-    for split in splits:
-        for shard in _split_meta(meta, split)["shards"]:
-            lengths = np.fromfile(data_dir / f"{shard['name']}.idx", np.int32).reshape(2, -1)
-            found.append(np.maximum(lengths[0], lengths[1] + 1).astype(np.int64))
-    return np.concatenate(found)
+    source, target = _side_lengths(data_dir, splits)
+    return np.maximum(source, target)
 
 
 def optimal_boundaries(lengths: np.ndarray, max_shapes: int = MAX_SHAPES,
@@ -151,6 +152,39 @@ def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("trai
     return optimal_boundaries(padded_lengths(data_dir, splits), max_shapes, step)
 
 
+def side_lengths_for(data_dir: str | Path, splits: tuple[str, ...], boundaries: list[int],
+                     step: int = 1) -> list[tuple[int, int]]:
+    """Each bucket's (source, target_in) padded lengths: the longest of that side among the
+    pairs of `splits` in the bucket, rounded up to a multiple of `step`, at most the bucket's
+    length (an empty bucket: its length for both). The pairs of every split the batches will
+    hold must be among `splits` (`train_batches` refuses a longer one)."""
+    source, target = _side_lengths(data_dir, splits)
+    boundaries = sorted(boundaries)
+    bucket = np.searchsorted(boundaries, np.maximum(source, target), side="left")
+    sides = []
+    for index, length in enumerate(boundaries):
+        held = bucket == index
+        if not held.any():
+            sides.append((length, length))
+            continue
+        sides.append(tuple(min(length, -(-int(side[held].max()) // step) * step)
+                           for side in (source, target)))
+    return sides
+
+
+def _side_lengths(data_dir: str | Path, splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [n] each: the source and target_in lengths (target + bos) of the pairs of `splits`."""
+    data_dir = Path(data_dir)
+    meta = load_meta(data_dir)
+    found = [np.zeros((2, 0), np.int64)]
+    for split in splits:
+        for shard in _split_meta(meta, split)["shards"]:
+            lengths = np.fromfile(data_dir / f"{shard['name']}.idx", np.int32).reshape(2, -1)
+            found.append(np.stack([lengths[0], lengths[1] + 1]).astype(np.int64))
+    both = np.concatenate(found, axis=1)
+    return both[0], both[1]
+
+
 def rows_for_length(max_tokens: int, length: int) -> int:
     """Rows of a batch padded to `length`: max_tokens // length, down to a multiple of 8 when
     there are 8 or more (friendly to GPU tiles), at least 1."""
@@ -158,9 +192,15 @@ def rows_for_length(max_tokens: int, length: int) -> int:
     return rows - rows % 8 if rows >= 8 else rows
 
 
-def batch_shapes(max_tokens: int, boundaries: list[int]) -> list[tuple[int, int]]:
-    """The (rows, length) of every batch `train_batches`/`eval_batches` can yield."""
-    return [(rows_for_length(max_tokens, length), length) for length in sorted(boundaries)]
+def batch_shapes(max_tokens: int, boundaries: list[int],
+                 sides: list[tuple[int, int]] | None = None) -> list[tuple[int, int, int]]:
+    """The (rows, source length, target length) of every batch `train_batches`/`eval_batches`
+    can yield: rows by the bucket's length, each side's length from `sides`
+    (`side_lengths_for`, one per sorted boundary; default: the bucket's length)."""
+    boundaries = sorted(boundaries)
+    sides = sides or [(length, length) for length in boundaries]
+    return [(rows_for_length(max_tokens, length), source, target)
+            for length, (source, target) in zip(boundaries, sides)]
 
 
 def _split_meta(meta: dict, split: str) -> dict:
@@ -265,12 +305,13 @@ def check_positions(data_dir: str | Path, split: str, max_positions: int) -> Non
                          f"preprocess again with --max-positions {max_positions}")
 
 
-def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
-              boundaries: list[int]) -> tf.data.Dataset:
-    """Group pairs into batches of `rows_for_length` rows padded to their bucket length L; a
+def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int, boundaries: list[int],
+              sides: list[tuple[int, int]] | None) -> tf.data.Dataset:
+    """Group pairs into batches of `rows_for_length` rows padded to their bucket length L, then
+    each side cut to its length in `sides` (only padding: a longer pair is an error); a
     bucket's short last batch is filled up with all-pad rows (no loss, no gradient)."""
     boundaries = _checked_boundaries(longest, max_tokens, boundaries)
-    batch_sizes = [rows for rows, _ in batch_shapes(max_tokens, boundaries)]
+    batch_sizes = [rows for rows, _, _ in batch_shapes(max_tokens, boundaries)]
     batches = pairs.map(_add_bos_eos).bucket_by_sequence_length(
         lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"])),
         # bucket i holds lengths in [boundaries[i-1] + 1, boundaries[i]], padded to boundaries[i]
@@ -278,7 +319,29 @@ def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int,
         bucket_batch_sizes=batch_sizes + [1],  # the last bucket (too long) stays empty
         pad_to_bucket_boundary=True, padding_values={"source": PAD_ID, "target_in": PAD_ID,
                                                      "target_out": PAD_ID, "index": np.int64(-1)})
-    return batches.map(lambda batch: _fill_rows(batch, max_tokens))
+    batches = batches.map(lambda batch: _fill_rows(batch, max_tokens))
+    if sides is None:
+        return batches
+    if len(sides) != len(boundaries):
+        raise ValueError(f"{len(sides)} side lengths for {len(boundaries)} bucket boundaries")
+    return batches.map(lambda batch: _cut_sides(batch, boundaries, sides))
+
+
+def _cut_sides(batch: dict, boundaries: list[int], sides: list[tuple[int, int]]) -> dict:
+    """Cut a bucket's [B, L] source and targets to its (source, target) lengths."""
+    bucket = tf.argmax(tf.cast(tf.equal(boundaries, tf.shape(batch["source"])[1]), tf.int32))
+    source = tf.gather([side[0] for side in sides], bucket)
+    target = tf.gather([side[1] for side in sides], bucket)
+    checks = [tf.debugging.assert_equal(
+        tf.reduce_all(tf.equal(batch[key][:, cut:], PAD_ID)), True,
+        message=f"a pair has a {name} longer than the {name} length of its bucket (the batch "
+                f"lengths were computed from other data)")
+        for key, cut, name in (("source", source, "source"), ("target_in", target, "target"))]
+    with tf.control_dependencies(checks):
+        cut = {"source": batch["source"][:, :source],
+               "target_in": batch["target_in"][:, :target],
+               "target_out": batch["target_out"][:, :target]}
+    return {**batch, **cut}
 
 
 def _fill_rows(batch: dict, max_tokens: int) -> dict:
@@ -302,8 +365,8 @@ def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 4096,
                   seed: int = 0, epoch: int = 0, skip_batches: int = 0, num_shards: int = 1,
-                  shard_index: int = 0, bucket_boundaries: list[int] | None = None
-                  ) -> tf.data.Dataset:
+                  shard_index: int = 0, bucket_boundaries: list[int] | None = None,
+                  side_lengths: list[tuple[int, int]] | None = None) -> tf.data.Dataset:
     """One shuffled epoch of token-bounded training batches (see the module docstring).
 
     Returns:
@@ -321,14 +384,15 @@ def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 
     longest = _padded_length_limit(_split_meta(meta, split))
     boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     batches = _bucketed(_pairs(data_dir, meta, split, seed, epoch), longest, max_tokens,
-                        boundaries)
+                        boundaries, side_lengths)
     batches = batches.map(lambda batch: {key: batch[key]
                                          for key in ("source", "target_in", "target_out")})
     return _deterministic(batches.shard(num_shards, shard_index).skip(skip_batches))
 
 
 def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
-                 bucket_boundaries: list[int] | None = None) -> tf.data.Dataset:
+                 bucket_boundaries: list[int] | None = None,
+                 side_lengths: list[tuple[int, int]] | None = None) -> tf.data.Dataset:
     """All pairs of `split` in token-bounded batches, deterministic order, no shuffling.
 
     Returns:
@@ -340,7 +404,7 @@ def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
     longest = _padded_length_limit(_split_meta(meta, split))
     boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     return _deterministic(_bucketed(_pairs(data_dir, meta, split, None, 0), longest,
-                                    max_tokens, boundaries))
+                                    max_tokens, boundaries, side_lengths))
 
 
 def split_pairs(data_dir: str | Path, split: str) -> list[tuple[list[int], list[int]]]:

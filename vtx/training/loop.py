@@ -52,7 +52,8 @@ class TrainingLoop:
             score_valid: `() -> Score` of the model on the validation set by a task metric
                 (`vtx.training.validation`), called at each validation on every worker; needed
                 when `best_checkpoint_metric` is not "loss".
-            shapes: the (rows, length) of every batch the data makes (`pipeline.batch_shapes`):
+            shapes: the (rows, source length, target length) of every batch the data makes
+                (`pipeline.batch_shapes`):
                 with XLA (`jit_compile`) each is compiled before the first update, so that no
                 update ever waits for a compilation.
 

@@ -82,7 +82,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 
     strategy = make_strategy(devices)  # first: MultiWorkerMirroredStrategy must precede other TF ops
     from vtx.data import pipeline
-    from vtx.training.trainer import Trainer
+    from vtx.training.trainer import Trainer, format_shape
 
     save_dir = Path(save_dir)
     model_config = resolve_model_config(data_dir, arch, overrides)
@@ -121,15 +121,19 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
-    shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries)
-    log("batch shapes (rows x length), training and validation: " + ", ".join(
-        f"{rows}x{length}" for rows, length in shapes))
+    # Each bucket's sides padded to their own longest (a parser's sources are a third of their
+    # trees); derived from the data and the lengths, so a resumed run cuts the same batches.
+    sides = pipeline.side_lengths_for(data_dir, splits, boundaries,
+                                      pipeline.shape_policy(train_config.jit_compile)["step"])
+    shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries, sides)
+    log("batch shapes (rows x length, or rows x source x target), training and validation: "
+        + ", ".join(format_shape(shape) for shape in shapes))
 
     def make_epoch(epoch: int, skip: int):
         return pipeline.train_batches(
             data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed, epoch=epoch,
             skip_batches=skip, num_shards=shards, shard_index=shard,
-            bucket_boundaries=boundaries).as_numpy_iterator()
+            bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
 
     valid = None
     if has_valid:
@@ -138,8 +142,8 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         def valid():
             if not cached:
                 cached.extend(_without_index(b) for b in pipeline.eval_batches(
-                    data_dir, "valid", train_config.max_tokens,
-                    bucket_boundaries=boundaries).as_numpy_iterator())
+                    data_dir, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
+                    side_lengths=sides).as_numpy_iterator())
             return cached
 
     return trainer.fit(make_epoch, valid, score_valid, shapes)

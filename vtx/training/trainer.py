@@ -355,8 +355,8 @@ class Trainer(TrainingLoop):
         self.log(f"skipped {path}, renamed to {target.name} (kept, not resumed from again): "
                  f"{error}")
 
-    def compile_shapes(self, shapes: list[tuple[int, int]]) -> None:
-        """Compile the update for every (rows, length) batch shape now, one progress line each:
+    def compile_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
+        """Compile the update for every (rows, source length, target length) batch shape now, one progress line each:
         an all-pad batch of that shape runs through the whole update with Adam switched off (it
         adds nothing to the accumulators, which are cleared after).
 
@@ -373,7 +373,7 @@ class Trainer(TrainingLoop):
             nonlocal done
             done += 1
             self.log(f"compiled the update for batch shape {done}/{len(shapes)} "
-                     f"({shape[0]}x{shape[1]}){note} in {seconds:.1f} s")
+                     f"({format_shape(shape)}){note} in {seconds:.1f} s")
 
         if workers == 1:
             for shape in shapes:
@@ -394,16 +394,24 @@ class Trainer(TrainingLoop):
         if workers > 1:
             self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s")
 
-    def _compile_pass(self, shape: tuple[int, int]) -> float:
+    def _compile_pass(self, shape: tuple[int, int, int]) -> float:
         """One all-pad update of `shape` with Adam off; its seconds."""
         started = self.clock()
-        pad = np.full(shape, PAD_ID, np.int32)
-        batch = {"source": pad, "target_in": pad, "target_out": pad}
+        rows, source, target = shape
+        target_pad = np.full((rows, target), PAD_ID, np.int32)
+        batch = {"source": np.full((rows, source), PAD_ID, np.int32),
+                 "target_in": target_pad, "target_out": target_pad}
         batches = self._distribute([batch] * self.topology.local_replicas)
         if self.config.update_freq > 1:
             self._accumulate(batches)
         self._update(batches, tf.constant(False)).numpy()
         return self.clock() - started
+
+
+def format_shape(shape: tuple[int, int, int]) -> str:
+    """rows x length, or rows x source length x target length when the sides differ."""
+    rows, source, target = shape
+    return f"{rows}x{source}" if source == target else f"{rows}x{source}x{target}"
 
 
 def compile_workers(requested: int, shapes: int, replicas: int,
