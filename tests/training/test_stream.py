@@ -51,3 +51,20 @@ def test_the_next_epoch_starts_without_waiting_for_the_last_one_to_be_torn_down(
     while not SlowToTearDown.torn_down_on_main_thread and time.monotonic() < deadline:
         time.sleep(0.01)
     assert SlowToTearDown.torn_down_on_main_thread == [False]
+
+
+def test_closing_tears_the_epoch_down_off_the_caller_and_resumes_at_the_same_batch():
+    """`fit` closes its stream at the end of training: its live iterator must not block the
+    caller, and a stream used again goes on where it was."""
+    SlowToTearDown.let_go.clear()
+    SlowToTearDown.torn_down_on_main_thread.clear()
+    stream = BatchStream(lambda epoch, skip: SlowToTearDown(labelled_epochs(epoch, skip)))
+    assert [stream.next() for _ in range(2)] == [(0, 0), (0, 1)]
+    stream.close()  # on the main thread this would have waited 60 s
+    stream.close()  # nothing left to close
+    assert stream.next() == (0, 2) and stream.position == (0, 3)
+    SlowToTearDown.let_go.set()
+    deadline = time.monotonic() + 30
+    while not SlowToTearDown.torn_down_on_main_thread and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert SlowToTearDown.torn_down_on_main_thread == [False]

@@ -86,6 +86,7 @@ class TrainingLoop:
                                 elapsed_before=self.elapsed_before)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
+            stream.close()
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 

@@ -42,12 +42,16 @@ class BatchStream:
             if self.offset == 0:
                 raise RuntimeError(f"epoch {self.epoch} of the training data yields no batch")
             self.epoch, self.offset = self.epoch + 1, 0
-            self._release_finished_epoch()
+            self.close()
         raise RuntimeError(f"epoch {self.epoch} of the training data yields no batch")
 
-    def _release_finished_epoch(self) -> None:
-        """Drop the finished epoch's iterator on another thread: tearing down a tf.data iterator
-        that ran beside training blocked for 29-47 s at about one epoch end in three (Multi30k,
-        2-core AMD EPYC; the cause is inside TensorFlow), and the loop must not wait for it."""
+    def close(self) -> None:
+        """Drop the current epoch's iterator on another thread (the next `next` starts a new one
+        at the same position): tearing down a tf.data iterator that ran beside training blocked
+        for 29-47 s at about one epoch end in three, and for 37-46 s in three of four runs at the
+        end of training (Multi30k and the WSJ sample, 2-core AMD EPYC; the cause is inside
+        TensorFlow), and neither the loop nor the caller of `fit` must wait for it."""
+        if self._iterator is None:
+            return
         holder, self._iterator = [self._iterator], None  # the iterator's only reference
         threading.Thread(target=holder.clear, name="vtx-epoch-teardown", daemon=True).start()
