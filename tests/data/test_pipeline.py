@@ -159,7 +159,7 @@ def test_each_side_is_padded_to_the_longest_of_that_side_in_its_bucket(small_dat
     longest = {}  # each bucket's longest real source and target_in, by its rows
     for batch in cut:
         rows = batch["source"].shape[0]
-        found = ((batch["source"] != PAD_ID).sum(1).max(), (batch["target_in"] != PAD_ID).sum(1).max())
+        found = [(batch[key] != PAD_ID).sum(1).max() for key in ("source", "target_in")]
         longest[rows] = np.maximum(longest.get(rows, (0, 0)), found)
     for rows, source, target in shapes:
         if rows in longest:

@@ -26,8 +26,9 @@ sources, a third of their trees, are not padded to the tree's length):
                       "target_out": int32 [B, T]}, PAD_ID-padded; target_in = bos + target,
         target_out = target + eos. Every kept pair exactly once. Every batch has one of the
         shapes `batch_shapes(max_tokens, boundaries, side_lengths)` (boundaries default: the
-        split's `bucket_boundaries_for`; side lengths: L for both sides), B x L <= max_tokens, a bucket's short last batch filled up
-        with all-pad rows (index -1 in eval_batches), which carry no loss. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
+        split's `bucket_boundaries_for`; side lengths: L for both sides), B x L <= max_tokens,
+        a bucket's short last batch filled up with all-pad rows (index -1 in eval_batches),
+        which carry no loss. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
         fully permuted with a stateless seeded shuffle (the whole shard is the shuffle buffer;
         a shard is at most `--shard-size` pairs), so `skip_batches=k` yields exactly the batches
         after the first k of the uninterrupted epoch (resume from a saved position).

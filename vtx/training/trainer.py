@@ -356,9 +356,9 @@ class Trainer(TrainingLoop):
                  f"{error}")
 
     def compile_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
-        """Compile the update for every (rows, source length, target length) batch shape now, one progress line each:
-        an all-pad batch of that shape runs through the whole update with Adam switched off (it
-        adds nothing to the accumulators, which are cleared after).
+        """Compile the update for every (rows, source length, target length) batch shape now,
+        one progress line each: an all-pad batch of that shape runs through the whole update
+        with Adam switched off (it adds nothing to the accumulators, which are cleared after).
 
         XLA compiles a program on one CPU core, so on one replica several shapes are compiled at
         once (`compile_workers`); their all-pad runs then share the device's memory, and a shape
