@@ -131,6 +131,9 @@ class TrainConfig(_JsonConfig):
     # Batch shapes compiled at once before the first update (XLA compiles each on one CPU
     # core); 0: `trainer.compile_workers`' choice from the cores and replicas.
     compile_workers: int = 0
+    # Distinct padded batch lengths (each one compiled program under XLA); 0: 8 under XLA, 16
+    # without (`pipeline.shape_policy`). Fewer compile sooner and pad more.
+    max_shapes: int = 0
     save_interval_minutes: float = 10.0  # the paper's checkpoint cadence; 0 disables
     save_interval_steps: int = 0  # 0 disables
     keep_last: int = 0  # keep this many newest checkpoints; 0 keeps all
@@ -150,7 +153,7 @@ class TrainConfig(_JsonConfig):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("save_interval_steps", "keep_last", "validate_interval_steps", "max_minutes",
-                     "patience", "compile_workers"):
+                     "patience", "compile_workers", "max_shapes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.precision not in PRECISIONS:

@@ -110,14 +110,26 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     assert first.returncode == 0, first.stderr[-3000:]
     # Without XLA the lengths take any value (one traced program runs every shape).
     lengths = pipeline.bucket_boundaries_for(data, ("train", "valid"),
-                                             **pipeline.shape_policy(False))
+                                             **pipeline.shape_policy(False), max_tokens=512)
     assert any(length % 8 for length in lengths)
+    fill = pipeline.position_fill(data, "train", 512, lengths,
+                                  pipeline.side_lengths_for(data, ("train", "valid"), lengths))
+    assert f"padding: {fill:.3f} of the training batches' positions hold a real token " \
+           f"({len(lengths)} shapes" in first.stderr
     newest = checkpoints.list_checkpoints(save)[-1]
     assert checkpoints.load(newest).meta["bucket_boundaries"] == lengths
     resumed = vtx("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert shapes_line(resumed.stderr) == shapes_line(first.stderr)
     assert "kept from the checkpoint" not in resumed.stderr
+    # Fewer lengths asked for on resume: the checkpoint's are kept, the new ones only named.
+    fewer = pipeline.bucket_boundaries_for(data, ("train", "valid"),
+                                           **pipeline.shape_policy(False, 2), max_tokens=512)
+    assert len(fewer) == 2
+    asked = vtx("train", data, "--save-dir", save, "--max-steps", 2, "--max-shapes", 2, *SMALL)
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert f"(a new run with these flags would use {fewer})" in asked.stderr
+    assert shapes_line(asked.stderr) == shapes_line(first.stderr)
 
     # A checkpoint from before the lengths were recorded was trained on 8 multiples of 8: its
     # data position only means the same batches with those.

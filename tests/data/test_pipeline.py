@@ -175,6 +175,21 @@ def test_each_side_is_padded_to_the_longest_of_that_side_in_its_bucket(small_dat
             side_lengths=[(2, 2)] * len(boundaries)))
 
 
+@pytest.mark.parametrize("max_shapes", [1, 3, 16])
+def test_position_fill_is_the_share_of_real_tokens_in_an_epochs_batches(small_data_dir,
+                                                                        max_shapes):
+    boundaries = pipeline.bucket_boundaries_for(
+        small_data_dir, **pipeline.shape_policy(False, max_shapes), max_tokens=MAX_TOKENS)
+    assert len(boundaries) <= max_shapes
+    sides = pipeline.side_lengths_for(small_data_dir, ("train",), boundaries)
+    batches = batches_as_numpy(pipeline.train_batches(
+        small_data_dir, max_tokens=MAX_TOKENS, bucket_boundaries=boundaries, side_lengths=sides))
+    real = sum(int((b[key] != PAD_ID).sum()) for b in batches for key in ("source", "target_in"))
+    slots = sum(b[key].size for b in batches for key in ("source", "target_in"))
+    fill = pipeline.position_fill(small_data_dir, "train", MAX_TOKENS, boundaries, sides)
+    assert fill == pytest.approx(real / slots, abs=1e-12)
+
+
 def test_bad_arguments_are_named(small_data_dir):
     with pytest.raises(ValueError, match="max_tokens 20 cannot hold the longest pair"):
         pipeline.train_batches(small_data_dir, max_tokens=20)
@@ -208,11 +223,50 @@ def test_optimal_boundaries_equal_an_exhaustive_search(step):
     assert padded(found) == padded(best)
 
 
+@pytest.mark.parametrize("step", [8, 1])
+def test_fewest_position_boundaries_equal_an_exhaustive_search(step):
+    # Training and validation pairs with short sources and long targets; 64 tokens a batch, so
+    # the short last batch of a bucket costs as much as a full one. Only training is counted,
+    # validation bounds the lengths.
+    rng = np.random.default_rng(3)
+    pairs = [(rng.integers(1, 12, n), np.minimum(60, 2 + rng.geometric(0.08, n)))
+             for n in (120, 15)]
+    longest = max(int(np.maximum(s, t).max()) for s, t in pairs)
+    max_tokens, top = 64, -(-longest // step) * step
+    candidates = list(range(step, top + 1, step))
+
+    def positions(boundaries):
+        rows = [pipeline.rows_for_length(max_tokens, length) for length in boundaries]
+        every = [np.maximum(s, t) for s, t in pairs]
+        total = 0
+        for index, length in enumerate(boundaries):
+            low = boundaries[index - 1] if index else 0
+            held = [(low < n) & (n <= length) for n in every]
+            if not any(h.any() for h in held):
+                continue
+            width = sum(min(length, -(-max(int(side[h].max(initial=0)) for side, h in
+                                            zip(sides, held)) // step) * step)
+                        for sides in zip(*pairs))
+            total += -(-int(held[0].sum()) // rows[index]) * rows[index] * width
+        return total
+
+    best = min((list(c) + [candidates[-1]] for k in range(4)
+                for c in itertools.combinations(candidates[:-1], k)), key=positions)
+    found = pipeline.fewest_position_boundaries(pairs, max_tokens, max_shapes=4, step=step)
+    assert len(found) <= 4 and all(b % step == 0 for b in found) and found[-1] >= longest
+    assert positions(found) == positions(best)
+    # The fewest pad tokens per pair (`optimal_boundaries`) is not the same choice here.
+    per_pair = pipeline.optimal_boundaries(np.concatenate([np.maximum(s, t) for s, t in pairs]),
+                                           max_shapes=4, step=step)
+    assert positions(per_pair) >= positions(found)
+
+
 def test_without_xla_batches_take_lengths_of_any_value_and_pad_fewer_tokens():
     # Under XLA each shape is compiled: at most 8 multiples of 8. Without it one traced program
     # runs them all: 16 lengths of any value.
     assert pipeline.shape_policy(True) == {"max_shapes": 8, "step": 8}
     assert pipeline.shape_policy(False) == {"max_shapes": 16, "step": 1}
+    assert pipeline.shape_policy(True, 3) == {"max_shapes": 3, "step": 8}  # --max-shapes
     lengths = np.array([3, 3, 3, 9, 9, 17])
     assert pipeline.optimal_boundaries(lengths, **pipeline.shape_policy(False)) == [3, 9, 17]
     assert pipeline.optimal_boundaries(lengths, **pipeline.shape_policy(True)) == [8, 16, 24]

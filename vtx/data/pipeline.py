@@ -3,7 +3,7 @@
 Public API (shapes: B batch, S source length, T target length; a bucket of padded length L
 holds the pairs with max(S, T) <= L, and its batches are [B, S_L] and [B, T_L], each side
 padded to the longest of that side in the bucket (`side_lengths_for`), so that a parser's
-sources, a third of their trees, are not padded to the tree's length):
+sources, shorter than their trees, are not padded to the tree's length):
     load_meta(data_dir) -> dict                      the directory's meta.json
     vocabulary_path(data_dir) -> Path                its SentencePiece model
     vocab_size(data_dir) -> int                      number of ids, special ones included
@@ -11,14 +11,19 @@ sources, a third of their trees, are not padded to the tree's length):
     padded_lengths(data_dir, splits) -> np.ndarray   each pair's padded length max(S, T)
     optimal_boundaries(lengths, max_shapes=8, step=8) -> list
                                                      <= max_shapes padded lengths (multiples of
-                                                     step), fewest pad tokens
-    shape_policy(jit_compile) -> dict                those two arguments for a run (see below)
-    bucket_boundaries_for(data_dir, splits, max_shapes=8, step=8) -> list
-                                                     optimal_boundaries of the pairs of `splits`
+                                                     step), fewest pad tokens per pair
+    fewest_position_boundaries(pairs, max_tokens, max_shapes=8, step=8) -> list
+                                                     the same, fewest positions in an epoch's
+                                                     batches (short last batches counted)
+    shape_policy(jit_compile, max_shapes=0) -> dict  max_shapes and step for a run (see below)
+    bucket_boundaries_for(data_dir, splits, max_shapes=8, step=8, max_tokens=None) -> list
+                                                     either of those two for the pairs of `splits`
     side_lengths_for(data_dir, splits, boundaries, step=1) -> list
                                                      each bucket's (source, target) padded lengths
     batch_shapes(max_tokens, boundaries, sides=None) -> list
                                                      every (rows, source, target) a batch can have
+    position_fill(data_dir, split, max_tokens, boundaries, sides=None) -> float
+                                                     share of an epoch's positions that are real
     train_batches(data_dir, split="train", max_tokens=4096, seed=0, epoch=0, skip_batches=0,
                   num_shards=1, shard_index=0, bucket_boundaries=None, side_lengths=None)
                   -> tf.data.Dataset
@@ -43,11 +48,15 @@ sources, a third of their trees, are not padded to the tree's length):
         train_batches and eval_batches refuse), without building a dataset.
 
 Why few fixed shapes: under XLA every distinct padded shape is a separate compiled program (about
-90 s each for base on an H100), so there are at most MAX_SHAPES lengths, multiples of LENGTH_STEP
-(GPU tiles), chosen for the fewest padding tokens, each with one number of rows, and a short batch
-never makes a new shape. Without XLA one traced program runs every shape, so `shape_policy` allows
+90 s each for base on an H100), so there are at most MAX_SHAPES lengths (`--max-shapes`),
+multiples of LENGTH_STEP (GPU tiles), each with one number of rows, and a short batch never makes
+a new shape. Without XLA one traced program runs every shape, so `shape_policy` allows
 MAX_SHAPES_DYNAMIC lengths of any value: on Multi30k (quick start, 2048 tokens) that fills 0.93
 of a batch's target slots with real tokens instead of 0.79, for the same time per update.
+`vtx train` chooses the lengths for the fewest positions in an epoch's batches
+(`fewest_position_boundaries`): a bucket's short last batch costs a whole batch, so a length held
+by few pairs is not worth its own bucket (Multi30k at 8192 tokens with XLA: 5 shapes instead of
+8, 0.741 of the positions real instead of 0.721; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -102,12 +111,13 @@ LENGTH_STEP = 8  # under XLA padded lengths are multiples of this
 MAX_SHAPES_DYNAMIC = 16  # without XLA: one traced program runs them all, so more, of any length
 
 
-def shape_policy(jit_compile: bool) -> dict:
+def shape_policy(jit_compile: bool, max_shapes: int = 0) -> dict:
     """`optimal_boundaries`' max_shapes and step for a run: under XLA (each shape compiled) at
-    most MAX_SHAPES multiples of LENGTH_STEP, else MAX_SHAPES_DYNAMIC lengths of any value."""
+    most `max_shapes` (0: MAX_SHAPES) multiples of LENGTH_STEP, else `max_shapes` (0:
+    MAX_SHAPES_DYNAMIC) lengths of any value."""
     if jit_compile:
-        return {"max_shapes": MAX_SHAPES, "step": LENGTH_STEP}
-    return {"max_shapes": MAX_SHAPES_DYNAMIC, "step": 1}
+        return {"max_shapes": max_shapes or MAX_SHAPES, "step": LENGTH_STEP}
+    return {"max_shapes": max_shapes or MAX_SHAPES_DYNAMIC, "step": 1}
 
 
 def padded_lengths(data_dir: str | Path, splits: tuple[str, ...] = ("train",)) -> np.ndarray:
@@ -146,11 +156,67 @@ def optimal_boundaries(lengths: np.ndarray, max_shapes: int = MAX_SHAPES,
     return sorted(boundaries)
 
 
+def fewest_position_boundaries(pairs: list[tuple[np.ndarray, np.ndarray]], max_tokens: int,
+                               max_shapes: int = MAX_SHAPES,
+                               step: int = LENGTH_STEP) -> list[int]:
+    """At most `max_shapes` padded lengths (multiples of `step`, the last >= every pair) whose
+    batches hold the fewest positions, source and target, over an epoch of the first split:
+    what training costs. Each bucket's batches are `rows_for_length(max_tokens, L)` rows of
+    its side lengths (`side_lengths_for`, over every split), its short last batch filled with
+    pad rows, so a bucket with few pairs costs a whole batch: an exact dynamic programme over
+    the multiples, like `optimal_boundaries`. The other splits (validation, run once in many
+    epochs) only bound the lengths.
+
+    Args:
+        pairs: per split, int [n] source and target_in lengths (`_side_lengths`), training
+            first.
+    """
+    longest = max((int(np.max(np.maximum(s, t), initial=1)) for s, t in pairs), default=1)
+    top = max(step, -(-longest // step) * step)
+    candidates = np.arange(step, top + 1, step)  # [C]
+    slots = len(candidates) + 1  # pairs in step c have padded length in (c - 1, c] x step
+    side_max = np.zeros((2, slots), np.int64)  # per step: its longest source and target_in
+    for split, (source, target) in enumerate(pairs):
+        steps = -(-np.maximum(source, target) // step)
+        if split == 0:
+            counts = np.bincount(steps, minlength=slots)
+            below = np.concatenate([[0], np.cumsum(counts[1:])])  # pairs in the first j steps
+        for side, lengths in enumerate((source, target)):
+            np.maximum.at(side_max[side], steps, lengths)
+    rows = np.array([rows_for_length(max_tokens, int(length)) for length in candidates])
+    cost = np.full((max_shapes + 1, slots), np.inf)
+    cost[0][0] = 0.0
+    choice = np.zeros_like(cost, dtype=np.int64)
+    for j in range(1, slots):
+        length, row = int(candidates[j - 1]), int(rows[j - 1])
+        # A bucket (i, j]: each side padded to its longest there, rounded up to the step.
+        longest_sides = np.maximum.accumulate(side_max[:, j:0:-1], axis=1)[:, ::-1]  # [2, j]
+        width = np.minimum(length, -(-longest_sides // step) * step).sum(axis=0)  # [j]
+        batches = -(-(below[j] - below[:j]) // row)  # [j]
+        bucket = batches * row * width
+        for k in range(1, max_shapes + 1):
+            options = cost[k - 1][:j] + bucket
+            choice[k][j] = int(np.argmin(options))
+            cost[k][j] = options[choice[k][j]]
+    k, j = int(np.argmin(cost[:, -1])), slots - 1
+    boundaries = []
+    while j > 0:
+        boundaries.append(int(candidates[j - 1]))
+        j, k = choice[k][j], k - 1
+    return sorted(boundaries)
+
+
 def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("train",),
-                          max_shapes: int = MAX_SHAPES, step: int = LENGTH_STEP) -> list[int]:
-    """`optimal_boundaries` of the pairs of `splits` (train and valid together give one set of
-    shapes for training and validation)."""
-    return optimal_boundaries(padded_lengths(data_dir, splits), max_shapes, step)
+                          max_shapes: int = MAX_SHAPES, step: int = LENGTH_STEP,
+                          max_tokens: int | None = None) -> list[int]:
+    """The padded lengths of the pairs of `splits` (train and valid together give one set of
+    shapes for training and validation): with `max_tokens`, `fewest_position_boundaries`
+    (what `vtx train` uses); without, `optimal_boundaries` (fewest pad tokens per pair, what
+    runs before the batch positions were counted used, kept for their checkpoints)."""
+    if max_tokens is None:
+        return optimal_boundaries(padded_lengths(data_dir, splits), max_shapes, step)
+    return fewest_position_boundaries([_side_lengths(data_dir, (split,)) for split in splits],
+                                      max_tokens, max_shapes, step)
 
 
 def side_lengths_for(data_dir: str | Path, splits: tuple[str, ...], boundaries: list[int],
@@ -191,6 +257,22 @@ def rows_for_length(max_tokens: int, length: int) -> int:
     there are 8 or more (friendly to GPU tiles), at least 1."""
     rows = max(1, max_tokens // length)
     return rows - rows % 8 if rows >= 8 else rows
+
+
+def position_fill(data_dir: str | Path, split: str, max_tokens: int, boundaries: list[int],
+                  sides: list[tuple[int, int]] | None = None) -> float:
+    """The share of the positions of `split`'s batches, source and target_in, that hold a real
+    token (`batch_shapes`: rows x each side's length, a bucket's short last batch filled with
+    pad rows): what the padded lengths (`--max-shapes`) cost, 1.0 when nothing is padded."""
+    source, target = _side_lengths(data_dir, (split,))
+    boundaries = sorted(boundaries)
+    bucket = np.searchsorted(boundaries, np.maximum(source, target), side="left")
+    slots = 0
+    for index, (rows, source_length, target_length) in enumerate(
+            batch_shapes(max_tokens, boundaries, sides)):
+        pairs = int(np.sum(bucket == index))
+        slots += -(-pairs // rows) * rows * (source_length + target_length)
+    return float(source.sum() + target.sum()) / slots if slots else 1.0
 
 
 def batch_shapes(max_tokens: int, boundaries: list[int],

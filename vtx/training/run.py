@@ -99,7 +99,9 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
                          f"{data_dir} and --validate-interval-steps above 0")
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(
-        data_dir, splits, **pipeline.shape_policy(train_config.jit_compile))
+        data_dir, splits, **pipeline.shape_policy(train_config.jit_compile,
+                                                  train_config.max_shapes),
+        max_tokens=train_config.max_tokens)
     for split in splits:
         pipeline.check_positions(data_dir, split, model_config.max_positions)
         pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
@@ -121,13 +123,16 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
-    # Each bucket's sides padded to their own longest (a parser's sources are a third of their
+    # Each bucket's sides padded to their own longest (a parser's sources are shorter than their
     # trees); derived from the data and the lengths, so a resumed run cuts the same batches.
     sides = pipeline.side_lengths_for(data_dir, splits, boundaries,
                                       pipeline.shape_policy(train_config.jit_compile)["step"])
     shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries, sides)
+    fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries, sides)
     log("batch shapes (rows x length, or rows x source x target), training and validation: "
         + ", ".join(format_shape(shape) for shape in shapes))
+    log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
+        f"({len(shapes)} shapes; --max-shapes sets how many)")
 
     def make_epoch(epoch: int, skip: int):
         return pipeline.train_batches(

@@ -1,0 +1,64 @@
+"""What `vtx train --max-shapes N` costs in padding (issue 12); prints a table, trains nothing.
+
+    .venv/bin/python benchmarks/batch_shapes.py DATA_DIR [DATA_DIR ...] [--max-tokens 8192]
+
+For each preprocessed data directory and N = 1, 2, 3, 4, 6, 8, 12, 16: the padded lengths `vtx
+train` would choose over train + valid with XLA (multiples of 8, `--jit`) and without (any
+value), and the share of the training batches' positions, source and target, that hold a real
+token (`pipeline.position_fill`: rows x each side's length per batch, a bucket's short last
+batch filled with pad rows); "per pair" is the choice made before the batches' positions were
+counted (`optimal_boundaries`: fewest pad tokens per pair, blind to the short last batches).
+With XLA every shape is one compiled program: fewer shapes start training sooner and pad more;
+without XLA one traced program runs every shape, so N changes only the padding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vtx.data import pipeline  # noqa: E402
+
+COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def fill(data_dir: str, splits: tuple[str, ...], max_tokens: int | None, jit: bool,
+         max_shapes: int, fill_tokens: int) -> tuple[list[int], float]:
+    """The lengths chosen (max_tokens None: per pair) and the share of real tokens in the
+    positions of the training batches of `fill_tokens`."""
+    policy = pipeline.shape_policy(jit, max_shapes)
+    lengths = pipeline.bucket_boundaries_for(data_dir, splits, **policy, max_tokens=max_tokens)
+    sides = pipeline.side_lengths_for(data_dir, splits, lengths, policy["step"])
+    return lengths, pipeline.position_fill(data_dir, "train", fill_tokens, lengths, sides)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("data_dirs", nargs="+")
+    parser.add_argument("--max-tokens", type=int, default=8192)
+    args = parser.parse_args()
+    for data_dir in args.data_dirs:
+        meta = pipeline.load_meta(data_dir)
+        splits = ("train", "valid") if "valid" in meta.get("splits", {}) else ("train",)
+        pairs = meta["splits"]["train"]["sentences"]
+        print(f"\n{data_dir}: {pairs} training pairs, --max-tokens {args.max_tokens}")
+        print("| max shapes | lengths with --jit | fill, --jit | per pair, --jit "
+              "| fill, no XLA | per pair, no XLA |")
+        print("|---|---|---|---|---|---|")
+        for count in COUNTS:
+            row = []
+            for jit in (True, False):
+                lengths, best = fill(data_dir, splits, args.max_tokens, jit, count,
+                                     args.max_tokens)
+                _, per_pair = fill(data_dir, splits, None, jit, count, args.max_tokens)
+                row += [f"{best:.3f}", f"{per_pair:.3f}"]
+                if jit:
+                    row.insert(0, f"{' '.join(map(str, lengths))} ({len(lengths)})")
+            print(f"| {count} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
