@@ -230,13 +230,15 @@ def main(args) -> None:
 
 def _cpu_model() -> str:
     """The CPU model and whether it has native bfloat16 (the figures depend on both)."""
-    from vtx.training.precision import BF16_CPU_FLAGS, cpu_flags
+    from vtx.training.precision import BF16_CPU_FLAGS, cpu_flags, max_cpu_isa
 
     names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", errors="replace")
              if line.startswith("model name")] or ["unknown CPU"]
     native = [flag for flag in BF16_CPU_FLAGS if flag in cpu_flags()]
+    cap = max_cpu_isa()
     return (f"{names[0]}, {os.cpu_count()} cpus, "
-            f"{'bf16: ' + ', '.join(native) if native else 'no native bf16'}")
+            f"{'bf16: ' + ', '.join(native) if native else 'no native bf16'}"
+            f"{f'; {cap[0]}={cap[1]}' if cap else ''}")
 
 
 def _load() -> str:

@@ -3,7 +3,8 @@ import pytest
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
-from vtx.training.precision import choose_precision, cpu_flags, resolve_precision
+from vtx.training.precision import (choose_precision, cpu_flags, max_cpu_isa,
+                                     resolve_precision)
 from vtx.training.trainer import Trainer
 
 CASCADE_LAKE = {"avx2", "avx512f", "avx512bw", "avx512_vnni"}
@@ -18,6 +19,22 @@ EPYC_GENOA = CASCADE_LAKE | {"avx512_bf16"}
 def test_auto_on_a_cpu_takes_bfloat16_only_with_native_support(flags, expected):
     precision, reason = choose_precision("auto", [], flags)
     assert precision == expected and "CPU" in reason
+
+
+@pytest.mark.parametrize("cap,expected", [
+    ("AVX512_CORE_VNNI", "float32"), ("avx2", "float32"),  # below bfloat16: as Cascade Lake
+    ("AVX512_CORE_BF16", "mixed_bfloat16"), ("ALL", "mixed_bfloat16"),
+])
+def test_auto_follows_onednns_instruction_set_cap(monkeypatch, cap, expected):
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    precision, reason = choose_precision("auto", [], EPYC_GENOA, max_cpu_isa())
+    assert precision == expected
+    assert (f"ONEDNN_MAX_CPU_ISA={cap.upper()}" in reason) == (expected == "float32")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert max_cpu_isa() is None
+    assert choose_precision("auto", [], CASCADE_LAKE, ("ONEDNN_MAX_CPU_ISA", "ALL"))[0] == \
+        "float32"
 
 
 @pytest.mark.parametrize("capabilities,expected", [
