@@ -90,6 +90,7 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     compiled = [line for line in result.stderr.splitlines() if line.startswith("compiled the ")]
     assert len(compiled) == count and f"shape {count}/{count}" in compiled[-1]
     assert result.stderr.index(compiled[-1]) < result.stderr.index("step 2/2")
+    assert f"compiled {count} batch shapes in " in result.stderr  # the total, said once
     assert any(cache.glob("xla_compile_cache_*")), "no compiled program was kept"
     refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                   "--xla-cache-dir", cache)

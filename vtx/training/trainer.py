@@ -391,8 +391,8 @@ class Trainer(TrainingLoop):
                 report(shape, self._compile_pass(shape), ", run again alone (out of memory "
                        "beside the others)")
         self._reset()
-        if workers > 1:
-            self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s")
+        self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s "
+                 f"({workers} at a time)")
 
     def _compile_pass(self, shape: tuple[int, int, int]) -> float:
         """One all-pad update of `shape` with Adam off; its seconds."""
