@@ -53,9 +53,10 @@ ARCHS = tuple(PRESETS)
               help="With --jit, on one device: batch shapes compiled at once before the first "
                    "update (0: half the CPU cores).  [default: 0]")
 @click.option("--max-shapes", type=click.IntRange(min=0), default=0,
-              help="Distinct padded batch lengths, chosen over the data for the fewest pad "
-                   "tokens; with --jit each is one compiled program, so fewer start sooner "
-                   "and pad more (0: 8 with --jit, 16 without).  [default: 0]")
+              help="Distinct padded batch lengths at most, chosen over the data for the "
+                   "fewest positions in an epoch's batches; with --jit each is one compiled "
+                   "program, so fewer start sooner and pad more (0: 8 with --jit, 16 "
+                   "without).  [default: 0]")
 @click.option("--devices", default=None,
               help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,

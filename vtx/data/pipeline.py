@@ -112,7 +112,7 @@ MAX_SHAPES_DYNAMIC = 16  # without XLA: one traced program runs them all, so mor
 
 
 def shape_policy(jit_compile: bool, max_shapes: int = 0) -> dict:
-    """`optimal_boundaries`' max_shapes and step for a run: under XLA (each shape compiled) at
+    """The batch lengths' max_shapes and step for a run: under XLA (each shape compiled) at
     most `max_shapes` (0: MAX_SHAPES) multiples of LENGTH_STEP, else `max_shapes` (0:
     MAX_SHAPES_DYNAMIC) lengths of any value."""
     if jit_compile:
