@@ -24,7 +24,7 @@ case $what in
 esac
 log=$out/gpu_pipeline_$what.log
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-start=$(date +%s.%N)
+start=${EPOCHREALTIME/./}  # microseconds (bash 5)
 # Timestamps in seconds since the command started; grep --line-buffered so that a killed run
 # keeps every line it printed.
 vtx train "$data" --save-dir "$run" --arch base --max-tokens 8192 --max-minutes "$minutes" \
@@ -32,7 +32,8 @@ vtx train "$data" --save-dir "$run" --arch base --max-tokens 8192 --max-minutes 
     --save-interval-minutes 0 "$@" 2>&1 \
   | grep --line-buffered -v "^WARNING\|^I0000\|^W0000\|^E0000" \
   | while IFS= read -r line; do
-      printf '%7.1f s  %s\n' "$(echo "$(date +%s.%N) - $start" | bc)" "$line"
+      now=${EPOCHREALTIME/./}
+      printf '%5d.%d s  %s\n' $(( (now - start) / 1000000 )) $(( (now - start) / 100000 % 10 )) "$line"
     done | tee "$log"
 echo "== summary ($what, $minutes minutes)"
 grep -E "batch shapes|padding:|compiled [0-9]+ batch shapes|precision:" "$log"

@@ -255,10 +255,11 @@ def test_fewest_position_boundaries_equal_an_exhaustive_search(step):
     found = pipeline.fewest_position_boundaries(pairs, max_tokens, max_shapes=4, step=step)
     assert len(found) <= 4 and all(b % step == 0 for b in found) and found[-1] >= longest
     assert positions(found) == positions(best)
-    # The fewest pad tokens per pair (`optimal_boundaries`) is not the same choice here.
+    # The fewest pad tokens per pair (`optimal_boundaries`, blind to the short last batches and
+    # to the sides' own lengths) costs more positions on these pairs.
     per_pair = pipeline.optimal_boundaries(np.concatenate([np.maximum(s, t) for s, t in pairs]),
                                            max_shapes=4, step=step)
-    assert positions(per_pair) >= positions(found)
+    assert positions(per_pair) > positions(found)
 
 
 def test_without_xla_batches_take_lengths_of_any_value_and_pad_fewer_tokens():

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -139,16 +140,27 @@ def optimal_boundaries(lengths: np.ndarray, max_shapes: int = MAX_SHAPES,
     candidates = np.arange(step, top + 1, step)  # [C]
     counts = np.bincount(-(-np.asarray(lengths) // step), minlength=len(candidates) + 1)
     below = np.concatenate([[0], np.cumsum(counts[1:])])  # below[j]: pairs in the first j steps
-    # cost[k][j]: fewest padded tokens for the pairs up to candidates[j - 1] with k buckets.
-    cost = np.full((max_shapes + 1, len(candidates) + 1), np.inf)
+    return _cheapest_buckets(candidates, max_shapes,
+                             lambda j: (below[j] - below[:j]) * candidates[j - 1])
+
+
+def _cheapest_buckets(candidates: np.ndarray, max_shapes: int,
+                      bucket_cost: Callable[[int], np.ndarray]) -> list[int]:
+    """The exact dynamic programme of the boundary choices: at most `max_shapes` of the sorted
+    `candidates`, the last one included, for the least total cost, where `bucket_cost(j)` is
+    float [j]: the cost of a bucket holding the steps (i, j], for i = 0 .. j - 1."""
+    slots = len(candidates) + 1
+    # cost[k][j]: the least cost of the pairs up to candidates[j - 1] in k buckets.
+    cost = np.full((max_shapes + 1, slots), np.inf)
     cost[0][0] = 0.0
     choice = np.zeros_like(cost, dtype=np.int64)
-    for k in range(1, max_shapes + 1):
-        for j in range(1, len(candidates) + 1):
-            options = cost[k - 1][:j] + (below[j] - below[:j]) * candidates[j - 1]  # [j]
+    for j in range(1, slots):
+        bucket = bucket_cost(j)
+        for k in range(1, max_shapes + 1):
+            options = cost[k - 1][:j] + bucket
             choice[k][j] = int(np.argmin(options))
             cost[k][j] = options[choice[k][j]]
-    k, j = int(np.argmin(cost[:, -1])), len(candidates)
+    k, j = int(np.argmin(cost[:, -1])), slots - 1  # the fewest buckets among equal costs
     boundaries = []
     while j > 0:
         boundaries.append(int(candidates[j - 1]))
@@ -183,27 +195,14 @@ def fewest_position_boundaries(pairs: list[tuple[np.ndarray, np.ndarray]], max_t
             below = np.concatenate([[0], np.cumsum(counts[1:])])  # pairs in the first j steps
         for side, lengths in enumerate((source, target)):
             np.maximum.at(side_max[side], steps, lengths)
-    rows = np.array([rows_for_length(max_tokens, int(length)) for length in candidates])
-    cost = np.full((max_shapes + 1, slots), np.inf)
-    cost[0][0] = 0.0
-    choice = np.zeros_like(cost, dtype=np.int64)
-    for j in range(1, slots):
-        length, row = int(candidates[j - 1]), int(rows[j - 1])
-        # A bucket (i, j]: each side padded to its longest there, rounded up to the step.
+    rows = [rows_for_length(max_tokens, int(length)) for length in candidates]
+
+    def bucket_cost(j):  # a bucket (i, j]: each side padded to its longest there
         longest_sides = np.maximum.accumulate(side_max[:, j:0:-1], axis=1)[:, ::-1]  # [2, j]
-        width = np.minimum(length, -(-longest_sides // step) * step).sum(axis=0)  # [j]
-        batches = -(-(below[j] - below[:j]) // row)  # [j]
-        bucket = batches * row * width
-        for k in range(1, max_shapes + 1):
-            options = cost[k - 1][:j] + bucket
-            choice[k][j] = int(np.argmin(options))
-            cost[k][j] = options[choice[k][j]]
-    k, j = int(np.argmin(cost[:, -1])), slots - 1
-    boundaries = []
-    while j > 0:
-        boundaries.append(int(candidates[j - 1]))
-        j, k = choice[k][j], k - 1
-    return sorted(boundaries)
+        width = np.minimum(candidates[j - 1], -(-longest_sides // step) * step).sum(axis=0)
+        return -(-(below[j] - below[:j]) // rows[j - 1]) * rows[j - 1] * width  # [j]
+
+    return _cheapest_buckets(candidates, max_shapes, bucket_cost)
 
 
 def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("train",),
