@@ -3,9 +3,11 @@ XLA and under float16 loss scaling."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
+from vtx.training.loss import label_smoothed_loss
 from vtx.training.trainer import Trainer, compile_workers
 
 TINY = config.preset("tiny", vocab_size=20, dropout=0.0)
@@ -135,3 +137,31 @@ def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
     for a, b in zip(accumulated_gradients(trainer, batch), accumulated_gradients(trainer, filled)):
         assert np.isfinite(b).all()
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_pad_positions_change_no_gradient_projected_or_not(tmp_path, jit_compile):
+    """Without XLA only the real target positions are projected onto the vocabulary; with it
+    all are (static shapes). Both give the gradient of the same loss."""
+    trainer = make_trainer(tmp_path, label_smoothing=0.1, jit_compile=jit_compile)
+    batch = to_batch(make_pairs(8, 20, seed=6))
+    assert (batch["target_out"] == 0).any() and (batch["target_out"] != 0).any()
+    dense = accumulated_gradients(trainer, batch)
+    sums = trainer._sums.read_value().numpy()
+    trainer._reset()
+
+    def projected(real_only):  # the accumulated gradient, [loss, nll, tokens]
+        with tf.GradientTape() as tape:
+            logits, labels = trainer._logits(batch, training=True, real_only=real_only)
+            loss_sum, nll_sum, tokens = label_smoothed_loss(logits, labels, 0.1)
+        grads = tape.gradient(loss_sum, trainer.model.trainable_variables)
+        return [np.asarray(tf.convert_to_tensor(g)) for g in grads], [loss_sum, nll_sum, tokens]
+
+    (real, real_totals), (every, every_totals) = projected(True), projected(False)
+    for totals in (real_totals, every_totals):
+        np.testing.assert_allclose(np.asarray(totals, np.float64), sums, rtol=1e-6)
+    scale = max(np.abs(b).max() for b in every)  # of all gradients: some are ~0 (key biases)
+    for a, b, accumulated in zip(real, every, dense):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * scale)
+        # The trainer's update: the gradient of the per-token mean, times the tokens.
+        np.testing.assert_allclose(accumulated, b, rtol=0, atol=1e-5 * scale)

@@ -67,17 +67,24 @@ class Transformer(keras.Model):
         return x, memory_mask
 
     def decode(self, target_in, memory, memory_mask, training=False):
-        """Teacher-forced decoder: [B, T] inputs (bos + target) -> [B, T, V] float32 logits."""
+        """Teacher-forced decoder: [B, T] inputs (bos + target) -> [B, T, D] decoder outputs,
+        before the projection onto the vocabulary (`embedding.project`)."""
         x = self._embed(target_in, training=training)
         for layer in self.decoder_layers:
             x = layer(x, memory, memory_mask, training=training)
-        return self.embedding.project(x)
+        return x
 
-    def call(self, inputs, training=False):
-        """inputs = (source_ids [B, S], target_in [B, T]) -> logits [B, T, V] (float32)."""
+    def decoder_states(self, inputs, training=False):
+        """inputs = (source_ids [B, S], target_in [B, T]) -> [B, T, D] decoder outputs: what
+        `call` projects, for a caller that projects only some positions (training: the real
+        ones)."""
         source_ids, target_in = inputs
         memory, memory_mask = self.encode(source_ids, training=training)
         return self.decode(target_in, memory, memory_mask, training=training)
+
+    def call(self, inputs, training=False):
+        """inputs = (source_ids [B, S], target_in [B, T]) -> logits [B, T, V] (float32)."""
+        return self.embedding.project(self.decoder_states(inputs, training=training))
 
     # Entries of the decoding state computed once per sentence and read by all its hypotheses: a
     # beam search keeps them at B rows (`beam_search(beam_invariant=...)`), never copying them per
