@@ -151,7 +151,8 @@ class Trainer(TrainingLoop):
         """(logits [N, V] float32, labels [N]). `real_only`: only the N real target positions
         are projected onto the vocabulary, the largest product and tensor of a step (a batch's
         pad positions, about a tenth on Multi30k, cost as much as real ones); XLA needs static
-        shapes, so a compiled update has N = B * T, pad positions included (they weigh nothing)."""
+        shapes, so a compiled update has N = B * T, pad positions included (they weigh nothing).
+        (On a GPU without XLA, `tf.where` has the host read its count: one wait per micro-batch.)"""
         states = self.model.decoder_states((batch["source"], batch["target_in"]),
                                            training=training)  # [B, T, D]
         labels = batch["target_out"]  # [B, T]
