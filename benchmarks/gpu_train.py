@@ -17,6 +17,8 @@ FLOPs are left out, as in the issue's table.
 
 On the GPU machine (see ../shared/gpu/README.md):
     bash .gpu/bin/setup.sh && . .gpu/bin/env.sh && python benchmarks/gpu_train.py
+`--profile DIR` then traces a few more updates and prints where their time went on the device:
+busy and idle time, matrix products against the rest, the longest kernels (`xplane_summary.py`).
 On a CPU, to check that it runs (the figures mean nothing there):
     python benchmarks/gpu_train.py --device cpu --archs tiny --tokens 512 --length 16 --steps 3
 """
@@ -60,8 +62,29 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         started = time.perf_counter()
         launched = [trainer.start_update(stream) for _ in range(args.steps)]
         loss_sums = [float(trainer.read_update(totals)[0]) for totals in launched]
-        return {"seconds": time.perf_counter() - started, "compile_seconds": compile_seconds,
-                "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1]}
+        seconds = time.perf_counter() - started
+        return {"seconds": seconds, "compile_seconds": compile_seconds,
+                "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1],
+                "profile": profile(trainer, stream, args, f"{arch}_{tokens}") if args.profile
+                else None}
+
+
+def profile(trainer, stream, args, name: str) -> str:
+    """Trace `args.profile_steps` more updates, launched as the timed ones were, into
+    `args.profile`/`name`; their summary (`xplane_summary`)."""
+    import tensorflow as tf
+
+    import xplane_summary
+
+    directory = os.path.join(args.profile, name)
+    tf.profiler.experimental.start(directory)
+    try:
+        launched = [trainer.start_update(stream) for _ in range(args.profile_steps)]
+        for totals in launched:
+            trainer.read_update(totals)
+    finally:
+        tf.profiler.experimental.stop()
+    return xplane_summary.summarize_directory(directory, updates=args.profile_steps)
 
 
 def measure_torch(arch: str, tokens: int, args) -> dict:
@@ -94,7 +117,10 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
     command = [sys.executable, __file__, "--worker", framework, "--archs", arch,
                "--tokens", str(tokens), "--length", str(args.length), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--precision", args.precision,
-               "--device", args.device, "--jit" if args.jit else "--no-jit"]
+               "--device", args.device, "--jit" if args.jit else "--no-jit",
+               "--profile-steps", str(args.profile_steps)]
+    if args.profile and framework == "vtx":
+        command += ["--profile", args.profile]
     return run_child(command, f"{framework} {arch} {tokens}")
 
 
@@ -105,7 +131,7 @@ def format_row(arch: str, tokens: int, vtx: dict | None, torch: dict | None, arg
     mfu = lambda r: 100 * rate(r) * 6 * r["params"] / (args.peak_tflops * 1e12) if r else None
     cell = lambda value, spec: format(value, spec) if value is not None else "-"
     ratio = rate(vtx) / rate(torch) if vtx and torch else None
-    return (f"{arch:5} {tokens:6d} {cell(vtx and vtx['compile_seconds'], '9.1f'):>9} "
+    return (f"{arch:10} {tokens:6d} {cell(vtx and vtx['compile_seconds'], '9.1f'):>9} "
             f"{cell(rate(vtx), '10.0f'):>10} {cell(rate(torch), '10.0f'):>10} "
             f"{cell(ratio, '6.2f'):>6}x {cell(mfu(vtx), '6.1f'):>6}% {cell(mfu(torch), '6.1f'):>6}% "
             f"{'/'.join(str(r['params']) if r else '-' for r in (vtx, torch))}")
@@ -116,13 +142,15 @@ def main(args) -> None:
           f"precision {args.precision}, vtx XLA {'on' if args.jit else 'off'}; B x {args.length} "
           f"tokens a side; {args.warmup} warm-up + {args.steps} timed updates back to back; "
           f"MFU against {args.peak_tflops:g} TFLOP/s")
-    print(f"{'arch':5} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
+    print(f"{'arch':10} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
           f"{'ratio':>7} {'vtx MFU':>7} {'torch MFU':>7} params vtx/torch")
     for arch in args.archs.split(","):
         for tokens in (int(t) for t in args.tokens.split(",")):
             vtx = run_worker("vtx", arch, tokens, args)
             torch = run_worker("torch", arch, tokens, args) if args.reference else None
             print(format_row(arch, tokens, vtx, torch, args), flush=True)
+            if vtx and vtx.get("profile"):
+                print(vtx["profile"], flush=True)
 
 
 def _gpu_name() -> str:
@@ -147,10 +175,16 @@ def parse_args(argv=None):
     parser.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the torch reference")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
+    parser.add_argument("--profile", metavar="DIR",
+                        help="after timing, trace vtx's updates into DIR/<arch>_<tokens> with "
+                             "TensorFlow's profiler and print where their time went")
+    parser.add_argument("--profile-steps", type=int, default=3, help="updates traced")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.length < 2 or any(int(t) < args.length for t in args.tokens.split(",")):
         parser.error(f"every --tokens ({args.tokens}) must be >= --length ({args.length}) >= 2")
+    if args.profile_steps < 1:
+        parser.error(f"--profile-steps must be >= 1, got {args.profile_steps}")
     return args
 
 
