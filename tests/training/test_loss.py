@@ -65,8 +65,9 @@ def test_gradient_equals_automatic_differentiation_of_the_formula(epsilon):
         expected_loss, expected_nll = reference_loss(logits, labels, epsilon)
         total, expected_total = 0.7 * loss + 0.2 * nll, 0.7 * expected_loss + 0.2 * expected_nll
     grad, expected = tape.gradient(total, logits).numpy(), tape.gradient(expected_total, logits).numpy()
-    assert float(loss) == pytest.approx(float(expected_loss), rel=1e-6)
-    assert float(nll) == pytest.approx(float(expected_nll), rel=1e-6)
+    # Two float32 formulas of the same sums: ~10 ulps apart at most, on any CPU's exp and log.
+    assert float(loss) == pytest.approx(float(expected_loss), rel=1e-5)
+    assert float(nll) == pytest.approx(float(expected_nll), rel=1e-5)
     np.testing.assert_allclose(grad, expected, rtol=0, atol=1e-6)
     assert not grad[labels == 0].any()  # pad positions: exactly zero
 

@@ -159,7 +159,8 @@ def test_pad_positions_change_no_gradient_projected_or_not(tmp_path, jit_compile
 
     (real, real_totals), (every, every_totals) = projected(True), projected(False)
     for totals in (real_totals, every_totals):
-        np.testing.assert_allclose(np.asarray(totals, np.float64), sums, rtol=1e-6)
+        # float32 sums of ~50 terms, one side possibly compiled by XLA (its own summation order).
+        np.testing.assert_allclose(np.asarray(totals, np.float64), sums, rtol=1e-5)
     scale = max(np.abs(b).max() for b in every)  # of all gradients: some are ~0 (key biases)
     for a, b, accumulated in zip(real, every, dense):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * scale)
