@@ -74,6 +74,7 @@ def test_short_budget_downloads_trains_averages_and_prints_bleu(multi30k_server,
     (("--minutes", "0"), "--minutes must be a positive number, got '0'"),
     (("--minutes", "ten"), "--minutes must be a positive number, got 'ten'"),
     (("--test-lines", "-3"), "--test-lines must be a whole number, got '-3'"),
+    (("--patience", "2.5"), "--patience must be a whole number, got '2.5'"),
     (("--epochs", "3"), "unknown argument '--epochs'"),
 ])
 def test_bad_arguments_are_refused_before_any_work(args, message, tmp_path):
