@@ -13,4 +13,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
-exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "$@"
+# --durations: the slowest tests, for whoever keeps the suite within its time.
+exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "$@"

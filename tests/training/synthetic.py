@@ -15,9 +15,15 @@ def make_pairs(count: int, vocab_size: int, seed: int = 0, max_len: int = 8):
     return pairs
 
 
-def to_batch(pairs):
+def to_batch(pairs, lengths=None):
+    """Padded to the pairs' longest, or to `lengths` = (source, target) when given (one shape for
+    every batch: one trace)."""
     src_len = max(len(s) for s, _ in pairs)
     tgt_len = max(len(t) for _, t in pairs) + 1
+    if lengths is not None:
+        if src_len > lengths[0] or tgt_len > lengths[1]:
+            raise ValueError(f"pairs of {src_len} x {tgt_len} tokens do not fit {lengths}")
+        src_len, tgt_len = lengths
     batch = {k: np.full((len(pairs), n), PAD_ID, np.int32)
              for k, n in (("source", src_len), ("target_in", tgt_len), ("target_out", tgt_len))}
     for i, (source, target) in enumerate(pairs):
@@ -27,12 +33,12 @@ def to_batch(pairs):
     return batch
 
 
-def epoch_maker(pairs, batch_size: int, seed: int = 0):
-    """`(epoch, skip) -> list of batches`, shuffled by (seed, epoch)."""
+def epoch_maker(pairs, batch_size: int, seed: int = 0, lengths=None):
+    """`(epoch, skip) -> list of batches`, shuffled by (seed, epoch); `lengths` as in `to_batch`."""
 
     def make_epoch(epoch: int, skip: int):
         order = np.random.default_rng([seed, epoch]).permutation(len(pairs))
-        batches = [to_batch([pairs[j] for j in order[i:i + batch_size]])
+        batches = [to_batch([pairs[j] for j in order[i:i + batch_size]], lengths)
                    for i in range(0, len(order), batch_size)]
         return batches[skip:]
 
