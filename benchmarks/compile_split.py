@@ -1,0 +1,102 @@
+"""Where the XLA compile of one batch shape's update goes (issue 12: all compilation <= 3 minutes).
+
+`vtx train --jit` compiles the whole update (forward, backward, Adam) once per batch shape: ~90 s
+a shape for base on an H100, measured as one figure. This splits it, per shape of `--shapes`
+(ROWSxLENGTH, one process, in order, as `Trainer.compile_shapes` meets them one at a time):
+
+* trace: TensorFlow tracing the update in Python (holds the GIL: shapes compiled side by side by
+  `--compile-workers` wait for each other here). `reduce_retracing` gives the first shape an exact
+  trace and the second a general one that every later shape reuses (0 s);
+* first call: TF-to-HLO lowering, XLA's compile (its passes, code generation, on a GPU the
+  autotuner and ptxas) and one run of the update;
+* second call: one run of the update; first - second = what a shape costs before it trains;
+* with `--hlo`, afterwards: the lowering alone (`experimental_get_compiler_ir`) and the size of
+  the program XLA receives (HLO instructions), of which the dropout's random numbers are a share
+  (`--dropout 0` to compare).
+
+    python benchmarks/compile_split.py --arch base --shapes 64x32,128x16,32x64 --hlo
+    python benchmarks/compile_split.py --arch tiny --shapes 16x8 --device cpu --hlo   # anywhere
+
+Figures, not a test: run it with nothing else on the machine, and name the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import tempfile
+import time
+
+from train_throughput import model_config_for
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'64x32,128x16' -> [(64, 32), (128, 16)]; a clear error for anything else."""
+    shapes = []
+    for item in text.split(","):
+        match = re.fullmatch(r"\s*(\d+)x(\d+)\s*", item)
+        if not match or 0 in (int(match[1]), int(match[2])):
+            raise argparse.ArgumentTypeError(f"--shapes: '{item}' is not ROWSxLENGTH (e.g. 64x32)")
+        shapes.append((int(match[1]), int(match[2])))
+    return shapes
+
+
+def hlo_instructions(text: str) -> int:
+    """The instructions of an HLO module's text (`%name = type opcode(...)` lines)."""
+    return len(re.findall(r"^\s*(?:ROOT\s+)?%?[\w.-]+ = ", text, re.MULTILINE))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="base")
+    parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes("64x32,128x16,32x64"))
+    parser.add_argument("--precision", default="mixed_bfloat16")
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="override the preset's P_drop (0: no random numbers in the program)")
+    parser.add_argument("--hlo", action="store_true",
+                        help="also time the lowering alone and count the HLO instructions")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import tensorflow as tf
+
+    from vtx.config import PAD_ID, TrainConfig
+    from vtx.training.trainer import Trainer
+
+    model_config = model_config_for(args.arch)
+    if args.dropout is not None:
+        model_config = dataclasses.replace(model_config, dropout=args.dropout)
+    train_config = TrainConfig(precision=args.precision, jit_compile=True,
+                               validate_interval_steps=0, save_interval_minutes=0)
+    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
+    print(f"{args.arch} (P_drop {model_config.dropout}), {args.precision}, XLA on {device}",
+          flush=True)
+    with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
+        trainer = Trainer(model_config, train_config, save_dir,
+                          strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
+        off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
+        for rows, length in args.shapes:
+            pad = np.full((rows, length), PAD_ID, np.int32)
+            batches = trainer._distribute([{"source": pad, "target_in": pad, "target_out": pad}])
+            clock = [time.perf_counter()]
+            trainer._update.get_concrete_function(batches, off)
+            clock.append(time.perf_counter())
+            for _ in range(2):
+                trainer._update(batches, off).numpy()
+                clock.append(time.perf_counter())
+            trace, first, second = np.diff(clock)
+            line = (f"{rows}x{length}: trace {trace:.1f} s, first call {first:.1f} s, second "
+                    f"{second:.2f} s; before training {trace + first - second:.1f} s")
+            if args.hlo:
+                started = time.perf_counter()
+                text = trainer._update.experimental_get_compiler_ir(batches, off)(stage="hlo")
+                line += (f"; lowering alone {time.perf_counter() - started:.1f} s, "
+                         f"{hlo_instructions(text):,} HLO instructions")
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

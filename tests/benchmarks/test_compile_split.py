@@ -1,0 +1,50 @@
+"""The compile-time split behind issue 12's 3-minute target (`benchmarks/compile_split.py`): its
+arguments, its HLO count and what it prints (not a timed test: only that the figures are there)."""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import compile_split  # noqa: E402
+
+
+def test_shapes_are_read_as_rows_by_length():
+    assert compile_split.parse_shapes("64x32, 128x16") == [(64, 32), (128, 16)]
+
+
+@pytest.mark.parametrize("text, bad", [("64x32,64", "64"), ("0x8", "0x8"), ("8x", "8x")])
+def test_a_bad_shape_is_named(text, bad):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"'{bad}' is not ROWSxLENGTH"):
+        compile_split.parse_shapes(text)
+
+
+def test_hlo_instructions_are_counted_per_assignment():
+    text = """HloModule m, entry_computation_layout={(f32[3]{0})->f32[3]{0}}
+
+ENTRY %main.5 (Arg_0.1: f32[3]) -> f32[3] {
+  %Arg_0.1 = f32[3]{0} parameter(0)
+  %constant.2 = f32[] constant(2)
+  %broadcast.3 = f32[3]{0} broadcast(f32[] %constant.2), dimensions={}
+  ROOT %multiply.4 = f32[3]{0} multiply(f32[3]{0} %Arg_0.1, f32[3]{0} %broadcast.3)
+}
+"""
+    assert compile_split.hlo_instructions(text) == 4
+
+
+def test_it_prints_each_shape_split_and_dropout_adds_instructions(capsys):
+    counts = {}
+    for dropout in ("0.1", "0"):
+        compile_split.main(["--arch", "tiny", "--shapes", "8x6", "--device", "cpu",
+                            "--precision", "float32", "--hlo", "--dropout", dropout])
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"tiny (P_drop {float(dropout)}), float32, XLA on /cpu:0"
+        match = re.fullmatch(r"8x6: trace [\d.]+ s, first call [\d.]+ s, second [\d.]+ s; "
+                             r"before training [\d.]+ s; lowering alone [\d.]+ s, "
+                             r"([\d,]+) HLO instructions", out[1])
+        assert match, out[1]
+        counts[dropout] = int(match[1].replace(",", ""))
+    assert counts["0"] < counts["0.1"]  # dropout's random numbers are part of the program
