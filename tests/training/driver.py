@@ -46,9 +46,11 @@ def main() -> None:
                                       save_interval_steps=args.save_every)
     devices = [f"/cpu:{i}" for i in range(args.devices)]
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices))
-    # Every batch of one shape, as `vtx train` makes them: with 8 replicas each new shape costs
-    # ~55 s of tracing on 2 cores.
-    make_epoch = epoch_maker(make_pairs(96, 24, seed=3), batch_size=4, seed=5, lengths=(8, 9))
+    # Two batch shapes in turn: the replicas of one update hold batches of different shapes, as
+    # in `vtx train`, and every update the same ones (8 batches each; 24 in an epoch), so that
+    # the update is traced once: with 8 replicas each new set of shapes costs ~55 s on 2 cores.
+    make_epoch = epoch_maker(make_pairs(96, 24, seed=3), batch_size=4, seed=5,
+                             lengths=[(8, 9), (10, 12)])
     first = []
 
     def slow_epoch(epoch, skip):

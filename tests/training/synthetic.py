@@ -34,11 +34,14 @@ def to_batch(pairs, lengths=None):
 
 
 def epoch_maker(pairs, batch_size: int, seed: int = 0, lengths=None):
-    """`(epoch, skip) -> list of batches`, shuffled by (seed, epoch); `lengths` as in `to_batch`."""
+    """`(epoch, skip) -> list of batches`, shuffled by (seed, epoch). `lengths`: a list of
+    (source, target) shapes that the epoch's batches take in turn (batch k the k-th modulo its
+    size), as in `to_batch`; None pads each batch to its own longest pair."""
 
     def make_epoch(epoch: int, skip: int):
         order = np.random.default_rng([seed, epoch]).permutation(len(pairs))
-        batches = [to_batch([pairs[j] for j in order[i:i + batch_size]], lengths)
+        batches = [to_batch([pairs[j] for j in order[i:i + batch_size]],
+                            lengths[(i // batch_size) % len(lengths)] if lengths else None)
                    for i in range(0, len(order), batch_size)]
         return batches[skip:]
 
