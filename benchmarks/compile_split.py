@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from vtx.config import PAD_ID, TrainConfig
+    from vtx.config import TrainConfig
     from vtx.training.trainer import Trainer
 
     model_config = model_config_for(args.arch)
@@ -79,8 +79,7 @@ def main(argv=None) -> None:
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
         off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
         for rows, length in args.shapes:
-            pad = np.full((rows, length), PAD_ID, np.int32)
-            batches = trainer._distribute([{"source": pad, "target_in": pad, "target_out": pad}])
+            batches = trainer.all_pad_batches((rows, length, length))
             clock = [time.perf_counter()]
             trainer._update.get_concrete_function(batches, off)
             clock.append(time.perf_counter())

@@ -408,14 +408,20 @@ class Trainer(TrainingLoop):
         self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s "
                  f"({workers} at a time)")
 
-    def _compile_pass(self, shape: tuple[int, int, int]) -> float:
-        """One all-pad update of `shape` with Adam off; its seconds."""
-        started = self.clock()
+    def all_pad_batches(self, shape: tuple[int, int, int]):
+        """Batches of (rows, source length, target length) holding only padding, one per local
+        replica: they weigh nothing, so running the update on them compiles it and changes
+        nothing (with Adam off)."""
         rows, source, target = shape
         target_pad = np.full((rows, target), PAD_ID, np.int32)
         batch = {"source": np.full((rows, source), PAD_ID, np.int32),
                  "target_in": target_pad, "target_out": target_pad}
-        batches = self._distribute([batch] * self.topology.local_replicas)
+        return self._distribute([batch] * self.topology.local_replicas)
+
+    def _compile_pass(self, shape: tuple[int, int, int]) -> float:
+        """One all-pad update of `shape` with Adam off; its seconds."""
+        started = self.clock()
+        batches = self.all_pad_batches(shape)
         if self.config.update_freq > 1:
             self._accumulate(batches)
         self._update(batches, tf.constant(False)).numpy()
