@@ -7,7 +7,8 @@ Shapes: B batch, S source length, T target length, V vocabulary.
 One update ("step") = `update_freq` micro-batches on every replica. Gradients are accumulated
 unnormalised (sum over tokens) in per-replica variables and divided by the number of non-pad target
 tokens over all replicas and micro-batches, so 1 replica x 8 micro-batches and 8 replicas x 1
-micro-batch train the same model. A non-finite loss skips the update (the accumulators are
+micro-batch train the same model; the last micro-batch's gradients go to Adam without being
+stored (with `update_freq` 1 there are no accumulators). A non-finite loss skips the update (the accumulators are
 cleared) and is counted; too many in a row stop training.
 """
 
@@ -28,6 +29,7 @@ import tensorflow as tf
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.models import transformer
 from vtx import checkpoints
+from vtx.training.adam import FusedAdam
 from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
@@ -42,12 +44,16 @@ def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> kera
     """Adam(0.9, 0.98, 1e-9) on the paper's schedule; loss-scaled for float16."""
     schedule = TransformerSchedule(model_config.d_model, train_config.warmup_steps,
                                    train_config.lr_scale)
-    optimizer = keras.optimizers.Adam(schedule, beta_1=train_config.adam_beta_1,
-                                      beta_2=train_config.adam_beta_2,
-                                      epsilon=train_config.adam_epsilon)
+    optimizer = FusedAdam(schedule, beta_1=train_config.adam_beta_1,
+                          beta_2=train_config.adam_beta_2, epsilon=train_config.adam_epsilon)
     if train_config.precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
+
+
+def _float32(grad) -> tf.Tensor:
+    """A gradient as a dense float32 tensor (the embedding's may come as IndexedSlices)."""
+    return tf.cast(tf.convert_to_tensor(grad), tf.float32)
 
 
 def _empty_batch() -> dict:
@@ -97,9 +103,11 @@ class Trainer(TrainingLoop):
             self.model = transformer.build(model_config, dtype=train_config.precision)
             self.optimizer = make_optimizer(model_config, train_config)
             self.optimizer.build(self.model.trainable_variables)
+            # The sums of an update's micro-batches before its last (none with update_freq 1).
+            accumulate = train_config.update_freq > 1
             self._accumulators = [self._local_variable(v.shape) for v in
-                                  self.model.trainable_variables]
-            self._sums = self._local_variable((3,))  # loss, nll, tokens of this update
+                                  self.model.trainable_variables] if accumulate else []
+            self._sums = self._local_variable((3,))  # loss, nll, tokens
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
         # The best task metric so far (higher is better), validations since the best one (by
@@ -165,30 +173,44 @@ class Trainer(TrainingLoop):
         def replica(batch):
             sums, grads = self._gradient_fn(batch)
             for accumulator, grad in zip(self._accumulators, grads):
-                accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32) * sums[2])
+                accumulator.assign_add(_float32(grad) * sums[2])
             self._sums.assign_add(sums)
 
         self.strategy.run(replica, args=(batch,))
 
     def _update_impl(self, batch, apply):
-        """The last micro-batch, then Adam on the accumulated gradients when `apply` (a boolean
-        tensor) and the update's loss is finite; else the accumulators are only cleared.
-        Returns the update's [loss, nll, tokens] sums."""
-        self._accumulate_impl(batch)
-        totals = self.strategy.reduce(
-            SUM, self.strategy.run(lambda: self._sums.read_value()), axis=None)
-        # Every replica and worker sees the same totals, so all take the same branch.
+        """The last micro-batch, then Adam on the update's gradients when `apply` (a boolean
+        tensor) and the update's loss is finite; the accumulators (of earlier micro-batches) are
+        cleared either way. Returns the update's [loss, nll, tokens] sums."""
+        totals, grads = self.strategy.run(self._last_micro_batch, args=(batch,))
+        # Every replica and worker holds the same totals, so all take the same branch.
+        totals = self.strategy.experimental_local_results(totals)[0]
         tf.cond(tf.logical_and(apply, tf.reduce_all(tf.math.is_finite(totals))),
-                lambda: self.strategy.run(self._apply_replica),
-                lambda: self.strategy.run(self._zero_accumulators))
+                lambda: self.strategy.run(self._apply_replica, args=(grads,)),
+                lambda: None)
+        if self.config.update_freq > 1:
+            self.strategy.run(self._zero_accumulators)
         return totals
 
-    def _apply_replica(self):
+    def _last_micro_batch(self, batch):
+        """(the update's [loss, nll, tokens] sums over every replica and micro-batch, this
+        replica's share of the update's gradients: its sums over tokens / all the update's
+        tokens). With `update_freq` 1 the gradients go straight to Adam: no accumulator is
+        written, read or cleared (three passes over the model's size saved)."""
+        sums, grads = self._gradient_fn(batch)
+        grads = [_float32(grad) for grad in grads]
         context = tf.distribute.get_replica_context()
-        total = tf.maximum(context.all_reduce(SUM, self._sums.read_value()[2]), 1.0)
-        grads = [a.read_value() / total for a in self._accumulators]
+        if self.config.update_freq == 1:
+            totals = context.all_reduce(SUM, sums)
+            share = sums[2] / tf.maximum(totals[2], 1.0)
+            return totals, [grad * share for grad in grads]
+        totals = context.all_reduce(SUM, self._sums.read_value() + sums)
+        total = tf.maximum(totals[2], 1.0)
+        return totals, [(accumulator.read_value() + grad * sums[2]) / total
+                        for accumulator, grad in zip(self._accumulators, grads)]
+
+    def _apply_replica(self, grads):
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self._zero_accumulators()
 
     def _reset_impl(self):
         self.strategy.run(self._zero_accumulators)

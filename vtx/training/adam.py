@@ -1,0 +1,63 @@
+"""Adam (paper section 5.3) with one fused kernel per variable.
+
+Keras's `Adam.update_step` writes the update as ~28 TensorFlow operations per variable (the bias
+corrections recomputed for each, then the moments and the weight each in several element-wise
+passes). Without XLA every one is a separate kernel launch and pass over memory: on a 2-core CPU the
+quick start's model (130 variables) spent ~47 ms of a ~530 ms update in 3,700 such operations.
+`tf.raw_ops.ResourceApplyAdam` is TensorFlow's own fused kernel for the same formula
+(`training_ops.cc`: alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m)(1 - beta_1);
+v += (g^2 - v)(1 - beta_2); w -= alpha m / (sqrt(v) + epsilon)), with kernels on the CPU, the GPU and
+under XLA. The bias corrections are computed once per update, not once per variable.
+
+The optimizer's variables, their order and the checkpoint format are Keras's Adam's unchanged.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+def _handle(variable):
+    """The resource handle of a Keras or TensorFlow variable (in an update context, of the
+    current device's copy of a mirrored one)."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return variable.handle
+
+
+class FusedAdam(keras.optimizers.Adam):
+    """`keras.optimizers.Adam` (same arguments, state and results; `amsgrad` unsupported) whose
+    update is one `ResourceApplyAdam` per variable."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.amsgrad:
+            raise ValueError("FusedAdam does not implement amsgrad")
+
+    def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
+        """Keras's (each variable updated on each of its devices, in the cross-replica context),
+        with the update's scalars computed once per device rather than once per variable."""
+        scalars_on = {}  # device -> the kernel's scalar arguments
+
+        def scalars(learning_rate) -> dict:
+            step = tf.cast(self.iterations + 1, tf.float32)
+            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
+            return {"lr": tf.cast(learning_rate, tf.float32), "beta1": beta_1, "beta2": beta_2,
+                    "beta1_power": tf.pow(beta_1, step), "beta2_power": tf.pow(beta_2, step),
+                    "epsilon": tf.constant(self.epsilon, tf.float32)}
+
+        def apply(variable, gradient, learning_rate):
+            if variable.dtype != tf.float32:  # the kernel's scalars are float32
+                return self.update_step(gradient, variable, learning_rate)
+            if variable.device not in scalars_on:
+                scalars_on[variable.device] = scalars(learning_rate)
+            index = self._get_variable_index(variable)
+            return tf.raw_ops.ResourceApplyAdam(
+                var=_handle(variable), m=_handle(self._momentums[index]),
+                v=_handle(self._velocities[index]), grad=tf.cast(gradient, tf.float32),
+                **scalars_on[variable.device])
+
+        for gradient, variable in grads_and_vars:
+            distribution.extended.update(variable, apply, args=(gradient, learning_rate),
+                                         group=False)
