@@ -7,8 +7,9 @@ quick start's model (127 variables) spent ~47 ms of a ~530 ms update in 3,700 su
 (float32, an Intel Xeon with AMX; docs/benchmarks.md).
 `tf.raw_ops.ResourceApplyAdam` is TensorFlow's own fused kernel for the same formula
 (`training_ops.cc`: alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m)(1 - beta_1);
-v += (g^2 - v)(1 - beta_2); w -= alpha m / (sqrt(v) + epsilon)), with kernels on the CPU, the GPU and
-under XLA. The bias corrections are computed once per update and device, not once per variable.
+v += (g^2 - v)(1 - beta_2); w -= alpha m / (sqrt(v) + epsilon)), with kernels on the CPU, the GPU
+and under XLA. The bias corrections are computed once per update and device, not once per
+variable.
 
 The optimizer's variables, their order and the checkpoint format are Keras's Adam's unchanged.
 """

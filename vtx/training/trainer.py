@@ -8,8 +8,8 @@ One update ("step") = `update_freq` micro-batches on every replica. Gradients ar
 unnormalised (sum over tokens) in per-replica variables and divided by the number of non-pad target
 tokens over all replicas and micro-batches, so 1 replica x 8 micro-batches and 8 replicas x 1
 micro-batch train the same model; the last micro-batch's gradients go to Adam without being
-stored (with `update_freq` 1 there are no accumulators). A non-finite loss skips the update (the accumulators are
-cleared) and is counted; too many in a row stop training.
+stored (with `update_freq` 1 there are no accumulators). A non-finite loss skips the update (the
+accumulators are cleared) and is counted; too many in a row stop training.
 """
 
 from __future__ import annotations
