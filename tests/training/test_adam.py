@@ -44,3 +44,8 @@ def test_fused_adam_trains_as_keras_adam_with_the_same_state():
 def test_fused_adam_refuses_amsgrad():
     with pytest.raises(ValueError, match="amsgrad"):
         FusedAdam(1e-3, amsgrad=True)
+
+
+def test_fused_adam_refuses_a_variable_that_is_not_float32():
+    with pytest.raises(ValueError, match="float32 variables only; .* is bfloat16"):
+        FusedAdam(1e-3).build([keras.Variable(np.zeros(3), dtype="bfloat16")])

@@ -30,12 +30,21 @@ def _handle(variable):
 
 class FusedAdam(keras.optimizers.Adam):
     """`keras.optimizers.Adam` (same arguments, state and results; `amsgrad` unsupported) whose
-    update is one `ResourceApplyAdam` per variable."""
+    update is one `ResourceApplyAdam` per float32 variable."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.amsgrad:
             raise ValueError("FusedAdam does not implement amsgrad")
+
+    def build(self, variables):
+        """Keras's, for float32 variables only (the kernel's scalars are float32; every vtx
+        precision, mixed ones included, keeps its weights in float32)."""
+        for variable in variables:
+            if variable.dtype != "float32":
+                raise ValueError(f"FusedAdam updates float32 variables only; {variable.path} is "
+                                 f"{variable.dtype}")
+        super().build(variables)
 
     def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
         """Keras's (each variable updated on each of its devices, in the cross-replica context),
@@ -50,8 +59,6 @@ class FusedAdam(keras.optimizers.Adam):
                     "epsilon": tf.constant(self.epsilon, tf.float32)}
 
         def apply(variable, gradient, learning_rate):
-            if variable.dtype != tf.float32:  # the kernel's scalars are float32
-                return self.update_step(gradient, variable, learning_rate)
             if variable.device not in scalars_on:
                 scalars_on[variable.device] = scalars(learning_rate)
             index = self._get_variable_index(variable)
