@@ -9,6 +9,7 @@ from keras import ops
 
 from vtx.layers.attention import MultiHeadAttention
 from vtx.layers.encoder import EncoderLayer
+from vtx.layers.layer_norm import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="vtx")
@@ -24,7 +25,7 @@ class DecoderLayer(EncoderLayer):
         policy = self.dtype_policy
         self.cross_attention = MultiHeadAttention(num_heads, d_model, self.attention_dropout,
                                                   name="cross_attention", dtype=policy)
-        self.cross_attention_norm = keras.layers.LayerNormalization(
+        self.cross_attention_norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="cross_attention_norm", dtype=policy)
 
     def build(self, input_shape):

@@ -7,6 +7,7 @@ import keras
 
 from vtx.layers.attention import MultiHeadAttention
 from vtx.layers.feed_forward import FeedForward
+from vtx.layers.layer_norm import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="vtx")
@@ -31,10 +32,10 @@ class EncoderLayer(keras.layers.Layer):
         self.self_attention = MultiHeadAttention(num_heads, d_model, attention_dropout,
                                                  name="self_attention", dtype=policy)
         self.feed_forward = FeedForward(d_model, d_ff, relu_dropout, name="feed_forward", dtype=policy)
-        self.attention_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
-                                                              name="attention_norm", dtype=policy)
-        self.feed_forward_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
-                                                                 name="feed_forward_norm", dtype=policy)
+        self.attention_norm = LayerNormalization(epsilon=layer_norm_epsilon,
+                                                 name="attention_norm", dtype=policy)
+        self.feed_forward_norm = LayerNormalization(epsilon=layer_norm_epsilon,
+                                                    name="feed_forward_norm", dtype=policy)
         self.dropout = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
