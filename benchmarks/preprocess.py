@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, vtx/__init__.py)
+
 REPO = Path(__file__).resolve().parents[1]
 # Runs a command, then prints the peak RSS (KiB) of its largest process and the CPU seconds of all
 # its processes, so every run is measured alone (RUSAGE_CHILDREN of this process would keep the

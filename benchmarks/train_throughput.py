@@ -51,6 +51,8 @@ from typing import Callable
 
 import numpy as np
 
+import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, vtx/__init__.py)
+
 BENCHMARKS = Path(__file__).resolve().parent
 RESULT_TAG = "RESULT "
 FIRST_WORD_ID, BOS_ID, EOS_ID = 4, 2, 3  # vtx.config ids, repeated to keep torch workers TF-free

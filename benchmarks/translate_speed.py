@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, vtx/__init__.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Before any test imports TensorFlow: the environment vtx sets for it (vtx/__init__.py).
+import vtx  # noqa: E402, F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("VTX_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
