@@ -57,6 +57,11 @@ ARCHS = tuple(PRESETS)
                    "fewest positions in an epoch's batches; with --jit each is one compiled "
                    "program, so fewer start sooner and pad more (0: 8 with --jit, 16 "
                    "without).  [default: 0]")
+@click.option("--pack/--no-pack", default=False, show_default=True,
+              help="Training batches of several pairs a row, all of one shape (each pair attends "
+                   "only to itself): one compiled program with --jit and fewer pad positions "
+                   "than length buckets (Multi30k: 0.93 of the positions real, against 0.75 in "
+                   "buckets with --jit and 0.89 without). Validation stays bucketed.")
 @click.option("--devices", default=None,
               help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,

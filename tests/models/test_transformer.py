@@ -109,3 +109,25 @@ def test_parameter_count_within_5_percent_of_the_paper(arch, paper):
     assert abs(count - paper) / paper < 0.05
     if arch == "base":
         assert count == 63_082_496  # tied, no output bias, post-norm: no final LayerNorm
+
+
+def test_pairs_packed_in_rows_get_the_logits_each_gets_alone(model):
+    """Packed rows (several pairs a row, `vtx.data.packing`): every pair attends only to itself,
+    its positions restart at 0, so its logits are those of the pair in a row of its own."""
+    from vtx.data.packing import PACKED_KEYS, pack_batch
+
+    lengths = [[(5, 3), (2, 6), (4, 1)], [(7, 8)], []]  # the last row: padding only
+    rows = [[(random_ids((s,)), random_ids((t,))) for s, t in row] for row in lengths]
+    batch = pack_batch(rows, (3, 16, 19))
+    packing = {key: batch[key] for key in PACKED_KEYS}
+    states = model.decoder_states((batch["source"], batch["target_in"]), packing=packing)
+    logits = np.asarray(model.embedding.project(states))
+    for row, pairs in enumerate(rows):
+        start = 0
+        for source, target in pairs:
+            target_in = np.concatenate([[BOS_ID], target]).astype("int32")
+            alone = np.asarray(model((source[None], target_in[None])))[0]
+            packed = logits[row, start:start + len(target_in)]
+            np.testing.assert_allclose(packed, alone, atol=1e-5)
+            start += len(target_in)
+    assert np.isfinite(logits).all()

@@ -123,14 +123,16 @@ def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):
 
 
 def accumulated_gradients(trainer, batch) -> list[np.ndarray]:
-    """The token-weighted gradient sums one micro-batch leaves in the trainer's accumulators."""
+    """The token-weighted gradient sums one micro-batch leaves in the trainer's accumulators
+    (a trainer with update_freq > 1: with 1 there are none, the gradients go to Adam)."""
+    assert trainer._accumulators, "accumulators need update_freq > 1"
     trainer._reset()
     trainer._accumulate(trainer._distribute([batch]))
     return [np.asarray(a.read_value()) for a in trainer._accumulators]
 
 
 def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
-    trainer = make_trainer(tmp_path, label_smoothing=0.1)
+    trainer = make_trainer(tmp_path, label_smoothing=0.1, update_freq=2)
     batch = to_batch(make_pairs(5, 20, seed=2))
     filled = {key: np.concatenate([value, np.zeros((3, value.shape[1]), value.dtype)])
               for key, value in batch.items()}  # 8 rows, the pipeline's fill
@@ -143,7 +145,7 @@ def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
 def test_pad_positions_change_no_gradient_projected_or_not(tmp_path, jit_compile):
     """Without XLA only the real target positions are projected onto the vocabulary; with it
     all are (static shapes). Both give the gradient of the same loss."""
-    trainer = make_trainer(tmp_path, label_smoothing=0.1, jit_compile=jit_compile)
+    trainer = make_trainer(tmp_path, label_smoothing=0.1, jit_compile=jit_compile, update_freq=2)
     batch = to_batch(make_pairs(8, 20, seed=6))
     assert (batch["target_out"] == 0).any() and (batch["target_out"] != 0).any()
     dense = accumulated_gradients(trainer, batch)
@@ -166,3 +168,23 @@ def test_pad_positions_change_no_gradient_projected_or_not(tmp_path, jit_compile
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * scale)
         # The trainer's update: the gradient of the per-token mean, times the tokens.
         np.testing.assert_allclose(accumulated, b, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_packed_batch_gives_the_gradient_of_the_same_pairs_bucketed(tmp_path, jit_compile):
+    """Several pairs a row (`vtx.data.packing`), pad rows included: the same loss sums and
+    gradient as the pairs one a row, to float32 round-off."""
+    from vtx.data.packing import pack_batch
+
+    trainer = make_trainer(tmp_path, label_smoothing=0.1, jit_compile=jit_compile, update_freq=2)
+    pairs = make_pairs(9, 20, seed=3)
+    bucketed = accumulated_gradients(trainer, to_batch(pairs))
+    bucketed_sums = trainer._sums.read_value().numpy()
+    rows = [pairs[0:3], pairs[3:5], pairs[5:6], pairs[6:9], []]
+    packed_batch = pack_batch(rows, (5, 24, 27))
+    assert packed_batch["source_segments"].max() == 3
+    packed = accumulated_gradients(trainer, packed_batch)
+    np.testing.assert_allclose(trainer._sums.read_value().numpy(), bucketed_sums, rtol=1e-5)
+    scale = max(np.abs(b).max() for b in bucketed)
+    for a, b in zip(packed, bucketed):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)

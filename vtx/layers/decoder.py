@@ -12,6 +12,12 @@ from vtx.layers.encoder import EncoderLayer
 from vtx.layers.layer_norm import LayerNormalization
 
 
+def causal_mask(length):
+    """bool [1, T, T]: True where key <= query."""
+    positions = ops.arange(length)
+    return (positions[None, :] <= positions[:, None])[None]
+
+
 @keras.saving.register_keras_serializable(package="vtx")
 class DecoderLayer(EncoderLayer):
     """Causal self-attention, attention over the encoder output, FFN; each post-norm with dropout.
@@ -45,20 +51,22 @@ class DecoderLayer(EncoderLayer):
         return self._residual(self.feed_forward_norm, x, self.feed_forward(x, training=training),
                               training)
 
-    def call(self, x, memory, memory_mask=None, training=False):
+    def call(self, x, memory, memory_mask=None, training=False, self_mask=None):
         """Teacher-forced pass.
 
         Args:
             x: [B, T, D] target-side inputs (shifted right).
-            memory: [B, S, D] encoder output. memory_mask: bool [B, 1, S], True on real tokens.
+            memory: [B, S, D] encoder output. memory_mask: bool [B, 1, S], True on real tokens
+                (or [B, T, S]: packed rows, each position seeing its own pair's source).
+            self_mask: bool [B, T, T] for the self-attention, causal already (packed rows);
+                None: causal over the whole row.
 
         Returns:
             [B, T, D].
         """
-        length = ops.shape(x)[1]
-        positions = ops.arange(length)
-        causal = (positions[None, :] <= positions[:, None])[None]  # [1, T, T]: key <= query
-        attended = self.self_attention(x, x, causal, training=training)
+        if self_mask is None:
+            self_mask = causal_mask(ops.shape(x)[1])
+        attended = self.self_attention(x, x, self_mask, training=training)
         x = self._residual(self.attention_norm, x, attended, training)
         memory_keys, memory_values = self.cross_attention.project_key_value(memory)
         return self._cross_and_feed_forward(x, memory_keys, memory_values, memory_mask, training)

@@ -24,16 +24,21 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.max_wavelength = max_wavelength
 
-    def call(self, inputs, start_index=0):
-        """Encodings for positions start_index .. start_index + T - 1.
+    def call(self, inputs, start_index=0, positions=None):
+        """Encodings for positions start_index .. start_index + T - 1, or for `positions`.
 
         Args:
             inputs: [B, T, D] embeddings; only the shape is used.
             start_index: position of the first element (a scalar, may be a tensor in decoding).
+            positions: int [B, T], each element's own position, all below T (packed rows, where
+                each pair's positions restart at 0); overrides start_index.
 
         Returns:
-            [T, D] encodings in the layer's compute dtype, to be broadcast over B.
+            [T, D] encodings in the layer's compute dtype, to be broadcast over B; [B, T, D]
+            with `positions` (rows of the [T, D] table).
         """
+        if positions is not None:
+            return ops.take(self.call(inputs), positions, axis=0)
         length, width = ops.shape(inputs)[1], inputs.shape[-1]
         positions = ops.cast(ops.arange(length) + start_index, "float32")  # [T]
         dims = ops.arange(width)  # [D]

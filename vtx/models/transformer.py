@@ -17,6 +17,14 @@ from keras import ops
 
 from vtx.config import PAD_ID, ModelConfig
 from vtx.layers import DecoderLayer, EncoderLayer, SharedEmbedding, SinusoidalPositionEncoding
+from vtx.layers.decoder import causal_mask
+
+
+def same_segment(query_segments, key_segments):
+    """int [B, T] and [B, S] segment ids (0: padding) -> bool [B, T, S]: True where the key is a
+    real id of the query's segment."""
+    keys = key_segments[:, None, :]
+    return ops.logical_and(query_segments[:, :, None] == keys, keys != 0)
 
 
 @keras.saving.register_keras_serializable(package="vtx")
@@ -52,35 +60,59 @@ class Transformer(keras.Model):
             layer.build(hidden_shape)
         self.built = True
 
-    def _embed(self, token_ids, start_index=0, training=False):
-        """[B, T] ids -> [B, T, D]: sqrt(D)-scaled embeddings + positions, then dropout."""
+    def _embed(self, token_ids, start_index=0, training=False, positions=None):
+        """[B, T] ids -> [B, T, D]: sqrt(D)-scaled embeddings + positions (`positions` [B, T]:
+        each id's own), then dropout."""
         vectors = self.embedding(token_ids)
-        vectors = vectors + self.position_encoding(vectors, start_index=start_index)[None]
+        encoding = self.position_encoding(vectors, start_index=start_index, positions=positions)
+        vectors = vectors + (encoding if positions is not None else encoding[None])
         return self.embedding_dropout(vectors, training=training)
 
-    def encode(self, source_ids, training=False):
-        """[B, S] source ids (PAD_ID-padded) -> (memory [B, S, D], memory_mask bool [B, 1, S])."""
-        memory_mask = (source_ids != PAD_ID)[:, None, :]
-        x = self._embed(source_ids, training=training)
+    def encode(self, source_ids, training=False, packing=None):
+        """[B, S] source ids (PAD_ID-padded) -> (memory [B, S, D], memory_mask bool [B, 1, S]).
+        `packing`: see `decoder_states`; the encoder's mask is then [B, S, S]."""
+        if packing is None:
+            memory_mask, positions = (source_ids != PAD_ID)[:, None, :], None
+        else:
+            segments = packing["source_segments"]
+            memory_mask, positions = same_segment(segments, segments), packing["source_positions"]
+        x = self._embed(source_ids, training=training, positions=positions)
         for layer in self.encoder_layers:
             x = layer(x, memory_mask, training=training)
         return x, memory_mask
 
-    def decode(self, target_in, memory, memory_mask, training=False):
+    def decode(self, target_in, memory, memory_mask, training=False, packing=None):
         """Teacher-forced decoder: [B, T] inputs (bos + target) -> [B, T, D] decoder outputs,
-        before the projection onto the vocabulary (`embedding.project`)."""
-        x = self._embed(target_in, training=training)
+        before the projection onto the vocabulary (`embedding.project`). With `packing` (see
+        `decoder_states`) `memory_mask` is ignored: each position sees its own pair's source
+        and the earlier positions of its own pair."""
+        self_mask = positions = None
+        if packing is not None:
+            segments = packing["target_segments"]
+            memory_mask = same_segment(segments, packing["source_segments"])  # [B, T, S]
+            self_mask = ops.logical_and(same_segment(segments, segments),
+                                        causal_mask(ops.shape(target_in)[1]))
+            positions = packing["target_positions"]
+        x = self._embed(target_in, training=training, positions=positions)
         for layer in self.decoder_layers:
-            x = layer(x, memory, memory_mask, training=training)
+            x = layer(x, memory, memory_mask, training=training, self_mask=self_mask)
         return x
 
-    def decoder_states(self, inputs, training=False):
+    def decoder_states(self, inputs, training=False, packing=None):
         """inputs = (source_ids [B, S], target_in [B, T]) -> [B, T, D] decoder outputs: what
         `call` projects, for a caller that projects only some positions (training: the real
-        ones)."""
+        ones).
+
+        Args:
+            packing: None, or for rows that hold several pairs each (`vtx.data.packing`) a dict
+                of int [B, S] "source_segments" and "source_positions" and [B, T]
+                "target_segments" and "target_positions": which pair of its row each id
+                belongs to (1, 2, ...; 0 on padding) and its position in that pair. Each pair
+                then gets what it would get alone in a row.
+        """
         source_ids, target_in = inputs
-        memory, memory_mask = self.encode(source_ids, training=training)
-        return self.decode(target_in, memory, memory_mask, training=training)
+        memory, memory_mask = self.encode(source_ids, training=training, packing=packing)
+        return self.decode(target_in, memory, memory_mask, training=training, packing=packing)
 
     def call(self, inputs, training=False):
         """inputs = (source_ids [B, S], target_in [B, T]) -> logits [B, T, V] (float32)."""

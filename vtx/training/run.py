@@ -115,8 +115,15 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         score_valid = validation.make_scorer(trainer.model, data_dir, eval_metric,
                                              max_tokens=train_config.max_tokens,
                                              **(eval_options or {}))
+    packed = None
+    if train_config.pack:
+        from vtx.data import packing
+
+        packed = packing.packed_shape(data_dir, train_config.max_tokens,
+                                      pipeline.shape_policy(train_config.jit_compile)["step"])
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
+    packed = _resumed_packing(trainer, packed, log)
     write_run_config(save_dir, data_dir, arch, model_config, train_config)
     shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
@@ -128,13 +135,28 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     sides = pipeline.side_lengths_for(data_dir, splits, boundaries,
                                       pipeline.shape_policy(train_config.jit_compile)["step"])
     shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries, sides)
-    fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries, sides)
-    log("batch shapes (rows x length, or rows x source x target), training and validation: "
-        + ", ".join(format_shape(shape) for shape in shapes))
-    log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
-        f"({len(shapes)} shapes; --max-shapes sets how many)")
+    if packed:
+        from vtx.data import packing
+
+        log("batch shapes (rows x length, or rows x source x target), validation: "
+            + ", ".join(format_shape(shape) for shape in shapes))
+        shapes = [packed]
+        fill = packing.packed_fill(data_dir, packed, seed=train_config.seed)
+        log(f"training batches packed, several pairs a row: {format_shape(packed)}; "
+            f"{fill:.3f} of their positions hold a real token")
+    else:
+        fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries,
+                                      sides)
+        log("batch shapes (rows x length, or rows x source x target), training and validation: "
+            + ", ".join(format_shape(shape) for shape in shapes))
+        log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
+            f"({len(shapes)} shapes; --max-shapes sets how many, --pack packs pairs instead)")
 
     def make_epoch(epoch: int, skip: int):
+        if packed:
+            return packing.packed_batches(
+                data_dir, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
+                num_shards=shards, shard_index=shard)
         return pipeline.train_batches(
             data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed, epoch=epoch,
             skip_batches=skip, num_shards=shards, shard_index=shard,
@@ -176,6 +198,22 @@ def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[
             boundaries = kept
     trainer.bucket_boundaries = boundaries
     return boundaries
+
+
+def _resumed_packing(trainer, packed: tuple[int, int, int] | None,
+                     log: Callable[[str], None]) -> tuple[int, int, int] | None:
+    """The training batches' packing, recorded in the trainer's checkpoints: a resumed run keeps
+    its checkpoint's (packed rows of its shape, or buckets), so that its data position names the
+    same batches whatever the flags."""
+    if trainer.step and trainer.packed_shape != packed:
+        kept = trainer.packed_shape
+        log(f"training batches kept as the checkpoint's so that the data resumes where it was: "
+            + (f"packed rows {kept[0]}x{kept[1]}x{kept[2]}" if kept else "buckets, not packed")
+            + f" (a new run with these flags would use "
+            + (f"packed rows {packed[0]}x{packed[1]}x{packed[2]})" if packed else "buckets)"))
+        packed = kept
+    trainer.packed_shape = packed
+    return packed
 
 
 def _without_index(batch: dict) -> dict:

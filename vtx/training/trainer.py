@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
+from vtx.data.packing import PACKED_KEYS
 from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training.adam import FusedAdam
@@ -120,6 +121,9 @@ class Trainer(TrainingLoop):
         # The padded batch lengths the positions refer to (`pipeline.optimal_boundaries`), set
         # by the caller and kept in checkpoints; None when unknown.
         self.bucket_boundaries: list[int] | None = None
+        # The (rows, source, target) of packed training batches (`vtx.data.packing`), set by the
+        # caller and kept in checkpoints; None: bucketed batches.
+        self.packed_shape: tuple[int, int, int] | None = None
         self._stop_signal: int | None = None
         self._resumed = False
         gradient_fn = self._replica_gradients
@@ -161,8 +165,10 @@ class Trainer(TrainingLoop):
         pad positions, about a tenth on Multi30k, cost as much as real ones); XLA needs static
         shapes, so a compiled update has N = B * T, pad positions included (they weigh nothing).
         (On a GPU without XLA, `tf.where` has the host read its count: one wait per micro-batch.)"""
+        packing = ({key: batch[key] for key in PACKED_KEYS} if "source_segments" in batch
+                   else None)  # rows of several pairs (`vtx.data.packing`)
         states = self.model.decoder_states((batch["source"], batch["target_in"]),
-                                           training=training)  # [B, T, D]
+                                           training=training, packing=packing)  # [B, T, D]
         labels = batch["target_out"]  # [B, T]
         if real_only:
             real = tf.where(labels != PAD_ID)  # [N, 2]: (row, position) of every real token
@@ -298,7 +304,8 @@ class Trainer(TrainingLoop):
                 "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
-                "bucket_boundaries": self.bucket_boundaries}
+                "bucket_boundaries": self.bucket_boundaries,
+                "packed_shape": list(self.packed_shape) if self.packed_shape else None}
 
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
@@ -358,6 +365,8 @@ class Trainer(TrainingLoop):
         self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
         self.bucket_boundaries = meta.get("bucket_boundaries")
+        packed = meta.get("packed_shape")
+        self.packed_shape = tuple(packed) if packed else None
         if self.vocab is None:
             self.vocab = checkpoint.vocab
 
@@ -438,6 +447,9 @@ class Trainer(TrainingLoop):
         target_pad = np.full((rows, target), PAD_ID, np.int32)
         batch = {"source": np.full((rows, source), PAD_ID, np.int32),
                  "target_in": target_pad, "target_out": target_pad}
+        if self.packed_shape:  # the packed batches' segment ids and positions: 0 on padding
+            batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
+                                        np.int32) for key in PACKED_KEYS})
         return self._distribute([batch] * self.topology.local_replicas)
 
     def _compile_pass(self, shape: tuple[int, int, int]) -> float:
