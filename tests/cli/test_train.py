@@ -5,6 +5,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from vtx import checkpoints
 
 VTX = str(Path(sys.executable).with_name("vtx"))
@@ -149,3 +151,42 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
             format_shape(shape) for shape in pipeline.batch_shapes(512, multiples, sides))
     assert checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta[
         "bucket_boundaries"] == multiples
+
+
+def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(multi30k_small,
+                                                                           tmp_path):
+    """`--pack`: one batch shape (one compiled program with --jit); a resumed run keeps packing
+    whatever its flags say, and ends where an uninterrupted one does."""
+    from vtx.data import packing
+
+    data = multi30k_small / "data"
+    common = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20",
+              "--validate-interval-steps", "0", "--save-interval-minutes", "0",
+              "--precision", "float32", "--dropout", "0.1"]
+    straight = vtx("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6, "--pack",
+                   *common)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    shape = packing.packed_shape(data, 512)
+    rows, source, target = shape
+    fill = packing.packed_fill(data, shape, seed=1)
+    assert f"training batches packed, several pairs a row: {rows}x{source}x{target}; " \
+           f"{fill:.3f} of their positions hold a real token" in straight.stderr
+    save = tmp_path / "resumed"
+    first = vtx("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"training batches kept as the checkpoint's so that the data resumes where it was: " \
+           f"packed rows {rows}x{source}x{target} (a new run with these flags would use " \
+           f"buckets)" in resumed.stderr
+    ends = [checkpoints.load(checkpoints.list_checkpoints(run)[-1])
+            for run in (tmp_path / "straight", save)]
+    assert [end.meta["step"] for end in ends] == [6, 6]
+    assert ends[1].meta["packed_shape"] == list(shape)
+    for a, b in zip(ends[0].model, ends[1].model):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    jit = vtx("train", data, "--save-dir", tmp_path / "jit", "--max-steps", 1, "--pack", "--jit",
+              *common, timeout=900)
+    assert jit.returncode == 0, jit.stderr[-3000:]
+    rows, source, target = packing.packed_shape(data, 512, step=8)
+    assert f"compiled the update for batch shape 1/1 ({rows}x{source}x{target})" in jit.stderr

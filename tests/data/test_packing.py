@@ -1,0 +1,119 @@
+"""Packed training batches: one shape, every pair once, pairs told apart, resumable, sharded."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from tests.data.test_pipeline import stored_pairs
+from vtx.config import BOS_ID, EOS_ID, PAD_ID
+from vtx.data import packing, pipeline
+
+MAX_TOKENS = 600
+
+
+@pytest.fixture(scope="module")
+def shape(small_data_dir):
+    return packing.packed_shape(small_data_dir, MAX_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def epoch0(small_data_dir, shape):
+    return list(packing.packed_batches(small_data_dir, shape, seed=7, epoch=0))
+
+
+def unpacked_pairs(batches):
+    """(source, target) id tuples of every pair of the batches, in order, read through the
+    segment ids and positions (which must be consistent with the ids)."""
+    pairs = []
+    for batch in batches:
+        for row in range(len(batch["source"])):
+            source_segments = batch["source_segments"][row]
+            target_segments = batch["target_segments"][row]
+            assert (batch["source"][row][source_segments == 0] == PAD_ID).all()
+            assert (batch["target_in"][row][target_segments == 0] == PAD_ID).all()
+            for segment in range(1, int(target_segments.max(initial=0)) + 1):
+                source_at = source_segments == segment
+                target_at = target_segments == segment
+                for at, positions in ((source_at, batch["source_positions"][row]),
+                                      (target_at, batch["target_positions"][row])):
+                    # contiguous, its positions 0, 1, ...
+                    np.testing.assert_array_equal(positions[at], np.arange(at.sum()))
+                    where = np.flatnonzero(at)
+                    assert not where.size or where[-1] - where[0] == where.size - 1
+                target_in = batch["target_in"][row][target_at]
+                target_out = batch["target_out"][row][target_at]
+                assert target_in[0] == BOS_ID and target_out[-1] == EOS_ID
+                np.testing.assert_array_equal(target_in[1:], target_out[:-1])
+                pairs.append((tuple(batch["source"][row][source_at]), tuple(target_out[:-1])))
+    return pairs
+
+
+def test_every_batch_has_the_one_shape_within_the_token_bound(small_data_dir, shape, epoch0):
+    rows, source, target = shape
+    assert (rows % 8 == 0 or rows < 8) and rows * max(source, target) <= MAX_TOKENS
+    source_lengths, target_lengths = pipeline._side_lengths(small_data_dir, ("train",))
+    assert target >= target_lengths.max() and source >= source_lengths.max()
+    for batch in epoch0:
+        assert {key: value.shape for key, value in batch.items()} == {
+            key: (rows, source if key.startswith("source") else target) for key in batch}
+        assert all(value.dtype == np.int32 for value in batch.values())
+
+
+def test_one_epoch_yields_every_pair_exactly_once(small_data_dir, epoch0):
+    assert (collections.Counter(unpacked_pairs(epoch0))
+            == collections.Counter(stored_pairs(small_data_dir, "train")))
+
+
+def test_packed_rows_hold_more_real_positions_than_buckets(small_data_dir, shape, epoch0):
+    real = sum(int((b["source"] != PAD_ID).sum() + (b["target_in"] != PAD_ID).sum())
+               for b in epoch0)
+    positions = sum(b["source"].size + b["target_in"].size for b in epoch0)
+    fill = packing.packed_fill(small_data_dir, shape, seed=7)
+    assert fill == pytest.approx(real / positions)
+    assert np.mean([(b["source_segments"].max(axis=1)).mean() for b in epoch0]) > 2
+    boundaries = pipeline.bucket_boundaries_for(small_data_dir, max_tokens=MAX_TOKENS)
+    bucketed = pipeline.position_fill(small_data_dir, "train", MAX_TOKENS, boundaries)
+    assert fill > bucketed
+
+
+def test_order_is_a_function_of_seed_and_epoch(small_data_dir, shape, epoch0):
+    again = list(packing.packed_batches(small_data_dir, shape, seed=7, epoch=0))
+    assert len(again) == len(epoch0)
+    for first, second in zip(epoch0, again):
+        for key in first:
+            np.testing.assert_array_equal(first[key], second[key])
+    for seed, epoch in ((7, 1), (8, 0)):
+        other = unpacked_pairs(packing.packed_batches(small_data_dir, shape, seed=seed,
+                                                      epoch=epoch))
+        assert other != unpacked_pairs(epoch0)
+        assert collections.Counter(other) == collections.Counter(unpacked_pairs(epoch0))
+
+
+def test_skip_batches_and_worker_shards(small_data_dir, shape, epoch0):
+    skip = len(epoch0) // 3
+    resumed = list(packing.packed_batches(small_data_dir, shape, seed=7, skip_batches=skip))
+    assert unpacked_pairs(resumed) == unpacked_pairs(epoch0[skip:])
+    for index in range(3):
+        part = list(packing.packed_batches(small_data_dir, shape, seed=7, num_shards=3,
+                                           shard_index=index, skip_batches=1))
+        assert unpacked_pairs(part) == unpacked_pairs(epoch0[index::3][1:])
+
+
+def test_pack_rows_fills_first_fit_and_closes_the_fullest():
+    source = np.array([3, 3, 2, 4, 1])
+    target = np.array([2, 5, 2, 1, 1])
+    # capacities 6 x 6, two open rows: 0 -> row A; 1 fits A (6, 7 > 6: no) -> row B;
+    # 2 fits A (5, 4); 3 fits neither (A has 1, 2; B has 3, 1: 4 > 3) -> close the fullest (A)
+    rows = packing.pack_rows(source, target, np.arange(5), 6, 6, window=2)
+    assert rows == [[0, 2], [1, 4], [3]]
+    with pytest.raises(ValueError, match="pair 1 has 3 source and 5 target ids, more than a "
+                                         "packed row's 4 and 4"):
+        packing.pack_rows(source, target, np.arange(5), 4, 4)
+
+
+def test_too_few_tokens_for_the_longest_pair_are_named(small_data_dir):
+    with pytest.raises(ValueError, match=r"--max-tokens 20 cannot hold a packed row of \d+ ids"):
+        packing.packed_shape(small_data_dir, 20)
+    with pytest.raises(ValueError, match="shard_index 3"):
+        next(packing.packed_batches(small_data_dir, (8, 64, 64), num_shards=3, shard_index=3))
