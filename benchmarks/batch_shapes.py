@@ -9,7 +9,8 @@ token (`pipeline.position_fill`: rows x each side's length per batch, a bucket's
 batch filled with pad rows); "per pair" is the choice made before the batches' positions were
 counted (`optimal_boundaries`: fewest pad tokens per pair, blind to the short last batches).
 With XLA every shape is one compiled program: fewer shapes start training sooner and pad more;
-without XLA one traced program runs every shape, so N changes only the padding.
+without XLA one traced program runs every shape, so N changes only the padding. Last, the
+same share for `--pack` (`vtx.data.packing`: several pairs a row, one shape).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vtx.data import pipeline  # noqa: E402
+from vtx.data import packing, pipeline  # noqa: E402
 
 COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
 
@@ -58,6 +59,12 @@ def main() -> None:
                 if jit:
                     row.insert(0, f"{' '.join(map(str, lengths))} ({len(lengths)})")
             print(f"| {count} | " + " | ".join(row) + " |")
+        for jit in (True, False):  # `--pack`: one shape, several pairs a row
+            shape = packing.packed_shape(data_dir, args.max_tokens,
+                                         pipeline.shape_policy(jit)["step"])
+            print(f"packed (--pack), {'--jit' if jit else 'no XLA'}: 1 shape, "
+                  f"{shape[0]}x{shape[1]}x{shape[2]}, fill "
+                  f"{packing.packed_fill(data_dir, shape, seed=1):.3f}")
 
 
 if __name__ == "__main__":

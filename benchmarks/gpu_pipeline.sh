@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real pipeline on a GPU (issue 12, "Measure"): `vtx train` on a preprocessed data directory
 # (Multi30k: `vtx preprocess` with a vocabulary of 8000, carried to the GPU machine), base,
-# 8192 tokens, XLA and precision by default, every log line timestamped.
+# 8192 tokens, XLA, precision and packing (--pack with --jit) by default, every log line
+# timestamped; pass --no-pack for the length buckets.
 #
 #   bash benchmarks/gpu_pipeline.sh train DATA_DIR [MINUTES=4] [extra vtx train flags...]
 #       a fresh run: the batch shapes, each shape's compile line and their total, then the
@@ -36,6 +37,6 @@ vtx train "$data" --save-dir "$run" --arch base --max-tokens 8192 --max-minutes 
       printf '%5d.%d s  %s\n' $(( (now - start) / 1000000 )) $(( (now - start) / 100000 % 10 )) "$line"
     done | tee "$log"
 echo "== summary ($what, $minutes minutes)"
-grep -E "batch shapes|padding:|compiled [0-9]+ batch shapes|precision:" "$log"
+grep -E "batch shapes|padding:|packed, several pairs|compiled [0-9]+ batch shapes|precision:" "$log"
 grep -E "\| tok/s" "$log" | head -2
 grep -E "\| tok/s" "$log" | tail -2

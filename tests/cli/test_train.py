@@ -85,7 +85,8 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     cache, save = tmp_path / "xla", tmp_path / "run"
     result = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                  "--max-steps", 2, "--max-tokens", 256, "--precision", "float32", "--jit",
-                 "--xla-cache-dir", cache, "--validate-interval-steps", 0, timeout=900)
+                 "--no-pack", "--xla-cache-dir", cache, "--validate-interval-steps", 0,
+                 timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     shapes = next(line for line in result.stderr.splitlines() if line.startswith("batch shapes"))
     count = len(shapes.split(": ")[1].split(", "))
@@ -185,8 +186,8 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     assert ends[1].meta["packed_shape"] == list(shape)
     for a, b in zip(ends[0].model, ends[1].model):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    jit = vtx("train", data, "--save-dir", tmp_path / "jit", "--max-steps", 1, "--pack", "--jit",
-              *common, timeout=900)
+    jit = vtx("train", data, "--save-dir", tmp_path / "jit", "--max-steps", 1, "--jit", *common,
+              timeout=900)  # --pack by default with --jit
     assert jit.returncode == 0, jit.stderr[-3000:]
     rows, source, target = packing.packed_shape(data, 512, step=8)
     assert f"compiled the update for batch shape 1/1 ({rows}x{source}x{target})" in jit.stderr
