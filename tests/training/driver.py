@@ -1,7 +1,7 @@
 """Runs a small training job in its own process (logical CPU devices must be set before TF starts).
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
-        [--dropout P] [--save-every S] [--step-sleep SECONDS]
+        [--dropout P] [--save-every S] [--step-sleep SECONDS] [--pack]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
 """
@@ -20,6 +20,8 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--pack", action="store_true",
+                        help="packed batches: 4 rows of 3 pairs each, one shape")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -51,6 +53,8 @@ def main() -> None:
     # the update is traced once: with 8 replicas each new set of shapes costs ~55 s on 2 cores.
     make_epoch = epoch_maker(make_pairs(96, 24, seed=3), batch_size=4, seed=5,
                              lengths=[(8, 9), (10, 12)])
+    if args.pack:
+        make_epoch = packed_epoch_maker(make_pairs(96, 24, seed=3), seed=5)
     first = []
 
     def slow_epoch(epoch, skip):
@@ -73,6 +77,21 @@ def main() -> None:
     out = Path(args.save_dir) / f"final_weights_{trainer.topology.worker_index}.npz"
     np.savez(out, **weights)
     print(f"finished at step {trainer.step}", flush=True)
+
+
+def packed_epoch_maker(pairs, seed: int):
+    """`(epoch, skip) -> batches` of 4 rows of 3 pairs each (`vtx.data.packing.pack_batch`,
+    one shape), shuffled by (seed, epoch)."""
+    import numpy as np
+
+    from vtx.data.packing import pack_batch
+
+    def make_epoch(epoch: int, skip: int):
+        order = np.random.default_rng([seed, epoch]).permutation(len(pairs))
+        rows = [[pairs[j] for j in order[i:i + 3]] for i in range(0, len(order), 3)]
+        return [pack_batch(rows[i:i + 4], (4, 24, 27)) for i in range(0, len(rows), 4)][skip:]
+
+    return make_epoch
 
 
 if __name__ == "__main__":

@@ -64,6 +64,17 @@ def test_one_and_eight_replicas_train_the_same_model(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_packed_batches_on_two_replicas_train_as_two_micro_batches_on_one(tmp_path):
+    one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 2, "--pack",
+                 wait=False)
+    two = driver(tmp_path / "two", "--max-steps", 3, "--devices", 2, "--update-freq", 1, "--pack",
+                 wait=False)
+    one, two = finished(one), finished(two)
+    assert first_loss(one) == pytest.approx(first_loss(two), abs=1e-5)
+    for a, b in zip(final_weights(tmp_path / "one"), final_weights(tmp_path / "two")):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+
+
 def test_run_killed_with_sigkill_resumes_to_the_same_weights(tmp_path):
     steps = ("--max-steps", 16, "--dropout", 0.1, "--save-every", 3)
     straight = driver(tmp_path / "straight", *steps, wait=False)  # side by side with the victim
