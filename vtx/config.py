@@ -135,8 +135,9 @@ class TrainConfig(_JsonConfig):
     # without (`pipeline.shape_policy`). Fewer compile sooner and pad more.
     max_shapes: int = 0
     # Training batches of several pairs per row, all of one shape (`vtx.data.packing`), instead
-    # of length buckets: one compiled program, fewer pad positions.
-    pack: bool = False
+    # of length buckets: one compiled program, fewer pad positions. None: with XLA where the
+    # data's packed rows cost fewer FLOPs an epoch (`packing.relative_cost`), else buckets.
+    pack: bool | None = None
     save_interval_minutes: float = 10.0  # the paper's checkpoint cadence; 0 disables
     save_interval_steps: int = 0  # 0 disables
     keep_last: int = 0  # keep this many newest checkpoints; 0 keeps all

@@ -187,7 +187,12 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     for a, b in zip(ends[0].model, ends[1].model):
         np.testing.assert_allclose(a, b, atol=1e-5)
     jit = vtx("train", data, "--save-dir", tmp_path / "jit", "--max-steps", 1, "--jit", *common,
-              timeout=900)  # --pack by default with --jit
+              "--d-model", 256, timeout=900)
     assert jit.returncode == 0, jit.stderr[-3000:]
     rows, source, target = packing.packed_shape(data, 512, step=8)
+    # Packed by default with --jit where the rows cost fewer FLOPs: at width 256 the attention
+    # over a packed row's length weighs little beside the matrix products of its positions (at
+    # tiny's 64 it weighs more: 1.021 here, so buckets).
+    assert f"training batches packed (--pack/--no-pack choose): packed rows " \
+           f"{rows}x{source}x{target} would cost 0." in jit.stderr
     assert f"compiled the update for batch shape 1/1 ({rows}x{source}x{target})" in jit.stderr

@@ -117,3 +117,26 @@ def test_too_few_tokens_for_the_longest_pair_are_named(small_data_dir):
         packing.packed_shape(small_data_dir, 20)
     with pytest.raises(ValueError, match="shard_index 3"):
         next(packing.packed_batches(small_data_dir, (8, 64, 64), num_shards=3, shard_index=3))
+
+
+def test_relative_cost_counts_positions_and_the_attention_of_long_rows():
+    from vtx import config
+
+    model = config.preset("base", num_layers=3, d_model=256, d_ff=1024, vocab_size=8000)
+    buckets = [((64, 32, 32), 10)]
+    # The same shape, half the batches: half the FLOPs.
+    assert packing.relative_cost(model, buckets, ((64, 32, 32), 5), 0, True) == pytest.approx(0.5)
+    # As many positions in rows 32 times longer: attention over 1024 positions, not 32, costs
+    # more than the matrix products saved nothing.
+    assert packing.relative_cost(model, buckets, ((2, 1024, 1024), 10), 0, True) > 1.2
+    # Without XLA only the real target tokens are projected, the same FLOPs in both: the more
+    # of them, the nearer 1.
+    few = packing.relative_cost(model, buckets, ((64, 32, 32), 5), 1_000, False)
+    assert 0.5 < few < packing.relative_cost(model, buckets, ((64, 32, 32), 5), 20_000, False) < 1
+
+
+def test_packed_batch_count_from_a_sample_is_close(small_data_dir, shape, epoch0, monkeypatch):
+    assert packing.packed_batch_count(small_data_dir, shape, seed=7) == len(epoch0)
+    monkeypatch.setattr(packing, "SAMPLE_PAIRS", 1000)  # of the split's 2000
+    estimate = packing.packed_batch_count(small_data_dir, shape, seed=7)
+    assert abs(estimate - len(epoch0)) <= 0.05 * len(epoch0)

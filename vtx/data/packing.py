@@ -26,8 +26,11 @@ Public API (shapes: R rows, S source length, T target length):
         only, so `skip_batches=k` yields exactly the batches after the first k (resume). The
         epoch's last batch is filled with all-pad rows (no loss). Batch i goes to worker
         i % num_shards; skip_batches counts this worker's batches.
+    packed_batch_count(data_dir, shape, split="train", seed=0) -> int
     packed_fill(data_dir, shape, split="train", seed=0) -> float
         the share of an epoch's positions, source and target, that hold a real token.
+    relative_cost(model_config, bucketed, packed, target_tokens, all_positions_projected)
+        -> float                                     an epoch's FLOPs packed / in buckets
 """
 
 from __future__ import annotations
@@ -215,12 +218,67 @@ def packed_batches(data_dir: str | Path, shape: tuple[int, int, int], split: str
         yield pack_batch(rows_of_ids, shape)
 
 
+# Pairs packed to count an epoch's rows (`packed_batch_count`): a larger split is estimated from
+# a sample of this many (packing ~60,000 pairs takes a second).
+SAMPLE_PAIRS = 100_000
+
+
+def packed_batch_count(data_dir: str | Path, shape: tuple[int, int, int], split: str = "train",
+                       seed: int = 0) -> int:
+    """Batches in an epoch of packed batches (epoch 0 of `seed`; others differ little): counted
+    by packing it, or estimated from `SAMPLE_PAIRS` of its pairs when it has more."""
+    pairs = _Split(data_dir, split)
+    if len(pairs) <= SAMPLE_PAIRS:
+        return len(_epoch_rows(pairs, shape, seed, 0)) // shape[0]
+    sample = np.random.default_rng([seed, 0]).permutation(len(pairs))[:SAMPLE_PAIRS]
+    source, target = pairs.side_lengths()
+    rows = len(pack_rows(source, target, sample, shape[1], shape[2])) * len(pairs) / SAMPLE_PAIRS
+    return -(-int(np.ceil(rows)) // shape[0])
+
+
 def packed_fill(data_dir: str | Path, shape: tuple[int, int, int], split: str = "train",
                 seed: int = 0) -> float:
-    """The share of the positions, source and target_in, of an epoch's packed batches (epoch 0
-    of `seed`; others differ little) that hold a real token."""
-    pairs = _Split(data_dir, split)
-    rows = _epoch_rows(pairs, shape, seed, 0)
-    source, target = pairs.side_lengths()
-    positions = len(rows) * (shape[1] + shape[2])
+    """The share of the positions, source and target_in, of an epoch's packed batches that hold
+    a real token (`packed_batch_count`'s epoch)."""
+    source, target = _Split(data_dir, split).side_lengths()
+    positions = (packed_batch_count(data_dir, shape, split, seed) * shape[0]
+                 * (shape[1] + shape[2]))
     return float(source.sum() + target.sum()) / positions if positions else 1.0
+
+
+def relative_cost(model_config, bucketed: list[tuple[tuple[int, int, int], int]],
+                  packed: tuple[tuple[int, int, int], int], target_tokens: int,
+                  all_positions_projected: bool) -> float:
+    """An epoch's update FLOPs in packed batches over those in length buckets (< 1: packing is
+    cheaper): the matrix products of every position, linear layers (independent of the row
+    length) and attention (in proportion to it: packed rows are long, and attention within a
+    pair is computed over the whole row), forward and backward (x 3), and the projection onto
+    the vocabulary, over every target position with XLA (`all_positions_projected`), else
+    over the `target_tokens` real ones alike in both.
+
+    Checked against the measured speeds on a 2-core AMD EPYC, quick start model (3 layers x
+    256, float32, 2048 tokens; docs/benchmarks.md): Multi30k without XLA 0.991 (measured
+    packed/bucketed tok/s 1.00-1.03), with XLA 0.848 (1.13-1.25), the WSJ sample's trees (rows
+    of 1024) without XLA 1.233 (0.77-0.90).
+
+    Args:
+        model_config: a `ModelConfig` (layers, widths, vocabulary).
+        bucketed: (shape, batches in an epoch) per bucket (`pipeline.epoch_batch_counts`).
+        packed: (the packed shape, `packed_batch_count`).
+    """
+    width, inner, layers = model_config.d_model, model_config.d_ff, model_config.num_layers
+    projection = 2 * width * model_config.vocab_size
+
+    def flops(shape, batches):
+        rows, source, target = shape
+        encoder = source * (2 * (4 * width * width + 2 * width * inner) + 4 * source * width)
+        decoder = target * (2 * (8 * width * width + 2 * width * inner)
+                            + 4 * target * width + 4 * source * width)
+        per_row = layers * (encoder + decoder)
+        if all_positions_projected:
+            per_row += target * projection
+        return 3 * batches * rows * per_row
+
+    real = 0 if all_positions_projected else 3 * target_tokens * projection
+    buckets = sum(flops(shape, batches) for shape, batches in bucketed) + real
+    return (flops(*packed) + real) / buckets

@@ -24,6 +24,8 @@ sources, shorter than their trees, are not padded to the tree's length):
                                                      every (rows, source, target) a batch can have
     position_fill(data_dir, split, max_tokens, boundaries, sides=None) -> float
                                                      share of an epoch's positions that are real
+    epoch_batch_counts(data_dir, split, max_tokens, boundaries, sides=None) -> list
+                                                     (shape, batches of it in an epoch)
     train_batches(data_dir, split="train", max_tokens=4096, seed=0, epoch=0, skip_batches=0,
                   num_shards=1, shard_index=0, bucket_boundaries=None, side_lengths=None)
                   -> tf.data.Dataset
@@ -264,14 +266,21 @@ def position_fill(data_dir: str | Path, split: str, max_tokens: int, boundaries:
     token (`batch_shapes`: rows x each side's length, a bucket's short last batch filled with
     pad rows): what the padded lengths (`--max-shapes`) cost, 1.0 when nothing is padded."""
     source, target = _side_lengths(data_dir, (split,))
+    slots = sum(batches * rows * (source_length + target_length)
+                for (rows, source_length, target_length), batches in
+                epoch_batch_counts(data_dir, split, max_tokens, boundaries, sides))
+    return float(source.sum() + target.sum()) / slots if slots else 1.0
+
+
+def epoch_batch_counts(data_dir: str | Path, split: str, max_tokens: int, boundaries: list[int],
+                       sides: list[tuple[int, int]] | None = None
+                       ) -> list[tuple[tuple[int, int, int], int]]:
+    """(shape, batches of that shape in an epoch of `split`) for every `batch_shapes` shape."""
+    source, target = _side_lengths(data_dir, (split,))
     boundaries = sorted(boundaries)
     bucket = np.searchsorted(boundaries, np.maximum(source, target), side="left")
-    slots = 0
-    for index, (rows, source_length, target_length) in enumerate(
-            batch_shapes(max_tokens, boundaries, sides)):
-        pairs = int(np.sum(bucket == index))
-        slots += -(-pairs // rows) * rows * (source_length + target_length)
-    return float(source.sum() + target.sum()) / slots if slots else 1.0
+    return [(shape, -(-int(np.sum(bucket == index)) // shape[0]))
+            for index, shape in enumerate(batch_shapes(max_tokens, boundaries, sides))]
 
 
 def batch_shapes(max_tokens: int, boundaries: list[int],

@@ -115,12 +115,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
         score_valid = validation.make_scorer(trainer.model, data_dir, eval_metric,
                                              max_tokens=train_config.max_tokens,
                                              **(eval_options or {}))
-    packed = None
-    if train_config.pack:
-        from vtx.data import packing
-
-        packed = packing.packed_shape(data_dir, train_config.max_tokens,
-                                      pipeline.shape_policy(train_config.jit_compile)["step"])
+    packed = _packing(data_dir, train_config, model_config, boundaries, splits, log)
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
     packed = _resumed_packing(trainer, packed, log)
@@ -198,6 +193,34 @@ def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[
             boundaries = kept
     trainer.bucket_boundaries = boundaries
     return boundaries
+
+
+def _packing(data_dir, train_config: TrainConfig, model_config: ModelConfig,
+             boundaries: list[int], splits: tuple[str, ...],
+             log: Callable[[str], None]) -> tuple[int, int, int] | None:
+    """The packed shape of a new run's training batches, None for buckets: `--pack` /
+    `--no-pack`, or by default packed with XLA where that costs fewer FLOPs an epoch
+    (`packing.relative_cost`: packed rows are long, and attention grows with their length)."""
+    if train_config.pack is False or (train_config.pack is None
+                                      and not train_config.jit_compile):
+        return None
+    from vtx.data import packing, pipeline
+
+    step = pipeline.shape_policy(train_config.jit_compile)["step"]
+    shape = packing.packed_shape(data_dir, train_config.max_tokens, step)
+    if train_config.pack:
+        return shape
+    sides = pipeline.side_lengths_for(data_dir, splits, boundaries, step)
+    _, target = pipeline._side_lengths(data_dir, ("train",))
+    ratio = packing.relative_cost(
+        model_config, pipeline.epoch_batch_counts(data_dir, "train", train_config.max_tokens,
+                                                  boundaries, sides),
+        (shape, packing.packed_batch_count(data_dir, shape, seed=train_config.seed)),
+        int(target.sum()), all_positions_projected=True)
+    verdict = "packed" if ratio < 1 else "in length buckets"
+    log(f"training batches {verdict} (--pack/--no-pack choose): packed rows "
+        f"{shape[0]}x{shape[1]}x{shape[2]} would cost {ratio:.3f} of the buckets' FLOPs an epoch")
+    return shape if ratio < 1 else None
 
 
 def _resumed_packing(trainer, packed: tuple[int, int, int] | None,
