@@ -10,7 +10,8 @@ batch filled with pad rows); "per pair" is the choice made before the batches' p
 counted (`optimal_boundaries`: fewest pad tokens per pair, blind to the short last batches).
 With XLA every shape is one compiled program: fewer shapes start training sooner and pad more;
 without XLA one traced program runs every shape, so N changes only the padding. Last, the
-same share for `--pack` (`vtx.data.packing`: several pairs a row, one shape).
+same share for `--pack` (`vtx.data.packing`: several pairs a row, one or two shapes, chosen by
+the FLOPs of the quick start's model with the data's vocabulary).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vtx import config  # noqa: E402
 from vtx.data import packing, pipeline  # noqa: E402
 
 COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)
+# The model whose FLOPs choose the packing (`packing.choose_shapes`): the quick start's.
+QUICKSTART = dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4)
 
 
 def fill(data_dir: str, splits: tuple[str, ...], max_tokens: int | None, jit: bool,
@@ -59,12 +63,19 @@ def main() -> None:
                 if jit:
                     row.insert(0, f"{' '.join(map(str, lengths))} ({len(lengths)})")
             print(f"| {count} | " + " | ".join(row) + " |")
-        for jit in (True, False):  # `--pack`: one shape, several pairs a row
-            shape = packing.packed_shape(data_dir, args.max_tokens,
-                                         pipeline.shape_policy(jit)["step"])
-            print(f"packed (--pack), {'--jit' if jit else 'no XLA'}: 1 shape, "
-                  f"{shape[0]}x{shape[1]}x{shape[2]}, fill "
-                  f"{packing.packed_fill(data_dir, shape, seed=1):.3f}")
+        for jit in (True, False):  # `--pack`: one or two shapes, several pairs a row
+            step = pipeline.shape_policy(jit)["step"]
+            lengths, _ = fill(data_dir, splits, args.max_tokens, jit, 0, args.max_tokens)
+            sides = pipeline.side_lengths_for(data_dir, splits, lengths, step)
+            buckets = pipeline.epoch_batch_counts(data_dir, "train", args.max_tokens, lengths,
+                                                  sides)
+            model = config.preset("base", vocab_size=pipeline.vocab_size(data_dir), **QUICKSTART)
+            shapes, cost = packing.choose_shapes(data_dir, args.max_tokens, step, model, buckets,
+                                                 all_positions_projected=jit, seed=1)
+            print(f"packed (--pack), {'--jit' if jit else 'no XLA'}: "
+                  f"{' + '.join('x'.join(map(str, shape)) for shape in shapes)}, fill "
+                  f"{packing.packed_fill(data_dir, shapes, seed=1):.3f}; the quick start "
+                  f"model's FLOPs an epoch {cost:.3f} of the buckets' (default lengths)")
 
 
 if __name__ == "__main__":

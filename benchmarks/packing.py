@@ -5,8 +5,8 @@
 
 The quick start's model (base with 3 layers, d_model 256, d_ff 1024, 4 heads, dropout 0.1, the
 data's vocabulary) on one device, `Trainer.train_update` as `vtx train` runs it, on the batches
-`vtx train` makes of DATA_DIR's training split: length buckets (its default, `--max-shapes` 0) or
-packed rows (`--pack`). The two alternate in rounds of `--steps` updates, each after `--warmup`
+`vtx train` makes of DATA_DIR's training split: length buckets (`--max-shapes` 0) or packed
+rows (`--pack`: the packing `packing.choose_shapes` picks, one or two shapes). The two alternate in rounds of `--steps` updates, each after `--warmup`
 untimed ones (tracing, or with `--jit` compiling each shape), in one process, so both see the same
 machine. Prints each round's real target tokens per second (pad positions not counted: what
 training gains), the packed/bucketed ratio, and each batching's share of real positions.
@@ -54,17 +54,21 @@ def main() -> None:
     boundaries = pipeline.bucket_boundaries_for(data, splits, **policy,
                                                 max_tokens=args.max_tokens)
     sides = pipeline.side_lengths_for(data, splits, boundaries, policy["step"])
-    packed = packing.packed_shape(data, args.max_tokens, policy["step"])
+    packed, cost = packing.choose_shapes(
+        data, args.max_tokens, policy["step"], model_config,
+        pipeline.epoch_batch_counts(data, "train", args.max_tokens, boundaries, sides),
+        all_positions_projected=args.jit, seed=1)
     shapes = {"bucketed": pipeline.batch_shapes(args.max_tokens, boundaries, sides),
-              "packed": [packed]}
+              "packed": packed}
     print(f"{data}, --max-tokens {args.max_tokens}, {args.precision}, "
           f"{'XLA' if args.jit else 'no XLA'}")
     print(f"bucketed: {len(shapes['bucketed'])} shapes "
           f"({', '.join(format_shape(s) for s in shapes['bucketed'])}), "
           f"{pipeline.position_fill(data, 'train', args.max_tokens, boundaries, sides):.3f} "
           f"of the positions real")
-    print(f"packed: {format_shape(packed)}, "
-          f"{packing.packed_fill(data, packed, seed=train_config.seed):.3f} of the positions real")
+    print(f"packed: {', '.join(format_shape(shape) for shape in packed)}, "
+          f"{packing.packed_fill(data, packed, seed=1):.3f} of the positions real, "
+          f"{cost:.3f} of the buckets' FLOPs (estimated)")
 
     def bucketed_epoch(epoch, skip):
         return pipeline.train_batches(data, max_tokens=args.max_tokens, seed=1, epoch=epoch,
@@ -82,7 +86,7 @@ def main() -> None:
         rates = {name: [] for name in streams}
         for round_ in range(args.rounds):
             for name, stream in streams.items():
-                trainer.packed_shape = packed if name == "packed" else None
+                trainer.packed_shapes = packed if name == "packed" else None
                 if args.jit and round_ == 0:
                     trainer.compile_shapes(shapes[name])
                 for _ in range(args.warmup):

@@ -167,10 +167,15 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     straight = vtx("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6, "--pack",
                    *common)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    shape = packing.packed_shape(data, 512)
-    rows, source, target = shape
-    fill = packing.packed_fill(data, shape, seed=1)
-    assert f"training batches packed, several pairs a row: {rows}x{source}x{target}; " \
+    from vtx.training.trainer import format_shape
+
+    said = next(line for line in straight.stderr.splitlines()
+                if line.startswith("training batches packed (--pack/--no-pack choose)"))
+    shapes = [tuple(int(n) for n in shape.split("x"))
+              for shape in said.split("packed rows ")[1].split(" cost ")[0].split(" + ")]
+    fill = packing.packed_fill(data, shapes, seed=1)
+    assert f"training batches packed, several pairs a row: " \
+           f"{', '.join(format_shape(shape) for shape in shapes)}; " \
            f"{fill:.3f} of their positions hold a real token" in straight.stderr
     save = tmp_path / "resumed"
     first = vtx("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
@@ -178,21 +183,23 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     resumed = vtx("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"training batches kept as the checkpoint's so that the data resumes where it was: " \
-           f"packed rows {rows}x{source}x{target} (a new run with these flags would use " \
-           f"buckets)" in resumed.stderr
+           f"packed rows {' + '.join(format_shape(shape) for shape in shapes)} (a new run with " \
+           f"these flags would use buckets)" in resumed.stderr
     ends = [checkpoints.load(checkpoints.list_checkpoints(run)[-1])
             for run in (tmp_path / "straight", save)]
     assert [end.meta["step"] for end in ends] == [6, 6]
-    assert ends[1].meta["packed_shape"] == list(shape)
+    assert ends[1].meta["packed_shapes"] == [list(shape) for shape in shapes]
     for a, b in zip(ends[0].model, ends[1].model):
         np.testing.assert_allclose(a, b, atol=1e-5)
     jit = vtx("train", data, "--save-dir", tmp_path / "jit", "--max-steps", 1, "--jit", *common,
               "--d-model", 256, timeout=900)
     assert jit.returncode == 0, jit.stderr[-3000:]
-    rows, source, target = packing.packed_shape(data, 512, step=8)
-    # Packed by default with --jit where the rows cost fewer FLOPs: at width 256 the attention
-    # over a packed row's length weighs little beside the matrix products of its positions (at
-    # tiny's 64 it weighs more: 1.021 here, so buckets).
-    assert f"training batches packed (--pack/--no-pack choose): packed rows " \
-           f"{rows}x{source}x{target} would cost 0." in jit.stderr
-    assert f"compiled the update for batch shape 1/1 ({rows}x{source}x{target})" in jit.stderr
+    # Packed by default with --jit where the rows cost fewer FLOPs (estimated): at width 256
+    # the attention over a packed row's length weighs little beside the matrix products.
+    said = next(line for line in jit.stderr.splitlines()
+                if line.startswith("training batches packed (--pack/--no-pack choose)"))
+    assert " cost 0." in said
+    shapes = said.split("packed rows ")[1].split(" cost ")[0].split(" + ")
+    compiled = {line.split("(")[1].split(")")[0] for line in jit.stderr.splitlines()
+                if line.startswith("compiled the update for batch shape ")}
+    assert compiled == set(shapes)  # its shapes, and no bucket's

@@ -14,12 +14,14 @@ MAX_TOKENS = 600
 
 @pytest.fixture(scope="module")
 def shape(small_data_dir):
-    return packing.packed_shape(small_data_dir, MAX_TOKENS)
+    shapes = packing.packed_shapes(small_data_dir, MAX_TOKENS)
+    assert len(shapes) == 1
+    return shapes[0]
 
 
 @pytest.fixture(scope="module")
 def epoch0(small_data_dir, shape):
-    return list(packing.packed_batches(small_data_dir, shape, seed=7, epoch=0))
+    return list(packing.packed_batches(small_data_dir, [shape], seed=7, epoch=0))
 
 
 def unpacked_pairs(batches):
@@ -69,7 +71,7 @@ def test_packed_rows_hold_more_real_positions_than_buckets(small_data_dir, shape
     real = sum(int((b["source"] != PAD_ID).sum() + (b["target_in"] != PAD_ID).sum())
                for b in epoch0)
     positions = sum(b["source"].size + b["target_in"].size for b in epoch0)
-    fill = packing.packed_fill(small_data_dir, shape, seed=7)
+    fill = packing.packed_fill(small_data_dir, [shape], seed=7)
     assert fill == pytest.approx(real / positions)
     assert np.mean([(b["source_segments"].max(axis=1)).mean() for b in epoch0]) > 2
     boundaries = pipeline.bucket_boundaries_for(small_data_dir, max_tokens=MAX_TOKENS)
@@ -78,13 +80,13 @@ def test_packed_rows_hold_more_real_positions_than_buckets(small_data_dir, shape
 
 
 def test_order_is_a_function_of_seed_and_epoch(small_data_dir, shape, epoch0):
-    again = list(packing.packed_batches(small_data_dir, shape, seed=7, epoch=0))
+    again = list(packing.packed_batches(small_data_dir, [shape], seed=7, epoch=0))
     assert len(again) == len(epoch0)
     for first, second in zip(epoch0, again):
         for key in first:
             np.testing.assert_array_equal(first[key], second[key])
     for seed, epoch in ((7, 1), (8, 0)):
-        other = unpacked_pairs(packing.packed_batches(small_data_dir, shape, seed=seed,
+        other = unpacked_pairs(packing.packed_batches(small_data_dir, [shape], seed=seed,
                                                       epoch=epoch))
         assert other != unpacked_pairs(epoch0)
         assert collections.Counter(other) == collections.Counter(unpacked_pairs(epoch0))
@@ -92,10 +94,10 @@ def test_order_is_a_function_of_seed_and_epoch(small_data_dir, shape, epoch0):
 
 def test_skip_batches_and_worker_shards(small_data_dir, shape, epoch0):
     skip = len(epoch0) // 3
-    resumed = list(packing.packed_batches(small_data_dir, shape, seed=7, skip_batches=skip))
+    resumed = list(packing.packed_batches(small_data_dir, [shape], seed=7, skip_batches=skip))
     assert unpacked_pairs(resumed) == unpacked_pairs(epoch0[skip:])
     for index in range(3):
-        part = list(packing.packed_batches(small_data_dir, shape, seed=7, num_shards=3,
+        part = list(packing.packed_batches(small_data_dir, [shape], seed=7, num_shards=3,
                                            shard_index=index, skip_batches=1))
         assert unpacked_pairs(part) == unpacked_pairs(epoch0[index::3][1:])
 
@@ -114,9 +116,11 @@ def test_pack_rows_fills_first_fit_and_closes_the_fullest():
 
 def test_too_few_tokens_for_the_longest_pair_are_named(small_data_dir):
     with pytest.raises(ValueError, match=r"--max-tokens 20 cannot hold a packed row of \d+ ids"):
-        packing.packed_shape(small_data_dir, 20)
+        packing.packed_shapes(small_data_dir, 20)
     with pytest.raises(ValueError, match="shard_index 3"):
-        next(packing.packed_batches(small_data_dir, (8, 64, 64), num_shards=3, shard_index=3))
+        next(packing.packed_batches(small_data_dir, [(8, 64, 64)], num_shards=3, shard_index=3))
+    with pytest.raises(ValueError, match=r"more than the packed rows \[\(8, 8, 8\)\] hold"):
+        next(packing.packed_batches(small_data_dir, [(8, 8, 8)]))
 
 
 def test_relative_cost_counts_positions_and_the_attention_of_long_rows():
@@ -125,18 +129,65 @@ def test_relative_cost_counts_positions_and_the_attention_of_long_rows():
     model = config.preset("base", num_layers=3, d_model=256, d_ff=1024, vocab_size=8000)
     buckets = [((64, 32, 32), 10)]
     # The same shape, half the batches: half the FLOPs.
-    assert packing.relative_cost(model, buckets, ((64, 32, 32), 5), 0, True) == pytest.approx(0.5)
+    assert packing.relative_cost(model, buckets, [((64, 32, 32), 5)], 0,
+                                 True) == pytest.approx(0.5)
     # As many positions in rows 32 times longer: attention over 1024 positions, not 32, costs
     # more than the matrix products saved nothing.
-    assert packing.relative_cost(model, buckets, ((2, 1024, 1024), 10), 0, True) > 1.2
+    long_rows = packing.relative_cost(model, buckets, [((2, 1024, 1024), 10)], 0, True)
+    assert long_rows > 1.2
+    # A second shape adds its batches.
+    assert packing.relative_cost(model, buckets, [((64, 32, 32), 5), ((2, 1024, 1024), 10)], 0,
+                                 True) == pytest.approx(0.5 + long_rows)
     # Without XLA only the real target tokens are projected, the same FLOPs in both: the more
     # of them, the nearer 1.
-    few = packing.relative_cost(model, buckets, ((64, 32, 32), 5), 1_000, False)
-    assert 0.5 < few < packing.relative_cost(model, buckets, ((64, 32, 32), 5), 20_000, False) < 1
+    few = packing.relative_cost(model, buckets, [((64, 32, 32), 5)], 1_000, False)
+    assert 0.5 < few < packing.relative_cost(model, buckets, [((64, 32, 32), 5)], 20_000,
+                                             False) < 1
 
 
 def test_packed_batch_count_from_a_sample_is_close(small_data_dir, shape, epoch0, monkeypatch):
-    assert packing.packed_batch_count(small_data_dir, shape, seed=7) == len(epoch0)
+    assert packing.packed_batch_counts(small_data_dir, [shape], seed=7) == [len(epoch0)]
     monkeypatch.setattr(packing, "SAMPLE_PAIRS", 1000)  # of the split's 2000
-    estimate = packing.packed_batch_count(small_data_dir, shape, seed=7)
+    [estimate] = packing.packed_batch_counts(small_data_dir, [shape], seed=7)
     assert abs(estimate - len(epoch0)) <= 0.05 * len(epoch0)
+
+
+def test_rows_capped_below_the_longest_pair_pack_the_longer_ones_in_a_second_shape(
+        small_data_dir, shape):
+    source, target = pipeline._side_lengths(small_data_dir, ("train",))
+    cap = int(np.percentile(np.maximum(source, target), 90))
+    shapes = packing.packed_shapes(small_data_dir, MAX_TOKENS, cap=cap)
+    assert len(shapes) == 2 and shapes[1] == shape  # the second: rows for every pair
+    assert shapes[0][2] < shape[2] and shapes[0][2] >= cap
+    batches = list(packing.packed_batches(small_data_dir, shapes, seed=7))
+    seen = collections.Counter((b["source"].shape, b["target_in"].shape) for b in batches)
+    assert set(seen) == {((rows, s), (rows, t)) for rows, s, t in shapes}
+    assert seen[((shapes[1][0], shapes[1][1]), (shapes[1][0], shapes[1][2]))] < len(batches) / 4
+    assert (collections.Counter(unpacked_pairs(batches))
+            == collections.Counter(stored_pairs(small_data_dir, "train")))
+    counts = packing.packed_batch_counts(small_data_dir, shapes, seed=7)
+    assert counts == [seen[((r, s), (r, t))] for r, s, t in shapes]
+    # Short batches and long ones alternate in a seeded order, not one kind after the other.
+    kinds = [b["target_in"].shape[1] == shapes[1][2] for b in batches]
+    assert kinds.index(True) < len(kinds) - counts[1]
+    skip = len(batches) // 2
+    assert unpacked_pairs(packing.packed_batches(small_data_dir, shapes, seed=7,
+                                                 skip_batches=skip)) == unpacked_pairs(
+        batches[skip:])
+
+
+def test_the_chosen_packing_is_the_cheapest_cap(small_data_dir):
+    from vtx import config
+
+    model = config.preset("base", num_layers=3, d_model=256, d_ff=1024, vocab_size=1000)
+    boundaries = pipeline.bucket_boundaries_for(small_data_dir, max_tokens=MAX_TOKENS)
+    buckets = pipeline.epoch_batch_counts(small_data_dir, "train", MAX_TOKENS, boundaries)
+    shapes, cost = packing.choose_shapes(small_data_dir, MAX_TOKENS, 8, model, buckets, True)
+    _, target = pipeline._side_lengths(small_data_dir, ("train",))
+    caps = packing.caps_to_try(small_data_dir, 8)
+    assert caps[0] is None and len(caps) > 2
+    for cap in caps:
+        tried = packing.packed_shapes(small_data_dir, MAX_TOKENS, 8, cap)
+        tried_cost = packing.relative_cost(model, buckets, list(zip(
+            tried, packing.packed_batch_counts(small_data_dir, tried))), int(target.sum()), True)
+        assert cost <= tried_cost + packing.SECOND_SHAPE_SAVING * (len(tried) - len(shapes))

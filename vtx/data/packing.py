@@ -1,33 +1,44 @@
-"""Packed training batches: several sentence pairs per row, one batch shape for a whole run.
+"""Packed training batches: several sentence pairs per row, in one or two batch shapes for a run.
 
 Bucketing pads each pair to its bucket's length and fills a bucket's short last batch with pad
 rows; under XLA (lengths multiples of 8, at most 8 shapes, one compiled program each) that leaves
 0.741 of a Multi30k batch's positions real at 8192 tokens (docs/benchmarks.md). Packing puts
-pairs side by side in rows of one fixed (source, target) length instead, as tensor2tensor does:
-one shape, compiled once, with most of its positions real. Each row's pairs are told apart by
-segment ids (1, 2, ... in the row; 0 = padding) and each pair's positions restart at 0, so the
-model (`Transformer.decoder_states(..., packing=...)`) attends only within a pair and computes
-for every pair exactly what it computes for the pair alone in an unpacked batch (tested).
+pairs side by side in rows of a fixed (source, target) length instead, as tensor2tensor does:
+one or two shapes, each compiled once, with most of their positions real. Each row's pairs are
+told apart by segment ids (1, 2, ... in the row; 0 = padding) and each pair's positions restart
+at 0, so the model (`Transformer.decoder_states(..., packing=...)`) attends only within a pair
+and computes for every pair exactly what it computes for the pair alone in an unpacked batch
+(tested). Attention is computed over a whole row, so rows as long as the longest pair cost
+much where a few pairs are far longer than the rest (the WSJ sample's trees: 138 ids at the
+99th percentile, 756 the longest): `choose_shapes` then caps the rows at a length most pairs fit
+and packs the longer ones into a second shape of their own, picking the cap with
+`relative_cost`, an estimate of an epoch's FLOPs.
 
-Public API (shapes: R rows, S source length, T target length):
-    packed_shape(data_dir, max_tokens, step=1) -> (R, S, T)
-        R: `pipeline.rows_for_length(max_tokens, L)` for L the longest pair of the training
-        split (target_in counted with its bos); T: max_tokens // R (at least the longest
-        target_in), S: T x (the split's source tokens / its target tokens), at least the
-        longest source; multiples of `step`.
+Public API (shapes: R rows, S source length, T target length; a packing is a list of one or two
+(R, S, T), shortest first, and each pair goes into the first it fits):
+    packed_shapes(data_dir, max_tokens, step=1, cap=None) -> list
+        cap None: one shape for every pair; else rows for the pairs of padded length <= cap,
+        and a second shape for the longer ones. A shape for pairs up to L: R =
+        `pipeline.rows_for_length(max_tokens, L)`, T = max_tokens // R (>= L), S = T x (the
+        split's source tokens / its target tokens), at least the longest source among them;
+        multiples of `step`.
+    choose_shapes(data_dir, max_tokens, step, model_config, bucketed, all_positions_projected,
+                  seed=0) -> (shapes, relative cost)
+        the packing of the cheapest cap (`relative_cost`) among a few percentiles of the pair
+        lengths and none.
     pack_rows(source_lengths, target_lengths, order, source_capacity, target_capacity,
               window=WINDOW) -> list of rows (lists of pair indices)
     pack_batch(rows, shape) -> dict                  rows of (source ids, target ids) pairs
-    packed_batches(data_dir, shape, split="train", seed=0, epoch=0, skip_batches=0,
+    packed_batches(data_dir, shapes, split="train", seed=0, epoch=0, skip_batches=0,
                    num_shards=1, shard_index=0) -> iterator of dicts
         one epoch of {"source", "target_in", "target_out", "source_segments",
         "target_segments", "source_positions", "target_positions"}, each int32 [R, S] or
-        [R, T]. Every pair of the split exactly once; the order a function of (seed, epoch)
-        only, so `skip_batches=k` yields exactly the batches after the first k (resume). The
-        epoch's last batch is filled with all-pad rows (no loss). Batch i goes to worker
-        i % num_shards; skip_batches counts this worker's batches.
-    packed_batch_count(data_dir, shape, split="train", seed=0) -> int
-    packed_fill(data_dir, shape, split="train", seed=0) -> float
+        [R, T] of one of the shapes. Every pair of the split exactly once; the order a function
+        of (seed, epoch) only, so `skip_batches=k` yields exactly the batches after the first k
+        (resume). Each shape's last batch is filled with all-pad rows (no loss). Batch i goes to
+        worker i % num_shards; skip_batches counts this worker's batches.
+    packed_batch_counts(data_dir, shapes, split="train", seed=0) -> list of int
+    packed_fill(data_dir, shapes, split="train", seed=0) -> float
         the share of an epoch's positions, source and target, that hold a real token.
     relative_cost(model_config, bucketed, packed, target_tokens, all_positions_projected)
         -> float                                     an epoch's FLOPs packed / in buckets
@@ -50,40 +61,98 @@ WINDOW = 128
 
 PACKED_KEYS = ("source_segments", "target_segments", "source_positions", "target_positions")
 
+# Pairs packed to count an epoch's rows (`packed_batch_counts`, `choose_shapes`): a larger split
+# is estimated from a sample of this many (packing ~60,000 pairs takes a second).
+SAMPLE_PAIRS = 100_000
+
+# The caps `choose_shapes` tries: these percentiles of the pairs' padded lengths, times these
+# factors (and no cap).
+CAP_PERCENTILES = (90, 95, 99)
+CAP_FACTORS = (1.0, 1.5, 2.0)
+SECOND_SHAPE_SAVING = 0.02  # of the buckets' FLOPs
+
+Shape = tuple[int, int, int]
+
 
 def _round_up(length: int, step: int) -> int:
     return -(-length // step) * step
 
 
-def packed_shape(data_dir: str | Path, max_tokens: int, step: int = 1,
-                 split: str = "train") -> tuple[int, int, int]:
-    """(rows, source length, target length) of every packed batch of `split` (see the module
-    docstring). The source length follows the corpus's ratio of source to target tokens, so
-    neither side of a row fills up long before the other (a parser's sentences are a third of
-    their trees).
+def _shape_for(source: np.ndarray, target: np.ndarray, ratio: float, max_tokens: int,
+               step: int) -> Shape:
+    """The packed shape of pairs of these source and target_in lengths (see the module
+    docstring); `ratio`: the split's source tokens over its target tokens."""
+    longest_source = _round_up(max(int(source.max(initial=1)), 1), step)
+    longest = max(longest_source, _round_up(max(int(target.max(initial=1)), 1), step))
+    rows = pipeline.rows_for_length(max_tokens, longest)
+    # Rows as long as the tokens allow once their number is fixed (a multiple of 8): longer rows
+    # pack fuller. `full` >= longest, as rows <= max_tokens // longest.
+    full = max_tokens // rows // step * step
+    balanced = int(round(full * ratio / step)) * step  # the nearest multiple
+    return rows, min(max(longest_source, balanced), full), full
+
+
+def packed_shapes(data_dir: str | Path, max_tokens: int, step: int = 1,
+                  cap: int | None = None, split: str = "train") -> list[Shape]:
+    """The packing of `split` with rows capped at `cap` (see the module docstring).
 
     Raises:
         ValueError: `max_tokens` below the longest pair (what one row must hold).
     """
     source, target = pipeline._side_lengths(data_dir, (split,))
-    longest_source, longest_target = (max(int(side.max(initial=1)), 1) for side in (source, target))
-    ratio = float(source.sum()) / max(float(target.sum()), 1.0)
-
-    def balanced(target_length):  # the source length for that target length
-        nearest = int(round(target_length * ratio / step)) * step
-        return max(_round_up(longest_source, step), nearest)
-
-    longest = max(balanced(_round_up(longest_target, step)), _round_up(longest_target, step))
+    longest = _round_up(max(int(np.maximum(source, target).max(initial=1)), 1), step)
     if max_tokens < longest:
         raise ValueError(f"{data_dir}, {split} split: --max-tokens {max_tokens} cannot hold a "
                          f"packed row of {longest} ids (its longest pair); raise --max-tokens to "
                          f"at least {longest}")
-    rows = pipeline.rows_for_length(max_tokens, longest)
-    # Rows as long as the tokens allow once their number is fixed (a multiple of 8): longer rows
-    # pack fuller. `full` >= longest, as rows <= max_tokens // longest.
-    full = max_tokens // rows // step * step
-    target_length, source_length = full, min(balanced(full), full)
-    return rows, source_length, target_length
+    ratio = float(source.sum()) / max(float(target.sum()), 1.0)
+    whole = _shape_for(source, target, ratio, max_tokens, step)
+    if cap is None or cap >= longest:
+        return [whole]
+    short = np.maximum(source, target) <= cap
+    if not short.any():
+        return [whole]
+    first = _shape_for(source[short], target[short], ratio, max_tokens, step)
+    return [first] if _assign(source, target, [first]).max() == 0 else [first, whole]
+
+
+def _assign(source: np.ndarray, target: np.ndarray, shapes: list[Shape]) -> np.ndarray:
+    """int [n]: the index of the first shape each pair fits in (len(shapes): none)."""
+    shape_of = np.full(len(source), len(shapes))
+    for index in reversed(range(len(shapes))):
+        _, source_length, target_length = shapes[index]
+        shape_of[(source <= source_length) & (target <= target_length)] = index
+    return shape_of
+
+
+def caps_to_try(data_dir: str | Path, step: int, split: str = "train") -> list[int | None]:
+    """None (no cap) and the lengths `choose_shapes` tries as caps."""
+    source, target = pipeline._side_lengths(data_dir, (split,))
+    lengths = np.maximum(source, target)
+    caps = {_round_up(int(np.ceil(np.percentile(lengths, q) * factor)), step)
+            for q in CAP_PERCENTILES for factor in CAP_FACTORS} if len(lengths) else set()
+    return [None] + sorted(cap for cap in caps if cap < lengths.max(initial=0))
+
+
+def choose_shapes(data_dir: str | Path, max_tokens: int, step: int, model_config,
+                  bucketed: list[tuple[Shape, int]], all_positions_projected: bool,
+                  seed: int = 0, split: str = "train") -> tuple[list[Shape], float]:
+    """The packing whose epoch costs the fewest FLOPs (`relative_cost` against `bucketed`,
+    (shape, batches) per bucket), among rows capped at each of `caps_to_try`, and that cost; two
+    shapes only where they save `SECOND_SHAPE_SAVING` over one."""
+    _, target = pipeline._side_lengths(data_dir, (split,))
+    best = None
+    for cap in caps_to_try(data_dir, step, split):
+        shapes = packed_shapes(data_dir, max_tokens, step, cap, split)
+        counts = packed_batch_counts(data_dir, shapes, split, seed)
+        cost = relative_cost(model_config, bucketed, list(zip(shapes, counts)),
+                             int(target.sum()), all_positions_projected)
+        # A second shape is one more compiled program (~90 s for base on an H100): worth it
+        # for a saving of SECOND_SHAPE_SAVING at least.
+        weighed = cost + SECOND_SHAPE_SAVING * (len(shapes) - 1)
+        if best is None or weighed < best[2]:
+            best = (shapes, cost, weighed)
+    return best[:2]
 
 
 def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.ndarray,
@@ -160,15 +229,30 @@ class _Split:
         return self.tokens[self.shard[pair]][start:start + self.lengths[side, pair]]
 
 
-def _epoch_rows(split: _Split, shape: tuple[int, int, int], seed: int,
-                epoch: int) -> list[list[int]]:
-    """Every row of the epoch (seeded order of the pairs, packed), the pad rows of the last
-    batch included (as empty rows)."""
-    rows_per_batch, source_length, target_length = shape
-    order = np.random.default_rng([seed, epoch]).permutation(len(split))
+def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
+                   sample: int | None = None) -> list[tuple[int, list[list[int]]]]:
+    """The epoch's batches as (shape index, rows of pair indices), in their seeded order: the
+    pairs in a seeded order, packed per shape (`_assign`), each shape's last batch filled
+    with empty rows, then the batches of all shapes shuffled together. `sample`: only that
+    many pairs of the seeded order (an estimate of a large split's batches)."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(split))[:sample]
     source, target = split.side_lengths()
-    rows = pack_rows(source, target, order, source_length, target_length)
-    return rows + [[] for _ in range(-len(rows) % rows_per_batch)]
+    shape_of = _assign(source, target, shapes)
+    if (shape_of[order] == len(shapes)).any():
+        pair = int(order[shape_of[order] == len(shapes)][0])
+        raise ValueError(f"pair {pair} has {source[pair]} source and {target[pair]} target "
+                         f"ids, more than the packed rows {shapes} hold")
+    batches = []
+    for index, (rows_per_batch, source_length, target_length) in enumerate(shapes):
+        rows = pack_rows(source, target, order[shape_of[order] == index], source_length,
+                         target_length)
+        rows += [[] for _ in range(-len(rows) % rows_per_batch)]
+        batches += [(index, rows[start:start + rows_per_batch])
+                    for start in range(0, len(rows), rows_per_batch)]
+    if len(shapes) > 1:
+        mixed = np.random.default_rng([seed, epoch, 1]).permutation(len(batches))
+        batches = [batches[i] for i in mixed]
+    return batches
 
 
 def pack_batch(rows: list[list[tuple]], shape: tuple[int, int, int]) -> dict:
@@ -196,58 +280,50 @@ def pack_batch(rows: list[list[tuple]], shape: tuple[int, int, int]) -> dict:
     return batch
 
 
-def packed_batches(data_dir: str | Path, shape: tuple[int, int, int], split: str = "train",
+def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "train",
                    seed: int = 0, epoch: int = 0, skip_batches: int = 0, num_shards: int = 1,
                    shard_index: int = 0) -> Iterator[dict]:
-    """One epoch of packed batches of `shape` (see the module docstring).
+    """One epoch of packed batches (see the module docstring).
 
     Raises:
-        ValueError: bad shard arguments, or a pair longer than the shape's row.
+        ValueError: bad shard arguments, or a pair longer than the shapes' rows.
     """
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index {shard_index} must be in [0, num_shards={num_shards})")
     if skip_batches < 0:
         raise ValueError(f"skip_batches must be >= 0, got {skip_batches}")
     pairs = _Split(data_dir, split)
-    rows = _epoch_rows(pairs, shape, seed, epoch)
-    rows_per_batch = shape[0]
-    mine = range(shard_index, len(rows) // rows_per_batch, num_shards)
-    for batch in list(mine)[skip_batches:]:
+    batches = _epoch_batches(pairs, shapes, seed, epoch)
+    for index, rows in batches[shard_index::num_shards][skip_batches:]:
         rows_of_ids = [[(pairs.ids(pair, 0), pairs.ids(pair, 1)) for pair in row]
-                       for row in rows[batch * rows_per_batch:(batch + 1) * rows_per_batch]]
-        yield pack_batch(rows_of_ids, shape)
+                       for row in rows]
+        yield pack_batch(rows_of_ids, shapes[index])
 
 
-# Pairs packed to count an epoch's rows (`packed_batch_count`): a larger split is estimated from
-# a sample of this many (packing ~60,000 pairs takes a second).
-SAMPLE_PAIRS = 100_000
-
-
-def packed_batch_count(data_dir: str | Path, shape: tuple[int, int, int], split: str = "train",
-                       seed: int = 0) -> int:
-    """Batches in an epoch of packed batches (epoch 0 of `seed`; others differ little): counted
-    by packing it, or estimated from `SAMPLE_PAIRS` of its pairs when it has more."""
+def packed_batch_counts(data_dir: str | Path, shapes: list[Shape], split: str = "train",
+                        seed: int = 0) -> list[int]:
+    """Batches of each shape in an epoch (epoch 0 of `seed`; others differ little): counted by
+    packing it, or estimated from `SAMPLE_PAIRS` of its pairs when it has more."""
     pairs = _Split(data_dir, split)
-    if len(pairs) <= SAMPLE_PAIRS:
-        return len(_epoch_rows(pairs, shape, seed, 0)) // shape[0]
-    sample = np.random.default_rng([seed, 0]).permutation(len(pairs))[:SAMPLE_PAIRS]
-    source, target = pairs.side_lengths()
-    rows = len(pack_rows(source, target, sample, shape[1], shape[2])) * len(pairs) / SAMPLE_PAIRS
-    return -(-int(np.ceil(rows)) // shape[0])
+    sample = min(len(pairs), SAMPLE_PAIRS)
+    batches = _epoch_batches(pairs, shapes, seed, 0, sample)
+    counts = np.bincount([index for index, _ in batches], minlength=len(shapes))
+    return [int(np.ceil(count * len(pairs) / max(sample, 1))) for count in counts]
 
 
-def packed_fill(data_dir: str | Path, shape: tuple[int, int, int], split: str = "train",
+def packed_fill(data_dir: str | Path, shapes: list[Shape], split: str = "train",
                 seed: int = 0) -> float:
     """The share of the positions, source and target_in, of an epoch's packed batches that hold
-    a real token (`packed_batch_count`'s epoch)."""
+    a real token (`packed_batch_counts`' epoch)."""
     source, target = _Split(data_dir, split).side_lengths()
-    positions = (packed_batch_count(data_dir, shape, split, seed) * shape[0]
-                 * (shape[1] + shape[2]))
+    positions = sum(count * rows * (source_length + target_length) for count, (
+        rows, source_length, target_length) in zip(
+            packed_batch_counts(data_dir, shapes, split, seed), shapes))
     return float(source.sum() + target.sum()) / positions if positions else 1.0
 
 
-def relative_cost(model_config, bucketed: list[tuple[tuple[int, int, int], int]],
-                  packed: tuple[tuple[int, int, int], int], target_tokens: int,
+def relative_cost(model_config, bucketed: list[tuple[Shape, int]],
+                  packed: list[tuple[Shape, int]], target_tokens: int,
                   all_positions_projected: bool) -> float:
     """An epoch's update FLOPs in packed batches over those in length buckets (< 1: packing is
     cheaper): the matrix products of every position, linear layers (independent of the row
@@ -264,7 +340,7 @@ def relative_cost(model_config, bucketed: list[tuple[tuple[int, int, int], int]]
     Args:
         model_config: a `ModelConfig` (layers, widths, vocabulary).
         bucketed: (shape, batches in an epoch) per bucket (`pipeline.epoch_batch_counts`).
-        packed: (the packed shape, `packed_batch_count`).
+        packed: (shape, batches in an epoch) per packed shape (`packed_batch_counts`).
     """
     width, inner, layers = model_config.d_model, model_config.d_ff, model_config.num_layers
     projection = 2 * width * model_config.vocab_size
@@ -281,4 +357,4 @@ def relative_cost(model_config, bucketed: list[tuple[tuple[int, int, int], int]]
 
     real = 0 if all_positions_projected else 3 * target_tokens * projection
     buckets = sum(flops(shape, batches) for shape, batches in bucketed) + real
-    return (flops(*packed) + real) / buckets
+    return (sum(flops(shape, batches) for shape, batches in packed) + real) / buckets

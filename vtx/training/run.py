@@ -135,9 +135,10 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 
         log("batch shapes (rows x length, or rows x source x target), validation: "
             + ", ".join(format_shape(shape) for shape in shapes))
-        shapes = [packed]
+        shapes = packed
         fill = packing.packed_fill(data_dir, packed, seed=train_config.seed)
-        log(f"training batches packed, several pairs a row: {format_shape(packed)}; "
+        log(f"training batches packed, several pairs a row: "
+            f"{', '.join(format_shape(shape) for shape in packed)}; "
             f"{fill:.3f} of their positions hold a real token")
     else:
         fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries,
@@ -197,45 +198,46 @@ def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[
 
 def _packing(data_dir, train_config: TrainConfig, model_config: ModelConfig,
              boundaries: list[int], splits: tuple[str, ...],
-             log: Callable[[str], None]) -> tuple[int, int, int] | None:
-    """The packed shape of a new run's training batches, None for buckets: `--pack` /
-    `--no-pack`, or by default packed with XLA where that costs fewer FLOPs an epoch
-    (`packing.relative_cost`: packed rows are long, and attention grows with their length)."""
+             log: Callable[[str], None]) -> list[tuple[int, int, int]] | None:
+    """The packed shapes of a new run's training batches, None for buckets: `--no-pack`;
+    `--pack`: the packing of the fewest FLOPs an epoch (`packing.choose_shapes`); by default
+    that packing with XLA where it costs fewer FLOPs than the buckets (packed rows are long,
+    and attention grows with their length)."""
     if train_config.pack is False or (train_config.pack is None
                                       and not train_config.jit_compile):
         return None
     from vtx.data import packing, pipeline
+    from vtx.training.trainer import format_shape
 
     step = pipeline.shape_policy(train_config.jit_compile)["step"]
-    shape = packing.packed_shape(data_dir, train_config.max_tokens, step)
-    if train_config.pack:
-        return shape
     sides = pipeline.side_lengths_for(data_dir, splits, boundaries, step)
-    _, target = pipeline._side_lengths(data_dir, ("train",))
-    ratio = packing.relative_cost(
-        model_config, pipeline.epoch_batch_counts(data_dir, "train", train_config.max_tokens,
-                                                  boundaries, sides),
-        (shape, packing.packed_batch_count(data_dir, shape, seed=train_config.seed)),
-        int(target.sum()), all_positions_projected=True)
-    verdict = "packed" if ratio < 1 else "in length buckets"
-    log(f"training batches {verdict} (--pack/--no-pack choose): packed rows "
-        f"{shape[0]}x{shape[1]}x{shape[2]} would cost {ratio:.3f} of the buckets' FLOPs an epoch")
-    return shape if ratio < 1 else None
+    shapes, ratio = packing.choose_shapes(
+        data_dir, train_config.max_tokens, step, model_config,
+        pipeline.epoch_batch_counts(data_dir, "train", train_config.max_tokens, boundaries, sides),
+        all_positions_projected=train_config.jit_compile, seed=train_config.seed)
+    packed = train_config.pack or ratio < 1
+    log(f"training batches {'packed' if packed else 'in length buckets'} (--pack/--no-pack "
+        f"choose): packed rows {' + '.join(format_shape(shape) for shape in shapes)} cost "
+        f"{ratio:.3f} of the buckets' FLOPs an epoch (estimated)")
+    return shapes if packed else None
 
 
-def _resumed_packing(trainer, packed: tuple[int, int, int] | None,
-                     log: Callable[[str], None]) -> tuple[int, int, int] | None:
+def _resumed_packing(trainer, packed: list[tuple[int, int, int]] | None,
+                     log: Callable[[str], None]) -> list[tuple[int, int, int]] | None:
     """The training batches' packing, recorded in the trainer's checkpoints: a resumed run keeps
-    its checkpoint's (packed rows of its shape, or buckets), so that its data position names the
-    same batches whatever the flags."""
-    if trainer.step and trainer.packed_shape != packed:
-        kept = trainer.packed_shape
+    its checkpoint's (packed rows of its shapes, or buckets), so that its data position names
+    the same batches whatever the flags."""
+    from vtx.training.trainer import format_shape
+
+    def said(shapes):
+        return ("packed rows " + " + ".join(format_shape(shape) for shape in shapes) if shapes
+                else "buckets")
+
+    if trainer.step and trainer.packed_shapes != packed:
         log(f"training batches kept as the checkpoint's so that the data resumes where it was: "
-            + (f"packed rows {kept[0]}x{kept[1]}x{kept[2]}" if kept else "buckets, not packed")
-            + f" (a new run with these flags would use "
-            + (f"packed rows {packed[0]}x{packed[1]}x{packed[2]})" if packed else "buckets)"))
-        packed = kept
-    trainer.packed_shape = packed
+            f"{said(trainer.packed_shapes)} (a new run with these flags would use {said(packed)})")
+        packed = trainer.packed_shapes
+    trainer.packed_shapes = packed
     return packed
 
 

@@ -121,9 +121,9 @@ class Trainer(TrainingLoop):
         # The padded batch lengths the positions refer to (`pipeline.optimal_boundaries`), set
         # by the caller and kept in checkpoints; None when unknown.
         self.bucket_boundaries: list[int] | None = None
-        # The (rows, source, target) of packed training batches (`vtx.data.packing`), set by the
-        # caller and kept in checkpoints; None: bucketed batches.
-        self.packed_shape: tuple[int, int, int] | None = None
+        # The (rows, source, target) shapes of packed training batches (`vtx.data.packing`),
+        # set by the caller and kept in checkpoints; None: bucketed batches.
+        self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
         self._resumed = False
         gradient_fn = self._replica_gradients
@@ -305,7 +305,8 @@ class Trainer(TrainingLoop):
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
                 "bucket_boundaries": self.bucket_boundaries,
-                "packed_shape": list(self.packed_shape) if self.packed_shape else None}
+                "packed_shapes": ([list(shape) for shape in self.packed_shapes]
+                                  if self.packed_shapes else None)}
 
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
@@ -365,8 +366,8 @@ class Trainer(TrainingLoop):
         self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
         self.bucket_boundaries = meta.get("bucket_boundaries")
-        packed = meta.get("packed_shape")
-        self.packed_shape = tuple(packed) if packed else None
+        packed = meta.get("packed_shapes")
+        self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         if self.vocab is None:
             self.vocab = checkpoint.vocab
 
@@ -447,7 +448,7 @@ class Trainer(TrainingLoop):
         target_pad = np.full((rows, target), PAD_ID, np.int32)
         batch = {"source": np.full((rows, source), PAD_ID, np.int32),
                  "target_in": target_pad, "target_out": target_pad}
-        if self.packed_shape:  # the packed batches' segment ids and positions: 0 on padding
+        if self.packed_shapes:  # the packed batches' segment ids and positions: 0 on padding
             batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
                                         np.int32) for key in PACKED_KEYS})
         return self._distribute([batch] * self.topology.local_replicas)
