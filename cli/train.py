@@ -58,9 +58,9 @@ ARCHS = tuple(PRESETS)
                    "program, so fewer start sooner and pad more (0: 8 with --jit, 16 "
                    "without).  [default: 0]")
 @click.option("--pack/--no-pack", default=None,
-              help="Training batches of several pairs a row, all of one shape (each pair attends "
-                   "only to itself), instead of length buckets: one compiled program with --jit "
-                   "and fewer pad positions (Multi30k, 2048 tokens: 0.93 of the positions real, "
+              help="Training batches of several pairs a row, in one or two shapes (each pair "
+                   "attends only to itself), instead of length buckets: one or two compiled "
+                   "programs with --jit and fewer pad positions (Multi30k, 2048 tokens: 0.93 of the positions real, "
                    "against 0.75 in buckets with --jit and 0.89 without). Validation stays "
                    "bucketed. A resumed run keeps its checkpoint's batching.  [default: --pack "
                    "with --jit where it costs fewer FLOPs an epoch than buckets (said at "

@@ -134,8 +134,8 @@ class TrainConfig(_JsonConfig):
     # Distinct padded batch lengths (each one compiled program under XLA); 0: 8 under XLA, 16
     # without (`pipeline.shape_policy`). Fewer compile sooner and pad more.
     max_shapes: int = 0
-    # Training batches of several pairs per row, all of one shape (`vtx.data.packing`), instead
-    # of length buckets: one compiled program, fewer pad positions. None: with XLA where the
+    # Training batches of several pairs per row, in one or two shapes (`vtx.data.packing`),
+    # instead of length buckets: fewer compiled programs, fewer pad positions. None: with XLA where the
     # data's packed rows cost fewer FLOPs an epoch (`packing.relative_cost`), else buckets.
     pack: bool | None = None
     save_interval_minutes: float = 10.0  # the paper's checkpoint cadence; 0 disables

@@ -35,8 +35,9 @@ Public API (shapes: R rows, S source length, T target length; a packing is a lis
         "target_segments", "source_positions", "target_positions"}, each int32 [R, S] or
         [R, T] of one of the shapes. Every pair of the split exactly once; the order a function
         of (seed, epoch) only, so `skip_batches=k` yields exactly the batches after the first k
-        (resume). Each shape's last batch is filled with all-pad rows (no loss). Batch i goes to
-        worker i % num_shards; skip_batches counts this worker's batches.
+        (resume). Batches are packed as they are needed (no wait at an epoch's start). Each
+        shape's last batch is filled with all-pad rows (no loss). Batch i goes to worker
+        i % num_shards; skip_batches counts this worker's batches.
     packed_batch_counts(data_dir, shapes, split="train", seed=0) -> list of int
     packed_fill(data_dir, shapes, split="train", seed=0) -> float
         the share of an epoch's positions, source and target, that hold a real token.
@@ -46,6 +47,7 @@ Public API (shapes: R rows, S source length, T target length; a packing is a lis
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Iterator
 
@@ -54,9 +56,10 @@ import numpy as np
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
 
-# Rows open at once while packing: a pair goes into the first open row it fits in; when none has
-# room the fullest is closed. More rows fill better and cost more per pair (Multi30k, 64 x 64,
-# 2048 tokens: 8 rows 0.902 of the positions real, 32 rows 0.906, 128 rows 0.910).
+# Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
+# the first open row it fits in; when none has room the fullest is closed. More rows fill better
+# and cost more per pair (Multi30k, 64 x 64, 2048 tokens: 8 rows 0.902 of the positions real,
+# 32 rows 0.906, 128 rows 0.910).
 WINDOW = 128
 
 PACKED_KEYS = ("source_segments", "target_segments", "source_positions", "target_positions")
@@ -155,44 +158,70 @@ def choose_shapes(data_dir: str | Path, max_tokens: int, step: int, model_config
     return best[:2]
 
 
+class _Packer:
+    """Rows of one capacity filled one pair at a time: a pair goes into the first of at most
+    `window` open rows with room on both sides; when none has room, the fullest row is closed
+    and the pair opens a new one."""
+
+    def __init__(self, source_capacity: int, target_capacity: int, window: int = WINDOW):
+        self.capacity, self.window = (source_capacity, target_capacity), window
+        self.rows: list[list[int]] = []
+        self.room_source: list[int] = []
+        self.room_target: list[int] = []
+
+    def add(self, pair: int, need_source: int, need_target: int) -> list[int] | None:
+        """Place a pair; returns the row it closed, if any.
+
+        Raises:
+            ValueError: the pair is longer than the capacities (its index and lengths named).
+        """
+        source_capacity, target_capacity = self.capacity
+        if need_source > source_capacity or need_target > target_capacity:
+            raise ValueError(f"pair {pair} has {need_source} source and {need_target} target "
+                             f"ids, more than a packed row's {source_capacity} and "
+                             f"{target_capacity}")
+        room_source, room_target = self.room_source, self.room_target
+        for row in range(len(self.rows)):
+            if room_source[row] >= need_source and room_target[row] >= need_target:
+                self.rows[row].append(pair)
+                room_source[row] -= need_source
+                room_target[row] -= need_target
+                return None
+        closed = None
+        if len(self.rows) == self.window:
+            room = [s + t for s, t in zip(room_source, room_target)]
+            fullest = room.index(min(room))
+            closed = self.rows.pop(fullest)
+            del room_source[fullest], room_target[fullest]
+        self.rows.append([pair])
+        room_source.append(source_capacity - need_source)
+        room_target.append(target_capacity - need_target)
+        return closed
+
+    def flush(self) -> list[list[int]]:
+        """The rows still open, in the order they opened; the packer is empty after."""
+        rows, self.rows, self.room_source, self.room_target = self.rows, [], [], []
+        return rows
+
+
 def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.ndarray,
               source_capacity: int, target_capacity: int,
               window: int = WINDOW) -> list[list[int]]:
     """Rows of pair indices, the pairs taken in `order`: each goes into the first of at most
     `window` open rows with room on both sides; when none has room, the fullest row is closed
-    (first in the result) and the pair opens a new one. Rows come out in the order they close.
+    and the pair opens a new one. Rows in the order they close, then the open ones.
 
     Raises:
         ValueError: a pair longer than the capacities (its index and lengths named).
     """
     source_lengths = np.asarray(source_lengths).tolist()
     target_lengths = np.asarray(target_lengths).tolist()
-    rows: list[list[int]] = []
-    room_source: list[int] = []
-    room_target: list[int] = []
-    closed: list[list[int]] = []
+    packer, rows = _Packer(source_capacity, target_capacity, window), []
     for pair in np.asarray(order).tolist():
-        need_source, need_target = source_lengths[pair], target_lengths[pair]
-        if need_source > source_capacity or need_target > target_capacity:
-            raise ValueError(f"pair {pair} has {need_source} source and {need_target} target "
-                             f"ids, more than a packed row's {source_capacity} and "
-                             f"{target_capacity}")
-        for row in range(len(rows)):
-            if room_source[row] >= need_source and room_target[row] >= need_target:
-                rows[row].append(pair)
-                room_source[row] -= need_source
-                room_target[row] -= need_target
-                break
-        else:
-            if len(rows) == window:
-                room = [s + t for s, t in zip(room_source, room_target)]
-                fullest = room.index(min(room))
-                closed.append(rows.pop(fullest))
-                del room_source[fullest], room_target[fullest]
-            rows.append([pair])
-            room_source.append(source_capacity - need_source)
-            room_target.append(target_capacity - need_target)
-    return closed + rows
+        closed = packer.add(pair, source_lengths[pair], target_lengths[pair])
+        if closed is not None:
+            rows.append(closed)
+    return rows + packer.flush()
 
 
 class _Split:
@@ -230,11 +259,17 @@ class _Split:
 
 
 def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
-                   sample: int | None = None) -> list[tuple[int, list[list[int]]]]:
-    """The epoch's batches as (shape index, rows of pair indices), in their seeded order: the
-    pairs in a seeded order, packed per shape (`_assign`), each shape's last batch filled
-    with empty rows, then the batches of all shapes shuffled together. `sample`: only that
-    many pairs of the seeded order (an estimate of a large split's batches)."""
+                   sample: int | None = None) -> Iterator[tuple[int, list[list[int]]]]:
+    """The epoch's batches as (shape index, rows of pair indices), made as they are needed (no
+    wait at an epoch's start, whatever the corpus): the pairs in a seeded order, each packed
+    into rows of the first shape it fits (`_assign`); a batch goes out when its shape has
+    rows enough, so the shapes' batches come mixed; at the end each shape's last rows, its last
+    batch filled with empty rows. `sample`: only that many pairs of the seeded order (an
+    estimate of a large split's batches).
+
+    Raises:
+        ValueError: a pair longer than every shape's rows.
+    """
     order = np.random.default_rng([seed, epoch]).permutation(len(split))[:sample]
     source, target = split.side_lengths()
     shape_of = _assign(source, target, shapes)
@@ -242,17 +277,25 @@ def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
         pair = int(order[shape_of[order] == len(shapes)][0])
         raise ValueError(f"pair {pair} has {source[pair]} source and {target[pair]} target "
                          f"ids, more than the packed rows {shapes} hold")
-    batches = []
-    for index, (rows_per_batch, source_length, target_length) in enumerate(shapes):
-        rows = pack_rows(source, target, order[shape_of[order] == index], source_length,
-                         target_length)
+    # A shape's open rows: at most 4 batches' worth, so that a shape of few pairs (the long
+    # ones) sends its batches out through the epoch, not all at its end.
+    packers = [_Packer(source_length, target_length, min(WINDOW, 4 * rows))
+               for rows, source_length, target_length in shapes]
+    ready: list[list[list[int]]] = [[] for _ in shapes]
+    source, target, shape_of = source.tolist(), target.tolist(), shape_of.tolist()
+    for pair in order.tolist():
+        index = shape_of[pair]
+        closed = packers[index].add(pair, source[pair], target[pair])
+        if closed is not None:
+            ready[index].append(closed)
+            if len(ready[index]) == shapes[index][0]:
+                yield index, ready[index]
+                ready[index] = []
+    for index, (rows_per_batch, _, _) in enumerate(shapes):
+        rows = ready[index] + packers[index].flush()
         rows += [[] for _ in range(-len(rows) % rows_per_batch)]
-        batches += [(index, rows[start:start + rows_per_batch])
-                    for start in range(0, len(rows), rows_per_batch)]
-    if len(shapes) > 1:
-        mixed = np.random.default_rng([seed, epoch, 1]).permutation(len(batches))
-        batches = [batches[i] for i in mixed]
-    return batches
+        for start in range(0, len(rows), rows_per_batch):
+            yield index, rows[start:start + rows_per_batch]
 
 
 def pack_batch(rows: list[list[tuple]], shape: tuple[int, int, int]) -> dict:
@@ -293,8 +336,9 @@ def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "trai
     if skip_batches < 0:
         raise ValueError(f"skip_batches must be >= 0, got {skip_batches}")
     pairs = _Split(data_dir, split)
-    batches = _epoch_batches(pairs, shapes, seed, epoch)
-    for index, rows in batches[shard_index::num_shards][skip_batches:]:
+    batches = itertools.islice(_epoch_batches(pairs, shapes, seed, epoch),
+                               shard_index + skip_batches * num_shards, None, num_shards)
+    for index, rows in batches:
         rows_of_ids = [[(pairs.ids(pair, 0), pairs.ids(pair, 1)) for pair in row]
                        for row in rows]
         yield pack_batch(rows_of_ids, shapes[index])
@@ -335,7 +379,8 @@ def relative_cost(model_config, bucketed: list[tuple[Shape, int]],
     Checked against the measured speeds on a 2-core AMD EPYC, quick start model (3 layers x
     256, float32, 2048 tokens; docs/benchmarks.md): Multi30k without XLA 0.991 (measured
     packed/bucketed tok/s 1.00-1.03), with XLA 0.848 (1.13-1.25), the WSJ sample's trees (rows
-    of 1024) without XLA 1.233 (0.77-0.90).
+    of 1024) without XLA 1.233 (0.77-0.90); capped in two shapes, with XLA 0.834 (1.19-1.24),
+    without 0.937 (1.07-1.22).
 
     Args:
         model_config: a `ModelConfig` (layers, widths, vocabulary).
