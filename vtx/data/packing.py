@@ -65,7 +65,8 @@ WINDOW = 128
 PACKED_KEYS = ("source_segments", "target_segments", "source_positions", "target_positions")
 
 # Pairs packed to count an epoch's rows (`packed_batch_counts`, `choose_shapes`): a larger split
-# is estimated from a sample of this many (packing ~60,000 pairs takes a second).
+# is estimated from a sample of this many (Multi30k's 29,000 pairs pack in ~0.15 s on a 2-core
+# AMD EPYC).
 SAMPLE_PAIRS = 100_000
 
 # The caps `choose_shapes` tries: these percentiles of the pairs' padded lengths, times these
