@@ -380,7 +380,7 @@ def relative_cost(model_config, bucketed: list[tuple[Shape, int]],
     Checked against the measured speeds on a 2-core AMD EPYC, quick start model (3 layers x
     256, float32, 2048 tokens; docs/benchmarks.md): Multi30k without XLA 0.991 (measured
     packed/bucketed tok/s 1.00-1.03), with XLA 0.848 (1.13-1.25), the WSJ sample's trees (rows
-    of 1024) without XLA 1.233 (0.77-0.90); capped in two shapes, with XLA 0.834 (1.19-1.24),
+    of 1024) without XLA 1.233 (0.77-0.90); capped in two shapes, with XLA 0.834 (1.19-1.43),
     without 0.937 (1.07-1.22).
 
     Args:
