@@ -102,6 +102,30 @@ def test_skip_batches_and_worker_shards(small_data_dir, shape, epoch0):
         assert unpacked_pairs(part) == unpacked_pairs(epoch0[index::3][1:])
 
 
+def test_batches_built_from_pair_indices_equal_pack_batch_of_their_ids(small_data_dir, shape):
+    # `packed_batches` builds each batch with array operations over the pairs' indices, across
+    # the split's shards (300 pairs each here); `pack_batch` places the ids pair by pair.
+    source, target = pipeline._side_lengths(small_data_dir, ("train",))
+    cap = int(np.percentile(np.maximum(source, target), 90))
+    shapes = packing.packed_shapes(small_data_dir, MAX_TOKENS, cap=cap)
+    split = packing._Split(small_data_dir, "train")
+    batches = list(packing._epoch_batches(split, shapes, seed=7, epoch=1))
+    assert {index for index, _ in batches} == {0, 1}
+    assert any(not row for _, rows in batches for row in rows)  # last batches: empty rows
+    for index, rows in batches:
+        expected = packing.pack_batch([[(split.ids(pair, 0), split.ids(pair, 1))
+                                        for pair in row] for row in rows], shapes[index])
+        built = split.batch(rows, shapes[index])
+        assert list(built) == list(expected)
+        for key, value in expected.items():
+            assert built[key].dtype == value.dtype
+            np.testing.assert_array_equal(built[key], value, err_msg=key)
+    short = int(split.lengths[0, 0] + split.lengths[0, 1]) - 1  # pairs 0 and 1 need one more
+    with pytest.raises(ValueError, match=f"pair 1 does not fit its packed row of {short} source "
+                                         f"positions"):
+        split.batch([[0, 1]], (1, short, shape[2]))
+
+
 def test_pack_rows_fills_first_fit_and_closes_the_fullest():
     source = np.array([3, 3, 2, 4, 1])
     target = np.array([2, 5, 2, 1, 1])

@@ -104,11 +104,18 @@ def packed_shapes(data_dir: str | Path, max_tokens: int, step: int = 1,
         ValueError: `max_tokens` below the longest pair (what one row must hold).
     """
     source, target = pipeline._side_lengths(data_dir, (split,))
+    return _shapes_of(source, target, max_tokens, step, cap, f"{data_dir}, {split} split")
+
+
+def _shapes_of(source: np.ndarray, target: np.ndarray, max_tokens: int, step: int,
+               cap: int | None, where: str) -> list[Shape]:
+    """`packed_shapes` of pairs of these source and target_in lengths; `where` names them in
+    the error."""
     longest = _round_up(max(int(np.maximum(source, target).max(initial=1)), 1), step)
     if max_tokens < longest:
-        raise ValueError(f"{data_dir}, {split} split: --max-tokens {max_tokens} cannot hold a "
-                         f"packed row of {longest} ids (its longest pair); raise --max-tokens to "
-                         f"at least {longest}")
+        raise ValueError(f"{where}: --max-tokens {max_tokens} cannot hold a packed row of "
+                         f"{longest} ids (its longest pair); raise --max-tokens to at least "
+                         f"{longest}")
     ratio = float(source.sum()) / max(float(target.sum()), 1.0)
     whole = _shape_for(source, target, ratio, max_tokens, step)
     if cap is None or cap >= longest:
@@ -131,7 +138,10 @@ def _assign(source: np.ndarray, target: np.ndarray, shapes: list[Shape]) -> np.n
 
 def caps_to_try(data_dir: str | Path, step: int, split: str = "train") -> list[int | None]:
     """None (no cap) and the lengths `choose_shapes` tries as caps."""
-    source, target = pipeline._side_lengths(data_dir, (split,))
+    return _caps(*pipeline._side_lengths(data_dir, (split,)), step)
+
+
+def _caps(source: np.ndarray, target: np.ndarray, step: int) -> list[int | None]:
     lengths = np.maximum(source, target)
     caps = {_round_up(int(np.ceil(np.percentile(lengths, q) * factor)), step)
             for q in CAP_PERCENTILES for factor in CAP_FACTORS} if len(lengths) else set()
@@ -143,12 +153,18 @@ def choose_shapes(data_dir: str | Path, max_tokens: int, step: int, model_config
                   seed: int = 0, split: str = "train") -> tuple[list[Shape], float]:
     """The packing whose epoch costs the fewest FLOPs (`relative_cost` against `bucketed`,
     (shape, batches) per bucket), among rows capped at each of `caps_to_try`, and that cost; two
-    shapes only where they save `SECOND_SHAPE_SAVING` over one."""
-    _, target = pipeline._side_lengths(data_dir, (split,))
+    shapes only where they save `SECOND_SHAPE_SAVING` over one. The split is read once, and
+    caps that give the same shapes are packed once."""
+    pairs = _Split(data_dir, split)
+    source, target = pairs.side_lengths()
+    candidates = []
+    for cap in _caps(source, target, step):
+        shapes = _shapes_of(source, target, max_tokens, step, cap, f"{data_dir}, {split} split")
+        if shapes not in candidates:
+            candidates.append(shapes)
     best = None
-    for cap in caps_to_try(data_dir, step, split):
-        shapes = packed_shapes(data_dir, max_tokens, step, cap, split)
-        counts = packed_batch_counts(data_dir, shapes, split, seed)
+    for shapes in candidates:
+        counts = _batch_counts(pairs, shapes, seed)
         cost = relative_cost(model_config, bucketed, list(zip(shapes, counts)),
                              int(target.sum()), all_positions_projected)
         # A second shape is one more compiled program (~90 s for base on an H100): worth it
@@ -169,6 +185,7 @@ class _Packer:
         self.rows: list[list[int]] = []
         self.room_source: list[int] = []
         self.room_target: list[int] = []
+        self.room: list[int] = []  # both sides' room, to close the fullest row
 
     def add(self, pair: int, need_source: int, need_target: int) -> list[int] | None:
         """Place a pair; returns the row it closed, if any.
@@ -181,27 +198,29 @@ class _Packer:
             raise ValueError(f"pair {pair} has {need_source} source and {need_target} target "
                              f"ids, more than a packed row's {source_capacity} and "
                              f"{target_capacity}")
-        room_source, room_target = self.room_source, self.room_target
-        for row in range(len(self.rows)):
+        room_source, room_target, room = self.room_source, self.room_target, self.room
+        for row in range(len(room)):
             if room_source[row] >= need_source and room_target[row] >= need_target:
                 self.rows[row].append(pair)
                 room_source[row] -= need_source
                 room_target[row] -= need_target
+                room[row] -= need_source + need_target
                 return None
         closed = None
         if len(self.rows) == self.window:
-            room = [s + t for s, t in zip(room_source, room_target)]
             fullest = room.index(min(room))
             closed = self.rows.pop(fullest)
-            del room_source[fullest], room_target[fullest]
+            del room_source[fullest], room_target[fullest], room[fullest]
         self.rows.append([pair])
         room_source.append(source_capacity - need_source)
         room_target.append(target_capacity - need_target)
+        room.append(source_capacity + target_capacity - need_source - need_target)
         return closed
 
     def flush(self) -> list[list[int]]:
         """The rows still open, in the order they opened; the packer is empty after."""
-        rows, self.rows, self.room_source, self.room_target = self.rows, [], [], []
+        rows = self.rows
+        self.rows, self.room_source, self.room_target, self.room = [], [], [], []
         return rows
 
 
@@ -258,6 +277,72 @@ class _Split:
         start = self.starts[side, pair]
         return self.tokens[self.shard[pair]][start:start + self.lengths[side, pair]]
 
+    def batch(self, rows: list[list[int]], shape: Shape) -> dict:
+        """`pack_batch` of these rows of pair indices (the same arrays, tested), built with
+        array operations over all the batch's tokens at once, not pair by pair: on the host
+        between two updates, where a GPU waits for it.
+
+        Raises:
+            ValueError: the pairs of a row do not fit the shape (a bug of the caller).
+        """
+        _, source_length, target_length = shape
+        counts = np.array([len(row) for row in rows], np.int64)
+        pairs = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(counts.sum()))
+        row_of = np.repeat(np.arange(len(rows)), counts)
+        first_of_row = np.repeat(np.cumsum(counts) - counts, counts)
+        segment = np.arange(len(pairs)) - first_of_row + 1
+        batch = {}
+        for side, width in ((0, source_length), (1, target_length)):
+            # Each pair's span in its row: the source ids, or bos + the target ids (target_in)
+            # and the target ids + eos (target_out).
+            lengths = self.lengths[side, pairs]
+            spans = lengths + side
+            starts = np.cumsum(spans) - spans  # in the batch's pairs laid end to end
+            offsets = starts - starts[first_of_row]
+            within = np.arange(int(spans.sum())) - np.repeat(starts, spans)
+            if (offsets + spans > width).any():
+                pair = int(pairs[np.argmax(offsets + spans > width)])
+                raise ValueError(f"pair {pair} does not fit its packed row of {width} "
+                                 f"{'target' if side else 'source'} positions")
+            span_of = np.repeat(np.arange(len(pairs)), spans)
+            flat = row_of[span_of] * width + offsets[span_of] + within
+            segments = np.zeros(len(rows) * width, np.int32)
+            segments[flat] = segment[span_of]
+            positions = np.zeros(len(rows) * width, np.int32)
+            positions[flat] = within
+            ids = self._gather(pairs, side, lengths)
+            name = "source" if side == 0 else "target"
+            batch[f"{name}_segments"] = segments.reshape(len(rows), width)
+            batch[f"{name}_positions"] = positions.reshape(len(rows), width)
+            if side == 0:
+                source = np.full(len(rows) * width, PAD_ID, np.int32)
+                source[flat] = ids
+                batch["source"] = source.reshape(len(rows), width)
+                continue
+            # The target ids sit at span positions 1.. of target_in (0: bos) and 0.. of
+            # target_out (the last: eos).
+            target_in = np.full(len(rows) * width, PAD_ID, np.int32)
+            target_in[flat[within == 0]] = BOS_ID
+            target_in[flat[within > 0]] = ids
+            token = within < lengths[span_of]
+            target_out = np.full(len(rows) * width, PAD_ID, np.int32)
+            target_out[flat[token]] = ids
+            target_out[flat[~token]] = EOS_ID
+            batch["target_in"] = target_in.reshape(len(rows), width)
+            batch["target_out"] = target_out.reshape(len(rows), width)
+        return {key: batch[key] for key in ("source", "target_in", "target_out") + PACKED_KEYS}
+
+    def _gather(self, pairs: np.ndarray, side: int, lengths: np.ndarray) -> np.ndarray:
+        """int32: the ids of `pairs`' `side`, one pair after another."""
+        shard = np.repeat(self.shard[pairs], lengths)
+        index = (np.repeat(self.starts[side, pairs] - (np.cumsum(lengths) - lengths), lengths)
+                 + np.arange(int(lengths.sum())))
+        ids = np.empty(len(index), np.int32)
+        for which in np.unique(shard).tolist():
+            at = shard == which
+            ids[at] = self.tokens[which][index[at]]
+        return ids
+
 
 def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
                    sample: int | None = None) -> Iterator[tuple[int, list[list[int]]]]:
@@ -283,10 +368,11 @@ def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
     packers = [_Packer(source_length, target_length, min(WINDOW, 4 * rows))
                for rows, source_length, target_length in shapes]
     ready: list[list[list[int]]] = [[] for _ in shapes]
-    source, target, shape_of = source.tolist(), target.tolist(), shape_of.tolist()
-    for pair in order.tolist():
-        index = shape_of[pair]
-        closed = packers[index].add(pair, source[pair], target[pair])
+    # Python ints of the ordered pairs only (a sample of a large split converts only its own).
+    for pair, index, need_source, need_target in zip(
+            order.tolist(), shape_of[order].tolist(), source[order].tolist(),
+            target[order].tolist()):
+        closed = packers[index].add(pair, need_source, need_target)
         if closed is not None:
             ready[index].append(closed)
             if len(ready[index]) == shapes[index][0]:
@@ -340,16 +426,17 @@ def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "trai
     batches = itertools.islice(_epoch_batches(pairs, shapes, seed, epoch),
                                shard_index + skip_batches * num_shards, None, num_shards)
     for index, rows in batches:
-        rows_of_ids = [[(pairs.ids(pair, 0), pairs.ids(pair, 1)) for pair in row]
-                       for row in rows]
-        yield pack_batch(rows_of_ids, shapes[index])
+        yield pairs.batch(rows, shapes[index])
 
 
 def packed_batch_counts(data_dir: str | Path, shapes: list[Shape], split: str = "train",
                         seed: int = 0) -> list[int]:
     """Batches of each shape in an epoch (epoch 0 of `seed`; others differ little): counted by
     packing it, or estimated from `SAMPLE_PAIRS` of its pairs when it has more."""
-    pairs = _Split(data_dir, split)
+    return _batch_counts(_Split(data_dir, split), shapes, seed)
+
+
+def _batch_counts(pairs: _Split, shapes: list[Shape], seed: int) -> list[int]:
     sample = min(len(pairs), SAMPLE_PAIRS)
     batches = _epoch_batches(pairs, shapes, seed, 0, sample)
     counts = np.bincount([index for index, _ in batches], minlength=len(shapes))
@@ -360,10 +447,10 @@ def packed_fill(data_dir: str | Path, shapes: list[Shape], split: str = "train",
                 seed: int = 0) -> float:
     """The share of the positions, source and target_in, of an epoch's packed batches that hold
     a real token (`packed_batch_counts`' epoch)."""
-    source, target = _Split(data_dir, split).side_lengths()
+    pairs = _Split(data_dir, split)
+    source, target = pairs.side_lengths()
     positions = sum(count * rows * (source_length + target_length) for count, (
-        rows, source_length, target_length) in zip(
-            packed_batch_counts(data_dir, shapes, split, seed), shapes))
+        rows, source_length, target_length) in zip(_batch_counts(pairs, shapes, seed), shapes))
     return float(source.sum() + target.sum()) / positions if positions else 1.0
 
 
