@@ -150,6 +150,39 @@ def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_i
             checkpoints.list_checkpoints(tmp_path / "diverging")] == [1]
 
 
+def test_divergence_is_judged_against_updates_of_the_same_batch_length(tmp_path):
+    """The loss per token grows with the pairs' length: the WSJ sample's one batch of its two
+    longest trees stood at 2.761 against ~1.27 for the rest (docs/results.md) and was flagged once
+    an epoch. Its length has its own running mean; a real spike at a common length is flagged."""
+    from vtx.training.loop import _LoopState
+    from vtx.training.stream import BatchStream
+
+    lines = []
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    trainer = Trainer(model_config, config.TrainConfig(update_freq=2), tmp_path,
+                      log=lines.append)
+    # The update's longest target row, recorded when it is launched, for the loop to read.
+    batches = [to_batch(make_pairs(4, 20, seed=1, max_len=4), (6, 7)),
+               to_batch(make_pairs(4, 20, seed=2, max_len=8), (9, 12))]
+    trainer.start_update(BatchStream(lambda epoch, skip: batches[skip:]))
+    assert list(trainer.launched_lengths) == [12]
+
+    watch = _LoopState(started=0.0).watch
+    for _ in range(20):
+        assert not trainer._watch_divergence(1.3, watch, 24)
+    assert not trainer._watch_divergence(2.8, watch, 756)  # the first of its length
+    assert not trainer._watch_divergence(2.7, watch, 756)  # as high as its own length's
+    assert not trainer._watch_divergence(1.31, watch, 24)
+    assert trainer.diverged == 0 and not any("far above" in line for line in lines)
+    assert trainer._watch_divergence(2.9, watch, 24)  # far above the updates as long
+    assert trainer.diverged == 1 and "far above its running mean 1.300" in lines[-1]
+    # With several workers (length None) one mean for all, as every worker must agree.
+    single = _LoopState(started=0.0).watch
+    for _ in range(20):
+        trainer._watch_divergence(1.3, single, None)
+    assert trainer._watch_divergence(2.8, single, None)
+
+
 def test_one_spiking_update_on_a_validation_step_still_saves_the_best_checkpoint(tmp_path):
     """A batch can be far harder than the rest (long or odd pairs) and spike alone; when the
     validation right after it is the best yet, that checkpoint is the one to keep."""

@@ -14,6 +14,7 @@ accumulators are cleared) and is counted; too many in a row stop training.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -126,6 +127,10 @@ class Trainer(TrainingLoop):
         self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
         self._resumed = False
+        # The longest target row of each update launched and not yet counted by the loop,
+        # oldest first (at most two are in flight; the bound keeps callers that never count,
+        # such as benchmarks, from growing it).
+        self.launched_lengths: collections.deque = collections.deque(maxlen=4)
         gradient_fn = self._replica_gradients
         whole_update_jit = train_config.jit_compile and self.strategy.num_replicas_in_sync == 1
         if train_config.jit_compile and not whole_update_jit:
@@ -255,12 +260,18 @@ class Trainer(TrainingLoop):
         """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss is
         finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums as a tensor
         that is not read: on a GPU the host goes on while the device computes."""
+        longest = 0
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
+            longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
             try:
                 if micro_batch < self.config.update_freq - 1:
                     self._accumulate(self._distribute(batches))
                 else:
+                    # The loop judges divergence by batch length; workers see different
+                    # batches and must agree (they stop together), so with several one mean.
+                    self.launched_lengths.append(longest if self.topology.num_workers == 1
+                                                 else None)
                     return self._update(self._distribute(batches), tf.constant(True))
             except tf.errors.ResourceExhaustedError as error:
                 raise self._out_of_memory(batches) from error
