@@ -176,6 +176,10 @@ def test_divergence_is_judged_against_updates_of_the_same_batch_length(tmp_path)
     assert trainer.diverged == 0 and not any("far above" in line for line in lines)
     assert trainer._watch_divergence(2.9, watch, 24)  # far above the updates as long
     assert trainer.diverged == 1 and "far above its running mean 1.300" in lines[-1]
+    # A length not seen before is not judged, and does not end a diverging series.
+    assert not trainer._watch_divergence(5.0, watch, 99)
+    assert trainer._watch_divergence(3.0, watch, 24)
+    assert "(2 such updates in a row, 2 in all)" in lines[-1]
     # With several workers (length None) one mean for all, as every worker must agree.
     single = _LoopState(started=0.0).watch
     for _ in range(20):

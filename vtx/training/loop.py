@@ -117,7 +117,10 @@ class TrainingLoop:
             TrainingError: `max_diverged_in_a_row` diverging updates in a row.
         """
         mean = watch["means"].get(length)
-        if mean is not None and loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
+        if mean is None:  # nothing to judge by; nor does it end a diverging series
+            watch["means"][length] = loss
+            return False
+        if loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
             self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
             self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
                      f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
@@ -131,8 +134,7 @@ class TrainingLoop:
                     f"{self.config.lr_scale:g}) or raise --warmup-steps, and resume")
             return True
         watch["in_a_row"] = 0
-        watch["means"][length] = loss if mean is None else (
-            (1 - RUNNING_MEAN_WEIGHT) * mean + RUNNING_MEAN_WEIGHT * loss)
+        watch["means"][length] = (1 - RUNNING_MEAN_WEIGHT) * mean + RUNNING_MEAN_WEIGHT * loss
         return False
 
     def _loop(self, stream, progress, make_valid, score_valid) -> int | None:
