@@ -1,7 +1,7 @@
 """How fast the host makes training batches (issue 12): what a GPU's updates wait on between them.
 
     .venv/bin/python benchmarks/host_batches.py DATA_DIR [--max-tokens 8192] [--jit]
-        [--rounds 3] [--batches 300] [--kinds buckets,packed]
+        [--rounds 3] [--batches 300]
 
 `vtx train` takes each update's batch on the training thread, while the device runs the update
 before it; a batch made slower than the device's update makes the device wait. This times, on
@@ -10,9 +10,8 @@ one process), the batches `vtx train` makes:
   - buckets: `pipeline.train_batches(...).as_numpy_iterator()` (tf.data, prefetched on its own
     threads, so this measures what the training thread waits for);
   - packed: `packing.packed_batches` (packed into rows and built on the training thread, with
-    array operations over each batch's tokens);
-  - packed pair by pair: the same rows built by `packing.pack_batch`, one pair at a time (how
-    packed batches were built before).
+    array operations over each batch's tokens; before 1c103c7 they were built pair by pair,
+    docs/benchmarks.md has both).
 Each line gives batches/s and the real target tokens/s the host can feed, to set against the
 device's update rate (an H100 trained base at 8192 tokens at 250,233 tok/s, docs/benchmarks.md).
 Choose shapes as `vtx train` does (`--jit`: multiples of 8, the packing for XLA).
@@ -41,8 +40,6 @@ def main() -> None:
     parser.add_argument("--jit", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=300)
-    parser.add_argument("--kinds", default="buckets,packed,packed pair by pair",
-                        help="which to time, comma-separated")
     args = parser.parse_args()
 
     from vtx import config
@@ -74,16 +71,8 @@ def main() -> None:
     def packed():
         return packing.packed_batches(data, shapes, seed=1, epoch=0)
 
-    def pair_by_pair():
-        split = packing._Split(data, "train")
-        for index, rows in packing._epoch_batches(split, shapes, 1, 0):
-            yield packing.pack_batch([[(split.ids(pair, 0), split.ids(pair, 1)) for pair in row]
-                                      for row in rows], shapes[index])
-
-    kinds = {"buckets": buckets, "packed": packed, "packed pair by pair": pair_by_pair}
-    kinds = {name: make for name, make in kinds.items() if name in args.kinds.split(",")}
     for round_ in range(1, args.rounds + 1):
-        for name, make in kinds.items():
+        for name, make in (("buckets", buckets), ("packed", packed)):
             batches = make()
             next(batches)  # an epoch's start (tf.data's threads, the first rows) is not timed
             started = time.perf_counter()
@@ -93,7 +82,7 @@ def main() -> None:
                 tokens += int((batch["target_out"] != PAD_ID).sum())
                 made += 1
             seconds = time.perf_counter() - started
-            print(f"round {round_} {name:>20}: {made / seconds:8.1f} batches/s, "
+            print(f"round {round_} {name:>7}: {made / seconds:8.1f} batches/s, "
                   f"{tokens / seconds:12,.0f} real target tokens/s, "
                   f"{1000 * seconds / made:6.2f} ms a batch", flush=True)
 

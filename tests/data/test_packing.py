@@ -102,9 +102,32 @@ def test_skip_batches_and_worker_shards(small_data_dir, shape, epoch0):
         assert unpacked_pairs(part) == unpacked_pairs(epoch0[index::3][1:])
 
 
+def test_pack_batch_lays_out_ids_segments_and_positions():
+    rows = [[([5, 6], [7]), ([8], [9, 10])], [([11, 12, 13], [14, 15])], []]
+    batch = packing.pack_batch(rows, (3, 4, 6))
+    B, E = BOS_ID, EOS_ID
+    expected = {
+        "source": [[5, 6, 8, PAD_ID], [11, 12, 13, PAD_ID], [PAD_ID] * 4],
+        "target_in": [[B, 7, B, 9, 10, PAD_ID], [B, 14, 15, PAD_ID, PAD_ID, PAD_ID],
+                      [PAD_ID] * 6],
+        "target_out": [[7, E, 9, 10, E, PAD_ID], [14, 15, E, PAD_ID, PAD_ID, PAD_ID],
+                       [PAD_ID] * 6],
+        "source_segments": [[1, 1, 2, 0], [1, 1, 1, 0], [0] * 4],
+        "target_segments": [[1, 1, 2, 2, 2, 0], [1, 1, 1, 0, 0, 0], [0] * 6],
+        "source_positions": [[0, 1, 0, 0], [0, 1, 2, 0], [0] * 4],
+        "target_positions": [[0, 1, 0, 1, 2, 0], [0, 1, 2, 0, 0, 0], [0] * 6]}
+    assert list(batch) == list(expected)
+    for key, value in expected.items():
+        assert batch[key].dtype == np.int32
+        np.testing.assert_array_equal(batch[key], value, err_msg=key)
+    with pytest.raises(ValueError, match="pair 1 of the batch does not fit its packed row of 4 "
+                                         "target positions"):
+        packing.pack_batch(rows[:1], (1, 4, 4))
+
+
 def test_batches_built_from_pair_indices_equal_pack_batch_of_their_ids(small_data_dir, shape):
-    # `packed_batches` builds each batch with array operations over the pairs' indices, across
-    # the split's shards (300 pairs each here); `pack_batch` places the ids pair by pair.
+    # `packed_batches` reads each batch's ids with one gather a side, across the split's shards
+    # (300 pairs each here); `pack_batch` is given the ids pair by pair.
     source, target = pipeline._side_lengths(small_data_dir, ("train",))
     cap = int(np.percentile(np.maximum(source, target), 90))
     shapes = packing.packed_shapes(small_data_dir, MAX_TOKENS, cap=cap)
@@ -121,8 +144,8 @@ def test_batches_built_from_pair_indices_equal_pack_batch_of_their_ids(small_dat
             assert built[key].dtype == value.dtype
             np.testing.assert_array_equal(built[key], value, err_msg=key)
     short = int(split.lengths[0, 0] + split.lengths[0, 1]) - 1  # pairs 0 and 1 need one more
-    with pytest.raises(ValueError, match=f"pair 1 does not fit its packed row of {short} source "
-                                         f"positions"):
+    with pytest.raises(ValueError, match=f"pair 1 of the batch does not fit its packed row of "
+                                         f"{short} source positions"):
         split.batch([[0, 1]], (1, short, shape[2]))
 
 

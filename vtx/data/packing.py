@@ -278,59 +278,16 @@ class _Split:
         return self.tokens[self.shard[pair]][start:start + self.lengths[side, pair]]
 
     def batch(self, rows: list[list[int]], shape: Shape) -> dict:
-        """`pack_batch` of these rows of pair indices (the same arrays, tested), built with
-        array operations over all the batch's tokens at once, not pair by pair: on the host
-        between two updates, where a GPU waits for it.
+        """`pack_batch` of these rows of pair indices, the ids read with one gather a side.
 
         Raises:
             ValueError: the pairs of a row do not fit the shape (a bug of the caller).
         """
-        _, source_length, target_length = shape
         counts = np.array([len(row) for row in rows], np.int64)
         pairs = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(counts.sum()))
-        row_of = np.repeat(np.arange(len(rows)), counts)
-        first_of_row = np.repeat(np.cumsum(counts) - counts, counts)
-        segment = np.arange(len(pairs)) - first_of_row + 1
-        batch = {}
-        for side, width in ((0, source_length), (1, target_length)):
-            # Each pair's span in its row: the source ids, or bos + the target ids (target_in)
-            # and the target ids + eos (target_out).
-            lengths = self.lengths[side, pairs]
-            spans = lengths + side
-            starts = np.cumsum(spans) - spans  # in the batch's pairs laid end to end
-            offsets = starts - starts[first_of_row]
-            within = np.arange(int(spans.sum())) - np.repeat(starts, spans)
-            if (offsets + spans > width).any():
-                pair = int(pairs[np.argmax(offsets + spans > width)])
-                raise ValueError(f"pair {pair} does not fit its packed row of {width} "
-                                 f"{'target' if side else 'source'} positions")
-            span_of = np.repeat(np.arange(len(pairs)), spans)
-            flat = row_of[span_of] * width + offsets[span_of] + within
-            segments = np.zeros(len(rows) * width, np.int32)
-            segments[flat] = segment[span_of]
-            positions = np.zeros(len(rows) * width, np.int32)
-            positions[flat] = within
-            ids = self._gather(pairs, side, lengths)
-            name = "source" if side == 0 else "target"
-            batch[f"{name}_segments"] = segments.reshape(len(rows), width)
-            batch[f"{name}_positions"] = positions.reshape(len(rows), width)
-            if side == 0:
-                source = np.full(len(rows) * width, PAD_ID, np.int32)
-                source[flat] = ids
-                batch["source"] = source.reshape(len(rows), width)
-                continue
-            # The target ids sit at span positions 1.. of target_in (0: bos) and 0.. of
-            # target_out (the last: eos).
-            target_in = np.full(len(rows) * width, PAD_ID, np.int32)
-            target_in[flat[within == 0]] = BOS_ID
-            target_in[flat[within > 0]] = ids
-            token = within < lengths[span_of]
-            target_out = np.full(len(rows) * width, PAD_ID, np.int32)
-            target_out[flat[token]] = ids
-            target_out[flat[~token]] = EOS_ID
-            batch["target_in"] = target_in.reshape(len(rows), width)
-            batch["target_out"] = target_out.reshape(len(rows), width)
-        return {key: batch[key] for key in ("source", "target_in", "target_out") + PACKED_KEYS}
+        lengths = self.lengths[:, pairs]
+        return _layout(counts, lengths, [self._gather(pairs, side, lengths[side])
+                                         for side in (0, 1)], shape)
 
     def _gather(self, pairs: np.ndarray, side: int, lengths: np.ndarray) -> np.ndarray:
         """int32: the ids of `pairs`' `side`, one pair after another."""
@@ -387,27 +344,70 @@ def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
 
 def pack_batch(rows: list[list[tuple]], shape: tuple[int, int, int]) -> dict:
     """The batch of `rows`, each a list of (source ids, target ids) pairs (no bos/eos) that fit
-    the shape's row lengths: ids, segment ids and positions, int32 [len(rows), S or T]."""
+    the shape's row lengths: ids, segment ids and positions, int32 [len(rows), S or T].
+
+    Raises:
+        ValueError: the pairs of a row do not fit the shape.
+    """
+    pairs = [pair for row in rows for pair in row]
+    lengths = np.array([[len(source) for source, _ in pairs],
+                        [len(target) for _, target in pairs]], np.int64).reshape(2, -1)
+    ids = [np.concatenate([np.asarray(pair[side], np.int32) for pair in pairs] or
+                          [np.zeros(0, np.int32)]) for side in (0, 1)]
+    return _layout(np.array([len(row) for row in rows], np.int64), lengths, ids, shape)
+
+
+def _layout(counts: np.ndarray, lengths: np.ndarray, ids: list[np.ndarray], shape: Shape) -> dict:
+    """`pack_batch`'s arrays from the pairs laid end to end: `counts` pairs a row, `lengths`
+    int [2, pairs] (source, target without bos/eos), `ids` [source ids, target ids], each the
+    pairs' ids one pair after another. Array operations over all the batch's tokens at once,
+    not pair by pair: the batch is made on the host between two updates, where a GPU waits.
+
+    Raises:
+        ValueError: the pairs of a row do not fit the shape.
+    """
     _, source_length, target_length = shape
-    count = len(rows)
-    batch = {key: np.full((count, source_length if key.startswith("source") else target_length),
-                          PAD_ID if key in ("source", "target_in", "target_out") else 0, np.int32)
-             for key in ("source", "target_in", "target_out") + PACKED_KEYS}
-    for row, pairs in enumerate(rows):
-        at_source = at_target = 0
-        for segment, (source, target) in enumerate(pairs, start=1):
-            end_source, end_target = at_source + len(source), at_target + len(target) + 1
-            batch["source"][row, at_source:end_source] = source
-            batch["target_in"][row, at_target] = BOS_ID
-            batch["target_in"][row, at_target + 1:end_target] = target
-            batch["target_out"][row, at_target:end_target - 1] = target
-            batch["target_out"][row, end_target - 1] = EOS_ID
-            batch["source_segments"][row, at_source:end_source] = segment
-            batch["target_segments"][row, at_target:end_target] = segment
-            batch["source_positions"][row, at_source:end_source] = np.arange(len(source))
-            batch["target_positions"][row, at_target:end_target] = np.arange(len(target) + 1)
-            at_source, at_target = end_source, end_target
-    return batch
+    rows, pairs = len(counts), lengths.shape[1]
+    row_of = np.repeat(np.arange(rows), counts)
+    first_of_row = np.repeat(np.cumsum(counts) - counts, counts)
+    segment = np.arange(pairs) - first_of_row + 1
+    batch = {}
+    for side, width in ((0, source_length), (1, target_length)):
+        # Each pair's span in its row: the source ids, or bos + the target ids (target_in) and
+        # the target ids + eos (target_out).
+        spans = lengths[side] + side
+        starts = np.cumsum(spans) - spans  # in the pairs laid end to end
+        offsets = starts - starts[first_of_row]
+        if (offsets + spans > width).any():
+            pair = int(np.argmax(offsets + spans > width))
+            raise ValueError(f"pair {pair} of the batch does not fit its packed row of {width} "
+                             f"{'target' if side else 'source'} positions")
+        within = np.arange(int(spans.sum())) - np.repeat(starts, spans)
+        span_of = np.repeat(np.arange(pairs), spans)
+        flat = row_of[span_of] * width + offsets[span_of] + within
+        name = "source" if side == 0 else "target"
+        for key, values in ((f"{name}_segments", segment[span_of]),
+                            (f"{name}_positions", within)):
+            array = np.zeros(rows * width, np.int32)
+            array[flat] = values
+            batch[key] = array.reshape(rows, width)
+        if side == 0:
+            source = np.full(rows * width, PAD_ID, np.int32)
+            source[flat] = ids[0]
+            batch["source"] = source.reshape(rows, width)
+            continue
+        # The target ids sit at span positions 1.. of target_in (0: bos) and 0.. of target_out
+        # (the last: eos).
+        target_in = np.full(rows * width, PAD_ID, np.int32)
+        target_in[flat[within == 0]] = BOS_ID
+        target_in[flat[within > 0]] = ids[1]
+        token = within < lengths[1][span_of]
+        target_out = np.full(rows * width, PAD_ID, np.int32)
+        target_out[flat[token]] = ids[1]
+        target_out[flat[~token]] = EOS_ID
+        batch["target_in"] = target_in.reshape(rows, width)
+        batch["target_out"] = target_out.reshape(rows, width)
+    return {key: batch[key] for key in ("source", "target_in", "target_out") + PACKED_KEYS}
 
 
 def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "train",
