@@ -3,13 +3,17 @@ import pytest
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
-from vtx.training.precision import (choose_precision, cpu_flags, max_cpu_isa,
-                                     resolve_precision)
+from vtx.training.precision import (MIN_MEASURED_SPEEDUP, choose_precision, cpu_flags,
+                                     matmul_speedup, max_cpu_isa, resolve_precision)
 from vtx.training.trainer import Trainer
 
 CASCADE_LAKE = {"avx2", "avx512f", "avx512bw", "avx512_vnni"}
 SAPPHIRE_RAPIDS = CASCADE_LAKE | {"avx512_bf16", "amx_bf16", "amx_tile"}
-EPYC_GENOA = CASCADE_LAKE | {"avx512_bf16"}
+EPYC_GENOA = CASCADE_LAKE | {"avx512_bf16"}  # avx512_bf16 without AMX: so is an Intel Xeon
+
+
+def never_measured():
+    raise AssertionError("timed bfloat16 where the CPU's flags decide")
 
 
 @pytest.mark.parametrize("flags,expected", [
@@ -19,6 +23,37 @@ EPYC_GENOA = CASCADE_LAKE | {"avx512_bf16"}
 def test_auto_on_a_cpu_takes_bfloat16_only_with_native_support(flags, expected):
     precision, reason = choose_precision("auto", [], flags)
     assert precision == expected and "CPU" in reason
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (CASCADE_LAKE, "float32"), (set(), "float32"), (SAPPHIRE_RAPIDS, "mixed_bfloat16")])
+def test_flags_decide_without_timing_where_they_settle_it(flags, expected):
+    """No bfloat16 instructions: float32; AMX: bfloat16 (2.56x float32 measured), untimed."""
+    assert choose_precision("auto", [], flags, measure=never_measured)[0] == expected
+    assert choose_precision("auto", [(9, 0)], EPYC_GENOA, measure=never_measured)[0] == \
+        "mixed_bfloat16"
+
+
+@pytest.mark.parametrize("speedup,expected", [
+    (1.45, "mixed_bfloat16"), (MIN_MEASURED_SPEEDUP, "mixed_bfloat16"),
+    (1.05, "float32"), (0.6, "float32"),  # 0.6: an Intel Xeon with avx512_bf16 and no AMX
+])
+def test_avx512_bf16_without_amx_takes_bfloat16_only_where_it_timed_faster(speedup, expected):
+    times = []
+
+    def measure():
+        times.append(1)
+        return speedup, 0.005, 0.005 / speedup
+
+    precision, reason = choose_precision("auto", [], EPYC_GENOA, measure=measure)
+    assert precision == expected and times == [1]
+    assert f"{speedup:.2f}x float32's" in reason
+    assert ("--precision mixed_bfloat16" in reason) == (expected == "float32")
+
+
+def test_the_timing_multiplies_in_both_precisions_on_this_cpu():
+    speedup, f32, bf16 = matmul_speedup(64, 32, 48, repeats=2)
+    assert 0 < f32 < 1 and 0 < bf16 < 1 and speedup == pytest.approx(f32 / bf16)
 
 
 @pytest.mark.parametrize("cap,expected", [
@@ -65,8 +100,8 @@ def test_trainer_records_and_logs_the_precision_auto_resolved_to(tmp_path):
                                       validate_interval_steps=0)
     trainer = Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
                       log=lines.append)
-    expected = resolve_precision("auto")[0]
-    assert trainer.config.precision == expected != "auto"
+    expected = trainer.config.precision  # this CPU's flags, or its timing of bfloat16
+    assert expected in ("float32", "mixed_bfloat16")
     assert trainer.model.dtype_policy.name == expected
     assert lines[0].startswith(f"precision: {expected} (")
     trainer.fit(epoch_maker(make_pairs(8, 20), 4))

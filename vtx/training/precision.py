@@ -1,19 +1,30 @@
 """The training precision chosen by the hardware (`--precision auto`, the command line's default).
 
-bfloat16 pays only where the hardware computes it natively: measured with TF 2.21 on 2-core CPUs,
-mixed_bfloat16 trains 2.4-2.8x slower than float32 on an Intel Cascade Lake (no avx512_bf16) and
-faster on an AMD EPYC with avx512_bf16; GPUs have bfloat16 tensor cores from compute capability
-8.0 (A100, H100). Elsewhere float32 is the faster choice.
+bfloat16 pays only where the hardware computes it faster than float32: measured with TF 2.21 on
+2-core CPUs, mixed_bfloat16 trains 2.4-2.8x slower than float32 on an Intel Cascade Lake (no
+avx512_bf16), 2.56x faster on an Intel Xeon with AMX, 1.25-1.44x faster on an AMD EPYC (Zen 4)
+with avx512_bf16 and no AMX, and 0.73-0.77x as fast on an Intel Xeon (family 6 model 207) with
+avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x float32's
+(docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
+with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
+precision (`matmul_speedup`, well under a second). GPUs have bfloat16 tensor cores from compute
+capability 8.0 (A100, H100).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 AUTO = "auto"
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 flags of /proc/cpuinfo
 BF16_GPU_CAPABILITY = (8, 0)
+# bfloat16 is taken on a CPU with avx512_bf16 but no AMX only when its matrix product ran at least
+# this much faster than float32's: a margin for the timing's noise, well under the 1.25-1.44x the
+# AMD EPYC trains faster and well over the ~0.6x measured on the Intel Xeon without AMX.
+MIN_MEASURED_SPEEDUP = 1.1
 # oneDNN's instruction sets below its first with bfloat16 dot products (AVX512_CORE_BF16): a
 # user's ONEDNN_MAX_CPU_ISA among these keeps TensorFlow's matrix products off avx512_bf16 and
 # AMX, where bfloat16 measured 2.0x slower than float32 (AMD EPYC, docs/benchmarks.md).
@@ -54,8 +65,34 @@ def max_cpu_isa() -> tuple[str, str] | None:
     return None
 
 
+def matmul_speedup(rows: int, inner: int, outer: int,
+                   repeats: int = 5) -> tuple[float, float, float]:
+    """How much faster this machine's CPU multiplies (rows x inner) by (inner x outer) in bfloat16
+    than in float32: (float32 seconds / bfloat16 seconds, float32 seconds, bfloat16 seconds), each
+    the fastest of `repeats` runs after one untimed, the two precisions taking turns."""
+    import tensorflow as tf
+
+    with tf.device("/CPU:0"):
+        operands = {}
+        for dtype in (tf.float32, tf.bfloat16):
+            a = tf.random.stateless_uniform((rows, inner), seed=(1, 2), minval=-1.0)
+            b = tf.random.stateless_uniform((inner, outer), seed=(3, 4), minval=-1.0)
+            operands[dtype] = (tf.cast(a, dtype), tf.cast(b, dtype))
+        fastest = {dtype: float("inf") for dtype in operands}
+        for run in range(repeats + 1):
+            for dtype, (a, b) in operands.items():
+                start = time.perf_counter()
+                tf.matmul(a, b)[0, 0].numpy()
+                if run:
+                    fastest[dtype] = min(fastest[dtype], time.perf_counter() - start)
+    f32, bf16 = fastest[tf.float32], fastest[tf.bfloat16]
+    return f32 / bf16, f32, bf16
+
+
 def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
-                     flags: set[str], isa_cap: tuple[str, str] | None = None) -> tuple[str, str]:
+                     flags: set[str], isa_cap: tuple[str, str] | None = None,
+                     measure: Callable[[], tuple[float, float, float]] | None = None
+                     ) -> tuple[str, str]:
     """The precision to train in, and why.
 
     Args:
@@ -64,6 +101,9 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         flags: the CPU's feature flags (`cpu_flags()`).
         isa_cap: oneDNN's instruction-set cap (`max_cpu_isa()`): one of ISAS_WITHOUT_BF16
             takes bfloat16 off a CPU that has it.
+        measure: on a CPU with avx512_bf16 and no AMX, times bfloat16 against float32
+            (`matmul_speedup` at the model's shape); None takes bfloat16 there unmeasured (several
+            workers, which must agree and would each time their own CPU).
 
     Returns:
         (a Keras dtype policy name, the reason in a few words).
@@ -79,13 +119,25 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
     if native and isa_cap and isa_cap[1] in ISAS_WITHOUT_BF16:
         return "float32", (f"the CPU has {native[0]}, but {isa_cap[0]}={isa_cap[1]} keeps "
                            f"oneDNN off it")
+    if "amx_bf16" in flags:
+        return "mixed_bfloat16", "the CPU has amx_bf16"
+    if native and measure is None:
+        return "mixed_bfloat16", f"the CPU has {native[0]} (not timed against float32)"
     if native:
-        return "mixed_bfloat16", f"the CPU has {native[0]}"
+        speedup, f32, bf16 = measure()
+        timed = (f"a bfloat16 matrix product ran {speedup:.2f}x float32's here ({bf16 * 1e3:.1f} "
+                 f"ms against {f32 * 1e3:.1f} ms)")
+        if speedup >= MIN_MEASURED_SPEEDUP:
+            return "mixed_bfloat16", f"the CPU has {native[0]} and {timed}"
+        return "float32", (f"the CPU has {native[0]} but no AMX, and {timed}; "
+                           f"--precision mixed_bfloat16 takes bfloat16 anyway")
     return "float32", f"the CPU has neither {' nor '.join(BF16_CPU_FLAGS)}"
 
 
-def resolve_precision(requested: str) -> tuple[str, str]:
+def resolve_precision(requested: str, measure: Callable[[], tuple[float, float, float]] | None
+                      = None) -> tuple[str, str]:
     """`choose_precision` for this machine's GPUs (or, with none, its CPU)."""
     if requested != AUTO:
         return requested, "as requested"
-    return choose_precision(requested, gpu_compute_capabilities(), cpu_flags(), max_cpu_isa())
+    return choose_precision(requested, gpu_compute_capabilities(), cpu_flags(), max_cpu_isa(),
+                            measure)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -35,11 +36,13 @@ from vtx.training.adam import FusedAdam
 from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
-from vtx.training.precision import resolve_precision
+from vtx.training.precision import matmul_speedup, resolve_precision
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
 
 SUM = tf.distribute.ReduceOp.SUM
+# Rows of `--precision auto`'s bfloat16-against-float32 timing (the quick start's tokens a batch).
+PRECISION_PROBE_ROWS = 2048
 
 
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
@@ -87,13 +90,17 @@ class Trainer(TrainingLoop):
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
-        precision, reason = resolve_precision(train_config.precision)
+        self.strategy = strategy or make_strategy()
+        self.topology = topology(self.strategy)
+        # A CPU with avx512_bf16 but no AMX times bfloat16 against float32 at the feed-forward
+        # layer's shape; several workers must agree, so they decide by the CPU's flags alone.
+        measure = (functools.partial(matmul_speedup, PRECISION_PROBE_ROWS, model_config.d_model,
+                                     model_config.d_ff) if self.topology.num_workers == 1 else None)
+        precision, reason = resolve_precision(train_config.precision, measure)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
         self.save_dir = Path(save_dir)
-        self.strategy = strategy or make_strategy()
-        self.topology = topology(self.strategy)
         self.log, self.vocab = log, vocab
         log(f"precision: {precision} ({reason}); devices: "
             f"{', '.join(self.strategy.extended.worker_devices)}")
