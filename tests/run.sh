@@ -6,7 +6,11 @@ cd "$(dirname "$0")/.."
 # The machine first: a figure or a failure means little without it (bf16 support varies by CPU).
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 bf16=$(grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && echo "with avx512_bf16" || echo "without avx512_bf16")
-echo "vtx tests on: ${cpu:-unknown CPU} ($(nproc) cores, $bf16)"
+bf16="$bf16, $(grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && echo "with AMX" || echo "without AMX")"
+# The model name alone may be generic ("Intel(R) Xeon(R) Processor" in a VM): family and model too.
+ident=$(awk -F': *' '/^cpu family/ && !f { f = $2 } /^model[[:space:]]*:/ && !m { m = $2 }
+                     END { if (f != "") printf "family %s model %s, ", f, m }' /proc/cpuinfo 2>/dev/null || true)
+echo "vtx tests on: ${cpu:-unknown CPU} (${ident}$(nproc) cores, $bf16)"
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

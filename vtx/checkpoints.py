@@ -139,6 +139,17 @@ def load(path: str | Path) -> Checkpoint:
     return _from_arrays(path, arrays)
 
 
+def read_meta(path: str | Path) -> dict | None:
+    """The meta record of a checkpoint alone, without reading its arrays or verifying its
+    checksum (`load` does both); None when it does not read."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+    except Exception:  # damaged in one of many ways: `load` names it when it is resumed from
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
     try:
         meta = json.loads(str(arrays.pop("meta")))

@@ -1,3 +1,6 @@
+import dataclasses
+
+import numpy as np
 import pytest
 
 from tests.training.synthetic import epoch_maker, make_pairs
@@ -107,3 +110,63 @@ def test_trainer_records_and_logs_the_precision_auto_resolved_to(tmp_path):
     trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     saved = checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1])
     assert saved.meta["train_config"]["precision"] == expected
+
+
+def test_a_resumed_run_keeps_its_precision_where_auto_would_time_it():
+    kept = ("float32", "run/checkpoint_00000100.npz")
+    precision, reason = choose_precision("auto", [], EPYC_GENOA, measure=never_measured,
+                                         resumed=kept)
+    assert precision == "float32" and "kept from run/checkpoint_00000100.npz" in reason
+    # Where the flags or the GPU settle it, they do, as on a new run.
+    assert choose_precision("auto", [], SAPPHIRE_RAPIDS, resumed=kept)[0] == "mixed_bfloat16"
+    assert choose_precision("auto", [(9, 0)], EPYC_GENOA, resumed=kept)[0] == "mixed_bfloat16"
+    assert choose_precision("auto", [], CASCADE_LAKE,
+                            resumed=("mixed_bfloat16", "x"))[0] == "float32"
+
+
+def test_trainer_times_bfloat16_on_a_new_run_and_keeps_the_choice_when_resumed(tmp_path,
+                                                                                monkeypatch):
+    """A CPU with avx512_bf16 and no AMX (its flags mocked; the timing stubbed at 0.5x, then
+    2x): float32 on the new run, float32 again when resumed, bfloat16 on another new run."""
+    from vtx.training import precision as precision_module
+    from vtx.training import trainer as trainer_module
+
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: EPYC_GENOA)
+    shapes = []
+
+    def timed(speedup):
+        def matmul_speedup(rows, inner, outer):
+            shapes.append((rows, inner, outer))
+            return speedup, 0.004, 0.004 / speedup
+        return matmul_speedup
+
+    model = config.preset("tiny", vocab_size=20)
+    train_config = config.TrainConfig(precision="auto", max_steps=1, save_interval_minutes=0,
+                                      validate_interval_steps=0)
+    monkeypatch.setattr(trainer_module, "matmul_speedup", timed(0.5))
+    first = Trainer(model, train_config, tmp_path / "run", log=lambda line: None)
+    assert first.config.precision == "float32"
+    assert shapes == [(trainer_module.PRECISION_PROBE_ROWS, model.d_model, model.d_ff)]
+    first.fit(epoch_maker(make_pairs(8, 20), 4))
+
+    monkeypatch.setattr(trainer_module, "matmul_speedup", timed(2.0))
+    lines = []
+    resumed = Trainer(model, dataclasses.replace(train_config, max_steps=2), tmp_path / "run",
+                      log=lines.append)
+    assert resumed.config.precision == "float32" and "kept from" in lines[0]
+    assert len(shapes) == 1
+    assert Trainer(model, train_config, tmp_path / "new",
+                   log=lambda line: None).config.precision == "mixed_bfloat16"
+
+
+def test_a_checkpoints_meta_reads_alone(tmp_path):
+    path = tmp_path / "checkpoint_00000001.npz"
+    checkpoints.save(path, checkpoints.Checkpoint(model=[np.ones(3)], optimizer=[],
+                                                  meta={"step": 1, "train_config": {}}))
+    meta = checkpoints.read_meta(path)
+    assert meta["step"] == 1 and meta["train_config"] == {}
+    path.write_bytes(path.read_bytes()[:40])
+    assert checkpoints.read_meta(path) is None
+    assert checkpoints.read_meta(tmp_path / "missing.npz") is None

@@ -91,8 +91,8 @@ def matmul_speedup(rows: int, inner: int, outer: int,
 
 def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
                      flags: set[str], isa_cap: tuple[str, str] | None = None,
-                     measure: Callable[[], tuple[float, float, float]] | None = None
-                     ) -> tuple[str, str]:
+                     measure: Callable[[], tuple[float, float, float]] | None = None,
+                     resumed: tuple[str, str] | None = None) -> tuple[str, str]:
     """The precision to train in, and why.
 
     Args:
@@ -104,6 +104,9 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         measure: on a CPU with avx512_bf16 and no AMX, times bfloat16 against float32
             (`matmul_speedup` at the model's shape); None takes bfloat16 there unmeasured (several
             workers, which must agree and would each time their own CPU).
+        resumed: (precision, checkpoint) of the run being resumed: where `auto` would time
+            bfloat16, the run keeps that precision instead, so that it resumes exactly (a timing
+            near the threshold could otherwise switch it).
 
     Returns:
         (a Keras dtype policy name, the reason in a few words).
@@ -121,6 +124,9 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
                            f"oneDNN off it")
     if "amx_bf16" in flags:
         return "mixed_bfloat16", "the CPU has amx_bf16"
+    if native and resumed and resumed[0] in ("float32", "mixed_bfloat16"):
+        return resumed[0], (f"the CPU has {native[0]} but no AMX; kept from {resumed[1]}, which "
+                            f"this run resumes: bfloat16 is timed against float32 on a new run")
     if native and measure is None:
         return "mixed_bfloat16", f"the CPU has {native[0]} (not timed against float32)"
     if native:
@@ -135,9 +141,9 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
 
 
 def resolve_precision(requested: str, measure: Callable[[], tuple[float, float, float]] | None
-                      = None) -> tuple[str, str]:
+                      = None, resumed: tuple[str, str] | None = None) -> tuple[str, str]:
     """`choose_precision` for this machine's GPUs (or, with none, its CPU)."""
     if requested != AUTO:
         return requested, "as requested"
     return choose_precision(requested, gpu_compute_capabilities(), cpu_flags(), max_cpu_isa(),
-                            measure)
+                            measure, resumed)

@@ -67,6 +67,16 @@ def _empty_batch() -> dict:
     return {"source": pad, "target_in": pad, "target_out": pad}
 
 
+def _recorded_precision(save_dir) -> tuple[str, str] | None:
+    """(precision, checkpoint) recorded by the newest checkpoint of `save_dir` whose meta reads."""
+    for path in reversed(checkpoints.list_checkpoints(save_dir)):
+        meta = checkpoints.read_meta(path)
+        if meta and isinstance(meta.get("train_config"), dict):
+            precision = meta["train_config"].get("precision")
+            return (precision, str(path)) if isinstance(precision, str) else None
+    return None
+
+
 class Trainer(TrainingLoop):
     """Owns the model, optimizer, accumulators and compiled step functions of one run.
 
@@ -96,7 +106,8 @@ class Trainer(TrainingLoop):
         # layer's shape; several workers must agree, so they decide by the CPU's flags alone.
         measure = (functools.partial(matmul_speedup, PRECISION_PROBE_ROWS, model_config.d_model,
                                      model_config.d_ff) if self.topology.num_workers == 1 else None)
-        precision, reason = resolve_precision(train_config.precision, measure)
+        precision, reason = resolve_precision(train_config.precision, measure,
+                                              _recorded_precision(save_dir))
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
