@@ -20,6 +20,9 @@
 # the data, `vtx preprocess`, `vtx train`, `vtx average-checkpoints`, `vtx translate --reference`
 # on test_2016, which prints sacreBLEU with its signature.
 set -euo pipefail
+# The rest is one block, read whole before it runs: an editor saving over this file while it
+# runs (an hour's training) would otherwise make bash read on from a shifted offset.
+{
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MINUTES=60
@@ -152,3 +155,5 @@ grep -E '^(BLEU|nrefs)' "$WORK/translate.log" > "$WORK/bleu.txt" \
 step "done in $(( $(date +%s) - START )) s; translations in $WORK/test.hyp.de"
 echo "Multi30k test_2016 EN->DE (training budget $MINUTES min):"
 cat "$WORK/bleu.txt"
+exit
+}

@@ -28,6 +28,9 @@
 # after 37 minutes and 0.2 gave 66.54, 0.3 learnt too slowly for the budget; the phrases with 0.2
 # gave 62.71), no averaging (averages of the checkpoints around the best scored 0.4-2.6 F1 less
 # than the best alone).
+# The rest is one block, read whole before it runs: an editor saving over this file while it
+# runs (an hour's training) would otherwise make bash read on from a shifted offset.
+{
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 PTB=${PTB:-${VTX_SHARED_DATA:-$ROOT/../shared/data}/ptb_sample}
@@ -79,3 +82,5 @@ parse_and_score "$CHECKPOINT" "$WORK/text" valid "$WORK/valid.parsed" --lenpen "
   --constrain-trees
 echo "dev F1 during training, against minutes: $WORK/checkpoints/learning_curve.png"
 echo "wall time: $(( $(date +%s) - START )) s"
+exit
+}
