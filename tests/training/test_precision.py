@@ -129,7 +129,6 @@ def test_trainer_times_bfloat16_on_a_new_run_and_keeps_the_choice_when_resumed(t
     """A CPU with avx512_bf16 and no AMX (its flags mocked; the timing stubbed at 0.5x, then
     2x): float32 on the new run, float32 again when resumed, bfloat16 on another new run."""
     from vtx.training import precision as precision_module
-    from vtx.training import trainer as trainer_module
 
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
@@ -145,13 +144,13 @@ def test_trainer_times_bfloat16_on_a_new_run_and_keeps_the_choice_when_resumed(t
     model = config.preset("tiny", vocab_size=20)
     train_config = config.TrainConfig(precision="auto", max_steps=1, save_interval_minutes=0,
                                       validate_interval_steps=0)
-    monkeypatch.setattr(trainer_module, "matmul_speedup", timed(0.5))
+    monkeypatch.setattr(precision_module, "matmul_speedup", timed(0.5))
     first = Trainer(model, train_config, tmp_path / "run", log=lambda line: None)
     assert first.config.precision == "float32"
-    assert shapes == [(trainer_module.PRECISION_PROBE_ROWS, model.d_model, model.d_ff)]
+    assert shapes == [(precision_module.TIMED_ROWS, model.d_model, model.d_ff)]
     first.fit(epoch_maker(make_pairs(8, 20), 4))
 
-    monkeypatch.setattr(trainer_module, "matmul_speedup", timed(2.0))
+    monkeypatch.setattr(precision_module, "matmul_speedup", timed(2.0))
     lines = []
     resumed = Trainer(model, dataclasses.replace(train_config, max_steps=2), tmp_path / "run",
                       log=lines.append)

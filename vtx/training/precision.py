@@ -7,12 +7,13 @@ with avx512_bf16 and no AMX, and 0.73-0.77x as fast on an Intel Xeon (family 6 m
 avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x float32's
 (docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
 with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
-precision (`matmul_speedup`; ~0.1 s for the quick start's model, ~1.4 s for big). GPUs have bfloat16 tensor cores from compute
-capability 8.0 (A100, H100).
+precision (`matmul_speedup`; 0.1 s for the quick start's model, 0.3 s base, 1.1-1.2 s big on
+that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ BF16_GPU_CAPABILITY = (8, 0)
 # this much faster than float32's: a margin for the timing's noise, well under the 1.25-1.44x the
 # AMD EPYC trains faster and well over the ~0.6x measured on the Intel Xeon without AMX.
 MIN_MEASURED_SPEEDUP = 1.1
+# Rows of that timing's matrix product (the quick start's tokens a batch).
+TIMED_ROWS = 2048
 # oneDNN's instruction sets below its first with bfloat16 dot products (AVX512_CORE_BF16): a
 # user's ONEDNN_MAX_CPU_ISA among these keeps TensorFlow's matrix products off avx512_bf16 and
 # AMX, where bfloat16 measured 2.0x slower than float32 (AMD EPYC, docs/benchmarks.md).
@@ -140,10 +143,19 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
     return "float32", f"the CPU has neither {' nor '.join(BF16_CPU_FLAGS)}"
 
 
-def resolve_precision(requested: str, measure: Callable[[], tuple[float, float, float]] | None
-                      = None, resumed: tuple[str, str] | None = None) -> tuple[str, str]:
-    """`choose_precision` for this machine's GPUs (or, with none, its CPU)."""
+def resolve_precision(requested: str, feed_forward: tuple[int, int] | None = None,
+                      resumed: tuple[str, str] | None = None) -> tuple[str, str]:
+    """`choose_precision` for this machine's GPUs (or, with none, its CPU).
+
+    Args:
+        feed_forward: (d_model, d_ff) of the model, whose product `auto` times where the CPU's
+            flags do not settle it; None with several workers, which must agree and would each
+            time their own CPU (the flags decide).
+        resumed: see `choose_precision`.
+    """
     if requested != AUTO:
         return requested, "as requested"
+    measure = (functools.partial(matmul_speedup, TIMED_ROWS, *feed_forward)
+               if feed_forward else None)
     return choose_precision(requested, gpu_compute_capabilities(), cpu_flags(), max_cpu_isa(),
                             measure, resumed)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import math
 import os
 import time
@@ -36,13 +35,11 @@ from vtx.training.adam import FusedAdam
 from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
-from vtx.training.precision import matmul_speedup, resolve_precision
+from vtx.training.precision import AUTO, resolve_precision
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
 
 SUM = tf.distribute.ReduceOp.SUM
-# Rows of `--precision auto`'s bfloat16-against-float32 timing (the quick start's tokens a batch).
-PRECISION_PROBE_ROWS = 2048
 
 
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
@@ -102,12 +99,12 @@ class Trainer(TrainingLoop):
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
-        # A CPU with avx512_bf16 but no AMX times bfloat16 against float32 at the feed-forward
-        # layer's shape; several workers must agree, so they decide by the CPU's flags alone.
-        measure = (functools.partial(matmul_speedup, PRECISION_PROBE_ROWS, model_config.d_model,
-                                     model_config.d_ff) if self.topology.num_workers == 1 else None)
-        precision, reason = resolve_precision(train_config.precision, measure,
-                                              _recorded_precision(save_dir))
+        # `auto` times bfloat16 where the CPU's flags do not settle it (one worker only: workers
+        # must agree), and a resumed run keeps its checkpoint's precision instead.
+        precision, reason = resolve_precision(
+            train_config.precision,
+            (model_config.d_model, model_config.d_ff) if self.topology.num_workers == 1 else None,
+            _recorded_precision(save_dir) if train_config.precision == AUTO else None)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
