@@ -2,6 +2,7 @@
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
         [--dropout P] [--save-every S] [--step-sleep SECONDS] [--pack]
+        [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
 """
@@ -22,6 +23,10 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--pack", action="store_true",
                         help="packed batches: 4 rows of 3 pairs each, one shape")
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--cpu-flags", help="this CPU's flags as `auto` reads them (mocked)")
+    parser.add_argument("--bf16-speedup", type=float,
+                        help="what `auto`'s timing of bfloat16 against float32 returns (stubbed)")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -34,6 +39,7 @@ def main() -> None:
 
     from tests.training.synthetic import epoch_maker, make_pairs
     from vtx import config
+    from vtx.training import precision
     from vtx.training.distribute import make_strategy
     from vtx.training.trainer import Trainer
 
@@ -42,7 +48,12 @@ def main() -> None:
     # (an attention key bias, which the softmax ignores) moves a whole learning-rate step on
     # float32 round-off, and round-off differs with the summation order of 1 vs 8 replicas.
     # 1e-5 keeps the comparisons about the gradients.
-    train_config = config.TrainConfig(max_steps=args.max_steps, update_freq=args.update_freq,
+    if args.cpu_flags is not None:
+        precision.cpu_flags = lambda: set(args.cpu_flags.split())
+    if args.bf16_speedup is not None:
+        precision.matmul_speedup = lambda rows, inner, outer: (
+            args.bf16_speedup, 0.004, 0.004 / args.bf16_speedup)
+    train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision, update_freq=args.update_freq,
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
                                       validate_interval_steps=0, save_interval_minutes=0,
                                       save_interval_steps=args.save_every)

@@ -6,7 +6,7 @@ import pytest
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
-from vtx.training.precision import (MIN_MEASURED_SPEEDUP, choose_precision, cpu_flags,
+from vtx.training.precision import (MIN_MEASURED_SPEEDUP, agree, choose_precision, cpu_flags,
                                      matmul_speedup, max_cpu_isa, resolve_precision)
 from vtx.training.trainer import Trainer
 
@@ -87,6 +87,31 @@ def test_a_named_precision_is_kept_whatever_the_hardware():
     assert choose_precision("mixed_float16", [(9, 0)], SAPPHIRE_RAPIDS) == ("mixed_float16",
                                                                           "as requested")
     assert resolve_precision("float32") == ("float32", "as requested")
+
+
+@pytest.mark.parametrize("mine,others,expected", [
+    ("mixed_bfloat16", [1.0, 1.0], "mixed_bfloat16"), ("float32", [0.0, 0.0], "float32"),
+    ("mixed_bfloat16", [1.0, 0.0], "float32"), ("float32", [1.0, 1.0], "float32"),
+])
+def test_workers_train_in_bfloat16_only_where_every_one_chose_it(mine, others, expected):
+    sent = []
+
+    def gather(value):  # this worker is worker 0 of three
+        sent.append(value)
+        return [value, *others]
+
+    precision, reason = agree(mine, "its own reason", gather)
+    assert precision == expected and reason.startswith("its own reason")
+    assert sent == [1.0 if mine == "mixed_bfloat16" else 0.0]
+    if len(set([sent[0], *others])) > 1:
+        assert "workers train alike" in reason
+
+
+def test_a_named_precision_needs_no_agreement_between_workers():
+    def gather(value):
+        raise AssertionError("a collective for a precision the command line names")
+
+    assert resolve_precision("mixed_bfloat16", gather=gather) == ("mixed_bfloat16", "as requested")
 
 
 def test_cpu_flags_are_read_from_the_first_processor(tmp_path):

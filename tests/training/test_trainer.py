@@ -113,6 +113,30 @@ def test_two_workers_with_tf_config_end_with_identical_weights(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
+def test_two_workers_train_in_one_precision_when_their_timings_disagree(tmp_path):
+    """`auto` on two CPUs with avx512_bf16 and no AMX (flags mocked), where worker 0 times
+    bfloat16 at 2x float32 and worker 1 at 0.5x (stubbed): both train in float32, alike."""
+    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
+    processes = []
+    for index, speedup in enumerate((2.0, 0.5)):
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        processes.append(driver(tmp_path / f"w{index}", "--max-steps", 2, "--precision", "auto",
+                                "--cpu-flags", "avx2 avx512f avx512_bf16",
+                                "--bf16-speedup", speedup, env=env, wait=False))
+    outputs = [finished(process) for process in processes]
+    for output, timed in zip(outputs, ("2.00x", "0.50x")):
+        line = next(line for line in output.splitlines() if line.startswith("precision: "))
+        assert line.startswith("precision: float32 (") and f"ran {timed} float32's" in line
+        assert "1 of 2 workers chose bfloat16 and 1 float32" in line
+        assert "finished at step 2" in output
+    for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
     model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
     train_config = config.TrainConfig(max_steps=5, max_nonfinite_in_a_row=2,

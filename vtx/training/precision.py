@@ -8,7 +8,8 @@ avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x flo
 (docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
 with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
 precision (`matmul_speedup`; 0.1 s for the quick start's model, 0.3 s base, 1.1-1.2 s big on
-that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100).
+that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100). Several
+workers each choose so, then train in bfloat16 only where all of them chose it.
 """
 
 from __future__ import annotations
@@ -105,8 +106,7 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         isa_cap: oneDNN's instruction-set cap (`max_cpu_isa()`): one of ISAS_WITHOUT_BF16
             takes bfloat16 off a CPU that has it.
         measure: on a CPU with avx512_bf16 and no AMX, times bfloat16 against float32
-            (`matmul_speedup` at the model's shape); None takes bfloat16 there unmeasured (several
-            workers, which must agree and would each time their own CPU).
+            (`matmul_speedup` at the model's shape); None takes bfloat16 there unmeasured.
         resumed: (precision, checkpoint) of the run being resumed: where `auto` would time
             bfloat16, the run keeps that precision instead, so that it resumes exactly (a timing
             near the threshold could otherwise switch it).
@@ -144,18 +144,40 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
 
 
 def resolve_precision(requested: str, feed_forward: tuple[int, int] | None = None,
-                      resumed: tuple[str, str] | None = None) -> tuple[str, str]:
+                      resumed: tuple[str, str] | None = None,
+                      gather: Callable[[float], list[float]] | None = None) -> tuple[str, str]:
     """`choose_precision` for this machine's GPUs (or, with none, its CPU).
 
     Args:
         feed_forward: (d_model, d_ff) of the model, whose product `auto` times where the CPU's
-            flags do not settle it; None with several workers, which must agree and would each
-            time their own CPU (the flags decide).
+            flags do not settle it (None: not timed, bfloat16 there).
         resumed: see `choose_precision`.
+        gather: with several workers, a collective that takes one number from each worker and
+            returns every worker's, in worker order (each worker calls it once): the workers,
+            whose CPUs or GPUs may differ and whose timings do, then train in bfloat16 only
+            where every one of them chose it (`agree`).
     """
     if requested != AUTO:
         return requested, "as requested"
     measure = (functools.partial(matmul_speedup, TIMED_ROWS, *feed_forward)
                if feed_forward else None)
-    return choose_precision(requested, gpu_compute_capabilities(), cpu_flags(), max_cpu_isa(),
-                            measure, resumed)
+    precision, reason = choose_precision(requested, gpu_compute_capabilities(), cpu_flags(),
+                                         max_cpu_isa(), measure, resumed)
+    return agree(precision, reason, gather) if gather else (precision, reason)
+
+
+def agree(precision: str, reason: str,
+          gather: Callable[[float], list[float]]) -> tuple[str, str]:
+    """One precision for all workers from each one's `auto` choice (float32 or mixed_bfloat16):
+    bfloat16 only where every worker chose it. Replicas then compute alike, as the checkpoint
+    records the run, and no worker trains in a precision it timed slower (a synchronous update
+    waits for its slowest worker). `gather` as in `resolve_precision`."""
+    votes = gather(1.0 if precision == "mixed_bfloat16" else 0.0)
+    workers, chose = len(votes), sum(1 for vote in votes if vote > 0.5)
+    if chose in (0, workers):
+        return precision, f"{reason}; all {workers} workers chose {precision}"
+    others = (f"{chose} of {workers} workers chose bfloat16 and {workers - chose} float32, "
+              f"and workers train alike")
+    if precision == "mixed_bfloat16":
+        return "float32", f"{reason}, but {others}"
+    return "float32", f"{reason}; {others}"

@@ -99,12 +99,12 @@ class Trainer(TrainingLoop):
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
-        # `auto` times bfloat16 where the CPU's flags do not settle it (one worker only: workers
-        # must agree), and a resumed run keeps its checkpoint's precision instead.
+        # `auto` times bfloat16 where the CPU's flags do not settle it, a resumed run keeps its
+        # checkpoint's precision instead, and several workers agree on one.
         precision, reason = resolve_precision(
-            train_config.precision,
-            (model_config.d_model, model_config.d_ff) if self.topology.num_workers == 1 else None,
-            _recorded_precision(save_dir) if train_config.precision == AUTO else None)
+            train_config.precision, (model_config.d_model, model_config.d_ff),
+            _recorded_precision(save_dir) if train_config.precision == AUTO else None,
+            self._every_workers if self.topology.num_workers > 1 else None)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
@@ -334,17 +334,25 @@ class Trainer(TrainingLoop):
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
                                   if self.packed_shapes else None)}
 
-    def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
-        """Every worker's stream position (a collective when there are several workers)."""
+    def _gather(self, row: np.ndarray) -> np.ndarray:
+        """Every worker's `row`, one a worker in worker order (a collective when there are several
+        workers; values exact: each is summed with zeros only)."""
         workers = self.topology.num_workers
         if workers == 1:
-            return [stream.position]
-        table = np.zeros((workers, 2), np.float64)
-        table[self.topology.worker_index] = stream.position
+            return np.asarray(row, np.float64)[None]
+        table = np.zeros((workers, *np.shape(row)), np.float64)
+        table[self.topology.worker_index] = row
         values = [table if i == 0 else np.zeros_like(table)
                   for i in range(self.topology.local_replicas)]
-        table = self.strategy.reduce(SUM, self._distribute(values), axis=None).numpy()
-        return [(int(e), int(o)) for e, o in table]
+        return self.strategy.reduce(SUM, self._distribute(values), axis=None).numpy()
+
+    def _every_workers(self, value: float) -> list[float]:
+        """Every worker's `value`, in worker order (a collective)."""
+        return [float(v) for v in self._gather(np.array([value]))[:, 0]]
+
+    def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
+        """Every worker's stream position (a collective when there are several workers)."""
+        return [(int(e), int(o)) for e, o in self._gather(np.array(stream.position))]
 
     def save(self, stream: BatchStream) -> Path | None:
         """Write checkpoint_<step>.npz (chief only) and prune to `keep_last`."""
