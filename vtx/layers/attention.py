@@ -9,6 +9,8 @@ import math
 import keras
 from keras import ops
 
+from vtx.layers.dropout import Dropout
+
 # Added to masked scores in float32; exp() of it underflows to exactly 0.
 _MASK_VALUE = -1e9
 
@@ -37,7 +39,7 @@ class MultiHeadAttention(keras.layers.Layer):
         dense = lambda name: keras.layers.Dense(d_model, name=name, dtype=self.dtype_policy)
         self.query_dense, self.key_dense = dense("query"), dense("key")
         self.value_dense, self.output_dense = dense("value"), dense("output")
-        self.dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, memory_shape=None):
         for layer in (self.query_dense, self.key_dense, self.value_dense, self.output_dense):

@@ -6,6 +6,7 @@ Shapes: B batch, S source length, D model width.
 import keras
 
 from vtx.layers.attention import MultiHeadAttention
+from vtx.layers.dropout import Dropout
 from vtx.layers.feed_forward import FeedForward
 from vtx.layers.layer_norm import LayerNormalization
 
@@ -36,7 +37,7 @@ class EncoderLayer(keras.layers.Layer):
                                                  name="attention_norm", dtype=policy)
         self.feed_forward_norm = LayerNormalization(epsilon=layer_norm_epsilon,
                                                     name="feed_forward_norm", dtype=policy)
-        self.dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.dropout = Dropout(dropout, dtype=policy)
 
     def build(self, input_shape):
         self.self_attention.build(input_shape)

@@ -5,6 +5,8 @@ Shapes: B batch, T length, D model width, F inner width.
 
 import keras
 
+from vtx.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="vtx")
 class FeedForward(keras.layers.Layer):
@@ -21,7 +23,7 @@ class FeedForward(keras.layers.Layer):
         self.d_model, self.d_ff, self.relu_dropout = d_model, d_ff, relu_dropout
         self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
         self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(relu_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(relu_dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.inner.build(input_shape)

@@ -18,6 +18,7 @@ from keras import ops
 from vtx.config import PAD_ID, ModelConfig
 from vtx.layers import DecoderLayer, EncoderLayer, SharedEmbedding, SinusoidalPositionEncoding
 from vtx.layers.decoder import causal_mask
+from vtx.layers.dropout import Dropout
 
 
 def same_segment(query_segments, key_segments):
@@ -43,7 +44,7 @@ class Transformer(keras.Model):
         self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="embedding",
                                          dtype=policy)
         self.position_encoding = SinusoidalPositionEncoding(name="position_encoding", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(config.dropout, dtype=policy)
+        self.embedding_dropout = Dropout(config.dropout, dtype=policy)
         layer_args = dict(d_model=config.d_model, d_ff=config.d_ff, num_heads=config.num_heads,
                           dropout=config.dropout, attention_dropout=config.attention_dropout,
                           relu_dropout=config.relu_dropout,
