@@ -53,7 +53,8 @@ def main() -> None:
     if args.bf16_speedup is not None:
         precision.matmul_speedup = lambda rows, inner, outer: (
             args.bf16_speedup, 0.004, 0.004 / args.bf16_speedup)
-    train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision, update_freq=args.update_freq,
+    train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision,
+                                      update_freq=args.update_freq,
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
                                       validate_interval_steps=0, save_interval_minutes=0,
                                       save_interval_steps=args.save_every)

@@ -169,9 +169,9 @@ def resolve_precision(requested: str, feed_forward: tuple[int, int] | None = Non
 def agree(precision: str, reason: str,
           gather: Callable[[float], list[float]]) -> tuple[str, str]:
     """One precision for all workers from each one's `auto` choice (float32 or mixed_bfloat16):
-    bfloat16 only where every worker chose it. Replicas then compute alike, as the checkpoint
-    records the run, and no worker trains in a precision it timed slower (a synchronous update
-    waits for its slowest worker). `gather` as in `resolve_precision`."""
+    bfloat16 only where every worker chose it, float32 otherwise. Replicas then compute alike, as
+    the checkpoint records the run, and bfloat16 never runs on a worker that timed it slower (a
+    synchronous update waits for its slowest worker). `gather` as in `resolve_precision`."""
     votes = gather(1.0 if precision == "mixed_bfloat16" else 0.0)
     workers, chose = len(votes), sum(1 for vote in votes if vote > 0.5)
     if chose in (0, workers):
