@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Issue 12's GPU measurements that are still open, as one call of the device tool: each part in
+# order of need, started only when the seconds left allow it, each under `timeout`, its log in
+# $OUT (which comes back even when the call runs out of time).
+#
+#   bash benchmarks/gpu_session.sh DATA_DIR [SECONDS=480]
+#
+#   1 pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
+#                packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total
+#                (target <= 3 minutes) and the steady tok/s (target >= 90% of part 2's rate)
+#   2 synthetic  gpu_train.py, base at 8192 tokens of 128 x 64, no padding: the synthetic rate
+#                on this GPU (an H100 measured 250,233 tok/s on 2026-11-24; an H200 needs its own)
+#   3 big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
+#                28.0% on the H100) and where the update's time goes on the device
+#   4 resume     part 1's run resumed for 15 s: compiled programs from the persistent XLA cache,
+#                so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute)
+#
+# Device time is scarce (15 minutes a task in all, the machine's start and the staging
+# included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
+# and the data: `vtx preprocess -s en -t de --trainpref ../shared/data/multi30k/train
+# --validpref ../shared/data/multi30k/val --destdir .gpu/m30k --vocab-size 8000` (2.4 MB). Then
+# with the device tool, back to back: one call per part .gpu/wNN but the last (command `mkdir -p
+# /root/stash && mv .gpu/wNN/* /root/stash/`, carry [".gpu/wNN"]; 11 parts on 2026-11-26, w00-w09
+# of 52 MB, w10 of 38 MB), then the last part with this (carry [".gpu/wLAST", ".gpu/bin",
+# ".gpu/m30k"], under the 64 MiB a call carries):
+#   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
+#   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
+#
+# PIPELINE_FLAGS and GPU_TRAIN_FLAGS are appended to the parts' commands (the last value of a flag
+# wins); on a CPU, to check the script itself (its figures mean nothing there):
+#   PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
+#   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
+#   bash benchmarks/gpu_session.sh /tmp/m30k 600
+set -uo pipefail
+data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
+budget=${2:-480}
+[ -d "$data" ] || { echo "gpu_session: DATA_DIR $data is not a directory" >&2; exit 2; }
+[[ $budget =~ ^[0-9]+$ ]] \
+  || { echo "gpu_session: SECONDS must be a whole number, not $budget" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp}; mkdir -p "$out"
+export OUT=$out RUN=${RUN:-/root/gpu_session_run}
+summary=$out/gpu_session_summary.txt
+started=$SECONDS
+read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
+read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
+python=$(command -v python3 || command -v python)
+
+note() { echo "$*" | tee -a "$summary"; }
+
+# part NAME SECONDS_NEEDED COMMAND...: runs COMMAND under the time left, its output in
+# $OUT/NAME.log, unless less than SECONDS_NEEDED is left.
+part() {
+  local name=$1 need=$2; shift 2
+  local left=$(( budget - (SECONDS - started) ))
+  if (( left < need )); then
+    note "== $name: skipped, $left s left (needs about $need)"
+    return 0
+  fi
+  note "== $name ($left s left): $*"
+  local began=$SECONDS rc
+  timeout -k 20 "$left" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  local why=""; (( rc == 124 || rc == 137 )) && why=" (out of time)"
+  note "== $name: exit $rc after $(( SECONDS - began )) s$why"
+}
+
+: > "$summary"
+commit=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
+note "gpu_session $(date -u +%FT%TZ), budget $budget s, data $data, commit $commit"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 \
+    | sed 's/^/gpu: /' | tee -a "$summary"
+else
+  note "gpu: none (no nvidia-smi): the figures below are this CPU's"
+fi
+
+part pipeline 240 bash "$here/gpu_pipeline.sh" train "$data" 1 "${pipeline_flags[@]}"
+grep -hE "precision:|batch shapes|packed, several pairs|compiled [0-9]+ batch shapes|\| tok/s" \
+  "$out/gpu_pipeline_train.log" 2>/dev/null | sed -n '1,8p;$p' | tee -a "$summary"
+
+part synthetic 170 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --no-reference \
+  "${train_flags[@]}"
+grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
+
+part big 200 "$python" "$here/gpu_train.py" --archs big --tokens 16384 --steps 10 \
+  --no-reference --profile "$RUN.prof" "${train_flags[@]}"
+grep -A30 "^arch " "$out/big.log" 2>/dev/null | tee -a "$summary"
+
+part resume 90 bash "$here/gpu_pipeline.sh" resume "$data" 0.25 "${pipeline_flags[@]}"
+grep -hE "compiled [0-9]+ batch shapes|\| tok/s" "$out/gpu_pipeline_resume.log" 2>/dev/null \
+  | sed -n '1,2p' | tee -a "$summary"
+
+note "gpu_session: done after $(( SECONDS - started )) s; logs in $out"
