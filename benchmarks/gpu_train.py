@@ -63,6 +63,11 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         launched = [trainer.start_update(stream) for _ in range(args.steps)]
         loss_sums = [float(trainer.read_update(totals)[0]) for totals in launched]
         seconds = time.perf_counter() - started
+        if args.profile:  # the figures first: a time limit may stop the trace
+            rate = tokens // args.length * args.length * args.steps / seconds
+            mfu = 100 * rate * 6 * trainer.model.count_params() / (args.peak_tflops * 1e12)
+            print(f"timed: compiled in {compile_seconds:.1f} s, {rate:.0f} tok/s, MFU {mfu:.1f}%; "
+                  f"tracing {args.profile_steps} more update(s)", flush=True)
         return {"seconds": seconds, "compile_seconds": compile_seconds,
                 "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1],
                 "profile": profile(trainer, stream, args, f"{arch}_{tokens}") if args.profile
@@ -118,7 +123,7 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
                "--tokens", str(tokens), "--length", str(args.length), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--precision", args.precision,
                "--device", args.device, "--jit" if args.jit else "--no-jit",
-               "--profile-steps", str(args.profile_steps)]
+               "--profile-steps", str(args.profile_steps), "--peak-tflops", str(args.peak_tflops)]
     if args.profile and framework == "vtx":
         command += ["--profile", args.profile]
     return run_child(command, f"{framework} {arch} {tokens}")

@@ -171,16 +171,26 @@ def run_worker(framework: str, arch: str, precision: str, args) -> dict | None:
 
 def run_child(command: list[str], label: str) -> dict | None:
     """Run a worker command with this folder on its path; its `RESULT_TAG` line's JSON, or None
-    (with the end of its error output, headed by `label`) when it printed none."""
+    (with the end of its error output, headed by `label`) when it printed none. The worker's
+    other output lines are printed as they come, so that what it measured before being stopped
+    (a device's time limit) is not lost with it."""
     paths = [str(BENCHMARKS)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow",
            "PYTHONPATH": os.pathsep.join(paths)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    for line in done.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    print(f"  {label} failed (exit {done.returncode}):\n{done.stderr[-3000:]}", file=sys.stderr)
-    return None
+    result = None
+    with tempfile.TemporaryFile("w+") as errors:  # a file: a full stderr pipe would block it
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True,
+                              env=env) as child:
+            for line in child.stdout:
+                if line.startswith(RESULT_TAG):
+                    result = json.loads(line[len(RESULT_TAG):])
+                else:
+                    print(f"  {label}: {line.rstrip()}", flush=True)
+        if result is None:
+            errors.seek(0)
+            print(f"  {label} failed (exit {child.returncode}):\n{errors.read()[-3000:]}",
+                  file=sys.stderr)
+    return result
 
 
 def tokens_per_second(result: dict | None, args) -> float | None:

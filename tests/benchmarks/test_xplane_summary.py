@@ -112,5 +112,8 @@ def test_gpu_train_profiles_its_updates_on_the_cpu(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "profile of 2 update(s) on /host:CPU" in done.stdout, done.stdout
+    # The timing is printed before the trace is taken (a time limit may cut the trace short).
+    timed = done.stdout.index("vtx tiny 256: timed: compiled in ")
+    assert timed < done.stdout.index("profile of 2 update(s)"), done.stdout
     assert "matrix products" in done.stdout
     assert list(tmp_path.glob("tiny_256/**/*.xplane.pb"))
