@@ -43,8 +43,8 @@ def test_evaluate_returns_the_per_token_means_over_all_batches(tmp_path):
     assert nll == pytest.approx(totals[1] / totals[2], rel=1e-5)
 
 
-def first_two_losses_and_weights(trainer):
-    batch = to_batch(make_pairs(8, 20, seed=6))
+def first_two_losses_and_weights(trainer, lengths=None):
+    batch = to_batch(make_pairs(8, 20, seed=6), lengths)
     losses = []
     for _ in range(2):
         totals = trainer.train_update(_Repeat(batch))
@@ -76,9 +76,10 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
 
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
     """One shape at a time, or several at once (threads, as on a GPU machine's CPU cores): every
-    shape is compiled and named, and the first real updates after it are those without it."""
+    shape is compiled and named, and the first real updates after it (on the first shape's
+    programs) are those without it."""
     losses, weights = first_two_losses_and_weights(
-        make_trainer(tmp_path / "plain", jit_compile=True, update_freq=2))
+        make_trainer(tmp_path / "plain", jit_compile=True, update_freq=2), lengths=(12, 12))
     shapes = [(8, 12, 12), (4, 8, 20)]
     for workers in (1, 2):
         trainer = make_trainer(tmp_path / str(workers), jit_compile=True, update_freq=2,
@@ -94,7 +95,7 @@ def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(
         for a, b in zip([np.asarray(v.numpy()) for v in state], before):
             np.testing.assert_array_equal(a, b)
         assert int(trainer.optimizer.iterations.numpy()) == 0
-        compiled_losses, compiled_weights = first_two_losses_and_weights(trainer)
+        compiled_losses, compiled_weights = first_two_losses_and_weights(trainer, (12, 12))
         np.testing.assert_allclose(compiled_losses, losses, rtol=1e-6)
         for a, b in zip(compiled_weights, weights):
             np.testing.assert_allclose(a, b, atol=1e-6)
