@@ -85,11 +85,12 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     cache, save = tmp_path / "xla", tmp_path / "run"
     result = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                  "--max-steps", 2, "--max-tokens", 256, "--precision", "float32", "--jit",
-                 "--no-pack", "--xla-cache-dir", cache, "--validate-interval-steps", 0,
-                 timeout=900)
+                 "--no-pack", "--max-shapes", 3, "--xla-cache-dir", cache,
+                 "--validate-interval-steps", 0, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     shapes = next(line for line in result.stderr.splitlines() if line.startswith("batch shapes"))
     count = len(shapes.split(": ")[1].split(", "))
+    assert 1 < count <= 3, shapes
     compiled = [line for line in result.stderr.splitlines() if line.startswith("compiled the ")]
     assert len(compiled) == count and f"shape {count}/{count}" in compiled[-1]
     assert result.stderr.index(compiled[-1]) < result.stderr.index("step 2/2")
