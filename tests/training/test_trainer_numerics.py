@@ -13,12 +13,12 @@ from vtx.training.trainer import Trainer, compile_workers
 TINY = config.preset("tiny", vocab_size=20, dropout=0.0)
 
 
-def make_trainer(save_dir, **options) -> Trainer:
+def make_trainer(save_dir, model=TINY, **options) -> Trainer:
     # adam_epsilon 1e-5: see tests/training/driver.py (round-off in zero gradients stays small).
     train_config = config.TrainConfig(**{"max_steps": 2, "save_interval_minutes": 0,
                                          "validate_interval_steps": 0, "warmup_steps": 10,
                                          "adam_epsilon": 1e-5, **options})
-    return Trainer(TINY, train_config, save_dir, log=lambda line: None)
+    return Trainer(model, train_config, save_dir, log=lambda line: None)
 
 
 def hand_loss_sums(logits, labels, epsilon):
@@ -77,12 +77,14 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
     """One shape at a time, or several at once (threads, as on a GPU machine's CPU cores): every
     shape is compiled and named, and the first real updates after it (on the first shape's
-    programs) are those without it."""
+    programs) are those without it: with dropout, so the compile passes must leave the dropout
+    seeds as they found them (else a resumed run draws other masks than an uninterrupted one)."""
+    model = config.preset("tiny", vocab_size=20, dropout=0.1)
     losses, weights = first_two_losses_and_weights(
-        make_trainer(tmp_path / "plain", jit_compile=True, update_freq=2), lengths=(12, 12))
+        make_trainer(tmp_path / "plain", model, jit_compile=True, update_freq=2), (12, 12))
     shapes = [(8, 12, 12), (4, 8, 20)]
     for workers in (1, 2):
-        trainer = make_trainer(tmp_path / str(workers), jit_compile=True, update_freq=2,
+        trainer = make_trainer(tmp_path / str(workers), model, jit_compile=True, update_freq=2,
                                compile_workers=workers)
         lines = []
         trainer.log = lines.append

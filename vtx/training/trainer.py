@@ -439,6 +439,9 @@ class Trainer(TrainingLoop):
         """Compile the update for every (rows, source length, target length) batch shape now,
         one progress line each: an all-pad batch of that shape runs through the whole update
         with Adam switched off (it adds nothing to the accumulators, which are cleared after).
+        The runs advance every dropout layer's seed (a non-trainable model variable), so the
+        model's non-trainable variables are put back after: a run, and a resumed one, draw the
+        same dropout masks as without compiling first.
 
         XLA compiles a program on one CPU core, so on one replica several shapes are compiled at
         once (`compile_workers`); their all-pad runs then share the device's memory, and a shape
@@ -448,6 +451,7 @@ class Trainer(TrainingLoop):
         workers = compile_workers(self.config.compile_workers, len(shapes),
                                   self.strategy.num_replicas_in_sync)
         started, done, crowded = self.clock(), 0, []
+        seeds = [(variable, variable.numpy()) for variable in self.model.non_trainable_variables]
 
         def report(shape, seconds, note=""):
             nonlocal done
@@ -471,6 +475,8 @@ class Trainer(TrainingLoop):
                 report(shape, self._compile_pass(shape), ", run again alone (out of memory "
                        "beside the others)")
         self._reset()
+        for variable, value in seeds:
+            variable.assign(value)
         self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s "
                  f"({workers} at a time)")
 
