@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,16 +100,38 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_workers_with_tf_config_end_with_identical_weights(tmp_path):
+def two_workers(tmp_path, *args):
+    """Two driver processes as workers 0 and 1 of one cluster on this host, each with its own
+    save dir (tmp_path/w0, w1); their processes."""
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
     processes = []
     for index in range(2):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster,
                                                       "task": {"type": "worker", "index": index}})}
-        processes.append(driver(tmp_path / f"w{index}", "--max-steps", 5, env=env, wait=False))
-    for process in processes:
+        processes.append(driver(tmp_path / f"w{index}", *args, env=env, wait=False))
+    return processes
+
+
+@pytest.mark.slow
+def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_together(tmp_path):
+    for process in two_workers(tmp_path, "--max-steps", 5):
         assert "finished at step 5" in finished(process)
+    for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
+        np.testing.assert_array_equal(a, b)
+    # The history is the chief's (in a shared save dir each row once).
+    assert (tmp_path / "w0" / "history.jsonl").exists()
+    assert not (tmp_path / "w1" / "history.jsonl").exists()
+    # Only the chief wrote a checkpoint, so in separate save dirs worker 1 would start again at
+    # step 0 beside a chief at step 5: both refuse, naming the steps and the remedy.
+    for process in two_workers(tmp_path, "--max-steps", 6):
+        output, _ = process.communicate(timeout=600)
+        assert process.returncode != 0
+        assert "the workers resumed at different steps (worker 0: 5, worker 1: 0;" in output
+        assert "copy the chief's newest checkpoint_*.npz into each worker's --save-dir" in output
+    newest = checkpoints.list_checkpoints(tmp_path / "w0")[-1]
+    shutil.copy(newest, tmp_path / "w1" / newest.name)  # the remedy it names
+    for process in two_workers(tmp_path, "--max-steps", 6):
+        assert "finished at step 6" in finished(process)
     for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
         np.testing.assert_array_equal(a, b)
 

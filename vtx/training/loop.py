@@ -86,7 +86,8 @@ class TrainingLoop:
                                 self._tensorboard_dir if self.topology.is_chief else None,
                                 time_budget_seconds=60 * self.config.max_minutes or None,
                                 clock=self.clock, start_step=self.step,
-                                elapsed_before=self.elapsed_before)
+                                elapsed_before=self.elapsed_before,
+                                history=self.topology.is_chief)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
             stream.close()

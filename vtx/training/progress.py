@@ -30,13 +30,16 @@ class Progress:
         clock: seconds from an arbitrary origin (tests pass a fake one).
         elapsed_before: wall seconds of the earlier runs this one resumes (for the training
             minutes recorded with each validation).
+        history: whether `record` appends to `history.jsonl` (the chief's alone: workers may
+            share the save dir, and each row is to be written once).
     """
 
     def __init__(self, save_dir: Path, max_steps: int, log: Callable[[str], None],
                  tensorboard_dir: str | None = None, time_budget_seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic, start_step: int = 0,
-                 elapsed_before: float = 0.0):
+                 elapsed_before: float = 0.0, history: bool = True):
         self.save_dir, self.max_steps, self.log = Path(save_dir), max_steps, log
+        self.history = history
         self.clock = clock
         self.time_budget_seconds = time_budget_seconds
         self.history_path = self.save_dir / "history.jsonl"
@@ -96,8 +99,9 @@ class Progress:
         self.record(step, values)
 
     def record(self, step: int, values: dict) -> None:
-        with open(self.history_path, "a") as handle:
-            handle.write(json.dumps({"step": step, **values}) + "\n")
+        if self.history:
+            with open(self.history_path, "a") as handle:
+                handle.write(json.dumps({"step": step, **values}) + "\n")
         if self._writer is not None:
             import tensorflow as tf
 

@@ -411,10 +411,28 @@ class Trainer(TrainingLoop):
         Writes nothing else, so a caller can check a save dir before writing into it; `fit` calls
         it when it has not been called.
 
+        With several workers (one collective) every one must have resumed at the same step: only
+        the chief writes checkpoints, into its own `save_dir`.
+
         Raises:
-            TrainingError: a loadable checkpoint is of another architecture or worker count.
+            TrainingError: a loadable checkpoint is of another architecture or worker count, or
+                the workers resumed at different steps.
         """
         self._resumed = True
+        self._resume_newest()
+        if self.topology.num_workers > 1:
+            steps = [int(step) for step in self._every_workers(self.step)]
+            if len(set(steps)) > 1:
+                raise TrainingError(
+                    "the workers resumed at different steps ("
+                    + ", ".join(f"worker {i}: {step}" for i, step in enumerate(steps))
+                    + f"; this is worker {self.topology.worker_index}, --save-dir "
+                    f"{self.save_dir}): only the chief (worker 0) writes checkpoints, into its "
+                    f"--save-dir; give every worker the same --save-dir on a shared "
+                    f"filesystem, or copy the chief's newest checkpoint_*.npz into each "
+                    f"worker's --save-dir before resuming")
+
+    def _resume_newest(self) -> None:
         existing = checkpoints.list_checkpoints(self.save_dir)
         for path in reversed(existing):
             try:
