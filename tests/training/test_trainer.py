@@ -10,11 +10,13 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.conftest import REPO_ROOT
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
 from vtx import checkpoints
+from vtx.training.stream import BatchStream
 from vtx.training.trainer import Trainer, TrainingError
 
 
@@ -202,7 +204,6 @@ def test_divergence_is_judged_against_updates_of_the_same_batch_length(tmp_path)
     longest trees stood at 2.761 against ~1.27 for the rest (docs/results.md) and was flagged once
     an epoch. Its length has its own running mean; a real spike at a common length is flagged."""
     from vtx.training.loop import _LoopState
-    from vtx.training.stream import BatchStream
 
     lines = []
     model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
@@ -273,6 +274,38 @@ def test_resuming_with_another_architecture_is_refused(tmp_path):
                     log=lambda line: None)
     with pytest.raises(TrainingError, match="different architecture"):
         other.fit(epoch_maker(pairs, 4))
+
+
+def test_out_of_memory_names_what_lowers_the_memory_of_a_fresh_and_of_a_resumed_packed_run(
+        tmp_path):
+    """A fresh run: lower --max-tokens. A resumed packed run keeps its checkpoint's rows whatever
+    --max-tokens says, so the advice is another --save-dir (or more memory), naming the rows."""
+    pairs = make_pairs(8, 20)
+    model_config = config.preset("tiny", vocab_size=20)
+    train_config = config.TrainConfig(max_steps=1, max_tokens=64, save_interval_minutes=0,
+                                      validate_interval_steps=0)
+    Trainer(model_config, train_config, tmp_path, log=lambda line: None).fit(epoch_maker(pairs, 4))
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    saved = checkpoints.load(path)  # as a packed run's checkpoint: its rows recorded
+    checkpoints.save(path, dataclasses.replace(saved, meta={**saved.meta,
+                                                            "packed_shapes": [[4, 12, 16]]}))
+
+    def out_of_memory(*args):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating a tensor")
+
+    batch = to_batch(pairs[:4])
+    for resume, advice in ((False, "; lower --max-tokens (now 64) and raise --update-freq"),
+                           (True, f"; this run resumed from {path} and keeps its packed batch "
+                                  f"shapes (4x12x16) whatever --max-tokens says")):
+        trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
+        if resume:
+            trainer.resume()
+        trainer._update = out_of_memory  # the device's allocator refusing the update
+        with pytest.raises(TrainingError, match="out of memory on a batch of source") as raised:
+            trainer.start_update(BatchStream(lambda epoch, skip: iter([batch] * 2)))
+        assert advice in str(raised.value)
+        assert ("start a new run (another --save-dir) with a lower --max-tokens (now 64)"
+                in str(raised.value)) == resume
 
 
 def test_negative_time_budget_is_refused():

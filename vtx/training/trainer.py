@@ -142,6 +142,7 @@ class Trainer(TrainingLoop):
         self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
         self._resumed = False
+        self.resumed_from: Path | None = None  # the checkpoint `resume` loaded, if any
         # The longest target row of each update launched and not yet counted by the loop,
         # oldest first (at most two are in flight; the bound keeps callers that never count,
         # such as benchmarks, from growing it).
@@ -305,9 +306,19 @@ class Trainer(TrainingLoop):
     def _out_of_memory(self, batches: list) -> TrainingError:
         shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
                            f"{tuple(b['target_in'].shape)}" for b in batches)
-        return TrainingError(f"out of memory{' on a batch of ' + shapes if shapes else ''}; lower "
-                             f"--max-tokens (now {self.config.max_tokens}) and raise "
-                             f"--update-freq to keep the tokens per step")
+        what = f"out of memory{' on a batch of ' + shapes if shapes else ''}"
+        if self.packed_shapes and self.resumed_from is not None:
+            # A resumed run keeps its checkpoint's packed rows (run.py): --max-tokens cannot
+            # shrink them without moving the data position.
+            kept = " + ".join(format_shape(shape) for shape in self.packed_shapes)
+            return TrainingError(
+                f"{what}; this run resumed from {self.resumed_from} and keeps its packed batch "
+                f"shapes ({kept}) whatever --max-tokens says, so that its data resumes where it "
+                f"was: resume on a device with more memory, or start a new run (another "
+                f"--save-dir) with a lower --max-tokens (now {self.config.max_tokens}) and a "
+                f"higher --update-freq to keep the tokens per step")
+        return TrainingError(f"{what}; lower --max-tokens (now {self.config.max_tokens}) and "
+                             f"raise --update-freq to keep the tokens per step")
 
     def evaluate(self, batches: Iterable[dict]) -> tuple[float, float]:
         """Mean label-smoothed loss and NLL per target token over `batches` (no dropout)."""
@@ -441,6 +452,7 @@ class Trainer(TrainingLoop):
                 self._set_aside(path, error)
                 continue
             self.log(f"resumed from {path} at step {self.step}")
+            self.resumed_from = path
             return
         if existing:
             self.log(f"no checkpoint of {self.save_dir} loads: starting from step 0")
