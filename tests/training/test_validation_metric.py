@@ -181,6 +181,8 @@ def test_vtx_train_eval_bleu_logs_bleu_and_keeps_the_best_by_it(multi30k_small, 
     (["--eval-bleu", "--validate-interval-steps", "0"], "needs a validation split"),
     (["--eval-bleu", "--eval-f1", "GOLD"], "--eval-bleu and --eval-f1 exclude each other"),
     (["--eval-bleu", "--eval-constrain-trees"], "--eval-constrain-trees goes with --eval-f1"),
+    (["--patience", "3", "--validate-interval-steps", "0"],
+     "--patience 3 counts validations: it needs a validation split in"),
 ])
 def test_vtx_train_refuses_a_metric_it_cannot_compute(multi30k_small, tmp_path, flags, message):
     gold = tmp_path / "valid.gold"

@@ -97,6 +97,10 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     if eval_metric and not (has_valid and train_config.validate_interval_steps):
         raise ValueError(f"{eval_metric} at each validation needs a validation split in "
                          f"{data_dir} and --validate-interval-steps above 0")
+    if train_config.patience and not (has_valid and train_config.validate_interval_steps):
+        raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
+                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"(now {train_config.validate_interval_steps})")
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(
         data_dir, splits, **pipeline.shape_policy(train_config.jit_compile,
