@@ -134,6 +134,25 @@ def accumulated_gradients(trainer, batch) -> list[np.ndarray]:
     return [np.asarray(a.read_value()) for a in trainer._accumulators]
 
 
+def test_float16_overflow_skips_the_update_without_counting_it_as_a_step(tmp_path):
+    """A loss scale of 2^40 overflows float16's gradients: each such update leaves the weights
+    and halves the scale (Keras's loss scaling); as in fairseq it is not a step, so the step, the
+    optimizer's iterations (the learning rate's step) and --max-steps stay one count."""
+    lines = []
+    trainer = Trainer(TINY, config.TrainConfig(max_steps=3, precision="mixed_float16",
+                                               save_interval_minutes=0, validate_interval_steps=0),
+                      tmp_path, log=lines.append)
+    trainer.optimizer.build(trainer.model.trainable_variables)
+    trainer.optimizer.dynamic_scale.assign(2.0 ** 40)
+    trainer.fit(epoch_maker(make_pairs(8, 20), 4))
+    overflowed = [line for line in lines if line.startswith("float16 gradients overflowed")]
+    assert overflowed[0] == ("float16 gradients overflowed at step 1: update skipped, loss scale "
+                             "halved to 5.49756e+11 (1 skipped in all)")
+    assert trainer.step == 3 and int(trainer.optimizer.iterations.numpy()) == 3
+    assert trainer.skipped == len(overflowed)
+    assert float(trainer.optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - len(overflowed))
+
+
 def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
     trainer = make_trainer(tmp_path, label_smoothing=0.1, update_freq=2)
     batch = to_batch(make_pairs(5, 20, seed=2))

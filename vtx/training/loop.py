@@ -195,7 +195,8 @@ class TrainingLoop:
 
     def _count(self, totals: np.ndarray, progress: Progress, loop: "_LoopState") -> bool:
         """Book-keeping of a read update: a non-finite one was skipped (counted; too many in a
-        row stop training); a finite one is the next step, watched for divergence and logged.
+        row stop training), and so was a finite one whose float16 gradients overflowed (counted;
+        the loss scale was halved); else it is the next step, watched for divergence and logged.
         Returns whether it was a step.
 
         Raises:
@@ -204,7 +205,7 @@ class TrainingLoop:
         config, now = self.config, self.clock()
         loop.seconds_per_update, loop.last_read = now - loop.last_read, now
         length = self.launched_lengths.popleft() if self.launched_lengths else None
-        loss_sum, nll_sum, tokens = totals
+        loss_sum, nll_sum, tokens, stepped, loss_scale = totals
         if not math.isfinite(loss_sum):
             self.skipped, loop.nonfinite_in_a_row = self.skipped + 1, loop.nonfinite_in_a_row + 1
             self.log(f"non-finite loss at step {self.step + 1}: update skipped "
@@ -212,6 +213,11 @@ class TrainingLoop:
             if loop.nonfinite_in_a_row >= config.max_nonfinite_in_a_row:
                 raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite losses in a row at "
                                     f"step {self.step + 1}; lower --lr-scale or use float32")
+            return False
+        if not stepped:  # as fairseq: an overflow step is not an update (nor is its rate's step)
+            self.skipped += 1
+            self.log(f"float16 gradients overflowed at step {self.step + 1}: update skipped, loss "
+                     f"scale halved to {loss_scale:g} ({self.skipped} skipped in all)")
             return False
         self.step, loop.nonfinite_in_a_row = self.step + 1, 0
         loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch, length)

@@ -208,16 +208,23 @@ class Trainer(TrainingLoop):
     def _update_impl(self, batch, apply):
         """The last micro-batch, then Adam on the update's gradients when `apply` (a boolean
         tensor) and the update's loss is finite; the accumulators (of earlier micro-batches) are
-        cleared either way. Returns the update's [loss, nll, tokens] sums."""
+        cleared either way. Returns the update's [loss, nll, tokens] sums, 1 where Adam stepped,
+        else 0 (a non-finite loss, `apply` false, or float16's loss scaling finding the scaled
+        gradients overflowed: it then halves the scale and leaves the weights), and the loss
+        scale after it (1 without loss scaling)."""
         totals, grads = self.strategy.run(self._last_micro_batch, args=(batch,))
         # Every replica and worker holds the same totals, so all take the same branch.
         totals = self.strategy.experimental_local_results(totals)[0]
+        iterations = tf.identity(self.optimizer.iterations.value)
         tf.cond(tf.logical_and(apply, tf.reduce_all(tf.math.is_finite(totals))),
                 lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                 lambda: None)
+        stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
+        scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
+        scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
         if self.config.update_freq > 1:
             self.strategy.run(self._zero_accumulators)
-        return totals
+        return tf.concat([totals, tf.stack([stepped, scale])], 0)
 
     def _last_micro_batch(self, batch):
         """(the update's [loss, nll, tokens] sums over every replica and micro-batch, this
@@ -274,8 +281,9 @@ class Trainer(TrainingLoop):
 
     def start_update(self, stream: BatchStream) -> tf.Tensor:
         """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss is
-        finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums as a tensor
-        that is not read: on a GPU the host goes on while the device computes."""
+        finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums, whether
+        Adam stepped and the loss scale as a tensor that is not read: on a GPU the host goes on while the device
+        computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
@@ -293,14 +301,16 @@ class Trainer(TrainingLoop):
                 raise self._out_of_memory(batches) from error
 
     def read_update(self, totals: tf.Tensor) -> np.ndarray:
-        """Wait for a launched update and return its [loss, nll, tokens] sums (float64)."""
+        """Wait for a launched update and return its [loss, nll, tokens] sums, whether Adam
+        stepped (1 or 0) and the loss scale after it, as float64 (see `_update_impl`)."""
         try:
             return totals.numpy().astype(np.float64)
         except tf.errors.ResourceExhaustedError as error:
             raise self._out_of_memory([]) from error
 
     def train_update(self, stream: BatchStream) -> np.ndarray:
-        """One update, launched and read: its [loss, nll, tokens] sums."""
+        """One update, launched and read: its [loss, nll, tokens] sums, whether Adam stepped and
+        the loss scale after it."""
         return self.read_update(self.start_update(stream))
 
     def _out_of_memory(self, batches: list) -> TrainingError:
