@@ -2,6 +2,8 @@
 cadence, --keep-last, checkpoint_best, history and TensorBoard events."""
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -108,6 +110,24 @@ def test_keep_last_keeps_only_the_newest_checkpoints(tmp_path):
     assert saved_steps(tmp_path) == [4, 5]
     assert sorted(p.name for p in tmp_path.glob("checkpoint_*")) == [
         "checkpoint_00000004.npz", "checkpoint_00000005.npz"]
+
+
+def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
+    """SIGTERM while validating (decoding for BLEU can take minutes, longer than a scheduler's
+    grace period): the run saves the validated step and exits, without another update."""
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    validations = []
+
+    def make_valid():
+        validations.append(trainer.step)
+        if len(validations) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
+        return valid
+
+    trainer = make_trainer(tmp_path, max_steps=100, validate_interval_steps=2)
+    assert trainer.fit(epoch_maker(PAIRS, 4), make_valid) == signal.SIGTERM
+    assert validations == [2, 4] and trainer.step == 4
+    assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 4
 
 
 def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):

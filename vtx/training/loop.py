@@ -253,6 +253,9 @@ class TrainingLoop:
                 self.step % config.validate_interval_steps == 0 or out_of_time
                 or self.step == config.max_steps):
             is_best, validated = self._validate(make_valid, score_valid, progress), True
+            # A validation (decoding for BLEU or F1) can take minutes: a stop signal received
+            # meanwhile saves now, not after one more update.
+            stop = stop or self._stop_signal is not None
         due = clock_due or bool(config.save_interval_steps and
                                 self.step % config.save_interval_steps == 0)
         # Every worker computes the same validation, so they agree without a collective.
