@@ -282,8 +282,8 @@ class Trainer(TrainingLoop):
     def start_update(self, stream: BatchStream) -> tf.Tensor:
         """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss is
         finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums, whether
-        Adam stepped and the loss scale as a tensor that is not read: on a GPU the host goes on while the device
-        computes."""
+        Adam stepped and the loss scale as a tensor that is not read: on a GPU the host goes on
+        while the device computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
