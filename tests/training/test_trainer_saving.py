@@ -130,6 +130,31 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 4
 
 
+@pytest.mark.parametrize("compile_workers", [1, 2])
+def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothing(
+        tmp_path, compile_workers):
+    """SIGTERM while the batch shapes compile (minutes on a GPU): the run stops when the shape
+    being compiled is done, without compiling the rest (one shape at a time, as with several
+    replicas) and without an update or a checkpoint: nothing was trained."""
+    lines = []
+
+    def log(line):
+        lines.append(line)
+        if line.startswith("compiled the update for batch shape 1/"):
+            os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
+
+    trainer = make_trainer(tmp_path, lines, jit_compile=True, compile_workers=compile_workers)
+    trainer.log = log
+    shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16)]
+    assert trainer.fit(epoch_maker(PAIRS, 4, lengths=[(8, 9)]), shapes=shapes) == signal.SIGTERM
+    assert trainer.step == 0 and int(trainer.optimizer.iterations.numpy()) == 0
+    assert not list(tmp_path.glob("checkpoint_*"))
+    assert any(line.startswith("stopped before the first update") for line in lines)
+    if compile_workers == 1:
+        assert any(line.startswith("compiled 1 batch shapes") and
+                   line.endswith("stopped by signal 15, 2 of 3 left") for line in lines)
+
+
 def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
     # A learning rate too high for the task: the validation loss goes down, then up again.

@@ -41,7 +41,12 @@ class TrainingLoop:
 
     def _request_stop(self, signum, frame) -> None:
         self._stop_signal = signum
-        self.log(f"received signal {signum}: saving a checkpoint after this update, then exiting")
+        if self._compiling:
+            self.log(f"received signal {signum}: stopping when the batch shape being compiled "
+                     f"is done, before any update")
+        else:
+            self.log(f"received signal {signum}: saving a checkpoint after this update, then "
+                     f"exiting")
 
     def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
             make_valid: Callable[[], Iterable[dict]] | None = None,
@@ -80,7 +85,17 @@ class TrainingLoop:
         try:
             if self.config.jit_compile and shapes:
                 # Before the progress clock starts: compiling is not training (tokens/s, ETA).
-                self.compile_shapes(shapes)
+                self._compiling = True
+                try:
+                    self.compile_shapes(shapes)
+                finally:
+                    self._compiling = False
+                # Compiling takes minutes on a GPU: a stop signal received meanwhile stops now.
+                # Nothing was trained since the checkpoint resumed from, so nothing is saved.
+                if self._any_worker(self._stop_signal is not None):
+                    self.log(f"stopped before the first update: nothing trained since step "
+                             f"{self.step}, no checkpoint to write")
+                    return self._stop_signal or signal.SIGTERM
             progress = Progress(self.save_dir, self.config.max_steps,
                                 self.log if self.topology.is_chief else (lambda line: None),
                                 self._tensorboard_dir if self.topology.is_chief else None,

@@ -141,6 +141,7 @@ class Trainer(TrainingLoop):
         # set by the caller and kept in checkpoints; None: bucketed batches.
         self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
+        self._compiling = False  # inside fit's compile_shapes (what a stop signal waits for)
         self._resumed = False
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded, if any
         # The longest target row of each update launched and not yet counted by the loop,
@@ -487,7 +488,11 @@ class Trainer(TrainingLoop):
         once (`compile_workers`); their all-pad runs then share the device's memory, and a shape
         whose run did not fit beside the others is run again alone (its program is compiled
         by then). Several replicas compile one shape at a time: each shape's pass ends in
-        collectives, which concurrent passes could enter in different orders."""
+        collectives, which concurrent passes could enter in different orders.
+
+        A stop signal (`fit`'s handler) ends the compiling at the next shape that finishes: the
+        shapes not started are left (all workers agree after each shape when there are several).
+        """
         workers = compile_workers(self.config.compile_workers, len(shapes),
                                   self.strategy.num_replicas_in_sync)
         started, done, crowded = self.clock(), 0, []
@@ -502,23 +507,33 @@ class Trainer(TrainingLoop):
         if workers == 1:
             for shape in shapes:
                 report(shape, self._compile_pass(shape))
+                if self._any_worker(self._stop_signal is not None):
+                    break
         else:
             self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
             with ThreadPoolExecutor(workers) as pool:
                 passes = {pool.submit(self._compile_pass, shape): shape for shape in shapes}
                 for finished in as_completed(passes):
+                    if finished.cancelled():
+                        continue
                     try:
                         report(passes[finished], finished.result())
                     except tf.errors.ResourceExhaustedError:
                         crowded.append(passes[finished])
+                    if self._stop_signal is not None:  # one worker: no one to agree with
+                        for waiting in passes:
+                            waiting.cancel()  # those not started; the running ones end
             for shape in crowded:  # compiled, but its run did not fit beside the others
-                report(shape, self._compile_pass(shape), ", run again alone (out of memory "
-                       "beside the others)")
+                if self._stop_signal is None:
+                    report(shape, self._compile_pass(shape), ", run again alone (out of memory "
+                           "beside the others)")
         self._reset()
         for variable, value in seeds:
             variable.assign(value)
-        self.log(f"compiled {len(shapes)} batch shapes in {self.clock() - started:.1f} s "
-                 f"({workers} at a time)")
+        left = (f": stopped by signal {self._stop_signal}, {len(shapes) - done} of "
+                f"{len(shapes)} left" if done < len(shapes) else "")
+        self.log(f"compiled {done} batch shapes in {self.clock() - started:.1f} s "
+                 f"({workers} at a time){left}")
 
     def all_pad_batches(self, shape: tuple[int, int, int]):
         """Batches of (rows, source length, target length) holding only padding, one per local
