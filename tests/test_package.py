@@ -22,7 +22,7 @@ def onednn_after_importing_vtx(**environment: str) -> tuple[bool, str]:
     env = {name: value for name, value in os.environ.items() if name != "TF_ENABLE_ONEDNN_OPTS"}
     env.update(environment, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-c", REPORT_ONEDNN], env=env, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     label, enabled, variable = result.stdout.strip().splitlines()[-1].split()
     assert label == "oneDNN" and enabled in ("True", "False"), result.stdout

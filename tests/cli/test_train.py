@@ -45,11 +45,11 @@ def test_sigterm_saves_a_checkpoint_then_exits(multi30k_small, tmp_path):
     process = subprocess.Popen([VTX, "train", str(multi30k_small / "data"), "--save-dir",
                                 str(save), "--max-steps", "100000", *SMALL],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
+    deadline = time.time() + 600
     while not (save / "history.jsonl").exists() and time.time() < deadline:
         time.sleep(0.5)
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "received signal" in stderr
     saved = checkpoints.list_checkpoints(save)

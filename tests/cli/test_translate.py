@@ -136,6 +136,6 @@ def test_a_pipe_fed_one_line_at_a_time_gets_each_translation_before_the_next_lin
             assert answer.endswith(b"\n") and (answer.strip() != b"") == (line.strip() != b"")
         process.stdin.close()
         assert process.stdout.read() == b""  # nothing held back
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=300) == 0
     finally:
         process.kill()

@@ -20,7 +20,7 @@ FILES = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr")
          for lang in ("en", "de")]
 
 
-def run(*args, env=None, timeout=60):
+def run(*args, env=None, timeout=300):
     environment = {**os.environ, **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=environment)

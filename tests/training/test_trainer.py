@@ -102,15 +102,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def two_workers(tmp_path, *args):
+def two_workers(tmp_path, *args, worker_args=((), ()), drop_env=()):
     """Two driver processes as workers 0 and 1 of one cluster on this host, each with its own
-    save dir (tmp_path/w0, w1); their processes."""
+    save dir (tmp_path/w0, w1), `args` then its own `worker_args`, and this environment without
+    the variables `drop_env` names; their processes."""
     cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
     processes = []
     for index in range(2):
-        env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster,
-                                                      "task": {"type": "worker", "index": index}})}
-        processes.append(driver(tmp_path / f"w{index}", *args, env=env, wait=False))
+        env = {key: value for key, value in os.environ.items() if key not in drop_env}
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                       "task": {"type": "worker", "index": index}})
+        processes.append(driver(tmp_path / f"w{index}", *args, *worker_args[index], env=env,
+                                wait=False))
     return processes
 
 
@@ -142,16 +145,10 @@ def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_togeth
 def test_two_workers_train_in_one_precision_when_their_timings_disagree(tmp_path):
     """`auto` on two CPUs with avx512_bf16 and no AMX (flags mocked), where worker 0 times
     bfloat16 at 2x float32 and worker 1 at 0.5x (stubbed): both train in float32, alike."""
-    cluster = {"worker": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]}
-    processes = []
-    for index, speedup in enumerate((2.0, 0.5)):
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
-        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                       "task": {"type": "worker", "index": index}})
-        processes.append(driver(tmp_path / f"w{index}", "--max-steps", 2, "--precision", "auto",
-                                "--cpu-flags", "avx2 avx512f avx512_bf16",
-                                "--bf16-speedup", speedup, env=env, wait=False))
+    processes = two_workers(tmp_path, "--max-steps", 2, "--precision", "auto",
+                            "--cpu-flags", "avx2 avx512f avx512_bf16",
+                            worker_args=(("--bf16-speedup", 2.0), ("--bf16-speedup", 0.5)),
+                            drop_env=("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"))
     outputs = [finished(process) for process in processes]
     for output, timed in zip(outputs, ("2.00x", "0.50x")):
         line = next(line for line in output.splitlines() if line.startswith("precision: "))
