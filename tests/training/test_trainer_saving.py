@@ -38,12 +38,13 @@ class StepClock:
 
 
 def make_trainer(save_dir, lines=None, seconds_per_update=1.0, tensorboard_dir=None,
-                 launch_ahead=True, **options) -> Trainer:
+                 launch_ahead=True, num_layers=None, **options) -> Trainer:
     train_config = config.TrainConfig(**{"max_steps": 6, "save_interval_minutes": 0,
                                          "validate_interval_steps": 0, "log_interval_steps": 1,
                                          "warmup_steps": 10, **options})
     clock = StepClock(seconds_per_update)
-    trainer = Trainer(config.preset("tiny", vocab_size=20, dropout=0.0), train_config, save_dir,
+    model = config.preset("tiny", vocab_size=20, dropout=0.0, num_layers=num_layers)
+    trainer = Trainer(model, train_config, save_dir,
                       log=(lines.append if lines is not None else lambda line: None), clock=clock,
                       tensorboard_dir=tensorboard_dir, launch_ahead=launch_ahead)
     return clock.attach(trainer)
@@ -143,7 +144,8 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
         if line.startswith("compiled the update for batch shape 1/"):
             os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
 
-    trainer = make_trainer(tmp_path, lines, jit_compile=True, compile_workers=compile_workers)
+    trainer = make_trainer(tmp_path, lines, jit_compile=True, compile_workers=compile_workers,
+                           num_layers=1)  # XLA compiles one layer in half the time
     trainer.log = log
     shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16)]
     assert trainer.fit(epoch_maker(PAIRS, 4, lengths=[(8, 9)]), shapes=shapes) == signal.SIGTERM
@@ -153,6 +155,32 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
     if compile_workers == 1:
         assert any(line.startswith("compiled 1 batch shapes") and
                    line.endswith("stopped by signal 15, 2 of 3 left") for line in lines)
+
+
+def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):
+    """The data position counts batches: with another --seed (shuffle) or --max-tokens (cut of
+    bucketed batches) it names other ones until the epoch ends, which the resumed run says."""
+    make_trainer(tmp_path, max_steps=2, max_tokens=4096).fit(epoch_maker(PAIRS, 4))  # 2 of 4
+
+    def resumed_warnings(**options):
+        lines = []
+        make_trainer(tmp_path, lines, max_steps=2, **{"max_tokens": 4096, **options}).resume()
+        assert any(line.startswith("resumed from") for line in lines)
+        return [line for line in lines if line.startswith("warning: resumed with")]
+
+    assert resumed_warnings() == []
+    assert resumed_warnings(seed=7, max_tokens=2048) == [
+        "warning: resumed with --seed 7 (the checkpoint's run: 1) and --max-tokens 2048 (the "
+        "checkpoint's run: 4096): the data position (epoch 0, batch 2) now counts the batches "
+        "of another order, so until epoch 0 ends some pairs come again and others not at all; "
+        "the checkpoint's values resume exactly"]
+    # Packed rows keep the checkpoint's shapes whatever --max-tokens says; --seed still counts.
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    packed = checkpoints.load(path)
+    packed.meta["packed_shapes"] = [[4, 8, 9]]
+    checkpoints.save(path, packed)
+    assert resumed_warnings(max_tokens=2048) == []
+    assert len(resumed_warnings(seed=7)) == 1
 
 
 def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):

@@ -426,6 +426,30 @@ class Trainer(TrainingLoop):
         self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         if self.vocab is None:
             self.vocab = checkpoint.vocab
+        if warning := self._reordered_data_warning(meta.get("train_config") or {}):
+            self.log(warning)
+
+    def _reordered_data_warning(self, saved: dict) -> str | None:
+        """A warning when this run's flags order the data otherwise than those of the run that
+        saved the restored checkpoint while its data position is inside an epoch: --seed shuffles
+        the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
+        shapes). The position counts batches, so it then names other ones (as in fairseq)."""
+        flags = [("seed", "--seed")]
+        if not self.packed_shapes:
+            flags.append(("max_tokens", "--max-tokens"))
+        changed = [f"{flag} {getattr(self.config, key)} (the checkpoint's run: {saved[key]})"
+                   for key, flag in flags
+                   if key in saved and saved[key] != getattr(self.config, key)]
+        inside = [(worker, position) for worker, position in enumerate(self.positions)
+                  if position[1]]
+        if not changed or not inside:
+            return None
+        worker, (epoch, offset) = inside[0]
+        whose = f" of worker {worker}" if len(self.positions) > 1 else ""
+        return (f"warning: resumed with {' and '.join(changed)}: the data position (epoch "
+                f"{epoch}, batch {offset}{whose}) now counts the batches of another order, so "
+                f"until epoch {epoch} ends some pairs come again and others not at all; the "
+                f"checkpoint's values resume exactly")
 
     def resume(self) -> None:
         """Restore the newest checkpoint of `save_dir` that loads, setting damaged ones aside.
