@@ -4,7 +4,10 @@
 
 import gzip
 import json
+import os
+import signal
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -105,7 +108,7 @@ class ScriptedScorer:
     def __init__(self, values):
         self.values, self.calls = list(values), 0
 
-    def __call__(self) -> Score:
+    def __call__(self, should_stop=None) -> Score:
         value = self.values[self.calls]
         self.calls += 1
         return Score("bleu", value, f"BLEU = {value}")
@@ -148,6 +151,80 @@ def test_patience_stops_after_validations_without_a_new_best_and_survives_a_resu
     assert any("no better bleu in 3 validations (--patience 3) at step 5" in line
                for line in lines)
     assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 2
+
+
+class StoppedOnce(ScriptedScorer):
+    """As ScriptedScorer, but its `at`-th validation gets SIGTERM while it decodes (as from a
+    scheduler) and then asks `should_stop` before its next batch, as ValidationScorer does."""
+
+    def __init__(self, values, at):
+        super().__init__(values)
+        self.at, self.asked = at, 0
+
+    def __call__(self, should_stop=None) -> Score:
+        from vtx.inference.translate import SearchInterrupted
+
+        self.asked += 1
+        if self.asked == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler
+            if should_stop():
+                raise SearchInterrupted("stopped after 1 batch of the search")
+        return super().__call__(should_stop)
+
+
+def test_a_stop_signal_during_the_metrics_decoding_saves_at_once_and_validates_when_resumed(
+        tmp_path):
+    """BLEU/F1 decoding can outlast a scheduler's grace period: a stop signal interrupts it
+    between batches and the step is saved, its validation left to the resumed run, which makes
+    it before its first update: the run ends as one never stopped (validations, best, weights)."""
+    pairs, options = make_pairs(16, 20), dict(max_steps=4, validate_interval_steps=1,
+                                             best_checkpoint_metric="bleu")
+    straight = make_trainer(tmp_path / "straight", **options)
+    straight.fit(epoch_maker(pairs, 4), lambda: VALID, ScriptedScorer([5.0, 9.0, 7.0, 8.0]))
+
+    save, lines = tmp_path / "stopped", []
+    stopped = make_trainer(save, lines, **options)
+    scorer = StoppedOnce([5.0, 9.0, 7.0, 8.0], at=3)
+    assert stopped.fit(epoch_maker(pairs, 4), lambda: VALID, scorer) == signal.SIGTERM
+    assert stopped.step == 3 and scorer.calls == 2
+    newest = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
+    assert newest.meta["step"] == 3 and newest.meta["validation_pending"]
+
+    resumed = make_trainer(save, lines, **options)
+    assert resumed.fit(epoch_maker(pairs, 4), lambda: VALID, ScriptedScorer([7.0, 8.0])) is None
+    assert "validating step 3 first: its validation was interrupted by the stop signal that " \
+           "ended the last run" in lines
+    for run in (tmp_path / "straight", save):
+        history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+        assert [(row["step"], row["valid_bleu"]) for row in history if "valid_bleu" in row] == [
+            (1, 5.0), (2, 9.0), (3, 7.0), (4, 8.0)]
+        assert checkpoints.load(run / checkpoints.BEST_NAME).meta["step"] == 2
+    assert not checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta["validation_pending"]
+    for a, b in zip(resumed.model.variables, straight.model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_the_scorer_stops_between_decoding_batches_when_asked(trained_checkpoint, shared_data):
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.translate import SearchInterrupted, load_translator
+
+    translator = load_translator(trained_checkpoint, DecodeOptions())
+    with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:
+        sources = [translator.encode(next(handle).strip(), i) for i in range(12)]
+    scorer = ValidationScorer(translator.model, translator.vocab,
+                              [(source, source) for source in sources], "bleu", max_tokens=40)
+    asked = []
+
+    def should_stop():
+        asked.append(len(asked))
+        return len(asked) == 2  # after one batch
+
+    with pytest.raises(SearchInterrupted, match="stopped after 1 batches of the search"):
+        scorer(should_stop)
+    assert len(asked) == 2
+    asked.clear()
+    assert scorer(lambda: asked.append(0) or False).metric == "bleu"
+    assert len(asked) > 2  # one question a batch: 12 sentences in batches of 40 tokens
 
 
 def test_a_metric_best_checkpoint_without_its_scorer_is_refused(tmp_path):

@@ -53,6 +53,10 @@ def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
     return model
 
 
+class SearchInterrupted(Exception):
+    """`Translator.search_ids` stopped between two batches because its caller asked it to."""
+
+
 class Translator:
     """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
 
@@ -115,14 +119,22 @@ class Translator:
             results[index] = hypotheses
         return results
 
-    def search_ids(self, encoded: list[list[int]]) -> list[list[Hypothesis]]:
+    def search_ids(self, encoded: list[list[int]],
+                   should_stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
-        positions), in input order."""
+        positions), in input order. `should_stop` is asked before each batch's search.
+
+        Raises:
+            SearchInterrupted: `should_stop()` returned true.
+        """
         results: list[list[Hypothesis]] = [[] for _ in encoded]
         # Empty rows pad a batch only to the shapes XLA compiles for: without XLA one graph
         # serves every shape, and an empty row would still be searched.
-        for rows, source in padded_batches(encoded, self.options.max_tokens, self._max_rows,
-                                           pad_rows=self.options.jit_compile):
+        for done, (rows, source) in enumerate(padded_batches(
+                encoded, self.options.max_tokens, self._max_rows,
+                pad_rows=self.options.jit_compile)):
+            if should_stop is not None and should_stop():
+                raise SearchInterrupted(f"stopped after {done} batches of the search")
             output = self._search(source)
             tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
             scores = output.scores.numpy()

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from vtx import atomic, checkpoints
+from vtx.inference.translate import SearchInterrupted
 from vtx.training.progress import Progress
 from vtx.training.stream import BatchStream
 from vtx.training.validation import Score
@@ -57,9 +58,12 @@ class TrainingLoop:
         Args:
             make_epoch: `(epoch, skip_batches) -> batches` of this worker's shard.
             make_valid: `() -> batches` of the validation set (the same on every worker).
-            score_valid: `() -> Score` of the model on the validation set by a task metric
-                (`vtx.training.validation`), called at each validation on every worker; needed
-                when `best_checkpoint_metric` is not "loss".
+            score_valid: `(should_stop) -> Score` of the model on the validation set by a task
+                metric (`vtx.training.validation`), called at each validation on every worker;
+                needed when `best_checkpoint_metric` is not "loss". It asks `should_stop()`
+                between its decoding batches and raises `SearchInterrupted` when told to: a
+                stop signal then saves the step at once, its validation left to the resumed
+                run, which makes it before its first update.
             shapes: the (rows, source length, target length) of every batch the data makes
                 (`pipeline.batch_shapes`):
                 with XLA (`jit_compile`) each is compiled before the first update, so that no
@@ -109,10 +113,21 @@ class TrainingLoop:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
-    def _validate(self, make_valid, score_valid, progress) -> bool:
-        """Validation loss (and task metric); returns whether this is the best validation."""
+    def _validate(self, make_valid, score_valid, progress) -> bool | None:
+        """Validation loss (and task metric); returns whether this is the best validation, or
+        None when a stop signal interrupted the task metric's decoding on any worker (nothing
+        recorded: the step is validated again when resumed)."""
         loss, nll = self.evaluate(make_valid())
-        score = score_valid() if score_valid is not None else None
+        score, interrupted = None, False
+        if score_valid is not None:
+            try:
+                # Each worker asks its own flag (their decoding batches may differ in number:
+                # each sizes them by its own memory); they agree once it is over.
+                score = score_valid(lambda: self._stop_signal is not None)
+            except SearchInterrupted:
+                interrupted = True
+            if self._any_worker(interrupted):
+                return None
         if self.config.best_checkpoint_metric == "loss":
             is_best = loss < self.best_valid
         else:
@@ -160,6 +175,15 @@ class TrainingLoop:
         loop = _LoopState(started=self.clock())
         self.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
+        if self.validation_pending and make_valid and self.config.validate_interval_steps:
+            self.log(f"validating step {self.step} first: its validation was interrupted by the "
+                     f"stop signal that ended the last run")
+            done, result = self._after_update(stream, progress, make_valid, score_valid, loop,
+                                              False, False, False, validate=True)
+            if done:
+                return result
+            progress.leave_out(self.clock() - loop.started)
+            loop.last_read = self.clock()
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:
@@ -252,9 +276,11 @@ class TrainingLoop:
         return clock_due, out_of_time, self._stop_signal is not None
 
     def _after_update(self, stream, progress, make_valid, score_valid, loop: "_LoopState",
-                      clock_due: bool, out_of_time: bool, stop: bool) -> tuple[bool, int | None]:
+                      clock_due: bool, out_of_time: bool, stop: bool,
+                      validate: bool = False) -> tuple[bool, int | None]:
         """Validation, checkpoint and stop decisions after step `self.step` (no update in
-        flight). Returns (whether to stop, `fit`'s return value)."""
+        flight; `validate`: validate whatever the step). Returns (whether to stop, `fit`'s
+        return value)."""
         config = self.config
         # Every worker must agree to stop, or the collectives of the next update would hang.
         out_of_time = self._any_worker(out_of_time)
@@ -265,12 +291,15 @@ class TrainingLoop:
         # The last step is validated too (time budget or max_steps), so that the best checkpoint
         # is chosen among all the updates made, not only up to the last interval.
         if make_valid and config.validate_interval_steps and (
-                self.step % config.validate_interval_steps == 0 or out_of_time
+                validate or self.step % config.validate_interval_steps == 0 or out_of_time
                 or self.step == config.max_steps):
-            is_best, validated = self._validate(make_valid, score_valid, progress), True
+            result = self._validate(make_valid, score_valid, progress)
             # A validation (decoding for BLEU or F1) can take minutes: a stop signal received
-            # meanwhile saves now, not after one more update.
-            stop = stop or self._stop_signal is not None
+            # meanwhile saves now, not after one more update; one that interrupted it (on any
+            # worker) leaves the step's validation to the resumed run, said in the checkpoint.
+            self.validation_pending = result is None
+            is_best, validated = bool(result), result is not None
+            stop = stop or self.validation_pending or self._stop_signal is not None
         due = clock_due or bool(config.save_interval_steps and
                                 self.step % config.save_interval_steps == 0)
         # Every worker computes the same validation, so they agree without a collective.

@@ -142,6 +142,8 @@ class Trainer(TrainingLoop):
         self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
         self._compiling = False  # inside fit's compile_shapes (what a stop signal waits for)
+        # The step's validation was interrupted by a stop signal: made first when resumed.
+        self.validation_pending = False
         self._resumed = False
         self.resumed_from: Path | None = None  # the checkpoint `resume` loaded, if any
         # The longest target row of each update launched and not yet counted by the loop,
@@ -353,6 +355,7 @@ class Trainer(TrainingLoop):
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
                 "bucket_boundaries": self.bucket_boundaries,
+                "validation_pending": self.validation_pending,
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
                                   if self.packed_shapes else None)}
 
@@ -422,6 +425,7 @@ class Trainer(TrainingLoop):
         self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
         self.bucket_boundaries = meta.get("bucket_boundaries")
+        self.validation_pending = meta.get("validation_pending", False)
         packed = meta.get("packed_shapes")
         self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         if self.vocab is None:

@@ -79,10 +79,15 @@ class ValidationScorer:
                                  "vtx prepare-parse)")
             self.gold = _read_gold(gold_path, vocab, pairs)
 
-    def __call__(self) -> Score:
-        """Decode the validation set with the model's current weights and score it."""
+    def __call__(self, should_stop: Callable[[], bool] | None = None) -> Score:
+        """Decode the validation set with the model's current weights and score it;
+        `should_stop` is asked before each batch is decoded.
+
+        Raises:
+            SearchInterrupted (`vtx.inference.translate`): `should_stop()` returned true.
+        """
         wanted = [i for i, source in enumerate(self.sources) if source]
-        found = self.translator.search_ids([self.sources[i] for i in wanted])
+        found = self.translator.search_ids([self.sources[i] for i in wanted], should_stop)
         hypotheses = [""] * len(self.sources)
         for index, best in zip(wanted, found):
             hypotheses[index] = best[0].text
@@ -135,7 +140,7 @@ def _f1(hypotheses: list[str], gold) -> Score:
                  f"{repaired} of {len(gold)} trees repaired, {repairs.total} repairs")
 
 
-def make_scorer(model, data_dir, metric: str, **options) -> Callable[[], Score]:
+def make_scorer(model, data_dir, metric: str, **options) -> Callable[..., Score]:
     """A `ValidationScorer` over the validation split of a preprocessed data directory."""
     from vtx.data import pipeline
 
