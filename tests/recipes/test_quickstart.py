@@ -39,7 +39,7 @@ def multi30k_server(shared_data, tmp_path):
     server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
                                "127.0.0.1", "--directory", str(served)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
+    deadline = time.time() + 120
     while time.time() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

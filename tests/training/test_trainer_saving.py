@@ -134,9 +134,9 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
 @pytest.mark.parametrize("compile_workers", [1, 2])
 def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothing(
         tmp_path, compile_workers):
-    """SIGTERM while the batch shapes compile (minutes on a GPU): the run stops when the shape
-    being compiled is done, without compiling the rest (one shape at a time, as with several
-    replicas) and without an update or a checkpoint: nothing was trained."""
+    """SIGTERM while the batch shapes compile (minutes on a GPU): the run stops when the shapes
+    under way are done, without compiling the rest, and without an update or a checkpoint:
+    nothing was trained."""
     lines = []
 
     def log(line):
@@ -147,14 +147,17 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
     trainer = make_trainer(tmp_path, lines, jit_compile=True, compile_workers=compile_workers,
                            num_layers=1)  # XLA compiles one layer in half the time
     trainer.log = log
-    shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16)]
+    shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16), (4, 20, 20), (4, 24, 24)]
     assert trainer.fit(epoch_maker(PAIRS, 4, lengths=[(8, 9)]), shapes=shapes) == signal.SIGTERM
     assert trainer.step == 0 and int(trainer.optimizer.iterations.numpy()) == 0
     assert not list(tmp_path.glob("checkpoint_*"))
     assert any(line.startswith("stopped before the first update") for line in lines)
+    total = next(line for line in lines if line.startswith("compiled ") and " shapes in " in line)
     if compile_workers == 1:
-        assert any(line.startswith("compiled 1 batch shapes") and
-                   line.endswith("stopped by signal 15, 2 of 3 left") for line in lines)
+        assert total.startswith("compiled 1 batch shapes") and total.endswith(
+            "stopped by signal 15, 4 of 5 left")
+    else:  # the shapes under way end (two at a time), the one not started by then is left
+        assert " at a time): stopped by signal 15, " in total and total.endswith(" of 5 left")
 
 
 def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):

@@ -5,6 +5,7 @@
 import gzip
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -172,11 +173,13 @@ class StoppedOnce(ScriptedScorer):
         return super().__call__(should_stop)
 
 
-def test_a_stop_signal_during_the_metrics_decoding_saves_at_once_and_validates_when_resumed(
-        tmp_path):
-    """BLEU/F1 decoding can outlast a scheduler's grace period: a stop signal interrupts it
-    between batches and the step is saved, its validation left to the resumed run, which makes
-    it before its first update: the run ends as one never stopped (validations, best, weights)."""
+@pytest.mark.parametrize("during", ["decoding", "update"])
+def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_validates_when_resumed(
+        tmp_path, during):
+    """BLEU/F1 decoding can outlast a scheduler's grace period: a stop signal received during it
+    (it stops between batches) or during the update before it (it does not start) saves the step
+    at once, its validation left to the resumed run, which makes it before its first update: the
+    run ends as one never stopped (validations, best checkpoint, weights)."""
     pairs, options = make_pairs(16, 20), dict(max_steps=4, validate_interval_steps=1,
                                              best_checkpoint_metric="bleu")
     straight = make_trainer(tmp_path / "straight", **options)
@@ -184,11 +187,24 @@ def test_a_stop_signal_during_the_metrics_decoding_saves_at_once_and_validates_w
 
     save, lines = tmp_path / "stopped", []
     stopped = make_trainer(save, lines, **options)
-    scorer = StoppedOnce([5.0, 9.0, 7.0, 8.0], at=3)
+    if during == "decoding":
+        scorer = StoppedOnce([5.0, 9.0, 7.0, 8.0], at=3)
+    else:
+        scorer, read = ScriptedScorer([5.0, 9.0, 7.0, 8.0]), stopped.read_update
+
+        def read_update(totals):  # the host waits for the update: the signal comes meanwhile
+            if stopped.step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return read(totals)
+
+        stopped.read_update = read_update
     assert stopped.fit(epoch_maker(pairs, 4), lambda: VALID, scorer) == signal.SIGTERM
     assert stopped.step == 3 and scorer.calls == 2
+    assert "validation of step 3 interrupted by a stop signal: saving step 3, to be validated " \
+           "first when resumed" in lines
     newest = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
     assert newest.meta["step"] == 3 and newest.meta["validation_pending"]
+    shutil.copytree(save, tmp_path / "unvalidated")
 
     resumed = make_trainer(save, lines, **options)
     assert resumed.fit(epoch_maker(pairs, 4), lambda: VALID, ScriptedScorer([7.0, 8.0])) is None
@@ -202,6 +218,11 @@ def test_a_stop_signal_during_the_metrics_decoding_saves_at_once_and_validates_w
     assert not checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta["validation_pending"]
     for a, b in zip(resumed.model.variables, straight.model.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Resumed without validations, the step's is dropped, not carried to a later resume.
+    unvalidated = make_trainer(tmp_path / "unvalidated", max_steps=4)
+    assert unvalidated.fit(epoch_maker(pairs, 4)) is None
+    newest = checkpoints.load(checkpoints.list_checkpoints(tmp_path / "unvalidated")[-1])
+    assert newest.meta["step"] == 4 and not newest.meta["validation_pending"]
 
 
 def test_the_scorer_stops_between_decoding_batches_when_asked(trained_checkpoint, shared_data):

@@ -46,12 +46,13 @@ class TrainingLoop:
             self.log(f"received signal {signum}: stopping when the batch shape being compiled "
                      f"is done, before any update")
         else:
-            self.log(f"received signal {signum}: saving a checkpoint after this update, then "
+            self.log(f"received signal {signum}: saving a checkpoint after the update or "
+                     f"validation under way (a BLEU/F1 decoding stops at its next batch), then "
                      f"exiting")
 
     def fit(self, make_epoch: Callable[[int, int], Iterable[dict]],
             make_valid: Callable[[], Iterable[dict]] | None = None,
-            score_valid: Callable[[], Score] | None = None,
+            score_valid: Callable[..., Score] | None = None,
             shapes: list[tuple[int, int]] | None = None) -> int | None:
         """Train until `max_steps`, resuming from the newest checkpoint of `save_dir` that loads.
 
@@ -117,6 +118,9 @@ class TrainingLoop:
         """Validation loss (and task metric); returns whether this is the best validation, or
         None when a stop signal interrupted the task metric's decoding on any worker (nothing
         recorded: the step is validated again when resumed)."""
+        # A signal received during the update: the loss alone would be thrown away.
+        if score_valid is not None and self._any_worker(self._stop_signal is not None):
+            return None
         loss, nll = self.evaluate(make_valid())
         score, interrupted = None, False
         if score_valid is not None:
@@ -175,7 +179,9 @@ class TrainingLoop:
         loop = _LoopState(started=self.clock())
         self.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
-        if self.validation_pending and make_valid and self.config.validate_interval_steps:
+        # Every worker resumed the same step, but each from its own copy: they agree.
+        pending, self.validation_pending = self._any_worker(self.validation_pending), False
+        if pending and make_valid and self.config.validate_interval_steps:
             self.log(f"validating step {self.step} first: its validation was interrupted by the "
                      f"stop signal that ended the last run")
             done, result = self._after_update(stream, progress, make_valid, score_valid, loop,
@@ -299,6 +305,9 @@ class TrainingLoop:
             # worker) leaves the step's validation to the resumed run, said in the checkpoint.
             self.validation_pending = result is None
             is_best, validated = bool(result), result is not None
+            if self.validation_pending:
+                self.log(f"validation of step {self.step} interrupted by a stop signal: saving "
+                         f"step {self.step}, to be validated first when resumed")
             stop = stop or self.validation_pending or self._stop_signal is not None
         due = clock_due or bool(config.save_interval_steps and
                                 self.step % config.save_interval_steps == 0)

@@ -518,8 +518,8 @@ class Trainer(TrainingLoop):
         by then). Several replicas compile one shape at a time: each shape's pass ends in
         collectives, which concurrent passes could enter in different orders.
 
-        A stop signal (`fit`'s handler) ends the compiling at the next shape that finishes: the
-        shapes not started are left (all workers agree after each shape when there are several).
+        A stop signal (`fit`'s handler) ends the compiling when the shapes under way are done:
+        the shapes not started by then are left (several workers agree after each shape).
         """
         workers = compile_workers(self.config.compile_workers, len(shapes),
                                   self.strategy.num_replicas_in_sync)
@@ -539,18 +539,20 @@ class Trainer(TrainingLoop):
                     break
         else:
             self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
+
+            def compile_unless_stopped(shape) -> float | None:  # one worker: none to agree with
+                return None if self._stop_signal is not None else self._compile_pass(shape)
+
             with ThreadPoolExecutor(workers) as pool:
-                passes = {pool.submit(self._compile_pass, shape): shape for shape in shapes}
+                passes = {pool.submit(compile_unless_stopped, shape): shape for shape in shapes}
                 for finished in as_completed(passes):
-                    if finished.cancelled():
-                        continue
                     try:
-                        report(passes[finished], finished.result())
+                        seconds = finished.result()
                     except tf.errors.ResourceExhaustedError:
                         crowded.append(passes[finished])
-                    if self._stop_signal is not None:  # one worker: no one to agree with
-                        for waiting in passes:
-                            waiting.cancel()  # those not started; the running ones end
+                        continue
+                    if seconds is not None:
+                        report(passes[finished], seconds)
             for shape in crowded:  # compiled, but its run did not fit beside the others
                 if self._stop_signal is None:
                     report(shape, self._compile_pass(shape), ", run again alone (out of memory "
@@ -558,8 +560,9 @@ class Trainer(TrainingLoop):
         self._reset()
         for variable, value in seeds:
             variable.assign(value)
-        left = (f": stopped by signal {self._stop_signal}, {len(shapes) - done} of "
-                f"{len(shapes)} left" if done < len(shapes) else "")
+        by = f"signal {self._stop_signal}" if self._stop_signal else "a signal to another worker"
+        left = f": stopped by {by}, {len(shapes) - done} of {len(shapes)} left" if (
+            done < len(shapes)) else ""
         self.log(f"compiled {done} batch shapes in {self.clock() - started:.1f} s "
                  f"({workers} at a time){left}")
 
