@@ -2,7 +2,7 @@
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
         [--dropout P] [--save-every S] [--step-sleep SECONDS] [--pack]
-        [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]]
+        [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
 """
@@ -27,6 +27,8 @@ def main() -> None:
     parser.add_argument("--cpu-flags", help="this CPU's flags as `auto` reads them (mocked)")
     parser.add_argument("--bf16-speedup", type=float,
                         help="what `auto`'s timing of bfloat16 against float32 returns (stubbed)")
+    parser.add_argument("--scores", help="validate after every update, the checkpoint kept by "
+                                         "a BLEU that returns these values in turn (scripted)")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -56,8 +58,9 @@ def main() -> None:
     train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision,
                                       update_freq=args.update_freq,
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
-                                      validate_interval_steps=0, save_interval_minutes=0,
-                                      save_interval_steps=args.save_every)
+                                      validate_interval_steps=1 if args.scores else 0,
+                                      best_checkpoint_metric="bleu" if args.scores else "loss",
+                                      save_interval_minutes=0, save_interval_steps=args.save_every)
     devices = [f"/cpu:{i}" for i in range(args.devices)]
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices))
     # Two batch shapes in turn: the replicas of one update hold batches of different shapes, as
@@ -84,7 +87,17 @@ def main() -> None:
         return totals
 
     trainer.read_update = recorded_update
-    trainer.fit(slow_epoch)
+    make_valid = score_valid = None
+    if args.scores:
+        from vtx.training.validation import Score
+
+        valid = epoch_maker(make_pairs(8, 24, seed=9), batch_size=4)(0, 0)
+        scores = iter(float(value) for value in args.scores.split(","))
+        make_valid = lambda: valid  # noqa: E731
+        score_valid = lambda should_stop: Score("bleu", next(scores), "scripted")  # noqa: E731
+    trainer.fit(slow_epoch, make_valid, score_valid)
+    if args.scores:
+        print(f"best_score {trainer.best_score} since_best {trainer.since_best}", flush=True)
     weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
     out = Path(args.save_dir) / f"final_weights_{trainer.topology.worker_index}.npz"
     np.savez(out, **weights)

@@ -142,6 +142,20 @@ def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_togeth
 
 
 @pytest.mark.slow
+def test_two_workers_keep_the_best_by_the_chiefs_task_metric(tmp_path):
+    """Each worker decodes the validation set in batches sized by its own memory, which can move
+    a beam tie: the workers must still agree on the best and on patience (or one would stop
+    while the other waits in the next update's collectives). Scores scripted to disagree."""
+    processes = two_workers(tmp_path, "--max-steps", 3,
+                            worker_args=(("--scores", "5,9,7"), ("--scores", "5,7,9")))
+    for process in processes:
+        output = finished(process)
+        assert "finished at step 3" in output
+        assert "best_score 9.0 since_best 1" in output  # the chief's: step 2 the best
+    assert checkpoints.load(tmp_path / "w0" / checkpoints.BEST_NAME).meta["step"] == 2
+
+
+@pytest.mark.slow
 def test_two_workers_train_in_one_precision_when_their_timings_disagree(tmp_path):
     """`auto` on two CPUs with avx512_bf16 and no AMX (flags mocked), where worker 0 times
     bfloat16 at 2x float32 and worker 1 at 0.5x (stubbed): both train in float32, alike."""

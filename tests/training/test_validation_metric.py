@@ -215,6 +215,8 @@ def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_valida
         assert [(row["step"], row["valid_bleu"]) for row in history if "valid_bleu" in row] == [
             (1, 5.0), (2, 9.0), (3, 7.0), (4, 8.0)]
         assert checkpoints.load(run / checkpoints.BEST_NAME).meta["step"] == 2
+    # Step 3 saved again once validated: a crash after it would not validate it twice.
+    assert not checkpoints.load(checkpoints.checkpoint_path(save, 3)).meta["validation_pending"]
     assert not checkpoints.load(checkpoints.list_checkpoints(save)[-1]).meta["validation_pending"]
     for a, b in zip(resumed.model.variables, straight.model.variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

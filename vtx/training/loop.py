@@ -132,6 +132,10 @@ class TrainingLoop:
                 interrupted = True
             if self._any_worker(interrupted):
                 return None
+            if self.topology.num_workers > 1:
+                # Each worker decodes in batches sized by its own memory, which can move a beam
+                # tie: the chief's score decides for all, so they agree on the best and patience.
+                score = dataclasses.replace(score, value=self._every_workers(score.value)[0])
         if self.config.best_checkpoint_metric == "loss":
             is_best = loss < self.best_valid
         else:
@@ -184,8 +188,10 @@ class TrainingLoop:
         if pending and make_valid and self.config.validate_interval_steps:
             self.log(f"validating step {self.step} first: its validation was interrupted by the "
                      f"stop signal that ended the last run")
+            # Saved again once validated (clock_due), so that a crash after it does not repeat
+            # the validation (and its row of the history).
             done, result = self._after_update(stream, progress, make_valid, score_valid, loop,
-                                              False, False, False, validate=True)
+                                              True, False, False, validate=True)
             if done:
                 return result
             progress.leave_out(self.clock() - loop.started)
