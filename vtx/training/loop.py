@@ -43,8 +43,8 @@ class TrainingLoop:
     def _request_stop(self, signum, frame) -> None:
         self._stop_signal = signum
         if self._compiling:
-            self.log(f"received signal {signum}: stopping when the batch shape being compiled "
-                     f"is done, before any update")
+            self.log(f"received signal {signum}: stopping when the batch shapes under way are "
+                     f"compiled, before any update")
         else:
             self.log(f"received signal {signum}: saving a checkpoint after the update or "
                      f"validation under way (a BLEU/F1 decoding stops at its next batch), then "
