@@ -4,6 +4,7 @@ cadence, --keep-last, checkpoint_best, history and TensorBoard events."""
 import json
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -158,6 +159,30 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
             "stopped by signal 15, 4 of 5 left")
     else:  # the shapes under way end (two at a time), the one not started by then is left
         assert " at a time): stopped by signal 15, " in total and total.endswith(" of 5 left")
+
+
+def test_a_compile_pass_failing_other_than_out_of_memory_starts_no_queued_shape(tmp_path):
+    """Several shapes compile at once: one whose pass fails (not out of memory, which is retried
+    alone) raises its error once the passes under way are done, without starting the queued
+    ones (minutes each on a GPU). The shape beside the failing one ends only after the failure
+    is flagged, so that its thread would take the next shape if nothing stopped it."""
+    trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=2)
+    shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16), (4, 20, 20), (4, 24, 24)]
+    started, beside = [], threading.Event()
+
+    def compile_pass(shape):
+        started.append(shape)
+        if shape == shapes[0]:
+            assert beside.wait(300)  # both threads busy
+            raise ValueError("no program for this shape")
+        beside.set()
+        assert trainer.compile_failed.wait(300)
+        return 0.0
+
+    trainer._compile_pass = compile_pass
+    with pytest.raises(ValueError, match="no program for this shape"):
+        trainer.fit(epoch_maker(PAIRS, 4), shapes=shapes)
+    assert sorted(started) == shapes[:2] and trainer.step == 0
 
 
 def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):

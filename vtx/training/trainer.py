@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -142,6 +143,7 @@ class Trainer(TrainingLoop):
         self.packed_shapes: list[tuple[int, int, int]] | None = None
         self._stop_signal: int | None = None
         self._compiling = False  # inside fit's compile_shapes (what a stop signal waits for)
+        self.compile_failed = threading.Event()  # a shape's pass failed: queued ones start none
         # The step's validation was interrupted by a stop signal: made first when resumed.
         self.validation_pending = False
         self._resumed = False
@@ -519,7 +521,8 @@ class Trainer(TrainingLoop):
         collectives, which concurrent passes could enter in different orders.
 
         A stop signal (`fit`'s handler) ends the compiling when the shapes under way are done:
-        the shapes not started by then are left (several workers agree after each shape).
+        the shapes not started by then are left (several workers agree after each shape). So does
+        a pass that fails other than out of memory, whose error is then raised.
         """
         workers = compile_workers(self.config.compile_workers, len(shapes),
                                   self.strategy.num_replicas_in_sync)
@@ -540,8 +543,19 @@ class Trainer(TrainingLoop):
         else:
             self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
 
+            failed = self.compile_failed
+            failed.clear()
+
             def compile_unless_stopped(shape) -> float | None:  # one worker: none to agree with
-                return None if self._stop_signal is not None else self._compile_pass(shape)
+                if self._stop_signal is not None or failed.is_set():
+                    return None
+                try:
+                    return self._compile_pass(shape)
+                except tf.errors.ResourceExhaustedError:
+                    raise
+                except BaseException:  # the queued shapes start no pass: the error surfaces now
+                    failed.set()
+                    raise
 
             with ThreadPoolExecutor(workers) as pool:
                 passes = {pool.submit(compile_unless_stopped, shape): shape for shape in shapes}
