@@ -131,7 +131,7 @@ def accumulated_gradients(trainer, batch) -> list[np.ndarray]:
     (a trainer with update_freq > 1: with 1 there are none, the gradients go to Adam)."""
     assert trainer._accumulators, "accumulators need update_freq > 1"
     trainer._reset()
-    trainer._accumulate(trainer._distribute([batch]))
+    trainer._accumulate(trainer.collectives.per_replica([batch]))
     return [np.asarray(a.read_value()) for a in trainer._accumulators]
 
 

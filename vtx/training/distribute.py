@@ -1,4 +1,5 @@
-"""Choosing the tf.distribute strategy: every visible GPU on one host, or many hosts by TF_CONFIG.
+"""Choosing the tf.distribute strategy (every visible GPU on one host, or many hosts by TF_CONFIG),
+and the collectives by which the workers of a run agree.
 
 Facts measured with Keras 3.15 / TF 2.21: `model.fit` fails under MultiWorkerMirroredStrategy
 (keras-team/keras#20585) and `jit_compile` inside `fit` fails under MirroredStrategy, so vtx trains
@@ -11,9 +12,12 @@ import dataclasses
 import json
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from vtx.training import compile_cache
+
+SUM = tf.distribute.ReduceOp.SUM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,45 @@ def topology(strategy: tf.distribute.Strategy) -> Topology:
     return Topology(worker_index=index, num_workers=num_workers,
                     local_replicas=strategy.num_replicas_in_sync // num_workers,
                     is_chief=index == 0)
+
+
+class Collectives:
+    """What the workers of a run agree on, each call one collective over every replica when
+    there are several workers (TF_CONFIG), nothing crossing a process with one. Every worker
+    must make the same calls in the same order, or they wait for each other for ever."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, place: Topology):
+        self.strategy, self.topology = strategy, place
+
+    def per_replica(self, local_values: list):
+        """This worker's `local_values`, one a local replica, as a distributed value (no
+        collective: each worker places its own)."""
+        local = self.topology.local_replicas
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: local_values[context.replica_id_in_sync_group % local])
+
+    def any_worker(self, flag: bool) -> bool:
+        """True when `flag` is true on any worker."""
+        if self.topology.num_workers == 1:
+            return flag
+        value = self.per_replica([np.float32(flag)] * self.topology.local_replicas)
+        return float(self.strategy.reduce(SUM, value, axis=None)) > 0
+
+    def gather(self, row: np.ndarray) -> np.ndarray:
+        """Every worker's `row`, one a worker in worker order (values exact: each is summed
+        with zeros only)."""
+        workers = self.topology.num_workers
+        if workers == 1:
+            return np.asarray(row, np.float64)[None]
+        table = np.zeros((workers, *np.shape(row)), np.float64)
+        table[self.topology.worker_index] = row
+        values = [table if i == 0 else np.zeros_like(table)
+                  for i in range(self.topology.local_replicas)]
+        return self.strategy.reduce(SUM, self.per_replica(values), axis=None).numpy()
+
+    def every_worker(self, value: float) -> list[float]:
+        """Every worker's `value`, in worker order."""
+        return [float(v) for v in self.gather(np.array([value]))[:, 0]]
 
 
 def unseen_gpus_warning() -> str | None:

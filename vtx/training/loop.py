@@ -38,7 +38,8 @@ class TrainingError(RuntimeError):
 class TrainingLoop:
     """The host side of training, mixed into `Trainer`, whose state (`config`, `step`, counters,
     `clock`, `log`) and device side (`start_update`, `read_update`, `evaluate`, `save`,
-    `resume`, `compile_shapes`, `_any_worker`) it drives."""
+    `resume`, `compile_shapes`) it drives, and the `collectives` by which several workers
+    agree."""
 
     def _request_stop(self, signum, frame) -> None:
         self._stop_signal = signum
@@ -97,7 +98,7 @@ class TrainingLoop:
                     self._compiling = False
                 # Compiling takes minutes on a GPU: a stop signal received meanwhile stops now.
                 # Nothing was trained since the checkpoint resumed from, so nothing is saved.
-                if self._any_worker(self._stop_signal is not None):
+                if self.collectives.any_worker(self._stop_signal is not None):
                     self.log(f"stopped before the first update: nothing trained since step "
                              f"{self.step}, no checkpoint to write")
                     return self._stop_signal or signal.SIGTERM
@@ -119,7 +120,7 @@ class TrainingLoop:
         None when a stop signal interrupted the task metric's decoding on any worker (nothing
         recorded: the step is validated again when resumed)."""
         # A signal received during the update: the loss alone would be thrown away.
-        if score_valid is not None and self._any_worker(self._stop_signal is not None):
+        if score_valid is not None and self.collectives.any_worker(self._stop_signal is not None):
             return None
         loss, nll = self.evaluate(make_valid())
         score, interrupted = None, False
@@ -130,12 +131,12 @@ class TrainingLoop:
                 score = score_valid(lambda: self._stop_signal is not None)
             except SearchInterrupted:
                 interrupted = True
-            if self._any_worker(interrupted):
+            if self.collectives.any_worker(interrupted):
                 return None
             if self.topology.num_workers > 1:
                 # Each worker decodes in batches sized by its own memory, which can move a beam
                 # tie: the chief's score decides for all, so they agree on the best and patience.
-                score = dataclasses.replace(score, value=self._every_workers(score.value)[0])
+                score = dataclasses.replace(score, value=self.collectives.every_worker(score.value)[0])
         if self.config.best_checkpoint_metric == "loss":
             is_best = loss < self.best_valid
         else:
@@ -184,7 +185,7 @@ class TrainingLoop:
         self.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
         # Every worker resumed the same step, but each from its own copy: they agree.
-        pending, self.validation_pending = self._any_worker(self.validation_pending), False
+        pending, self.validation_pending = self.collectives.any_worker(self.validation_pending), False
         if pending and make_valid and self.config.validate_interval_steps:
             self.log(f"validating step {self.step} first: its validation was interrupted by the "
                      f"stop signal that ended the last run")
@@ -295,7 +296,7 @@ class TrainingLoop:
         return value)."""
         config = self.config
         # Every worker must agree to stop, or the collectives of the next update would hang.
-        out_of_time = self._any_worker(out_of_time)
+        out_of_time = self.collectives.any_worker(out_of_time)
         if out_of_time:
             self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
                      f"{self.step}: saving a checkpoint and stopping")
@@ -327,7 +328,7 @@ class TrainingLoop:
         # A diverging model is not saved by the cadence, only when the run ends here (signal,
         # budget, last step) or when it validated as the best yet: a validation outweighs one
         # update's loss (a batch of unusually long or hard pairs can spike alone).
-        if (self._any_worker(bool(due and not loop.diverging or is_best or stop)) or out_of_time
+        if (self.collectives.any_worker(bool(due and not loop.diverging or is_best or stop)) or out_of_time
                 or self.step == config.max_steps):
             path = self.save(stream)
             loop.last_save = self.clock()
@@ -336,7 +337,7 @@ class TrainingLoop:
                     atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
                 if progress.history_path.exists():
                     progress.plot()
-        if self._any_worker(stop):
+        if self.collectives.any_worker(stop):
             return True, self._stop_signal or signal.SIGTERM
         return out_of_time, None
 

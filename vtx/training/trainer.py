@@ -33,7 +33,7 @@ from vtx.data.packing import PACKED_KEYS
 from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training.adam import FusedAdam
-from vtx.training.distribute import make_strategy, topology, unseen_gpus_warning
+from vtx.training.distribute import Collectives, make_strategy, topology, unseen_gpus_warning
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import AUTO, resolve_precision
@@ -100,12 +100,13 @@ class Trainer(TrainingLoop):
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
+        self.collectives = Collectives(self.strategy, self.topology)
         # `auto` times bfloat16 where the CPU's flags do not settle it, a resumed run keeps its
         # checkpoint's precision instead, and several workers agree on one.
         precision, reason = resolve_precision(
             train_config.precision, (model_config.d_model, model_config.d_ff),
             _recorded_precision(save_dir) if train_config.precision == AUTO else None,
-            self._every_workers if self.topology.num_workers > 1 else None)
+            self.collectives.every_worker if self.topology.num_workers > 1 else None)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
@@ -267,18 +268,6 @@ class Trainer(TrainingLoop):
 
     # ---- host side ----
 
-    def _distribute(self, local_batches: list):
-        local = self.topology.local_replicas
-        return self.strategy.experimental_distribute_values_from_function(
-            lambda context: local_batches[context.replica_id_in_sync_group % local])
-
-    def _any_worker(self, flag: bool) -> bool:
-        """True when `flag` is true on any worker (a collective when there are several)."""
-        if self.topology.num_workers == 1:
-            return flag
-        value = self._distribute([np.float32(flag)] * self.topology.local_replicas)
-        return float(self.strategy.reduce(SUM, value, axis=None)) > 0
-
     def learning_rate(self, step: int) -> float:
         """The rate used by update number `step` (counted from 1)."""
         return float(paper_learning_rate(step, self.model_config.d_model,
@@ -295,13 +284,13 @@ class Trainer(TrainingLoop):
             longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
             try:
                 if micro_batch < self.config.update_freq - 1:
-                    self._accumulate(self._distribute(batches))
+                    self._accumulate(self.collectives.per_replica(batches))
                 else:
                     # The loop judges divergence by batch length; workers see different
                     # batches and must agree (they stop together), so with several one mean.
                     self.launched_lengths.append(longest if self.topology.num_workers == 1
                                                  else None)
-                    return self._update(self._distribute(batches), tf.constant(True))
+                    return self._update(self.collectives.per_replica(batches), tf.constant(True))
             except tf.errors.ResourceExhaustedError as error:
                 raise self._out_of_memory(batches) from error
 
@@ -342,7 +331,7 @@ class Trainer(TrainingLoop):
         for start in range(0, len(batches), replicas):
             group = batches[start + first:start + first + self.topology.local_replicas]
             group += [_empty_batch()] * (self.topology.local_replicas - len(group))
-            totals += self._evaluate(self._distribute(group)).numpy()
+            totals += self._evaluate(self.collectives.per_replica(group)).numpy()
         tokens = max(totals[2], 1.0)
         return totals[0] / tokens, totals[1] / tokens
 
@@ -361,25 +350,9 @@ class Trainer(TrainingLoop):
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
                                   if self.packed_shapes else None)}
 
-    def _gather(self, row: np.ndarray) -> np.ndarray:
-        """Every worker's `row`, one a worker in worker order (a collective when there are several
-        workers; values exact: each is summed with zeros only)."""
-        workers = self.topology.num_workers
-        if workers == 1:
-            return np.asarray(row, np.float64)[None]
-        table = np.zeros((workers, *np.shape(row)), np.float64)
-        table[self.topology.worker_index] = row
-        values = [table if i == 0 else np.zeros_like(table)
-                  for i in range(self.topology.local_replicas)]
-        return self.strategy.reduce(SUM, self._distribute(values), axis=None).numpy()
-
-    def _every_workers(self, value: float) -> list[float]:
-        """Every worker's `value`, in worker order (a collective)."""
-        return [float(v) for v in self._gather(np.array([value]))[:, 0]]
-
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
-        return [(int(e), int(o)) for e, o in self._gather(np.array(stream.position))]
+        return [(int(e), int(o)) for e, o in self.collectives.gather(np.array(stream.position))]
 
     def save(self, stream: BatchStream) -> Path | None:
         """Write checkpoint_<step>.npz (chief only) and prune to `keep_last`."""
@@ -473,7 +446,7 @@ class Trainer(TrainingLoop):
         self._resumed = True
         self._resume_newest()
         if self.topology.num_workers > 1:
-            steps = [int(step) for step in self._every_workers(self.step)]
+            steps = [int(step) for step in self.collectives.every_worker(self.step)]
             if len(set(steps)) > 1:
                 raise TrainingError(
                     "the workers resumed at different steps ("
@@ -538,7 +511,7 @@ class Trainer(TrainingLoop):
         if workers == 1:
             for shape in shapes:
                 report(shape, self._compile_pass(shape))
-                if self._any_worker(self._stop_signal is not None):
+                if self.collectives.any_worker(self._stop_signal is not None):
                     break
         else:
             self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
@@ -591,7 +564,7 @@ class Trainer(TrainingLoop):
         if self.packed_shapes:  # the packed batches' segment ids and positions: 0 on padding
             batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
                                         np.int32) for key in PACKED_KEYS})
-        return self._distribute([batch] * self.topology.local_replicas)
+        return self.collectives.per_replica([batch] * self.topology.local_replicas)
 
     def _compile_pass(self, shape: tuple[int, int, int]) -> float:
         """One all-pad update of `shape` with Adam off; its seconds."""
