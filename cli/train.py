@@ -39,9 +39,9 @@ ARCHS = tuple(PRESETS)
               show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-              help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0, on CPUs with "
-                   "AMX, and on CPUs with avx512_bf16 where a bfloat16 matrix product times "
-                   ">= 1.1x float32's at start; else float32.")
+              help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 with --jit, on "
+                   "CPUs with AMX, and on CPUs with avx512_bf16 where a bfloat16 matrix product "
+                   "times >= 1.1x float32's at start; else float32.")
 @click.option("--jit/--no-jit", default=None,
               help="XLA-compile the update (on one device the whole of it; across replicas "
                    "the per-replica gradients).  [default: --jit where nvidia-smi lists a GPU "

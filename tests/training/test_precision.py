@@ -81,6 +81,10 @@ def test_auto_follows_onednns_instruction_set_cap(monkeypatch, cap, expected):
 ])
 def test_auto_on_gpus_takes_bfloat16_from_compute_capability_8(capabilities, expected):
     assert choose_precision("auto", capabilities, CASCADE_LAKE)[0] == expected
+    # Without XLA bfloat16 trained slower than float32 on an H100: float32 on every GPU.
+    precision, reason = choose_precision("auto", capabilities, SAPPHIRE_RAPIDS, jit_compile=False)
+    assert precision == "float32"
+    assert ("--jit for bfloat16" in reason) == (expected == "mixed_bfloat16")
 
 
 def test_a_named_precision_is_kept_whatever_the_hardware():

@@ -8,7 +8,8 @@ avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x flo
 (docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
 with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
 precision (`matmul_speedup`; 0.1 s for the quick start's model, 0.3 s base, 1.1-1.2 s big on
-that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100). Several
+that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100), which pay
+with XLA only: without it bfloat16 trained at 0.74x float32 on an H100. Several
 workers each choose so, then train in bfloat16 only where all of them chose it.
 """
 
@@ -23,6 +24,9 @@ from typing import Callable
 AUTO = "auto"
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 flags of /proc/cpuinfo
 BF16_GPU_CAPABILITY = (8, 0)
+# Measured without XLA on one H100 (issue 12; base, 8192 target tokens a batch): bfloat16's
+# casts and element-wise operations, unfused, cost more than its matrix products save.
+GPU_WITHOUT_XLA = "base at 8192 tokens: 50,818 tok/s against 68,250"
 # bfloat16 is taken on a CPU with avx512_bf16 but no AMX only when its matrix product ran at least
 # this much faster than float32's: a margin for the timing's noise, well under the 1.25-1.44x the
 # AMD EPYC trains faster and well over the ~0.6x measured on the Intel Xeon without AMX.
@@ -96,7 +100,8 @@ def matmul_speedup(rows: int, inner: int, outer: int,
 def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
                      flags: set[str], isa_cap: tuple[str, str] | None = None,
                      measure: Callable[[], tuple[float, float, float]] | None = None,
-                     resumed: tuple[str, str] | None = None) -> tuple[str, str]:
+                     resumed: tuple[str, str] | None = None,
+                     jit_compile: bool = True) -> tuple[str, str]:
     """The precision to train in, and why.
 
     Args:
@@ -110,6 +115,8 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         resumed: (precision, checkpoint) of the run being resumed: where `auto` would time
             bfloat16, the run keeps that precision instead, so that it resumes exactly (a timing
             near the threshold could otherwise switch it).
+        jit_compile: whether the update is XLA-compiled: on a GPU bfloat16 pays only with XLA
+            (without, its casts run as kernels of their own).
 
     Returns:
         (a Keras dtype policy name, the reason in a few words).
@@ -118,6 +125,10 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         return requested, "as requested"
     if gpu_capabilities:
         lowest = min(gpu_capabilities)
+        if lowest >= BF16_GPU_CAPABILITY and not jit_compile:
+            return "float32", (f"GPU compute capability {lowest[0]}.{lowest[1]} has bfloat16, "
+                               f"but without XLA (--no-jit) bfloat16 trained slower than "
+                               f"float32 on an H100 ({GPU_WITHOUT_XLA}); --jit for bfloat16")
         if lowest >= BF16_GPU_CAPABILITY:
             return "mixed_bfloat16", f"GPU compute capability {lowest[0]}.{lowest[1]} has bfloat16"
         return "float32", f"GPU compute capability {lowest[0]}.{lowest[1]} has no bfloat16 units"
@@ -145,7 +156,8 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
 
 def resolve_precision(requested: str, feed_forward: tuple[int, int] | None = None,
                       resumed: tuple[str, str] | None = None,
-                      gather: Callable[[float], list[float]] | None = None) -> tuple[str, str]:
+                      gather: Callable[[float], list[float]] | None = None,
+                      jit_compile: bool = True) -> tuple[str, str]:
     """`choose_precision` for this machine's GPUs (or, with none, its CPU).
 
     Args:
@@ -156,13 +168,14 @@ def resolve_precision(requested: str, feed_forward: tuple[int, int] | None = Non
             returns every worker's, in worker order (each worker calls it once): the workers,
             whose CPUs or GPUs may differ and whose timings do, then train in bfloat16 only
             where every one of them chose it (`agree`).
+        jit_compile: see `choose_precision`.
     """
     if requested != AUTO:
         return requested, "as requested"
     measure = (functools.partial(matmul_speedup, TIMED_ROWS, *feed_forward)
                if feed_forward else None)
     precision, reason = choose_precision(requested, gpu_compute_capabilities(), cpu_flags(),
-                                         max_cpu_isa(), measure, resumed)
+                                         max_cpu_isa(), measure, resumed, jit_compile)
     return agree(precision, reason, gather) if gather else (precision, reason)
 
 

@@ -106,7 +106,8 @@ class Trainer(TrainingLoop):
         precision, reason = resolve_precision(
             train_config.precision, (model_config.d_model, model_config.d_ff),
             _recorded_precision(save_dir) if train_config.precision == AUTO else None,
-            self.collectives.every_worker if self.topology.num_workers > 1 else None)
+            self.collectives.every_worker if self.topology.num_workers > 1 else None,
+            train_config.jit_compile)
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
