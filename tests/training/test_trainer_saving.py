@@ -170,7 +170,7 @@ def test_a_compile_pass_failing_other_than_out_of_memory_starts_no_queued_shape(
     shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16), (4, 20, 20), (4, 24, 24)]
     started, beside = [], threading.Event()
 
-    def compile_pass(shape):
+    def compile_pass(shape, alone=True):
         started.append(shape)
         if shape == shapes[0]:
             assert beside.wait(300)  # both threads busy
@@ -183,6 +183,28 @@ def test_a_compile_pass_failing_other_than_out_of_memory_starts_no_queued_shape(
     with pytest.raises(ValueError, match="no program for this shape"):
         trainer.fit(epoch_maker(PAIRS, 4), shapes=shapes)
     assert sorted(started) == shapes[:2] and trainer.step == 0
+
+
+@pytest.mark.parametrize("compile_workers", [1, 2])
+def test_out_of_memory_while_compiling_says_what_to_lower(tmp_path, compile_workers):
+    """With XLA the first thing a run does on the device is the compile passes, so a
+    --max-tokens too large for it fails there: the same clear error as in training (beside
+    other passes, once run again alone), not TensorFlow's, and nothing written."""
+    import tensorflow as tf
+
+    from vtx.training.loop import TrainingError
+
+    trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=compile_workers,
+                           max_tokens=64)
+
+    def out_of_memory(*args):  # the device's allocator refusing the update
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating a tensor")
+
+    trainer._update = out_of_memory
+    with pytest.raises(TrainingError, match=r"^out of memory on a batch of source \(4, \d+\) "
+                                            r"target \(4, \d+\); lower --max-tokens \(now 64\)"):
+        trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12), (4, 16, 16)])
+    assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
 
 
 def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):

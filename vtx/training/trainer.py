@@ -524,7 +524,7 @@ class Trainer(TrainingLoop):
                 if self._stop_signal is not None or failed.is_set():
                     return None
                 try:
-                    return self._compile_pass(shape)
+                    return self._compile_pass(shape, alone=False)
                 except tf.errors.ResourceExhaustedError:
                     raise
                 except BaseException:  # the queued shapes start no pass: the error surfaces now
@@ -558,23 +558,41 @@ class Trainer(TrainingLoop):
         """Batches of (rows, source length, target length) holding only padding, one per local
         replica: they weigh nothing, so running the update on them compiles it and changes
         nothing (with Adam off)."""
-        rows, source, target = shape
-        target_pad = np.full((rows, target), PAD_ID, np.int32)
-        batch = {"source": np.full((rows, source), PAD_ID, np.int32),
-                 "target_in": target_pad, "target_out": target_pad}
-        if self.packed_shapes:  # the packed batches' segment ids and positions: 0 on padding
-            batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
-                                        np.int32) for key in PACKED_KEYS})
-        return self.collectives.per_replica([batch] * self.topology.local_replicas)
+        return self.collectives.per_replica([_all_pad_batch(shape, bool(self.packed_shapes))]
+                                            * self.topology.local_replicas)
 
-    def _compile_pass(self, shape: tuple[int, int, int]) -> float:
-        """One all-pad update of `shape` with Adam off; its seconds."""
+    def _compile_pass(self, shape: tuple[int, int, int], alone: bool = True) -> float:
+        """One all-pad update of `shape` with Adam off; its seconds.
+
+        Raises:
+            TrainingError: out of memory, when the pass ran `alone` (what to lower, as in
+                training); beside other passes tf.errors.ResourceExhaustedError, for the caller
+                to run it again alone.
+        """
         started = self.clock()
         batches = self.all_pad_batches(shape)
-        if self.config.update_freq > 1:
-            self._accumulate(batches)
-        self._update(batches, tf.constant(False)).numpy()
+        try:
+            if self.config.update_freq > 1:
+                self._accumulate(batches)
+            self._update(batches, tf.constant(False)).numpy()
+        except tf.errors.ResourceExhaustedError as error:
+            if not alone:
+                raise
+            raise self._out_of_memory([_all_pad_batch(shape, False)]) from error
         return self.clock() - started
+
+
+def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
+    """One batch of (rows, source length, target length) holding only padding; with the packed
+    batches' segment ids and positions (0 on padding) when `packed`."""
+    rows, source, target = shape
+    target_pad = np.full((rows, target), PAD_ID, np.int32)
+    batch = {"source": np.full((rows, source), PAD_ID, np.int32),
+             "target_in": target_pad, "target_out": target_pad}
+    if packed:
+        batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
+                                    np.int32) for key in PACKED_KEYS})
+    return batch
 
 
 def format_shape(shape: tuple[int, int, int]) -> str:
