@@ -136,7 +136,8 @@ class TrainingLoop:
             if self.topology.num_workers > 1:
                 # Each worker decodes in batches sized by its own memory, which can move a beam
                 # tie: the chief's score decides for all, so they agree on the best and patience.
-                score = dataclasses.replace(score, value=self.collectives.every_worker(score.value)[0])
+                chief = self.collectives.every_worker(score.value)[0]
+                score = dataclasses.replace(score, value=chief)
         if self.config.best_checkpoint_metric == "loss":
             is_best = loss < self.best_valid
         else:
@@ -185,7 +186,8 @@ class TrainingLoop:
         self.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
         # Every worker resumed the same step, but each from its own copy: they agree.
-        pending, self.validation_pending = self.collectives.any_worker(self.validation_pending), False
+        pending = self.collectives.any_worker(self.validation_pending)
+        self.validation_pending = False
         if pending and make_valid and self.config.validate_interval_steps:
             self.log(f"validating step {self.step} first: its validation was interrupted by the "
                      f"stop signal that ended the last run")
@@ -328,7 +330,8 @@ class TrainingLoop:
         # A diverging model is not saved by the cadence, only when the run ends here (signal,
         # budget, last step) or when it validated as the best yet: a validation outweighs one
         # update's loss (a batch of unusually long or hard pairs can spike alone).
-        if (self.collectives.any_worker(bool(due and not loop.diverging or is_best or stop)) or out_of_time
+        wants_save = bool(due and not loop.diverging or is_best or stop)
+        if (self.collectives.any_worker(wants_save) or out_of_time
                 or self.step == config.max_steps):
             path = self.save(stream)
             loop.last_save = self.clock()
