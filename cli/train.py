@@ -122,6 +122,8 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
     if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
         cache = xla_cache_dir or compile_cache.default_directory(save_dir)
+        if xla_cache_dir and (problem := compile_cache.unusable(xla_cache_dir)):
+            raise click.BadParameter(problem, param_hint="--xla-cache-dir")
         if cache is not None:
             click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
     elif xla_cache_dir:

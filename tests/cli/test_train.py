@@ -99,6 +99,12 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                   "--xla-cache-dir", cache)
     assert refused.returncode == 2 and "--xla-cache-dir goes with --jit" in refused.stderr
+    # A cache TensorFlow could not write into is refused before training, not at its compile.
+    refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save, "--jit",
+                  "--xla-cache-dir", save / "config.json" / "xla")
+    assert refused.returncode == 2
+    assert (f"Invalid value for --xla-cache-dir: {save / 'config.json' / 'xla'}: "
+            f"{save / 'config.json'} is not a directory") in refused.stderr
 
 
 def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(multi30k_small,

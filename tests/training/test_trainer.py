@@ -317,6 +317,10 @@ def test_out_of_memory_names_what_lowers_the_memory_of_a_fresh_and_of_a_resumed_
         assert advice in str(raised.value)
         assert ("start a new run (another --save-dir) with a lower --max-tokens (now 64)"
                 in str(raised.value)) == resume
+    trainer._evaluate = out_of_memory  # the validation loss's forward pass
+    with pytest.raises(TrainingError, match=r"^out of memory on a validation batch of source "
+                                            r"\(4, \d+\) target \(4, \d+\); this run resumed"):
+        trainer.evaluate([batch])
 
 
 def test_negative_time_budget_is_refused():

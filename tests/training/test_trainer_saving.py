@@ -186,24 +186,74 @@ def test_a_compile_pass_failing_other_than_out_of_memory_starts_no_queued_shape(
 
 
 @pytest.mark.parametrize("compile_workers", [1, 2])
-def test_out_of_memory_while_compiling_says_what_to_lower(tmp_path, compile_workers):
+@pytest.mark.parametrize("error", [
+    "ResourceExhaustedError: OOM when allocating a tensor",
+    # CUDA's allocator failing as a compiled kernel loads (tensorflow#60607) comes as another kind
+    "InternalError: Failed to load in-memory CUBIN: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+])
+def test_out_of_memory_while_compiling_says_what_to_lower(tmp_path, compile_workers, error):
     """With XLA the first thing a run does on the device is the compile passes, so a
     --max-tokens too large for it fails there: the same clear error as in training (beside
     other passes, once run again alone), not TensorFlow's, and nothing written."""
-    import tensorflow as tf
-
     from vtx.training.loop import TrainingError
 
     trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=compile_workers,
                            max_tokens=64)
+    started = []
 
     def out_of_memory(*args):  # the device's allocator refusing the update
-        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating a tensor")
+        started.append(1)
+        raise tf_error(error)
 
     trainer._update = out_of_memory
     with pytest.raises(TrainingError, match=r"^out of memory on a batch of source \(4, \d+\) "
                                             r"target \(4, \d+\); lower --max-tokens \(now 64\)"):
         trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12), (4, 16, 16)])
+    assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
+    assert len(started) > (compile_workers > 1)  # beside others, then alone
+
+
+def tf_error(text: str):
+    """TensorFlow's error of the kind and message in 'Kind: message'."""
+    import tensorflow as tf
+
+    kind, _, message = text.partition(": ")
+    return getattr(tf.errors, kind)(None, None, message)
+
+
+@pytest.mark.parametrize("compile_workers", [1, 2])
+@pytest.mark.parametrize("error, says", [
+    ("PermissionDeniedError: /shared/cache/xla_1234.pb; Permission denied",
+     "; if the XLA cache /shared/cache was written by another machine or TensorFlow, or is "
+     "damaged, remove it (or give another --xla-cache-dir); --no-jit trains without XLA"),
+    ("InternalError: libdevice not found at ./libdevice.10.bc",
+     "; if the XLA cache /shared/cache was written by another machine"),
+    # TensorFlow reports a full disk as ResourceExhaustedError: not the device's memory
+    ("ResourceExhaustedError: /shared/cache/xla_1234.pb; No space left on device",
+     ": the disk is full; free space under the XLA cache /shared/cache, or point "
+     "--xla-cache-dir elsewhere"),
+])
+def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkeypatch,
+                                                                compile_workers, error, says):
+    """XLA failing on a shape (the persistent cache unwritable, from another machine, or on a
+    full disk; a broken CUDA install) ends the run before any update with the shape, TensorFlow's
+    first line and what to try, instead of TensorFlow's traceback."""
+    from vtx.training.loop import TrainingError
+
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/shared/cache")
+    trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=compile_workers)
+
+    def failing(*args):
+        raise tf_error(error)
+
+    trainer._update = failing
+    with pytest.raises(TrainingError) as raised:
+        trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12)])
+    kind, _, message = error.partition(": ")
+    assert str(raised.value).startswith(f"compiling the update for batch shape 4x8x9 failed "
+                                        f"({kind}: {message})") or str(raised.value).startswith(
+        f"compiling the update for batch shape 4x12 failed ({kind}: {message})")
+    assert says in str(raised.value) and "out of memory" not in str(raised.value)
     assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
 
 

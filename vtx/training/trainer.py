@@ -32,6 +32,7 @@ from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.data.packing import PACKED_KEYS
 from vtx.models import transformer
 from vtx import checkpoints
+from vtx.training import compile_cache
 from vtx.training.adam import FusedAdam
 from vtx.training.distribute import Collectives, make_strategy, topology, unseen_gpus_warning
 from vtx.training.loop import TrainingError, TrainingLoop
@@ -292,26 +293,33 @@ class Trainer(TrainingLoop):
                     self.launched_lengths.append(longest if self.topology.num_workers == 1
                                                  else None)
                     return self._update(self.collectives.per_replica(batches), tf.constant(True))
-            except tf.errors.ResourceExhaustedError as error:
-                raise self._out_of_memory(batches) from error
+            except tf.errors.OpError as error:
+                if out_of_device_memory(error):
+                    raise self._out_of_memory(batches) from error
+                raise
 
     def read_update(self, totals: tf.Tensor) -> np.ndarray:
         """Wait for a launched update and return its [loss, nll, tokens] sums, whether Adam
         stepped (1 or 0) and the loss scale after it, as float64 (see `_update_impl`)."""
         try:
             return totals.numpy().astype(np.float64)
-        except tf.errors.ResourceExhaustedError as error:
-            raise self._out_of_memory([]) from error
+        except tf.errors.OpError as error:
+            if out_of_device_memory(error):
+                raise self._out_of_memory([]) from error
+            raise
 
     def train_update(self, stream: BatchStream) -> np.ndarray:
         """One update, launched and read: its [loss, nll, tokens] sums, whether Adam stepped and
         the loss scale after it."""
         return self.read_update(self.start_update(stream))
 
-    def _out_of_memory(self, batches: list) -> TrainingError:
+    def _out_of_memory(self, batches: list, kind: str = "") -> TrainingError:
+        """The error of the device's memory running out on `batches` (of `kind`, e.g.
+        "validation"): what to lower, and for a resumed packed run why it cannot."""
         shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
                            f"{tuple(b['target_in'].shape)}" for b in batches)
-        what = f"out of memory{' on a batch of ' + shapes if shapes else ''}"
+        on = f" on a {kind + ' ' if kind else ''}batch of {shapes}" if shapes else ""
+        what = f"out of memory{on}"
         if self.packed_shapes and self.resumed_from is not None:
             # A resumed run keeps its checkpoint's packed rows (run.py): --max-tokens cannot
             # shrink them without moving the data position.
@@ -330,9 +338,14 @@ class Trainer(TrainingLoop):
         batches, replicas = list(batches), self.strategy.num_replicas_in_sync
         totals, first = np.zeros(3, np.float64), self.topology.worker_index * self.topology.local_replicas
         for start in range(0, len(batches), replicas):
-            group = batches[start + first:start + first + self.topology.local_replicas]
-            group += [_empty_batch()] * (self.topology.local_replicas - len(group))
-            totals += self._evaluate(self.collectives.per_replica(group)).numpy()
+            own = batches[start + first:start + first + self.topology.local_replicas]
+            group = own + [_empty_batch()] * (self.topology.local_replicas - len(own))
+            try:
+                totals += self._evaluate(self.collectives.per_replica(group)).numpy()
+            except tf.errors.OpError as error:
+                if out_of_device_memory(error):
+                    raise self._out_of_memory(own, "validation") from error
+                raise
         tokens = max(totals[2], 1.0)
         return totals[0] / tokens, totals[1] / tokens
 
@@ -525,9 +538,12 @@ class Trainer(TrainingLoop):
                     return None
                 try:
                     return self._compile_pass(shape, alone=False)
-                except tf.errors.ResourceExhaustedError:
-                    raise
-                except BaseException:  # the queued shapes start no pass: the error surfaces now
+                except tf.errors.OpError as error:
+                    if out_of_device_memory(error):
+                        raise _Crowded() from error
+                    failed.set()  # the queued shapes start no pass: the error surfaces now
+                    raise self._compile_error(shape, error) from error
+                except BaseException:
                     failed.set()
                     raise
 
@@ -536,7 +552,7 @@ class Trainer(TrainingLoop):
                 for finished in as_completed(passes):
                     try:
                         seconds = finished.result()
-                    except tf.errors.ResourceExhaustedError:
+                    except _Crowded:
                         crowded.append(passes[finished])
                         continue
                     if seconds is not None:
@@ -565,9 +581,9 @@ class Trainer(TrainingLoop):
         """One all-pad update of `shape` with Adam off; its seconds.
 
         Raises:
-            TrainingError: out of memory, when the pass ran `alone` (what to lower, as in
-                training); beside other passes tf.errors.ResourceExhaustedError, for the caller
-                to run it again alone.
+            TrainingError: when the pass ran `alone`, a TensorFlow error said in vtx's terms
+                (`_compile_error`); beside other passes TensorFlow's own, for the caller to
+                judge (out of memory: run it again alone).
         """
         started = self.clock()
         batches = self.all_pad_batches(shape)
@@ -575,11 +591,53 @@ class Trainer(TrainingLoop):
             if self.config.update_freq > 1:
                 self._accumulate(batches)
             self._update(batches, tf.constant(False)).numpy()
-        except tf.errors.ResourceExhaustedError as error:
+        except tf.errors.OpError as error:
             if not alone:
                 raise
-            raise self._out_of_memory([_all_pad_batch(shape, False)]) from error
+            raise self._compile_error(shape, error) from error
         return self.clock() - started
+
+    def _compile_error(self, shape: tuple[int, int, int],
+                       error: tf.errors.OpError) -> TrainingError:
+        """A compile pass's TensorFlow `error` as the user can act on it: out of the device's
+        memory (what to lower), a full disk under the persistent XLA cache, or XLA failing on
+        this shape (the cache, then --no-jit)."""
+        if out_of_device_memory(error):
+            return self._out_of_memory([_all_pad_batch(shape, False)])
+        first_line = (error.message or type(error).__name__).strip().splitlines()[0]
+        cache = compile_cache.current_directory()
+        what = (f"compiling the update for batch shape {format_shape(shape)} failed "
+                f"({type(error).__name__}: {first_line})")
+        if _disk_full(error):
+            return TrainingError(f"{what}: the disk is full; free space"
+                                 f"{f' under the XLA cache {cache}' if cache else ''}, or point "
+                                 f"--xla-cache-dir elsewhere")
+        remedy = (f"if the XLA cache {cache} was written by another machine or TensorFlow, or is "
+                  f"damaged, remove it (or give another --xla-cache-dir); " if cache else "")
+        return TrainingError(f"{what}; {remedy}--no-jit trains without XLA")
+
+
+class _Crowded(Exception):
+    """A compile pass ran out of device memory beside the others: run it again alone."""
+
+
+# TensorFlow reports a full disk (ENOSPC) or quota (EDQUOT) as ResourceExhaustedError too.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+
+
+def _disk_full(error: tf.errors.OpError) -> bool:
+    return any(text in (error.message or "") for text in _DISK_FULL)
+
+
+def out_of_device_memory(error: tf.errors.OpError) -> bool:
+    """Whether TensorFlow's `error` is the device's memory running out: ResourceExhaustedError
+    (but a full disk is reported so too), or an error of CUDA's own allocator, such as
+    CUDA_ERROR_OUT_OF_MEMORY loading a compiled kernel, which TensorFlow raises as another
+    kind (InternalError)."""
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        return not _disk_full(error)
+    message = error.message or ""
+    return "CUDA_ERROR_OUT_OF_MEMORY" in message or "out of memory" in message.lower()
 
 
 def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
