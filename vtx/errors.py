@@ -1,4 +1,5 @@
-"""Errors about a bad argument, worded for whoever passed it.
+"""Errors about a bad argument, worded for whoever passed it; and which TensorFlow errors mean
+the device's memory ran out.
 
 A library function names its own arguments (`beam`, `gold`); a command names the flags it maps
 them from (`--beam`, `--gold`). An `ArgumentError` keeps its message as a template so that either
@@ -35,3 +36,29 @@ class ArgumentError(ValueError):
     def message(self, name: Callable[[str], str]) -> str:
         """The message with each argument written as `name(argument)` (e.g. its flag)."""
         return self.template.format(**{a: name(a) for a in self.arguments}, **self.values)
+
+
+# TensorFlow reports a full disk (ENOSPC) or quota (EDQUOT) as ResourceExhaustedError too.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded")
+
+
+def disk_full(error: Exception) -> bool:
+    """Whether TensorFlow's `error` is a full disk or quota."""
+    return any(text in _message(error) for text in _DISK_FULL)
+
+
+def out_of_device_memory(error: Exception) -> bool:
+    """Whether TensorFlow's `error` is the device's memory running out: ResourceExhaustedError
+    (but a full disk is reported so too), or an error of CUDA's own allocator, such as
+    CUDA_ERROR_OUT_OF_MEMORY loading a compiled kernel, which TensorFlow raises as another kind
+    (InternalError). Judged by the class's name, so that this module imports no TensorFlow."""
+    if type(error).__name__ == "ResourceExhaustedError":
+        return not disk_full(error)
+    if not any(c.__name__ == "OpError" for c in type(error).__mro__):
+        return False
+    return "CUDA_ERROR_OUT_OF_MEMORY" in _message(error) or "out of memory" in _message(
+        error).lower()
+
+
+def _message(error: Exception) -> str:
+    return getattr(error, "message", None) or str(error)

@@ -142,3 +142,47 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
                                             r"GiB .*; use a smaller beam$") as error:
         refused.translate(lines[:1])
     assert error.value.arguments == ["beam"]
+
+
+SHORT = ["A dog.", "A girl.", "Two men.", "A cat.", "A boy runs.", "A red car.", "People.",
+         "A man sings.", "Kids play.", "A blue bird.", "Snow falls.", "A woman."]
+
+
+def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_checkpoint):
+    """A GPU running out of memory in a batch's search (its memory is not the host's, which
+    sizes the batches): the batch is searched in halves, halved again as needed, and later
+    batches are no larger than the half that fitted; the translations are those of batches of
+    that size from the start. Sentences of at most 8 pieces: one padded width throughout."""
+    import tensorflow as tf
+
+    warnings = []
+    translator = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=64),
+                                           warnings.append)
+    assert max(len(translator.encode(line, 1)) for line in SHORT) <= decoding.LENGTH_BUCKET
+    search, searched = translator._search, []
+
+    def device_of_two_rows(source):  # the device's allocator refusing more than 2 sentences
+        if source.shape[0] > 2:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+        searched.append(source.shape)
+        return search(source)
+
+    translator._search = device_of_two_rows
+    got = [h[0].text for h in translator.translate(SHORT)]
+    assert searched == [(2, 8)] * 6  # 8 rows: 4 + 4, each 2 + 2; then 2 at a time
+    assert warnings == [
+        "out of the device's memory searching 8 sentences of up to 8 pieces at once: batches "
+        "of at most 32 source positions from now on",
+        "out of the device's memory searching 4 sentences of up to 8 pieces at once: batches "
+        "of at most 16 source positions from now on"]
+    two_at_a_time = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=16))
+    assert got == [h[0].text for h in two_at_a_time.translate(SHORT)]
+
+    def no_room(source):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    translator._search = no_room
+    with pytest.raises(ArgumentError, match=r"^beam 4: the search of one sentence of 8 pieces "
+                                            r"ran out of the device's memory; use a smaller "
+                                            r"beam$"):
+        translator.translate(SHORT[:1])

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
 from vtx import atomic, checkpoints
 from vtx.config import ModelConfig
-from vtx.errors import ArgumentError
+from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
 
@@ -80,6 +82,8 @@ class Translator:
         self._search = search_for(model, options, pieces)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
+        # Source positions a batch may hold, lowered when the device ran out of memory.
+        self._device_positions = 1 << 30
 
     def _max_rows(self, width: int) -> int:
         """Sentences of `width` pieces searched together within `memory_budget` (half of the
@@ -89,8 +93,9 @@ class Translator:
             ArgumentError: one sentence alone needs more (a ValueError naming `beam` and
                 the memory).
         """
+        by_device = max(1, self._device_positions // width)  # after running out (below)
         if self.memory_budget is None:
-            return 1 << 30
+            return by_device
         one = search_bytes(self.options, self.model.config, width)
         if one > self.memory_budget:
             raise ArgumentError("{beam} {size}: the search of one sentence of {width} pieces "
@@ -98,7 +103,7 @@ class Translator:
                                 "may use (half of the available memory); use a smaller {beam}",
                                 size=self.options.beam, width=width, need=one / 2**30,
                                 budget=self.memory_budget / 2**30)
-        return self.memory_budget // one
+        return min(self.memory_budget // one, by_device)
 
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
@@ -135,15 +140,45 @@ class Translator:
                 pad_rows=self.options.jit_compile)):
             if should_stop is not None and should_stop():
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
-            output = self._search(source)
-            tokens, lengths = output.tokens.numpy(), output.lengths.numpy()
-            scores = output.scores.numpy()
+            tokens, lengths, scores = self._search_batch(source)
             for row, index in enumerate(rows):
                 results[index] = [
                     Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
                                float(scores[row, r]))
                     for r in range(self.options.nbest)]
         return results
+
+
+    def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokens [B, R, T], lengths [B, R] and scores [B, R] of the search of `source` [B, S];
+        when the device runs out of memory, of its halves (each halved again as needed), and
+        later batches hold at most as many source positions as the half that fitted.
+
+        Raises:
+            ArgumentError: one sentence alone does not fit (names `beam`).
+        """
+        try:
+            output = self._search(source)
+            return output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy()
+        except Exception as error:
+            if not out_of_device_memory(error):
+                raise
+            rows, width = source.shape
+            if rows == 1:
+                raise ArgumentError("{beam} {size}: the search of one sentence of {width} "
+                                    "pieces ran out of the device's memory; use a smaller "
+                                    "{beam}", size=self.options.beam, width=width) from error
+            half = (rows + 1) // 2
+            if half * width < self._device_positions:
+                self._device_positions = half * width
+                self.warn(f"out of the device's memory searching {rows} sentences of up to "
+                          f"{width} pieces at once: batches of at most {half * width} source "
+                          f"positions from now on")
+        parts = [self._search_batch(source[:half]), self._search_batch(source[half:])]
+        longest = max(tokens.shape[2] for tokens, _, _ in parts)  # each stops on its own
+        tokens = [np.pad(t, [(0, 0), (0, 0), (0, longest - t.shape[2])]) for t, _, _ in parts]
+        return (np.concatenate(tokens), np.concatenate([lengths for _, lengths, _ in parts]),
+                np.concatenate([scores for _, _, scores in parts]))
 
 
 def read_lines(stream: Iterable[bytes], warn: Callable[[str], None]) -> Iterator[str]:

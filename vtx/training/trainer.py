@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.data.packing import PACKED_KEYS
+from vtx.errors import disk_full, out_of_device_memory
 from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training import compile_cache
@@ -608,7 +609,7 @@ class Trainer(TrainingLoop):
         cache = compile_cache.current_directory()
         what = (f"compiling the update for batch shape {format_shape(shape)} failed "
                 f"({type(error).__name__}: {first_line})")
-        if _disk_full(error):
+        if disk_full(error):
             return TrainingError(f"{what}: the disk is full; free space"
                                  f"{f' under the XLA cache {cache}' if cache else ''}, or point "
                                  f"--xla-cache-dir elsewhere")
@@ -619,25 +620,6 @@ class Trainer(TrainingLoop):
 
 class _Crowded(Exception):
     """A compile pass ran out of device memory beside the others: run it again alone."""
-
-
-# TensorFlow reports a full disk (ENOSPC) or quota (EDQUOT) as ResourceExhaustedError too.
-_DISK_FULL = ("No space left on device", "Disk quota exceeded")
-
-
-def _disk_full(error: tf.errors.OpError) -> bool:
-    return any(text in (error.message or "") for text in _DISK_FULL)
-
-
-def out_of_device_memory(error: tf.errors.OpError) -> bool:
-    """Whether TensorFlow's `error` is the device's memory running out: ResourceExhaustedError
-    (but a full disk is reported so too), or an error of CUDA's own allocator, such as
-    CUDA_ERROR_OUT_OF_MEMORY loading a compiled kernel, which TensorFlow raises as another
-    kind (InternalError)."""
-    if isinstance(error, tf.errors.ResourceExhaustedError):
-        return not _disk_full(error)
-    message = error.message or ""
-    return "CUDA_ERROR_OUT_OF_MEMORY" in message or "out of memory" in message.lower()
 
 
 def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
