@@ -142,6 +142,27 @@ def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_togeth
 
 
 @pytest.mark.slow
+def test_a_worker_whose_peer_dies_says_so_and_keeps_the_checkpoints(tmp_path):
+    """One of two workers killed mid-training (a host lost, or out of memory there): the other's
+    next collective fails (TensorFlow notices the missing heartbeats within seconds) and it
+    exits saying that another worker is gone and how to resume, not with TensorFlow's
+    traceback; the chief's checkpoints stay."""
+    chief, other = two_workers(tmp_path, "--max-steps", 200, "--step-sleep", 0.2,
+                               "--save-every", 2)
+    for line in chief.stdout:
+        if line.startswith("step 4/"):
+            break
+    other.kill()
+    output, _ = chief.communicate(timeout=300)
+    assert chief.returncode != 0
+    assert ("TrainingError: another worker of this run stopped or cannot be reached "
+            "(UnavailableError: ") in output, output[-3000:]
+    assert ("the checkpoints written are kept: see that worker's log for why, then start every "
+            "worker again (the same TF_CONFIG) to resume from the newest") in output
+    assert checkpoints.list_checkpoints(tmp_path / "w0")
+
+
+@pytest.mark.slow
 def test_two_workers_keep_the_best_by_the_chiefs_task_metric(tmp_path):
     """Each worker decodes the validation set in batches sized by its own memory, which can move
     a beam tie: the workers must still agree on the best and on patience (or one would stop

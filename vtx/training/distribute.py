@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -94,6 +95,25 @@ class Collectives:
     def every_worker(self, value: float) -> list[float]:
         """Every worker's `value`, in worker order."""
         return [float(v) for v in self.gather(np.array([value]))[:, 0]]
+
+
+# What a collective raises when another worker is gone: on 127.0.0.1, 9 s after the other of two
+# workers was killed, UnavailableError "Collective ops is aborted by: ... The following tasks are
+# unhealthy (stopped sending heartbeats)".
+PEER_ERRORS = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
+
+
+def peer_failure(error: Exception, place: Topology) -> str | None:
+    """What to tell the user when `error` says that another worker of the run stopped or cannot
+    be reached (None when it does not, or with one worker): TensorFlow's own words, without the
+    graph node's name, and what to do."""
+    if place.num_workers == 1 or type(error).__name__ not in PEER_ERRORS:
+        return None
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", getattr(error, "message", "") or "")
+    said = " ".join(text.strip().splitlines()[:2])
+    return (f"another worker of this run stopped or cannot be reached ({type(error).__name__}: "
+            f"{said}); the checkpoints written are kept: see that worker's log for why, then "
+            f"start every worker again (the same TF_CONFIG) to resume from the newest")
 
 
 def unseen_gpus_warning() -> str | None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from vtx import atomic, checkpoints
 from vtx.inference.translate import SearchInterrupted
+from vtx.training.distribute import peer_failure
 from vtx.training.progress import Progress
 from vtx.training.stream import BatchStream
 from vtx.training.validation import Score
@@ -77,8 +78,17 @@ class TrainingLoop:
             number when SIGTERM/SIGINT stopped it.
 
         Raises:
-            TrainingError: too many non-finite losses in a row, or out of memory.
+            TrainingError: too many non-finite losses in a row, out of memory, or another worker
+                gone (TensorFlow's collective error said as such).
         """
+        try:
+            return self._fit(make_epoch, make_valid, score_valid, shapes)
+        except Exception as error:
+            if message := peer_failure(error, self.topology):
+                raise TrainingError(message) from error
+            raise
+
+    def _fit(self, make_epoch, make_valid, score_valid, shapes) -> int | None:
         metric = self.config.best_checkpoint_metric
         if metric != "loss" and (score_valid is None or make_valid is None):
             raise TrainingError(f"the best checkpoint is chosen by {metric}, but no validation "
