@@ -44,7 +44,7 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force):
         checkpoints.check_output(output, force)
         averaged = checkpoints.average(paths)
         checkpoints.save(output, averaged)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, MemoryError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"averaged {len(paths)} checkpoints (steps {averaged.meta['averaged_from']}) "
                f"into {output}")

@@ -46,7 +46,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
                                 gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
                                 log=lambda message: click.echo(message, err=True))
-    except (OSError, ValueError) as error:  # also a --beam too wide for the memory
+    except (OSError, ValueError, MemoryError) as error:  # also a --beam too wide for the memory
         raise library_error(error, FLAGS) from error
     if parsed.scores is not None:
         click.echo(evalb.format_errors(parsed.scores), err=True, nl=False)

@@ -150,7 +150,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                             tensorboard_dir=tensorboard_dir,
                             log=lambda line: click.echo(line, err=True),
                             eval_metric=eval_metric, eval_options=eval_options)
-    except (OSError, ValueError, DataError, TrainingError) as error:
+    except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
         raise click.ClickException(str(error)) from error
     if stopped:
         sys.exit(128 + stopped)

@@ -45,5 +45,5 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
             score, signature = lib.bleu(best, reference)
             click.echo(score, err=True)
             click.echo(signature, err=True)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error

@@ -123,6 +123,9 @@ def load(path: str | Path) -> Checkpoint:
     Raises:
         OSError: the file cannot be opened.
         CheckpointError: the file is damaged or not a vtx checkpoint (the message names it).
+        MemoryError: the host's memory ran out reading a checkpoint whose entries hold the
+            data they declare (the message names the file): not damage, so that a resumed run
+            does not set a good checkpoint aside.
     """
     path = Path(path)
     with open(path, "rb") as handle:
@@ -132,11 +135,38 @@ def load(path: str | Path) -> Checkpoint:
         try:
             with np.load(handle, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in data.files}
+        except MemoryError as error:
+            # A damaged .npy header can declare a shape too large to allocate.
+            if not _entries_fit(handle):
+                raise _damaged(path, "an entry declares more data than it holds") from error
+            raise MemoryError(f"{path}: out of memory reading it ({path.stat().st_size:,} "
+                              f"bytes); free memory or use a machine with more") from error
         # A damaged zip or .npy header fails in many ways (BadZipFile, EOFError, a header that
-        # does not parse, a shape too large to allocate): each one means "damaged".
+        # does not parse): each one means "damaged".
         except Exception as error:
             raise _damaged(path, f"{type(error).__name__}: {error}") from error
     return _from_arrays(path, arrays)
+
+
+def _entries_fit(handle) -> bool:
+    """Whether every .npy entry of the zip archive open in `handle` declares no more bytes than
+    it holds (False too when an entry's header does not read)."""
+    import zipfile
+
+    try:
+        handle.seek(0)
+        with zipfile.ZipFile(handle) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as entry:
+                    version = np.lib.format.read_magic(entry)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read(entry)
+                    if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > info.file_size:
+                        return False
+    except Exception:
+        return False
+    return True
 
 
 def read_meta(path: str | Path) -> dict | None:

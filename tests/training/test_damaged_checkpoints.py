@@ -2,6 +2,7 @@
 run resumes from the newest checkpoint that loads (the damaged one set aside, said in the log)."""
 
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -130,3 +131,38 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     reference = checkpoints.load(checkpoints.checkpoint_path(uninterrupted, 4)).model
     for variable, want in zip(trainer.model.variables, reference):
         np.testing.assert_allclose(variable.numpy(), want, atol=1e-5)
+
+
+def test_out_of_host_memory_reading_a_good_checkpoint_is_not_damage(tmp_path, uninterrupted,
+                                                                      monkeypatch):
+    """The host's memory running out while a checkpoint is read (big models, a busy host) says
+    so, naming the file; a resumed run stops instead of setting the good checkpoint aside and
+    going back to an older one. A damaged header declaring more than its entry holds (which
+    asks for memory it cannot get) is still damage."""
+    shutil.copy(checkpoints.checkpoint_path(uninterrupted, 4), tmp_path)
+    newest = checkpoints.checkpoint_path(tmp_path, 4)
+    load = np.load
+
+    def no_memory(*args, **kwargs):  # the host's allocator refusing the arrays
+        with load(*args, **kwargs) as data:
+            data.files  # the directory reads
+        raise MemoryError()
+
+    monkeypatch.setattr(np, "load", no_memory)
+    with pytest.raises(MemoryError, match=f"^{newest}: out of memory reading it \\([\\d,]+ "
+                                          f"bytes\\); free memory or use a machine with more$"):
+        checkpoints.load(newest)
+    with pytest.raises(MemoryError):
+        make_trainer(tmp_path, []).fit(epoch_maker(PAIRS, 4))
+    assert newest.exists() and not list(tmp_path.glob("*.damaged"))
+    monkeypatch.undo()
+
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(4, np.float32))
+    header["shape"] = (10 ** 11,)  # 400 GB declared, 16 bytes held
+    huge = tmp_path / "huge.npz"
+    with zipfile.ZipFile(huge, "w") as archive:
+        with archive.open("model_00000.npy", "w") as entry:
+            np.lib.format.write_array_header_1_0(entry, header)
+            entry.write(np.zeros(4, np.float32).tobytes())
+    with pytest.raises(CheckpointError, match="huge.npz: not a readable vtx checkpoint"):
+        checkpoints.load(huge)
