@@ -46,4 +46,6 @@ def library_error(error: Exception, flags: dict[str, str]) -> click.ClickExcepti
     for each library argument it mentions (`flags`: argument -> flag)."""
     if isinstance(error, ArgumentError):
         return click.ClickException(error.message(lambda argument: flags.get(argument, argument)))
+    if isinstance(error, MemoryError) and not str(error):  # Python's own carries no words
+        return click.ClickException("out of the host's memory (MemoryError)")
     return click.ClickException(str(error))

@@ -4,9 +4,12 @@ import sys
 
 import click
 
+from vtx_cli.options import library_error
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
+# The validation's search (library argument -> flag): a --eval-beam too wide for the memory.
+EVAL_FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1"}
 
 
 @click.command()
@@ -151,7 +154,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                             log=lambda line: click.echo(line, err=True),
                             eval_metric=eval_metric, eval_options=eval_options)
     except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
-        raise click.ClickException(str(error)) from error
+        raise library_error(error, EVAL_FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
 

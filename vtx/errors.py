@@ -8,6 +8,7 @@ can be written from it, and a command never rewrites the library's words.
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Callable
 
@@ -62,3 +63,21 @@ def out_of_device_memory(error: Exception) -> bool:
 
 def _message(error: Exception) -> str:
     return getattr(error, "message", None) or str(error)
+
+
+def tf_message(error: Exception, lines: int = 2) -> str:
+    """TensorFlow's own words for `error`, on one line: without the "Graph execution error"
+    header and the Python stack of the node that a tf.function's error carries, and without
+    the graph's tags ({{node ...}}, {{function_node ...}}, [Op:...]); its first `lines` lines."""
+    text = _message(error)
+    text = re.sub(r"\{\{function_node [^}]*\}\}|\[\[\{\{node [^}]*\}\}\]\]|\[Op:[^\]]*\]", "", text)
+    kept = text.splitlines()
+    if kept and kept[0].startswith("Graph execution error"):
+        # The header, "Detected at node X defined at (most recent call last):", then each
+        # frame's "  File ..." line (and its code line) and blank lines; the words follow.
+        frames = [i for i, line in enumerate(kept) if line.startswith("  File ")]
+        kept = kept[frames[-1] + 1:] if frames else kept[1:]
+        kept = [line for line in kept if not line.startswith("    ")]  # a frame's code line
+    said = [line.strip() for line in kept if line.strip()
+            and not line.startswith("Detected at node")]
+    return " ".join(said[:lines]) or type(error).__name__

@@ -155,8 +155,8 @@ def test_out_of_host_memory_reading_a_good_checkpoint_is_not_damage(tmp_path, un
     with pytest.raises(MemoryError):
         make_trainer(tmp_path, []).fit(epoch_maker(PAIRS, 4))
     assert newest.exists() and not list(tmp_path.glob("*.damaged"))
-    monkeypatch.undo()
 
+    # (np.load still refuses: whether the host would lend 400 GB depends on its overcommit.)
     header = np.lib.format.header_data_from_array_1_0(np.zeros(4, np.float32))
     header["shape"] = (10 ** 11,)  # 400 GB declared, 16 bytes held
     huge = tmp_path / "huge.npz"

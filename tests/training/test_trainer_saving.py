@@ -240,7 +240,13 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
     first line and what to try, instead of TensorFlow's traceback."""
     from vtx.training.loop import TrainingError
 
-    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/shared/cache")
+    from pathlib import Path
+
+    from vtx.training import compile_cache
+
+    # As `enable` would have named it (TF_XLA_FLAGS itself is read once by TensorFlow: not set
+    # here, where later tests of the same process compile).
+    monkeypatch.setattr(compile_cache, "current_directory", lambda: Path("/shared/cache"))
     trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=compile_workers)
 
     def failing(*args):
@@ -255,6 +261,30 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
         f"compiling the update for batch shape 4x12 failed ({kind}: {message})")
     assert says in str(raised.value) and "out of memory" not in str(raised.value)
     assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
+
+
+def test_another_worker_gone_while_compiling_is_said_as_such_not_as_xla_failing(tmp_path):
+    """With several workers each compile pass ends in collectives: a worker gone (out of memory
+    there, killed) fails them here, which is not this shape's XLA failing (no cache to remove,
+    no --no-jit to try). The topology says two workers; the stand-in update fails as their
+    collective does."""
+    import dataclasses
+
+    from vtx.training.loop import TrainingError
+
+    trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=1)
+    trainer.topology = dataclasses.replace(trainer.topology, num_workers=2)
+
+    def gone(*args):
+        raise tf_error("UnavailableError: Collective ops is aborted by: Error reported from "
+                       "/job:worker/task:1: The following tasks are unhealthy (stopped sending "
+                       "heartbeats):\n/job:worker/replica:0/task:1")
+
+    trainer._update = gone
+    with pytest.raises(TrainingError, match=r"^another worker of this run stopped or cannot be "
+                                            r"reached \(UnavailableError: Collective ops is "
+                                            r"aborted by: .* /job:worker/replica:0/task:1\); "):
+        trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12)])
 
 
 def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):

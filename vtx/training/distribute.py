@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
 
+from vtx.errors import tf_message
 from vtx.training import compile_cache
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -103,17 +103,15 @@ class Collectives:
 PEER_ERRORS = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
 
 
-def peer_failure(error: Exception, place: Topology) -> str | None:
-    """What to tell the user when `error` says that another worker of the run stopped or cannot
-    be reached (None when it does not, or with one worker): TensorFlow's own words, without the
-    graph node's name, and what to do."""
-    if place.num_workers == 1 or type(error).__name__ not in PEER_ERRORS:
+def peer_failure(error: Exception, num_workers: int) -> str | None:
+    """What to tell the user when `error` says that another of the run's `num_workers` workers
+    stopped or cannot be reached (None when it does not, or with one worker): TensorFlow's own
+    words and what to do."""
+    if num_workers == 1 or type(error).__name__ not in PEER_ERRORS:
         return None
-    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", getattr(error, "message", "") or "")
-    said = " ".join(text.strip().splitlines()[:2])
     return (f"another worker of this run stopped or cannot be reached ({type(error).__name__}: "
-            f"{said}); the checkpoints written are kept: see that worker's log for why, then "
-            f"start every worker again (the same TF_CONFIG) to resume from the newest")
+            f"{tf_message(error)}); the checkpoints written are kept: see that worker's log for "
+            f"why, then start every worker again (the same TF_CONFIG) to resume from the newest")
 
 
 def unseen_gpus_warning() -> str | None:

@@ -8,6 +8,7 @@ checkpoint format live in `trainer.py`; the cross-worker collectives in `distrib
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import signal
@@ -34,6 +35,18 @@ RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
 
 class TrainingError(RuntimeError):
     """Training cannot go on (non-finite losses in a row, out of memory, incompatible save dir)."""
+
+
+@contextlib.contextmanager
+def peer_failures_said(num_workers: int):
+    """Within it, a collective's error that says another of `num_workers` workers is gone is
+    raised as a TrainingError saying so (`distribute.peer_failure`)."""
+    try:
+        yield
+    except Exception as error:
+        if message := peer_failure(error, num_workers):
+            raise TrainingError(message) from error
+        raise
 
 
 class TrainingLoop:
@@ -81,12 +94,8 @@ class TrainingLoop:
             TrainingError: too many non-finite losses in a row, out of memory, or another worker
                 gone (TensorFlow's collective error said as such).
         """
-        try:
+        with peer_failures_said(self.topology.num_workers):
             return self._fit(make_epoch, make_valid, score_valid, shapes)
-        except Exception as error:
-            if message := peer_failure(error, self.topology):
-                raise TrainingError(message) from error
-            raise
 
     def _fit(self, make_epoch, make_valid, score_valid, shapes) -> int | None:
         metric = self.config.best_checkpoint_metric

@@ -77,10 +77,20 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 
     Raises:
         ValueError: a bad configuration, data directory or gold file (named).
+        TrainingError: training cannot go on (out of memory, diverged, another worker gone).
     """
-    from vtx.training.distribute import make_strategy
+    from vtx.training.distribute import make_strategy, topology
+    from vtx.training.loop import peer_failures_said
 
     strategy = make_strategy(devices)  # first: MultiWorkerMirroredStrategy must precede other TF ops
+    # The workers agree from the Trainer's start (precision, resume): one gone fails a collective.
+    with peer_failures_said(topology(strategy).num_workers):
+        return _train(strategy, data_dir, save_dir, arch, overrides, train_config,
+                      tensorboard_dir, log, eval_metric, eval_options)
+
+
+def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
+           eval_metric, eval_options) -> int | None:
     from vtx.data import pipeline
     from vtx.training.trainer import Trainer, format_shape
 
@@ -116,9 +126,9 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     if eval_metric:
         from vtx.training import validation
 
-        score_valid = validation.make_scorer(trainer.model, data_dir, eval_metric,
-                                             max_tokens=train_config.max_tokens,
-                                             **(eval_options or {}))
+        score_valid = validation.make_scorer(
+            trainer.model, data_dir, eval_metric, max_tokens=train_config.max_tokens,
+            warn=lambda message: log(f"warning: validation: {message}"), **(eval_options or {}))
     packed = _packing(data_dir, train_config, model_config, boundaries, splits, log)
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)

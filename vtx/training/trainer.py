@@ -30,12 +30,13 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.data.packing import PACKED_KEYS
-from vtx.errors import disk_full, out_of_device_memory
+from vtx.errors import disk_full, out_of_device_memory, tf_message
 from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training import compile_cache
 from vtx.training.adam import FusedAdam
-from vtx.training.distribute import Collectives, make_strategy, topology, unseen_gpus_warning
+from vtx.training.distribute import (Collectives, make_strategy, peer_failure, topology,
+                                     unseen_gpus_warning)
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import AUTO, resolve_precision
@@ -593,8 +594,8 @@ class Trainer(TrainingLoop):
                 self._accumulate(batches)
             self._update(batches, tf.constant(False)).numpy()
         except tf.errors.OpError as error:
-            if not alone:
-                raise
+            if not alone or peer_failure(error, self.topology.num_workers):
+                raise  # to run it again alone; another worker gone: fit says so
             raise self._compile_error(shape, error) from error
         return self.clock() - started
 
@@ -605,10 +606,9 @@ class Trainer(TrainingLoop):
         this shape (the cache, then --no-jit)."""
         if out_of_device_memory(error):
             return self._out_of_memory([_all_pad_batch(shape, False)])
-        first_line = (error.message or type(error).__name__).strip().splitlines()[0]
         cache = compile_cache.current_directory()
         what = (f"compiling the update for batch shape {format_shape(shape)} failed "
-                f"({type(error).__name__}: {first_line})")
+                f"({type(error).__name__}: {tf_message(error, lines=1)})")
         if disk_full(error):
             return TrainingError(f"{what}: the disk is full; free space"
                                  f"{f' under the XLA cache {cache}' if cache else ''}, or point "

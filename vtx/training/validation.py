@@ -46,6 +46,8 @@ class ValidationScorer:
         constrain_trees: for "f1": search only well-formed trees with one slot per word
             (`vtx.inference.tree_constraint`, as `vtx parse --constrain-trees`).
         max_tokens: source tokens per decoding batch.
+        warn: receives the search's warnings (a batch searched in halves when the device ran
+            out of memory).
 
     Raises:
         ValueError: unknown metric, "f1" without gold trees, or gold trees that do not match the
@@ -55,7 +57,8 @@ class ValidationScorer:
     def __init__(self, model, vocab, pairs: list[tuple[list[int], list[int]]], metric: str,
                  gold_path: str | Path | None = None, beam: int | None = None,
                  lenpen: float | None = None, max_tokens: int = 4096,
-                 constrain_trees: bool = False):
+                 constrain_trees: bool = False,
+                 warn: Callable[[str], None] = lambda message: None):
         from vtx.inference.decoding import VALIDATION
         from vtx.inference.translate import Translator
 
@@ -68,7 +71,7 @@ class ValidationScorer:
         options = dataclasses.replace(preset, beam=beam or preset.beam,
                                       lenpen=preset.lenpen if lenpen is None else lenpen,
                                       max_tokens=max_tokens, constrain_trees=constrain_trees)
-        self.translator = Translator(model, vocab, options)
+        self.translator = Translator(model, vocab, options, warn)
         if metric == "bleu":
             if constrain_trees:
                 raise ValueError("constrain_trees is for the f1 metric (trees), not bleu")
