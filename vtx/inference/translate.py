@@ -148,7 +148,6 @@ class Translator:
                     for r in range(self.options.nbest)]
         return results
 
-
     def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Tokens [B, R, T], lengths [B, R] and scores [B, R] of the search of `source` [B, S];
         when the device runs out of memory, of its halves (each halved again as needed), and

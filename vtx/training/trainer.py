@@ -15,6 +15,7 @@ accumulators are cleared) and is counted; too many in a row stop training.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
@@ -35,15 +36,13 @@ from vtx.models import transformer
 from vtx import checkpoints
 from vtx.training import compile_cache
 from vtx.training.adam import FusedAdam
-from vtx.training.distribute import (Collectives, make_strategy, peer_failure, topology,
+from vtx.training.distribute import (SUM, Collectives, make_strategy, peer_failure, topology,
                                      unseen_gpus_warning)
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import AUTO, resolve_precision
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream
-
-SUM = tf.distribute.ReduceOp.SUM
 
 
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
@@ -286,7 +285,7 @@ class Trainer(TrainingLoop):
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
             longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
-            try:
+            with self._out_of_memory_said(batches):
                 if micro_batch < self.config.update_freq - 1:
                     self._accumulate(self.collectives.per_replica(batches))
                 else:
@@ -295,25 +294,28 @@ class Trainer(TrainingLoop):
                     self.launched_lengths.append(longest if self.topology.num_workers == 1
                                                  else None)
                     return self._update(self.collectives.per_replica(batches), tf.constant(True))
-            except tf.errors.OpError as error:
-                if out_of_device_memory(error):
-                    raise self._out_of_memory(batches) from error
-                raise
 
     def read_update(self, totals: tf.Tensor) -> np.ndarray:
         """Wait for a launched update and return its [loss, nll, tokens] sums, whether Adam
         stepped (1 or 0) and the loss scale after it, as float64 (see `_update_impl`)."""
-        try:
+        with self._out_of_memory_said([]):
             return totals.numpy().astype(np.float64)
-        except tf.errors.OpError as error:
-            if out_of_device_memory(error):
-                raise self._out_of_memory([]) from error
-            raise
 
     def train_update(self, stream: BatchStream) -> np.ndarray:
         """One update, launched and read: its [loss, nll, tokens] sums, whether Adam stepped and
         the loss scale after it."""
         return self.read_update(self.start_update(stream))
+
+    @contextlib.contextmanager
+    def _out_of_memory_said(self, batches: list, kind: str = ""):
+        """Within it, the device's memory running out (`errors.out_of_device_memory`) is raised
+        as `_out_of_memory`'s TrainingError; other errors as they are."""
+        try:
+            yield
+        except tf.errors.OpError as error:
+            if out_of_device_memory(error):
+                raise self._out_of_memory(batches, kind) from error
+            raise
 
     def _out_of_memory(self, batches: list, kind: str = "") -> TrainingError:
         """The error of the device's memory running out on `batches` (of `kind`, e.g.
@@ -342,12 +344,8 @@ class Trainer(TrainingLoop):
         for start in range(0, len(batches), replicas):
             own = batches[start + first:start + first + self.topology.local_replicas]
             group = own + [_empty_batch()] * (self.topology.local_replicas - len(own))
-            try:
+            with self._out_of_memory_said(own, "validation"):
                 totals += self._evaluate(self.collectives.per_replica(group)).numpy()
-            except tf.errors.OpError as error:
-                if out_of_device_memory(error):
-                    raise self._out_of_memory(own, "validation") from error
-                raise
         tokens = max(totals[2], 1.0)
         return totals[0] / tokens, totals[1] / tokens
 
