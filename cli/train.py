@@ -9,7 +9,7 @@ from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dat
 
 ARCHS = tuple(PRESETS)
 # The validation's search (library argument -> flag): a --eval-beam too wide for the memory.
-EVAL_FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1"}
+FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1", "devices": "--devices"}
 
 
 @click.command()
@@ -117,16 +117,20 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
         return
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
+    from vtx import atomic
     from vtx.training import compile_cache
 
+    # Refused now, not minutes into the run when the first checkpoint, log or program is written.
+    for flag, directory in (("--save-dir", save_dir), ("--tensorboard-dir", tensorboard_dir),
+                            ("--xla-cache-dir", xla_cache_dir)):
+        if directory and (problem := atomic.unwritable_directory(directory)):
+            raise click.BadParameter(problem, param_hint=flag)
     if train_options["jit"] is None:
         train_options["jit"] = compile_cache.jit_by_default(devices.split(",") if devices else None)
         if train_options["jit"]:
             click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
     if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
         cache = xla_cache_dir or compile_cache.default_directory(save_dir)
-        if xla_cache_dir and (problem := compile_cache.unusable(xla_cache_dir)):
-            raise click.BadParameter(problem, param_hint="--xla-cache-dir")
         if cache is not None:
             click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
     elif xla_cache_dir:
@@ -154,7 +158,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                             log=lambda line: click.echo(line, err=True),
                             eval_metric=eval_metric, eval_options=eval_options)
     except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
-        raise library_error(error, EVAL_FLAGS) from error
+        raise library_error(error, FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
 

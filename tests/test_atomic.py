@@ -1,5 +1,7 @@
 """`vtx.atomic`: folders and groups of files appear whole or not at all."""
 
+from pathlib import Path
+
 import pytest
 
 from vtx import atomic
@@ -68,3 +70,21 @@ def test_move_aside_adds_the_suffix_and_replaces_an_earlier_one(tmp_path):
     assert atomic.move_aside(tmp_path / "c.npz", ".damaged") == tmp_path / "c.npz.damaged"
     assert _names(tmp_path) == ["c.npz.damaged"]
     assert (tmp_path / "c.npz.damaged").read_text() == "second"
+
+
+def test_a_folder_that_can_be_made_is_probed_without_a_trace(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert atomic.unwritable_directory(tmp_path / "new" / "deeper") is None
+    assert atomic.unwritable_directory(tmp_path) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # the probe left nothing
+    assert atomic.unwritable_directory(tmp_path / "file" / "sub") == (
+        f"{tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is not a directory")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_that_cannot_be_made_is_said_even_to_root():
+    # Permissions pass every check for root (the CI runs as root); creating a folder in /proc
+    # fails for every user, so the probe must try rather than judge by permission bits.
+    problem = atomic.unwritable_directory("/proc/vtx-runs/base")
+    assert problem is not None and problem.startswith(
+        "/proc/vtx-runs/base: cannot create a folder in /proc (")

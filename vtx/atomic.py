@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
@@ -157,3 +158,21 @@ def copy_file(source: str | Path, target: str | Path) -> None:
     """Copy `source` to `target` whole or not at all."""
     with replaced_on_success(target) as tmp:
         shutil.copyfile(source, tmp)
+
+
+def unwritable_directory(path: str | Path) -> str | None:
+    """Why a folder could not be made or written at `path` (None: it can): the nearest part of
+    the path that exists must be a folder in which this process can create one. Tried, not
+    judged from permissions (root passes every permission check, yet cannot create a folder in
+    /proc or on a read-only mount): a hidden folder is made there and removed, so nothing is
+    left. For an output folder a command fills minutes later (checkpoints, logs, caches)."""
+    path = Path(path).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{path}: {existing} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".vtx-probe-", dir=existing))
+    except OSError as error:
+        where = "" if existing == path else f" in {existing}"
+        return f"{path}: cannot create a folder{where} ({error.strerror or error})"
+    return None

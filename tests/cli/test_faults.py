@@ -1,6 +1,8 @@
 """Faults and bad input at the command line: a one-line error naming the file or flag, exit 1, no
 traceback, and nothing written or clobbered."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -84,6 +86,32 @@ def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
                     *TRAIN, "--max-tokens", 8)
     assert_one_line_error(result, "train split", "max_tokens 8 cannot hold the longest pair")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_device_tensorflow_does_not_see_is_refused_before_anything_is_written(
+        multi30k_small, tmp_path):
+    for devices, said in [("/gpu:3", "--devices: /gpu:3 is not a device TensorFlow sees here"),
+                          ("/cpu:0,cpu:0", "--devices names cpu:0 twice")]:
+        result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
+                        *TRAIN, "--devices", devices)
+        assert_one_line_error(result, said)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("flag", ["--save-dir", "--tensorboard-dir"])
+def test_a_folder_that_cannot_be_made_is_refused_at_start_naming_its_flag(multi30k_small, tmp_path,
+                                                                          flag):
+    # Found only at the first checkpoint or log line before: an OSError without the flag, or
+    # TensorFlow's NotFoundError traceback. /proc refuses new folders even to root (the CI's user).
+    folders = {"--save-dir": tmp_path / "run", "--tensorboard-dir": tmp_path / "tb",
+               flag: "/proc/x/y"}
+    result = invoke("train", multi30k_small / "data", "--save-dir", folders["--save-dir"],
+                    "--tensorboard-dir", folders["--tensorboard-dir"], *TRAIN)
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for {flag}: /proc/x/y: cannot create a folder in /proc ("
+            in result.output), result.output
+    assert not any(tmp_path.iterdir())
 
 
 def average_into(save_dir, output, *flags):

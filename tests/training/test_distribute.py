@@ -4,7 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from vtx.training.distribute import Topology, topology, unseen_gpus_warning
+from vtx.errors import ArgumentError
+from vtx.training.distribute import (Topology, checked_devices, make_strategy, topology,
+                                        unseen_gpus_warning)
 
 
 def cluster_config(task_type, index):
@@ -68,3 +70,25 @@ def test_xla_and_its_cache_are_on_by_default_on_a_gpu_machine_only(tmp_path, mon
     assert os.environ["TF_XLA_FLAGS"] == ("--tf_xla_auto_jit=2 --tf_xla_persistent_cache_directory="
                                           f"{(tmp_path / 'cache').resolve()}")
     assert not (tmp_path / "cache").exists()  # TensorFlow creates it when it first writes
+
+
+def test_devices_are_taken_by_any_spelling_and_refused_when_tensorflow_has_none_such(monkeypatch):
+    import tensorflow as tf
+
+    cpu = tf.config.list_logical_devices("CPU")[0].name
+    assert checked_devices(["/cpu:0"]) == checked_devices([" CPU:0"]) == [cpu]
+    flag = lambda argument: "--" + argument  # as `vtx train` names it
+    # MirroredStrategy itself would put a GPU it does not have on the CPU without a word, and
+    # fails on a device named twice with an AssertionError.
+    for devices, said in [(["/gpu:7"], "--devices: /gpu:7 is not a device TensorFlow sees here "
+                                        "(it sees /cpu:0"),
+                          (["foo"], "--devices: 'foo' is not a device name (such as /gpu:0 or "
+                                    "/cpu:0)"),
+                          (["/cpu:0", ""], "--devices: '' is not a device name"),
+                          (["/cpu:0", "/device:CPU:0"], "--devices names /device:CPU:0 twice")]:
+        with pytest.raises(ArgumentError) as refused:
+            checked_devices(devices)
+        assert refused.value.message(flag).startswith(said), devices
+    monkeypatch.setenv("TF_CONFIG", cluster_config("chief", 0))
+    with pytest.raises(ArgumentError, match="does not apply to a run of several workers"):
+        make_strategy(["/cpu:0"])  # refused before any cluster is joined

@@ -55,20 +55,6 @@ def current_directory() -> Path | None:
     return None
 
 
-def unusable(directory: str | Path) -> str | None:
-    """Why TensorFlow could not write its programs into `directory` (None: it can): the nearest
-    part of the path that exists must be a directory this process may write into. Checked
-    before training, since TensorFlow finds out only when it first writes a program (minutes
-    into a run on a GPU) and then fails the compile. Creates nothing."""
-    path = Path(directory).resolve()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        return f"{directory}: {existing} is not a directory"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{directory}: {existing} is not writable by this user"
-    return None
-
-
 def enable(directory: str | Path) -> Path:
     """Point TensorFlow's persistent XLA cache at `directory`, keeping the other TF_XLA_FLAGS;
     call it before XLA compiles anything. TensorFlow creates the directory when it first writes

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from vtx.errors import tf_message
+from vtx.errors import ArgumentError, tf_message
 from vtx.training import compile_cache
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -33,13 +33,59 @@ class Topology:
 
 def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy when TF_CONFIG is set, else MirroredStrategy over `devices`
-    (default: every visible GPU, or the CPU when there is none)."""
+    (default: every visible GPU, or the CPU when there is none).
+
+    Raises:
+        ArgumentError: `devices` names a device TensorFlow does not see here, one twice, or is
+            given with TF_CONFIG (argument `devices`).
+    """
     if os.environ.get("TF_CONFIG"):
+        if devices:
+            raise ArgumentError("{devices} does not apply to a run of several workers "
+                                "(TF_CONFIG): each worker trains on every GPU it sees; "
+                                "CUDA_VISIBLE_DEVICES chooses them")
         return tf.distribute.MultiWorkerMirroredStrategy()
     if not devices:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or ["/cpu:0"]
-    return tf.distribute.MirroredStrategy(devices)
+    return tf.distribute.MirroredStrategy(checked_devices(devices))
+
+
+def _device_key(name: str) -> tuple[str, int]:
+    spec = tf.DeviceSpec.from_string(name)
+    return (spec.device_type or "").upper(), spec.device_index or 0
+
+
+def checked_devices(devices: list[str]) -> list[str]:
+    """`devices` (e.g. "/gpu:1", "GPU:0", a full "/job:.../device:CPU:0") as the names of
+    TensorFlow's devices here. MirroredStrategy itself takes a GPU it does not have and places
+    its work on the CPU in silence, and fails on a name twice with an assertion.
+
+    Raises:
+        ArgumentError: a name that is not a device, one TensorFlow does not see, or one twice.
+    """
+    seen = {_device_key(d.name): d.name for d in tf.config.list_logical_devices()}
+    short = ", ".join(f"/{kind.lower()}:{index}" for kind, index in seen)
+    names, keys = [], set()
+    for device in devices:
+        name = device.strip()
+        try:
+            key = _device_key(name) if name else None
+        except ValueError:
+            key = None
+        if key is None or not key[0]:
+            raise ArgumentError("{devices}: {name!r} is not a device name (such as /gpu:0 or "
+                                "/cpu:0)", name=device)
+        if key not in seen:
+            hint = unseen_gpus_warning() if key[0] == "GPU" else None
+            raise ArgumentError("{devices}: {name} is not a device TensorFlow sees here (it "
+                                "sees {short}){hint}", name=name, short=short,
+                                hint=f"; {hint.removeprefix('warning: ')}" if hint else "")
+        if key in keys:
+            raise ArgumentError("{devices} names {name} twice", name=name)
+        keys.add(key)
+        names.append(seen[key])
+    return names
 
 
 def topology(strategy: tf.distribute.Strategy) -> Topology:
