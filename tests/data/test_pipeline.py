@@ -2,6 +2,7 @@
 
 import collections
 import itertools
+import shutil
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from tests.data.conftest import SMALL_VOCAB, read_shard
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
+from vtx.data.text import DataError
 
 MAX_TOKENS = 600
 
@@ -283,3 +285,34 @@ def test_every_batch_has_one_of_the_shapes_of_lengths_of_any_value(small_data_di
     real = sum(int((b["target_out"] != PAD_ID).sum()) for b in batches)
     assert real == sum(int((b["target_out"] != PAD_ID).sum()) for b in pipeline.train_batches(
         small_data_dir, max_tokens=MAX_TOKENS).as_numpy_iterator())  # every pair, once
+
+
+def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp_path):
+    """A shard cut short (full disk, interrupted copy) was read as fewer or emptier pairs and
+    trained on without a word; a damaged meta.json or a missing vocabulary gave Python's bare
+    error without the file."""
+    def damaged(change):
+        copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(small_data_dir, copy)
+        change(copy)
+        with pytest.raises(DataError) as refused:
+            pipeline.load_meta(copy)
+        return str(refused.value).replace(str(copy), "DIR")
+
+    def cut(path, keep):
+        path.write_bytes(path.read_bytes()[:keep])
+
+    shard = pipeline.load_meta(small_data_dir)["splits"]["train"]["shards"][1]
+    ids = shard["source_tokens"] + shard["target_tokens"]
+    name = shard["name"]
+    assert damaged(lambda d: cut(d / f"{name}.bin", 10)) == (
+        f"DIR/{name}.bin holds 10 bytes where DIR/meta.json counts {ids:,} ids ({2 * ids:,} "
+        f"bytes): cut short or from another run; run `vtx preprocess` again")
+    assert damaged(lambda d: cut(d / f"{name}.idx", 8)).startswith(
+        f"DIR/{name}.idx holds 8 bytes where DIR/meta.json counts {2 * shard['sentences']:,} "
+        f"lengths")
+    assert damaged(lambda d: (d / f"{name}.bin").unlink()) == (
+        f"DIR/{name}.bin is missing: a shard DIR/meta.json names; run `vtx preprocess` again")
+    assert damaged(lambda d: (d / "spm.model").unlink()).startswith("DIR/spm.model is missing")
+    assert damaged(lambda d: cut(d / "meta.json", 40)).startswith(
+        "DIR/meta.json: not readable as JSON (")

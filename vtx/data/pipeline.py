@@ -72,6 +72,7 @@ import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data.preprocess import FORMAT, META_FILE
+from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
@@ -88,10 +89,45 @@ def load_meta(data_dir: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {data_dir} is not a `vtx preprocess` "
                                 f"output directory")
-    meta = json.loads(path.read_text())
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    try:
+        meta = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not readable as JSON ({error}): damaged; run `vtx "
+                        f"preprocess` again") from error
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r}")
+    try:
+        _check_files(Path(data_dir), meta)
+    except (KeyError, TypeError) as error:
+        raise DataError(f"{path}: no {error} where `vtx preprocess` writes one: damaged; run "
+                        f"it again") from error
     return meta
+
+
+def _check_files(data_dir: Path, meta: dict) -> None:
+    """Every file meta.json names is there, each shard of the size its counts give: a shard cut
+    short (a full disk, a copy interrupted) would otherwise be read as fewer or emptier pairs
+    without a word. Sizes only: reading every shard's lengths is for the pipeline."""
+    again = "run `vtx preprocess` again"
+    vocabulary = data_dir / meta["vocab"]["model"]
+    if not vocabulary.is_file():
+        raise DataError(f"{vocabulary} is missing: the vocabulary {data_dir / META_FILE} names; "
+                        f"{again}")
+    width = np.dtype(meta["token_dtype"]).itemsize
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            pairs, tokens = shard["sentences"], shard["source_tokens"] + shard["target_tokens"]
+            for suffix, size, what in ((".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
+                                       (".bin", width * tokens, f"{tokens:,} ids")):
+                file = data_dir / (shard["name"] + suffix)
+                if not file.is_file():
+                    raise DataError(f"{file} is missing: a shard {data_dir / META_FILE} names; "
+                                    f"{again}")
+                if file.stat().st_size != size:
+                    raise DataError(f"{file} holds {file.stat().st_size:,} bytes where "
+                                    f"{data_dir / META_FILE} counts {what} ({size:,} bytes): "
+                                    f"cut short or from another run; {again}")
 
 
 def vocabulary_path(data_dir: str | Path) -> Path:
