@@ -65,6 +65,16 @@ def test_time_budget_stops_at_the_update_that_uses_it_up_and_saves_it(tmp_path):
     assert etas == ["0:00:02", "0:00:01", "0:00:00"]  # the budget bounds the ETA, not max_steps
 
 
+def test_a_run_resumed_at_its_step_limit_says_that_there_is_nothing_to_train(tmp_path):
+    make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=2)
+    assert trainer.fit(epoch_maker(PAIRS, 4)) is None and trainer.step == 2
+    assert ("nothing to train: step 2 is already at the step limit 2 (--max-steps; raise it to "
+            "go on)") in lines
+    assert saved_steps(tmp_path) == [2]
+
+
 def test_the_last_step_is_validated_when_the_time_budget_or_max_steps_ends_the_run(tmp_path):
     """Between two validation intervals the best checkpoint is chosen among all the updates."""
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)

@@ -218,6 +218,9 @@ class TrainingLoop:
                 return result
             progress.leave_out(self.clock() - loop.started)
             loop.last_read = self.clock()
+        if self.step >= self.config.max_steps:
+            self.log(f"nothing to train: step {self.step} is already at the step limit "
+                     f"{self.config.max_steps} (--max-steps; raise it to go on)")
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:
