@@ -114,6 +114,20 @@ def test_a_folder_that_cannot_be_made_is_refused_at_start_naming_its_flag(multi3
     assert not any(tmp_path.iterdir())
 
 
+def test_a_data_directory_without_a_validation_split_is_said_to_validate_nothing(
+        multi30k_small, tmp_path):
+    data = tmp_path / "data"
+    assert invoke("preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref",
+                  multi30k_small / "train", "--destdir", data, "--vocab-size", 1000).exit_code == 0
+    result = invoke("train", data, "--save-dir", tmp_path / "run", "--max-steps", 1, *TRAIN,
+                    "--validate-interval-steps", 1)
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {data} has no validation split (`vtx preprocess --validpref`): this run "
+            f"does not validate, so it keeps no checkpoint_best") in result.output
+    assert "rows x source x target), training: " in result.output  # no validation shapes
+    assert not (tmp_path / "run" / "checkpoint_best.npz").exists()
+
+
 def average_into(save_dir, output, *flags):
     return invoke("average-checkpoints", "--inputs", save_dir, "--num-last", 2, "--output",
                   output, *flags)

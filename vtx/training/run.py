@@ -111,6 +111,9 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
                          f"validation split in {data_dir} and --validate-interval-steps above 0 "
                          f"(now {train_config.validate_interval_steps})")
+    if not has_valid and train_config.validate_interval_steps:
+        log(f"warning: {data_dir} has no validation split (`vtx preprocess --validpref`): this "
+            f"run does not validate, so it keeps no checkpoint_best")
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(
         data_dir, splits, **pipeline.shape_policy(train_config.jit_compile,
@@ -147,8 +150,9 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     if packed:
         from vtx.data import packing
 
-        log("batch shapes (rows x length, or rows x source x target), validation: "
-            + ", ".join(format_shape(shape) for shape in shapes))
+        if has_valid:
+            log("batch shapes (rows x length, or rows x source x target), validation: "
+                + ", ".join(format_shape(shape) for shape in shapes))
         shapes = packed
         fill = packing.packed_fill(data_dir, packed, seed=train_config.seed)
         log(f"training batches packed, several pairs a row: "
@@ -157,7 +161,8 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     else:
         fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries,
                                       sides)
-        log("batch shapes (rows x length, or rows x source x target), training and validation: "
+        log(f"batch shapes (rows x length, or rows x source x target), "
+            f"{'training and validation' if has_valid else 'training'}: "
             + ", ".join(format_shape(shape) for shape in shapes))
         log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
             f"({len(shapes)} shapes; --max-shapes sets how many, --pack packs pairs instead)")
