@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from vtx.errors import ArgumentError
-from vtx.training.distribute import (Topology, checked_devices, make_strategy, topology,
-                                        unseen_gpus_warning)
+from vtx.training.distribute import (Topology, check_tf_config, checked_devices, make_strategy,
+                                        topology, unseen_gpus_warning)
 
 
 def cluster_config(task_type, index):
@@ -92,3 +92,26 @@ def test_devices_are_taken_by_any_spelling_and_refused_when_tensorflow_has_none_
     monkeypatch.setenv("TF_CONFIG", cluster_config("chief", 0))
     with pytest.raises(ArgumentError, match="does not apply to a run of several workers"):
         make_strategy(["/cpu:0"])  # refused before any cluster is joined
+
+
+def test_a_tf_config_tensorflow_would_fail_on_is_refused_naming_what_is_wrong():
+    for task_type, index in (("chief", 0), ("worker", 1)):
+        check_tf_config(cluster_config(task_type, index))  # as the two-worker tests give it
+    # TensorFlow's own: a JSONDecodeError without the variable's name, "The `task_id` 3 exceeds
+    # the maximum id of worker.", an InvalidArgumentError traceback for a port.
+    for text, said in [
+            ("{bad", "TF_CONFIG is not JSON (Expecting property name"),
+            ("[1]", 'TF_CONFIG has no "cluster" with a "worker" or "chief" list'),
+            ('{"cluster": {"worker": ["h:1"]}}', 'TF_CONFIG has no "task" naming this worker'),
+            ('{"cluster": {"worker": "h:1"}, "task": {"type": "worker"}}',
+             "TF_CONFIG: cluster 'worker' is not a list of host:port: 'h:1'"),
+            ('{"cluster": {"worker": ["h:port"]}, "task": {"type": "worker", "index": 0}}',
+             "TF_CONFIG: 'h:port' in cluster 'worker' is not host:port with a port from 1"),
+            ('{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 2}}',
+             "TF_CONFIG: task {'type': 'worker', 'index': 2} is not one of the cluster's: "
+             "worker 0-1"),
+            ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief", "index": 0}}',
+             "TF_CONFIG: task {'type': 'chief', 'index': 0} is not one of the cluster's")]:
+        with pytest.raises(ValueError) as refused:
+            check_tf_config(text)
+        assert str(refused.value).startswith(said), (text, str(refused.value))

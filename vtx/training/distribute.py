@@ -44,11 +44,48 @@ def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
             raise ArgumentError("{devices} does not apply to a run of several workers "
                                 "(TF_CONFIG): each worker trains on every GPU it sees; "
                                 "CUDA_VISIBLE_DEVICES chooses them")
+        check_tf_config(os.environ["TF_CONFIG"])
         return tf.distribute.MultiWorkerMirroredStrategy()
     if not devices:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or ["/cpu:0"]
     return tf.distribute.MirroredStrategy(checked_devices(devices))
+
+
+def check_tf_config(text: str) -> None:
+    """Refuse a TF_CONFIG that TensorFlow would fail on with its own words (or a traceback) at
+    the cluster's start: not JSON, no worker or chief list of host:port addresses, or a task
+    that is not one of them.
+
+    Raises:
+        ValueError: naming TF_CONFIG and what is wrong in it.
+    """
+    try:
+        tf_config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not JSON ({error}): {text!r}") from error
+    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
+    if not isinstance(cluster, dict) or not any(cluster.get(k) for k in ("worker", "chief")):
+        raise ValueError(f"TF_CONFIG has no \"cluster\" with a \"worker\" or \"chief\" list of "
+                         f"host:port addresses: {text!r}")
+    for kind, addresses in cluster.items():
+        if not isinstance(addresses, list):
+            raise ValueError(f"TF_CONFIG: cluster {kind!r} is not a list of host:port: "
+                             f"{addresses!r}")
+        for address in addresses:
+            host, _, port = str(address).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"TF_CONFIG: {address!r} in cluster {kind!r} is not host:port "
+                                 f"with a port from 1 to 65535")
+    task = tf_config.get("task")
+    if not isinstance(task, dict):
+        raise ValueError(f"TF_CONFIG has no \"task\" naming this worker, such as {{\"type\": "
+                         f"\"worker\", \"index\": 0}}: {text!r}")
+    kind, index = task.get("type"), task.get("index", 0)
+    if (kind not in cluster or not isinstance(index, int) or isinstance(index, bool)
+            or not 0 <= index < len(cluster[kind])):
+        raise ValueError(f"TF_CONFIG: task {task!r} is not one of the cluster's: "
+                         + ", ".join(f"{k} 0-{len(v) - 1}" for k, v in cluster.items() if v))
 
 
 def _device_key(name: str) -> tuple[str, int]:
