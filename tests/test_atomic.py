@@ -88,3 +88,17 @@ def test_a_folder_that_cannot_be_made_is_said_even_to_root():
     problem = atomic.unwritable_directory("/proc/vtx-runs/base")
     assert problem is not None and problem.startswith(
         "/proc/vtx-runs/base: cannot create a folder in /proc (")
+
+
+def test_an_output_that_fails_to_write_is_named_and_the_old_one_kept(tmp_path):
+    import errno
+
+    output = tmp_path / "out.npz"
+    output.write_text("old")
+    with pytest.raises(OSError) as failed:
+        with atomic.replaced_on_success(output) as tmp:
+            tmp.write_text("half")  # a full disk seen through a file object: no file name
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(output)
+    assert str(failed.value) == f"[Errno 28] No space left on device, writing: '{output}'"
+    assert _names(tmp_path) == ["out.npz"] and output.read_text() == "old"

@@ -96,6 +96,12 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
             with open(tmp, "rb") as handle:
                 os.fsync(handle.fileno())
         _put_in_place(tmp, path)
+    except OSError as error:
+        if error.filename is not None or not error.errno:
+            raise
+        # Written through a file object (numpy, a zip), a full disk says only "[Errno 28] No
+        # space left on device": which output it was is said here.
+        raise OSError(error.errno, f"{error.strerror}, writing", str(path)) from error
     finally:
         _remove(tmp)
 

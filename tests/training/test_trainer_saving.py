@@ -75,6 +75,39 @@ def test_a_run_resumed_at_its_step_limit_says_that_there_is_nothing_to_train(tmp
     assert saved_steps(tmp_path) == [2]
 
 
+def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_path, monkeypatch):
+    import errno
+
+    from vtx.training.trainer import TrainingError
+
+    save = np.savez
+
+    def savez_onto_a_full_disk(handle, **arrays):  # as the disk fills up in the middle
+        handle.write(b"PK\x03\x04 part of the archive")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    trainer = make_trainer(tmp_path, max_steps=4, save_interval_steps=2)
+    stream = epoch_maker(PAIRS, 4)
+    save_at = trainer.save
+
+    def save_onto_a_full_disk_at_step_4(stream):
+        if trainer.step == 4:
+            monkeypatch.setattr(np, "savez", savez_onto_a_full_disk)
+        return save_at(stream)
+
+    trainer.save = save_onto_a_full_disk_at_step_4
+    with pytest.raises(TrainingError) as stopped:
+        trainer.fit(stream)
+    assert str(stopped.value) == (
+        f"the disk of {tmp_path} is full: step 4's checkpoint could not be written ([Errno 28] "
+        f"No space left on device, writing: '{tmp_path / 'checkpoint_00000004.npz'}'); the "
+        f"newest kept is checkpoint_00000002.npz: free space there (--keep-last keeps fewer "
+        f"checkpoints) and run again, which resumes from the newest")
+    monkeypatch.setattr(np, "savez", save)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no part left
+    assert saved_steps(tmp_path) == [2]
+
+
 def test_the_last_step_is_validated_when_the_time_budget_or_max_steps_ends_the_run(tmp_path):
     """Between two validation intervals the best checkpoint is chosen among all the updates."""
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)

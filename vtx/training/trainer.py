@@ -374,10 +374,21 @@ class Trainer(TrainingLoop):
         if not self.topology.is_chief:
             return None
         path = checkpoints.checkpoint_path(self.save_dir, self.step)
-        checkpoints.save(path, checkpoints.Checkpoint(
-            model=[np.asarray(v.numpy()) for v in self.model.variables],
-            optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables],
-            meta=self._meta(), vocab=self.vocab))
+        try:
+            checkpoints.save(path, checkpoints.Checkpoint(
+                model=[np.asarray(v.numpy()) for v in self.model.variables],
+                optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables],
+                meta=self._meta(), vocab=self.vocab))
+        except OSError as error:
+            if not disk_full(error):
+                raise
+            kept = checkpoints.list_checkpoints(self.save_dir)
+            raise TrainingError(
+                f"the disk of {self.save_dir} is full: step {self.step}'s checkpoint could not be "
+                f"written ({error}); " + (f"the newest kept is {kept[-1].name}" if kept else
+                                          "no checkpoint is kept yet")
+                + ": free space there (--keep-last keeps fewer checkpoints) and run again, "
+                "which resumes from the newest") from error
         if self.config.keep_last:
             for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
                 old.unlink(missing_ok=True)
