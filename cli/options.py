@@ -1,9 +1,23 @@
 """Click options shared by the decoding commands (translate, parse, export), and their errors."""
 
+import math
+
 import click
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES, DecodeOptions  # no TensorFlow
+
+class FiniteFloat(click.FloatRange):
+    """`click.FloatRange` that also refuses nan and infinity: nan passes every range check (each
+    comparison is false), and an infinite --max-len-a or --lenpen broke the search or, exported,
+    a model's every translation."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return number
+
 
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
@@ -16,12 +30,12 @@ def search_options(defaults: DecodeOptions):
     options = [
         click.option("--beam", type=click.IntRange(min=1), default=defaults.beam,
                      show_default=True),
-        click.option("--lenpen", type=click.FloatRange(min=0), default=defaults.lenpen,
+        click.option("--lenpen", type=FiniteFloat(min=0), default=defaults.lenpen,
                      show_default=True, help="Length penalty alpha."),
         click.option("--length-penalty", "penalty_form", type=click.Choice(LENGTH_PENALTIES),
                      default=defaults.length_penalty, show_default=True,
                      help="gnmt: ((5+|Y|)/6)^alpha as the paper; fairseq: |Y|^alpha."),
-        click.option("--max-len-a", type=click.FloatRange(min=0), default=defaults.max_len_a,
+        click.option("--max-len-a", type=FiniteFloat(min=0), default=defaults.max_len_a,
                      show_default=True),
         click.option("--max-len-b", type=click.IntRange(min=0), default=defaults.max_len_b,
                      show_default=True, help="Output length limit: a * source length + b."),

@@ -2,6 +2,8 @@
 
 import click
 
+from vtx_cli.options import FiniteFloat
+
 
 def _summary(meta: dict) -> list[str]:
     vocab = meta["vocab"]
@@ -40,7 +42,8 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--max-positions", type=int, default=1024, show_default=True,
               help="Drop training pairs with more ids than this (target with eos); a longer "
                    "validation or test pair is an error (they are never dropped).")
-@click.option("--max-length-ratio", type=float, default=9.0, show_default=True,
+@click.option("--max-length-ratio", type=FiniteFloat(min=1), default=9.0,
+              show_default=True,
               help="Drop training pairs whose longer side has more than this x the ids of the "
                    "shorter.")
 @click.option("--shard-size", type=int, default=100_000, show_default=True,

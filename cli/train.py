@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from vtx_cli.options import library_error
+from vtx_cli.options import FiniteFloat, library_error
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
@@ -24,21 +24,21 @@ FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1", "devices": "--devices"
 @click.option("--d-model", type=click.IntRange(min=8), help="Override the preset's d_model.")
 @click.option("--d-ff", type=click.IntRange(min=8), help="Override the preset's d_ff.")
 @click.option("--heads", type=click.IntRange(min=1), help="Override the preset's h.")
-@click.option("--dropout", type=click.FloatRange(0, 1, max_open=True), help="P_drop.")
-@click.option("--attention-dropout", type=click.FloatRange(0, 1, max_open=True))
-@click.option("--relu-dropout", type=click.FloatRange(0, 1, max_open=True))
+@click.option("--dropout", type=FiniteFloat(0, 1, max_open=True), help="P_drop.")
+@click.option("--attention-dropout", type=FiniteFloat(0, 1, max_open=True))
+@click.option("--relu-dropout", type=FiniteFloat(0, 1, max_open=True))
 @click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Tokens per replica and micro-batch (source and target each, padding counted).")
 @click.option("--update-freq", type=click.IntRange(min=1), default=1, show_default=True,
               help="Micro-batches accumulated per update.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=100_000, show_default=True)
-@click.option("--max-minutes", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--max-minutes", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Wall-time budget of this run: save a checkpoint and exit 0 when it is used "
                    "up (0: no budget).")
 @click.option("--warmup-steps", type=click.IntRange(min=1), default=4000, show_default=True)
-@click.option("--lr-scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--lr-scale", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Multiplier on the paper's learning-rate schedule.")
-@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=0.1,
+@click.option("--label-smoothing", type=FiniteFloat(0, 1, max_open=True), default=0.1,
               show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
@@ -71,7 +71,7 @@ FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1", "devices": "--devices"
                    "start), else --no-pack]")
 @click.option("--devices", default=None,
               help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
-@click.option("--save-interval-minutes", type=click.FloatRange(min=0), default=10.0,
+@click.option("--save-interval-minutes", type=FiniteFloat(min=0), default=10.0,
               show_default=True)
 @click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
@@ -87,7 +87,7 @@ FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1", "devices": "--devices"
                    "GOLD (valid.gold of vtx prepare-parse).")
 @click.option("--eval-beam", type=click.IntRange(min=1), default=None,
               help="Beam of --eval-bleu / --eval-f1.  [default: 4]")
-@click.option("--eval-lenpen", type=click.FloatRange(min=0), default=None,
+@click.option("--eval-lenpen", type=FiniteFloat(min=0), default=None,
               help="Length penalty alpha of --eval-bleu / --eval-f1.  [default: 0.6 for BLEU, "
                    "0.3 for F1]")
 @click.option("--eval-constrain-trees", is_flag=True,

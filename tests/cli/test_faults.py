@@ -246,3 +246,21 @@ def test_an_output_fifo_is_written_into_not_replaced(trained_checkpoint, tmp_pat
     assert result.exit_code == 0, result.output
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert len(received[0].splitlines()) == 2
+
+
+FIXTURE_MODEL = Path(__file__).parents[1] / "fixtures" / "multi30k_tiny.npz"
+
+
+@pytest.mark.parametrize("command,flag,value", [
+    ("translate", "--max-len-a", "inf"), ("parse", "--lenpen", "nan"),
+    ("train", "--dropout", "nan"), ("preprocess", "--max-length-ratio", "nan")])
+def test_a_number_that_is_not_finite_is_refused_naming_its_flag(tmp_path, command, flag, value):
+    # nan passes every range check; an infinite --max-len-a overflowed the search's limit (a
+    # traceback), and exported into a SavedModel it cut every translation to one token.
+    needs = {"translate": ["--checkpoint", FIXTURE_MODEL], "parse": ["--checkpoint", FIXTURE_MODEL],
+             "train": [tmp_path, "--save-dir", tmp_path / "run"],
+             "preprocess": ["-s", "en", "-t", "de", "--trainpref", tmp_path / "train",
+                            "--destdir", tmp_path / "bin"]}[command]
+    result = invoke(command, *needs, flag, value, stdin="A dog.\n")
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {value} is not a finite number" in result.output

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from vtx.config import EOS_ID, PAD_ID, TINY
 from vtx.inference.beam_search import beam_search, greedy_search
+from vtx.inference.decoding import DecodeOptions
 from vtx.inference.model_search import make_search_fn, output_length_limits
 from vtx.models import transformer
 
@@ -80,6 +81,18 @@ def test_output_length_limits_follow_source_length_plus_b():
     np.testing.assert_array_equal(limits, [11, 7, 9])
     max_length, limits = output_length_limits(padded(SOURCES), 1.0, 50, max_positions=20)
     assert max_length == 20 and limits.numpy().max() == 20
+    # A huge a is the model's limit, here and in a graph for any shape (a SavedModel's): a * |X|
+    # beyond int32 wrapped to a negative limit, clipped to 1 token ("Ein" for "A dog.").
+    max_length, limits = output_length_limits(padded(SOURCES), 1e308, 5, max_positions=20)
+    assert max_length == 20 and limits.numpy().tolist() == [20, 20, 20]
+    limit, limits = tf.function(lambda ids: output_length_limits(ids, 1e308, 5, 20),
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)])(
+        tf.constant(padded(SOURCES)))
+    assert int(limit) == 20 and limits.numpy().tolist() == [20, 20, 20]
+    assert DecodeOptions(max_len_a=1e308).length_limit(6, max_positions=20) == 20  # CTranslate2's
+    for value in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="must be finite and >= 0"):
+            DecodeOptions(max_len_a=value)
 
 
 def test_beam_of_one_equals_greedy_on_the_transformer(model):

@@ -15,6 +15,7 @@ paper's) or |Y|^alpha (`fairseq`, also CTranslate2's).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Iterator
 
 import numpy as np
@@ -57,13 +58,15 @@ class DecodeOptions:
                              f"{self.length_penalty!r}")
         if self.stop not in STOP_RULES:
             raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
-        if not (self.max_len_a >= 0 and self.max_len_b >= 0 and self.lenpen >= 0):
-            raise ValueError(f"max_len_a, max_len_b and lenpen must be >= 0, got "
+        if not all(math.isfinite(x) and x >= 0
+                   for x in (self.max_len_a, self.max_len_b, self.lenpen)):
+            raise ValueError(f"max_len_a, max_len_b and lenpen must be finite and >= 0, got "
                              f"{self.max_len_a!r}, {self.max_len_b!r}, {self.lenpen!r}")
 
     def length_limit(self, source_length: int, max_positions: int) -> int:
         """The most tokens (EOS included) a hypothesis of a `source_length`-piece source may hold."""
-        return max(1, min(int(self.max_len_a * source_length) + self.max_len_b, max_positions))
+        limit = min(self.max_len_a * source_length, max_positions)  # a huge a overflows int()
+        return max(1, min(int(limit) + self.max_len_b, max_positions))
 
 
 # The paper's decoding: translation (section 6.1) and parsing (section 6.3, input length + 300).
