@@ -1,5 +1,7 @@
 """`vtx export`: a checkpoint as a TF SavedModel (strings in, strings out) or a CTranslate2 model."""
 
+from pathlib import Path
+
 import click
 
 from vtx.inference.decoding import TRANSLATION
@@ -27,11 +29,15 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.translate import resolve_checkpoint
 
+    from vtx import atomic
+
+    if problem := atomic.unwritable_directory(Path(output).absolute().parent):
+        raise click.BadParameter(problem, param_hint="--output")
     try:
         path = resolve_checkpoint(checkpoint)
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
         written = export_model(path, output, export_format, options, force=force)
-    except ValueError as error:
+    except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, {"output": "--output", "force": "--force"}) from error
     click.echo(f"exported {path} as {export_format} to {written}")

@@ -46,6 +46,10 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots
         raise click.UsageError("give either --treebank or --train-files/--valid-files/--test-files, not both")
     if not treebank and not (train_files and valid_files):
         raise click.UsageError("give --treebank DIR, or at least --train-files and --valid-files")
+    from vtx import atomic
+
+    if problem := atomic.unwritable_directory(destdir):
+        raise click.BadParameter(problem, param_hint="--destdir")
     try:
         if treebank:
             splits = prepare.wsj_split(treebank)
@@ -54,7 +58,7 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots
                       for name, patterns in explicit.items() if patterns}
         summaries = prepare.prepare(splits, destdir, slots="tags" if keep_tags else slots,
                                     train_subtrees=train_subtrees)
-    except FileNotFoundError as error:
+    except OSError as error:  # missing, a folder, unreadable: str() names the file
         raise click.ClickException(str(error)) from error
     except trees.TreeSyntaxError as error:
         raise click.ClickException(f"malformed treebank file: {error}") from error

@@ -48,7 +48,7 @@ def _summary(meta: dict) -> list[str]:
                    "shorter.")
 @click.option("--shard-size", type=int, default=100_000, show_default=True,
               help="Input pairs per shard.")
-@click.option("--seed", type=int, default=1, show_default=True,
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,
               help="Seed of the vocabulary's line sample.")
 @click.option("--force", is_flag=True, help="Replace a non-empty --destdir.")
 def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir, vocab_size,
@@ -58,8 +58,11 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
     from pathlib import Path
 
     from vtx.data.preprocess import PreprocessConfig, preprocess as run_preprocess
+    from vtx import atomic
     from vtx.data.text import DataError
 
+    if problem := atomic.unwritable_directory(destdir):
+        raise click.BadParameter(problem, param_hint="--destdir")
     try:
         config = PreprocessConfig(
             source_lang=source_lang, target_lang=target_lang, destdir=Path(destdir),
@@ -72,7 +75,7 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
             workers=workers, max_positions=max_positions, max_length_ratio=max_length_ratio,
             shard_size=shard_size, seed=seed, force=force)
         meta = run_preprocess(config)
-    except DataError as err:
+    except (DataError, OSError) as err:  # OSError: a file it cannot read or write, named
         raise click.ClickException(str(err)) from None
     for line in _summary(meta):
         click.echo(line)

@@ -19,6 +19,8 @@ def score_trees(gold, test, per_sentence, max_errors, cutoff_len):
         report = evalb.score_files(gold, test, cutoff_len=cutoff_len, max_errors=max_errors)
     except FileNotFoundError as error:
         raise click.ClickException(f"no such file: {error.filename}") from error
+    except OSError as error:  # a folder, unreadable: str() names the file
+        raise click.ClickException(str(error)) from error
     except ValueError as error:  # malformed tree, different line counts, too many errors
         raise click.ClickException(str(error)) from error
     click.echo(evalb.format_errors(report), err=True, nl=False)

@@ -87,7 +87,7 @@ def test_a_folder_that_cannot_be_made_is_said_even_to_root():
     # fails for every user, so the probe must try rather than judge by permission bits.
     problem = atomic.unwritable_directory("/proc/vtx-runs/base")
     assert problem is not None and problem.startswith(
-        "/proc/vtx-runs/base: cannot create a folder in /proc (")
+        "/proc/vtx-runs/base: nothing can be created in /proc (")
 
 
 def test_an_output_that_fails_to_write_is_named_and_the_old_one_kept(tmp_path):

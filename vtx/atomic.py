@@ -30,6 +30,7 @@ def output_path(path: str | Path, force: bool, flag: str = "--output") -> Path:
     Raises:
         OutputExistsError: it is an existing regular file and `force` is false (flag named).
         FileNotFoundError: its folder does not exist.
+        PermissionError: no file can be made in its folder (tried; flag named).
     """
     path = Path(path)
     target = Path(os.path.realpath(path))
@@ -38,6 +39,9 @@ def output_path(path: str | Path, force: bool, flag: str = "--output") -> Path:
         raise OutputExistsError(f"{flag} {shown} already exists (use --force to replace it)")
     if not target.parent.is_dir():
         raise FileNotFoundError(f"{flag} {path}: folder {target.parent} does not exist")
+    if not _is_stream(target) and (problem := unwritable_directory(target.parent)):
+        # Else found only when the output is written, after the work, naming a temporary file.
+        raise PermissionError(f"{flag} {path}: {problem}")
     return target
 
 
@@ -179,6 +183,6 @@ def unwritable_directory(path: str | Path) -> str | None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".vtx-probe-", dir=existing))
     except OSError as error:
-        where = "" if existing == path else f" in {existing}"
-        return f"{path}: cannot create a folder{where} ({error.strerror or error})"
+        where = "it" if existing == path else str(existing)
+        return f"{path}: nothing can be created in {where} ({error.strerror or error})"
     return None

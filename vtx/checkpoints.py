@@ -183,11 +183,18 @@ def read_meta(path: str | Path) -> dict | None:
 def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
     try:
         meta = json.loads(str(arrays.pop("meta")))
-        stored = meta.pop(_CHECKSUM, None)
-    except (KeyError, ValueError, AttributeError) as error:
+    except (KeyError, ValueError) as error:
         raise _damaged(path, f"no valid meta record: {error}") from error
+    if not isinstance(meta, dict):
+        raise _damaged(path, f"its meta record is not a JSON object: {str(meta)[:60]}")
+    stored = meta.pop(_CHECKSUM, None)
     if stored is not None and stored != _checksum(arrays, meta):
         raise _damaged(path, "checksum mismatch: its contents changed after it was written")
+    # What every command reads of it; else a TypeError or KeyError deep inside one of them.
+    step, model_config = meta.get("step"), meta.get("model_config")
+    if type(step) is not int or step < 0 or not isinstance(model_config, dict):
+        raise _damaged(path, f"its meta record needs a step number and a model configuration, "
+                             f"has step {step!r} and model_config {model_config!r}")
     names = sorted(arrays)
     return Checkpoint(model=[arrays[n] for n in names if n.startswith("model_")],
                       optimizer=[arrays[n] for n in names if n.startswith("optimizer_")],

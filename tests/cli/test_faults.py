@@ -109,7 +109,7 @@ def test_a_folder_that_cannot_be_made_is_refused_at_start_naming_its_flag(multi3
     result = invoke("train", multi30k_small / "data", "--save-dir", folders["--save-dir"],
                     "--tensorboard-dir", folders["--tensorboard-dir"], *TRAIN)
     assert result.exit_code == 2, result.output
-    assert (f"Invalid value for {flag}: /proc/x/y: cannot create a folder in /proc ("
+    assert (f"Invalid value for {flag}: /proc/x/y: nothing can be created in /proc ("
             in result.output), result.output
     assert not any(tmp_path.iterdir())
 
@@ -167,8 +167,10 @@ def test_preprocess_into_a_path_below_a_regular_file_is_a_clear_error(tmp_path):
     write_corpus(tmp_path / "train", ["a small house", "the dog runs"])
     regular = tmp_path / "a_regular_file"
     regular.write_text("x")
-    assert_one_line_error(preprocess(tmp_path / "train", regular / "sub"),
-                          f"--destdir {regular / 'sub'}: {regular} is not a directory")
+    result = preprocess(tmp_path / "train", regular / "sub")  # refused before any work
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for --destdir: {regular / 'sub'}: {regular} is not a directory"
+            in result.output)
 
 
 @pytest.mark.parametrize("lines", [[], ["", "  "]])
@@ -264,3 +266,47 @@ def test_a_number_that_is_not_finite_is_refused_naming_its_flag(tmp_path, comman
     result = invoke(command, *needs, flag, value, stdin="A dog.\n")
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{flag}': {value} is not a finite number" in result.output
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("command,args,flag", [
+    ("export", ["--checkpoint", FIXTURE_MODEL, "--format", "savedmodel", "--output", "/proc/x"],
+     "--output"),
+    ("preprocess", ["-s", "en", "-t", "de", "--trainpref", "train", "--destdir", "/proc/x"],
+     "--destdir"),
+    ("prepare-parse", ["--train-files", "t.mrg", "--valid-files", "v.mrg", "--destdir",
+                       "/proc/x"], "--destdir")])
+def test_an_output_folder_that_cannot_be_made_is_refused_before_any_work(command, args, flag):
+    # Was FileNotFoundError's traceback naming a hidden temporary folder, after the work.
+    result = invoke(command, *args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for {flag}: " in result.output
+    assert "nothing can be created in " in result.output
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_translation_output_that_cannot_be_made_is_refused_naming_the_flag():
+    result = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--output", "/proc/x.txt",
+                    stdin="A dog.\n")
+    assert_one_line_error(result, "--output /proc/x.txt: /proc: nothing can be created in it (")
+
+
+def test_reference_files_that_cannot_give_a_bleu_are_one_line_errors(tmp_path):
+    reference = tmp_path / "ref.de"
+    reference.write_bytes(b"Ein Hund.\n\xff\n")  # was Python's UnicodeDecodeError, no file named
+    assert_one_line_error(invoke("translate", "--checkpoint", FIXTURE_MODEL, "--reference",
+                                 reference, stdin="A dog.\nA cat.\n"),
+                          f"--reference {reference}, line 2: not UTF-8 text")
+    reference.write_bytes(b"")  # an empty input against it: was an IndexError in sacrebleu
+    assert_one_line_error(invoke("translate", "--checkpoint", FIXTURE_MODEL, "--reference",
+                                 reference, stdin=""),
+                          f"--reference {reference} and the input are empty: no BLEU")
+
+
+def test_tree_files_that_cannot_be_read_are_one_line_errors(tmp_path):
+    gold = tmp_path / "gold.txt"
+    gold.write_text("(S (X x))\n")
+    # An empty name opens '.', a folder: IsADirectoryError's traceback before.
+    assert_one_line_error(invoke("score-trees", gold, ""), "Is a directory: '.'")
+    assert invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", "x", "--destdir",
+                  tmp_path / "bin", "--seed", -1).exit_code == 2  # was SentencePiece's TypeError

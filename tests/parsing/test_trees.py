@@ -113,3 +113,18 @@ def test_parsing_package_imports_neither_tensorflow_nor_keras():
             "print(sorted(m for m in ('tensorflow', 'keras', 'click') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_tree_nested_past_the_recursion_limit_is_a_syntax_error_naming_it():
+    deep = "(" * 5000 + "X x" + ")" * 5000  # was a RecursionError traceback in every command
+    with pytest.raises(TreeSyntaxError, match=r"^gold.txt, line 3: tree 1 nests its brackets "
+                                              r"deeper than \d+ levels$"):
+        trees.parse_tree(deep, "gold.txt, line 3")
+
+
+def test_text_that_is_not_utf8_is_named_by_file_line_and_column(tmp_path):
+    path = tmp_path / "gold.txt"
+    path.write_bytes(b"(S (X x))\n(S (X a\xffb))\n")
+    with pytest.raises(TreeSyntaxError) as refused:
+        trees.read_text(path)
+    assert str(refused.value) == f"{path}, line 2, column 8: not UTF-8 text (byte 0xff)"

@@ -95,6 +95,24 @@ def test_a_checkpoint_without_checksum_still_loads(tmp_path):
     np.testing.assert_array_equal(loaded.model[0], checkpoint.model[0])
 
 
+@pytest.mark.parametrize("meta,reason", [
+    ("[1, 2]", "its meta record is not a JSON object: [1, 2]"),
+    ('{"model_config": {"d_model": 8}}', "needs a step number and a model configuration, has "
+                                         "step None"),
+    ('{"step": "abc", "model_config": {}}', "has step 'abc'"),
+    ('{"step": 3}', "has step 3 and model_config None"),
+    ('{"step": 3, "model_config": "base"}', "model_config 'base'")])
+def test_a_meta_record_without_what_the_commands_read_is_refused_naming_the_file(tmp_path, meta,
+                                                                                 reason):
+    """Was a TypeError, KeyError or AttributeError inside translate, export or averaging."""
+    path = tmp_path / "c.npz"
+    np.savez(path, model_00000=np.ones(3, np.float32), meta=np.array(meta))
+    with pytest.raises(CheckpointError) as refused:
+        checkpoints.load(path)
+    assert str(refused.value).startswith(f"{path}: not a readable vtx checkpoint")
+    assert reason in str(refused.value)
+
+
 def make_trainer(save_dir, lines) -> Trainer:
     train_config = config.TrainConfig(max_steps=4, save_interval_steps=2, save_interval_minutes=0,
                                       validate_interval_steps=0, warmup_steps=10)

@@ -270,14 +270,33 @@ def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
     """
     import sacrebleu
 
-    references = Path(reference_path).read_text(encoding="utf-8").splitlines()
+    references = read_references(reference_path)
     if len(references) != len(hypotheses):
         raise ArgumentError("{reference_path} {path} has {references} lines, the input "
                             "{hypotheses}", path=reference_path, references=len(references),
                             hypotheses=len(hypotheses))
+    if not references:
+        raise ArgumentError("{reference_path} {path} and the input are empty: no BLEU to "
+                            "compute", path=reference_path)
     metric = sacrebleu.metrics.BLEU()
     score = metric.corpus_score(hypotheses, [references])
     return str(score), str(metric.get_signature())
+
+
+def read_references(reference_path: str | Path) -> list[str]:
+    """A reference file's lines (read before translating, so that a bad file costs no search).
+
+    Raises:
+        OSError: it cannot be read.
+        ArgumentError: bytes that are not UTF-8 (naming `reference_path`, the file and line).
+    """
+    data = Path(reference_path).read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ArgumentError("{reference_path} {path}, line {line}: not UTF-8 text",
+                            path=reference_path, line=data.count(b"\n", 0, error.start) + 1
+                            ) from None
 
 
 def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from vtx.parsing.trees import Tree, parse_tree
+from vtx.parsing.trees import Tree, parse_tree, read_text
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
 DELETE_LABELS_FOR_LENGTH = frozenset({"-NONE-"})
@@ -283,7 +283,7 @@ def read_tree_lines(path: str | Path) -> list[Tree | None]:
         FileNotFoundError: `path` does not exist.
         TreeSyntaxError: a line is not one tree; the message names the file and line.
     """
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_text(path).splitlines()
     return [parse_tree(text, f"{path}, line {number}") if text.strip() else None
             for number, text in enumerate(lines, start=1)]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
@@ -118,7 +119,11 @@ def iter_trees(text: str, where: str = "<text>") -> Iterator[Tree]:
             raise TreeSyntaxError(f"{where}: unbalanced brackets (an extra ')' after tree {number - 1})")
         if tokens[pos] != "(":
             raise TreeSyntaxError(f"{where}: expected '(' before tree {number} but found {tokens[pos]!r}")
-        tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
+        try:
+            tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
+        except RecursionError:
+            raise TreeSyntaxError(f"{where}: tree {number} nests its brackets deeper than "
+                                  f"{sys.getrecursionlimit()} levels") from None
         number += 1
         yield tree
 
@@ -143,7 +148,24 @@ def read_mrg(path: str | Path) -> list[Tree]:
         TreeSyntaxError: the file is not bracketed trees; the message names the file.
     """
     path = Path(path)
-    return list(iter_trees(path.read_text(encoding="utf-8"), str(path)))
+    return list(iter_trees(read_text(path), str(path)))
+
+
+def read_text(path: str | Path) -> str:
+    """A file's text, UTF-8.
+
+    Raises:
+        OSError: it cannot be read.
+        TreeSyntaxError: bytes that are not UTF-8; the message names the file, line and column.
+    """
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - data.rfind(b"\n", 0, error.start)
+        raise TreeSyntaxError(f"{path}, line {line}, column {column}: not UTF-8 text (byte "
+                              f"{data[error.start]:#04x})") from None
 
 
 def strip_function_tags(label: str) -> str:
