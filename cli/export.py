@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import checkpoint_option, library_error, search_options
+from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
 
 FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
 
@@ -39,5 +39,6 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
         written = export_model(path, output, export_format, options, force=force)
     except (OSError, ValueError, MemoryError) as error:
-        raise library_error(error, {"output": "--output", "force": "--force"}) from error
+        raise library_error(error, {**SEARCH_FLAGS, "output": "--output",
+                                   "force": "--force"}) from error
     click.echo(f"exported {path} as {export_format} to {written}")

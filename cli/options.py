@@ -19,6 +19,10 @@ class FiniteFloat(click.FloatRange):
         return number
 
 
+# The search's library arguments -> the decoding commands' flags (`library_error`).
+SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
+
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")

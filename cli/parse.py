@@ -3,9 +3,10 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import checkpoint_option, library_error, search_options
+from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
 
-FLAGS = {"gold_path": "--gold", "beam": "--beam"}  # library argument -> flag
+# library argument -> flag
+FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees"}
 
 
 @click.command()

@@ -9,7 +9,9 @@ from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dat
 
 ARCHS = tuple(PRESETS)
 # The validation's search (library argument -> flag): a --eval-beam too wide for the memory.
-FLAGS = {"beam": "--eval-beam", "gold_path": "--eval-f1", "devices": "--devices"}
+FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-f1",
+         "devices": "--devices",
+         "constrain_trees": "--eval-constrain-trees"}
 
 
 @click.command()

@@ -3,9 +3,9 @@
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import checkpoint_option, library_error, search_options
+from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
 
-FLAGS = {"beam": "--beam", "reference_path": "--reference"}  # library argument -> flag
+FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference"}  # library argument -> flag
 
 
 @click.command()

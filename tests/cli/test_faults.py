@@ -310,3 +310,9 @@ def test_tree_files_that_cannot_be_read_are_one_line_errors(tmp_path):
     assert_one_line_error(invoke("score-trees", gold, ""), "Is a directory: '.'")
     assert invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", "x", "--destdir",
                   tmp_path / "bin", "--seed", -1).exit_code == 2  # was SentencePiece's TypeError
+
+
+def test_search_settings_that_do_not_go_together_are_named_by_their_flags():
+    result = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--nbest", 5, "--beam", 2,
+                    stdin="A dog.\n")
+    assert_one_line_error(result, "need 1 <= --nbest <= --beam, got 5 and 2")  # was nbest, beam

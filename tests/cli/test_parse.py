@@ -1,6 +1,7 @@
 """`vtx parse`: stdin to one tree per line, EVALB summary with --gold, clear errors."""
 
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -143,3 +144,14 @@ def test_constrained_trees_need_no_repair_even_from_a_random_model(checkpoint, d
     for line, tree_line in zip(inputs, result.stdout.splitlines()):
         if line:
             assert parse_tree(tree_line).leaves() == line.split()
+
+
+def test_constrained_trees_from_a_translation_model_are_one_line_naming_the_flag():
+    # Raised while TensorFlow traced the search, it came as a multi-line dump of the trace.
+    translation_model = Path(__file__).parents[1] / "fixtures" / "multi30k_tiny.npz"
+    result = invoke("--checkpoint", translation_model, "--constrain-trees", stdin="A dog .\n")
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert errors == ["Error: --constrain-trees needs a parser's model: this one's vocabulary "
+                      "holds no bracket pair such as (NP / )NP"], result.output
+    assert "in user code" not in result.output

@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from vtx.config import PAD_ID
+from vtx.errors import ArgumentError
 
 LENGTH_PENALTIES = ("gnmt", "fairseq")
 # When a sentence's beam search stops (`vtx.inference.beam_search`): "fairseq" once `beam`
@@ -52,7 +53,8 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         if self.beam < 1 or not 1 <= self.nbest <= self.beam:
-            raise ValueError(f"need 1 <= nbest <= beam, got nbest {self.nbest}, beam {self.beam}")
+            raise ArgumentError("need 1 <= {nbest} <= {beam}, got {nbest_value} and "
+                                "{beam_value}", nbest_value=self.nbest, beam_value=self.beam)
         if self.length_penalty not in LENGTH_PENALTIES:
             raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got "
                              f"{self.length_penalty!r}")
@@ -60,8 +62,9 @@ class DecodeOptions:
             raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
         if not all(math.isfinite(x) and x >= 0
                    for x in (self.max_len_a, self.max_len_b, self.lenpen)):
-            raise ValueError(f"max_len_a, max_len_b and lenpen must be finite and >= 0, got "
-                             f"{self.max_len_a!r}, {self.max_len_b!r}, {self.lenpen!r}")
+            raise ArgumentError("{max_len_a}, {max_len_b} and {lenpen} must be finite and >= 0, "
+                                "got {values}", values=", ".join(
+                                    repr(x) for x in (self.max_len_a, self.max_len_b, self.lenpen)))
 
     def length_limit(self, source_length: int, max_positions: int) -> int:
         """The most tokens (EOS included) a hypothesis of a `source_length`-piece source may hold."""

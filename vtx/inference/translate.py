@@ -75,10 +75,15 @@ class Translator:
     def __init__(self, model, vocab, options: DecodeOptions,
                  warn: Callable[[str], None] = lambda message: None,
                  memory_budget: int | None = None):
+        from vtx.inference import tree_constraint
         from vtx.inference.model_search import search_for
 
         self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
         pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
+        if pieces is not None and not tree_constraint.bracket_pairs(pieces):
+            # Said here: raised while the search traces, it came wrapped in TensorFlow's trace.
+            raise ArgumentError("{constrain_trees} needs a parser's model: this one's "
+                                "vocabulary holds no bracket pair such as (NP / )NP")
         self._search = search_for(model, options, pieces)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
