@@ -23,7 +23,7 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force):
     from vtx import checkpoints
 
     paths = [Path(p) for p in inputs]
-    if upper_bound is not None and not (upper_bound == "best" or upper_bound.isdigit()):
+    if upper_bound is not None and not (upper_bound == "best" or upper_bound.isdecimal()):
         raise click.BadParameter(f"a step or 'best', got {upper_bound!r}",
                                  param_hint="--upper-bound")
     if len(paths) == 1 and paths[0].is_dir():

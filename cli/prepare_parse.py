@@ -46,6 +46,8 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots
         raise click.UsageError("give either --treebank or --train-files/--valid-files/--test-files, not both")
     if not treebank and not (train_files and valid_files):
         raise click.UsageError("give --treebank DIR, or at least --train-files and --valid-files")
+    if keep_tags and slots not in ("xx", "tags"):  # xx: the default, not a choice
+        raise click.UsageError(f"--keep-tags means --slots tags, not --slots {slots}")
     from vtx import atomic
 
     if problem := atomic.unwritable_directory(destdir):

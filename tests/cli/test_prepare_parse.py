@@ -45,3 +45,12 @@ def test_malformed_treebank_file(tmp_path):
     _run("--train-files", tmp_path / "bad.mrg", "--valid-files", tmp_path / "bad.mrg",
          "--destdir", kept)
     assert kept.is_dir() and not list(kept.iterdir())  # a folder the user made stays
+
+
+def test_keep_tags_with_other_slots_is_refused(tmp_path):
+    # --keep-tags took precedence over --slots words without a word.
+    result = _run("--train-files", "x.mrg", "--valid-files", "y.mrg", "--destdir",
+                  tmp_path / "t", "--keep-tags", "--slots", "words")
+    assert result.exit_code == 2
+    assert "--keep-tags means --slots tags, not --slots words" in result.output
+    assert not (tmp_path / "t").exists()
