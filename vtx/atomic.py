@@ -62,13 +62,21 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
     """
     target = output_path(path, force, flag)
     if _is_stream(target):
-        with open(target, "w", encoding=encoding) as handle:
+        handle = open(target, "w", encoding=encoding)
+        try:
             yield handle
+        finally:
+            with errors_named(path):  # what is left in the buffer is written here
+                handle.close()
         return
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding=encoding) as handle:
+        handle = open(tmp, "w", encoding=encoding)
+        try:
             yield handle
+        finally:
+            with errors_named(path):
+                handle.close()
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -101,13 +109,29 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
                 os.fsync(handle.fileno())
         _put_in_place(tmp, path)
     except OSError as error:
-        if error.filename is not None or not error.errno:
-            raise
-        # Written through a file object (numpy, a zip), a full disk says only "[Errno 28] No
-        # space left on device": which output it was is said here.
-        raise OSError(error.errno, f"{error.strerror}, writing", str(path)) from error
+        raise _naming(error, path) from error
     finally:
         _remove(tmp)
+
+
+def _naming(error: OSError, output: str | Path) -> OSError:
+    """`error` with `output` as its file name where it has none: written through a file object
+    (numpy, a zip, a text handle), a full disk says only "[Errno 28] No space left on device"."""
+    if error.filename is not None or not error.errno:
+        return error
+    return OSError(error.errno, f"{error.strerror}, writing", str(output))
+
+
+@contextlib.contextmanager
+def errors_named(output: str | Path) -> Iterator[None]:
+    """Within it, an OSError without a file name gets `output` as its name (`_naming`)."""
+    try:
+        yield
+    except OSError as error:
+        raised = _naming(error, output)
+        if raised is error:
+            raise
+        raise raised from error
 
 
 def _put_in_place(tmp: Path, path: Path) -> None:

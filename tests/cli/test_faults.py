@@ -1,6 +1,7 @@
 """Faults and bad input at the command line: a one-line error naming the file or flag, exit 1, no
 traceback, and nothing written or clobbered."""
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -316,3 +317,21 @@ def test_search_settings_that_do_not_go_together_are_named_by_their_flags():
     result = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--nbest", 5, "--beam", 2,
                     stdin="A dog.\n")
     assert_one_line_error(result, "need 1 <= --nbest <= --beam, got 5 and 2")  # was nbest, beam
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_output_onto_a_full_disk_is_named(monkeypatch):
+    # A full disk said only "[Errno 28] No space left on device", naming no output.
+    result = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--output", "/dev/full",
+                    stdin="A dog.\n")
+    assert_one_line_error(result, "[Errno 28] No space left on device, writing: '/dev/full'")
+    from vtx.inference.translate import output_sink
+
+    full = open("/dev/full", "w")
+    monkeypatch.setattr("sys.stdout", full)
+    with pytest.raises(OSError, match="writing: 'standard output'"):
+        with output_sink(None) as write:
+            write("Ein Hund.")
+    monkeypatch.undo()
+    with contextlib.suppress(OSError):  # the line is still in its buffer
+        full.close()

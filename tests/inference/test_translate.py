@@ -91,7 +91,7 @@ def test_nbest_hypotheses_are_sorted_by_score(trained_checkpoint):
 
 
 def test_options_refuse_nbest_over_beam():
-    with pytest.raises(ValueError, match="nbest 5, beam 4"):
+    with pytest.raises(ValueError, match="need 1 <= nbest <= beam, got 5 and 4"):
         DecodeOptions(beam=4, nbest=5)
 
 

@@ -223,21 +223,19 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False, force: b
     Raises:
         OutputExistsError: `path` is an existing regular file and `force` is false.
     """
-    if path is None:
+    with contextlib.ExitStack() as stack:
+        handle = stack.enter_context(atomic.open_output(path, force)) if path else sys.stdout
+        name = path or "standard output"  # named in a write's error (a full disk says none)
+
         def write(line: str) -> None:
-            sys.stdout.write(line + "\n")
-            if flush_each_line:
-                sys.stdout.flush()
+            with atomic.errors_named(name):
+                handle.write(line + "\n")
+                if flush_each_line:
+                    handle.flush()
 
         yield write
-        return
-    with atomic.open_output(path, force) as handle:
-        def write(line: str) -> None:
-            handle.write(line + "\n")
-            if flush_each_line:
-                handle.flush()
-
-        yield write
+        with atomic.errors_named(name):
+            handle.flush()  # what is left: an error here, not unnamed at close or exit
 
 
 def translate_file(checkpoint: str | Path, input_path: str | Path | None,
