@@ -36,8 +36,9 @@ def _expand(flag: str, patterns: tuple[str, ...]) -> list[Path]:
               help="Also train on every phrase of >= N words of a training tree as a pair of its "
                    "own (its words -> its subtree); 0: off. Valid and test sets are never "
                    "augmented.")
+@click.option("--force", is_flag=True, help="Replace outputs already in --destdir.")
 def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots, keep_tags,
-                  train_subtrees):
+                  train_subtrees, force):
     """Linearize a treebank into words/trees parallel text (Vinyals et al., 2015) for `vtx preprocess`."""
     from vtx.parsing import prepare, trees
 
@@ -59,7 +60,7 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots
             splits = {name: _expand(FILE_OPTIONS[name], patterns)
                       for name, patterns in explicit.items() if patterns}
         summaries = prepare.prepare(splits, destdir, slots="tags" if keep_tags else slots,
-                                    train_subtrees=train_subtrees)
+                                    train_subtrees=train_subtrees, force=force)
     except OSError as error:  # missing, a folder, unreadable: str() names the file
         raise click.ClickException(str(error)) from error
     except trees.TreeSyntaxError as error:

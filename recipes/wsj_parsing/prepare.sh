@@ -19,6 +19,6 @@ WORK=${WORK:-$ROOT/runs/wsj_parsing}
 check_vtx
 step "linearizing the treebank into $WORK/text"
 "$VTX" prepare-parse --treebank "$1" --destdir "$WORK/text" --slots "${SLOTS:-xx}" \
-  --train-subtrees "${SUBTREES:-0}"
+  --train-subtrees "${SUBTREES:-0}" --force
 step "binarizing into $WORK/data"
 preprocess_trees "$WORK/text" "$WORK/data" 16000 --testpref "$WORK/text/test" --workers 4

@@ -54,3 +54,17 @@ def test_keep_tags_with_other_slots_is_refused(tmp_path):
     assert result.exit_code == 2
     assert "--keep-tags means --slots tags, not --slots words" in result.output
     assert not (tmp_path / "t").exists()
+
+
+def test_outputs_already_there_are_replaced_only_with_force(tmp_path, shared_data):
+    sample = sorted((shared_data / "ptb_sample").glob("wsj_*.mrg"))
+    args = ["--train-files", sample[0], "--valid-files", sample[1], "--destdir", tmp_path]
+    assert _run(*args).exit_code == 0
+    (tmp_path / "valid.gold").write_text("kept\n")
+    result = _run(*args)  # were overwritten without a word
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'train.words'} already exists (and 6 more of the outputs): use --force" \
+        in result.output
+    assert (tmp_path / "valid.gold").read_text() == "kept\n"
+    assert _run(*args, "--force").exit_code == 0
+    assert (tmp_path / "valid.gold").read_text() != "kept\n"

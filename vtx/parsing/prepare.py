@@ -107,7 +107,8 @@ def _phrases(tree: Tree, min_words: int) -> list[Tree]:
 
 
 def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
-            slots: str = "xx", train_subtrees: int = 0) -> dict[str, SplitSummary]:
+            slots: str = "xx", train_subtrees: int = 0,
+            force: bool = False) -> dict[str, SplitSummary]:
     """Writes `PREFIX.words`, `PREFIX.trees` and `PREFIX.gold` for every split in `destdir`, and
     `brackets.txt` when there is a `train` split.
 
@@ -119,15 +120,23 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
             its tree spanning >= N words as a pair of its own (its words -> its subtree): more,
             shorter training pairs from the same trees (data augmentation for a small
             treebank); the other splits never get them. 0: off.
+        force: replace outputs already in `destdir` (else they are refused, before any work).
 
     Returns:
         Split prefix -> what was written.
 
     Raises:
+        FileExistsError: an output is already there and `force` is false.
         FileNotFoundError, TreeSyntaxError: a treebank file is missing or malformed; nothing is
             left in `destdir` then.
     """
     destdir = Path(destdir)
+    outputs = [destdir / f"{prefix}.{suffix}" for prefix in splits for suffix in SUFFIXES]
+    outputs += [destdir / BRACKETS_FILE] if TRAIN_SPLIT in splits else []
+    existing = [path for path in outputs if path.exists()]
+    if existing and not force:
+        raise FileExistsError(f"{existing[0]} already exists (and {len(existing) - 1} more of "
+                              f"the outputs): use --force to replace them")
     created = not destdir.exists()
     destdir.mkdir(parents=True, exist_ok=True)
     summaries = {}
