@@ -8,6 +8,7 @@ Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
 """
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def main() -> None:
                                       validate_interval_steps=1 if args.scores else 0,
                                       best_checkpoint_metric="bleu" if args.scores else "loss",
                                       save_interval_minutes=0, save_interval_steps=args.save_every)
-    devices = [f"/cpu:{i}" for i in range(args.devices)]
+    # A worker of a TF_CONFIG cluster takes every device it sees (--devices is refused there).
+    devices = None if os.environ.get("TF_CONFIG") else [f"/cpu:{i}" for i in range(args.devices)]
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices))
     # Two batch shapes in turn: the replicas of one update hold batches of different shapes, as
     # in `vtx train`, and every update the same ones (8 batches each; 24 in an epoch), so that
