@@ -6,7 +6,8 @@ from vtx.inference.decoding import PARSING
 from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
 
 # library argument -> flag
-FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees"}
+FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
+         "input_path": "--input"}
 
 
 @click.command()

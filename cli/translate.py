@@ -5,7 +5,7 @@ import click
 from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
 
-FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference"}  # library argument -> flag
+FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input"}
 
 
 @click.command()

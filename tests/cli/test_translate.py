@@ -1,3 +1,4 @@
+import os
 import shutil
 import subprocess
 import sys
@@ -139,3 +140,12 @@ def test_a_pipe_fed_one_line_at_a_time_gets_each_translation_before_the_next_lin
         assert process.wait(timeout=300) == 0
     finally:
         process.kill()
+
+
+def test_a_closed_standard_input_is_one_line_naming_input(trained_checkpoint):
+    # Started with stdin closed (`<&-`), Python has no sys.stdin: an AttributeError before.
+    result = subprocess.run([VTX, "translate", "--checkpoint", str(trained_checkpoint)],
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0),
+                            capture_output=True, timeout=300)
+    assert result.returncode == 1 and b"Traceback" not in result.stderr
+    assert b"Error: standard input is closed: give --input" in result.stderr

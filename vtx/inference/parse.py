@@ -179,6 +179,8 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
         evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written).
     """
     with contextlib.ExitStack() as stack:
+        if not input_path and sys.stdin is None:  # started with stdin closed (<&-)
+            raise ArgumentError("standard input is closed: give {input_path}")
         source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
         lines = list(read_lines(source, warn))
     if output_path:

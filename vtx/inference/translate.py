@@ -259,6 +259,8 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
     translator = load_translator(path, options, warn)
     log(f"checkpoint: {path}")
     with contextlib.ExitStack() as stack:
+        if not input_path and sys.stdin is None:  # started with stdin closed (<&-)
+            raise ArgumentError("standard input is closed: give {input_path}")
         source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, warn), write, buffer_size)
