@@ -1,11 +1,10 @@
 """`vtx export`: a checkpoint as a TF SavedModel (strings in, strings out) or a CTranslate2 model."""
 
-from pathlib import Path
-
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
+from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, library_error,
+                             search_options)
 
 FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
 
@@ -15,7 +14,7 @@ FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --he
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),
               help="savedmodel: TensorFlow SavedModel with SentencePiece and beam search in the "
                    "graph; ctranslate2: CTranslate2 model directory + sentencepiece.model.")
-@click.option("--output", required=True, type=click.Path(),
+@click.option("--output", required=True, type=click.Path(), callback=creatable_in_folder,
               help="Directory to create (written under a temporary name, then renamed).")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
 @search_options(TRANSLATION)
@@ -29,10 +28,6 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.translate import resolve_checkpoint
 
-    from vtx import atomic
-
-    if problem := atomic.unwritable_directory(Path(output).absolute().parent):
-        raise click.BadParameter(problem, param_hint="--output")
     try:
         path = resolve_checkpoint(checkpoint)
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,

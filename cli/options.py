@@ -1,9 +1,12 @@
-"""Click options shared by the decoding commands (translate, parse, export), and their errors."""
+"""Click options and checks shared by the commands (the decoding ones' search flags, folders
+to write, finite numbers), and their errors."""
 
 import math
+import os
 
 import click
 
+from vtx import atomic
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES, DecodeOptions  # no TensorFlow
 
@@ -17,6 +20,24 @@ class FiniteFloat(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value} is not a finite number", param, ctx)
         return number
+
+
+def creatable_folder(ctx, param, value):
+    """Click callback of a folder option a command fills later (checkpoints, logs, data):
+    refused at once, naming the flag, when nothing can be created there (a URL such as gs://
+    is left to TensorFlow)."""
+    if value is not None and "://" not in str(value):
+        if problem := atomic.unwritable_directory(value):
+            raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
+def creatable_in_folder(ctx, param, value):
+    """Click callback of an output built beside its path (a link's target's): refused at once
+    when nothing can be created in that folder."""
+    if value is not None:
+        creatable_folder(ctx, param, os.path.dirname(os.path.realpath(value)))
+    return value
 
 
 # The search's library arguments -> the decoding commands' flags (`library_error`).

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from vtx_cli.options import creatable_folder
+
 FILE_OPTIONS = {"train": "--train-files", "valid": "--valid-files", "test": "--test-files"}
 
 
@@ -26,6 +28,7 @@ def _expand(flag: str, patterns: tuple[str, ...]) -> list[Path]:
 @click.option("--valid-files", multiple=True, metavar="GLOB", help="Validation .mrg files (repeatable glob).")
 @click.option("--test-files", multiple=True, metavar="GLOB", help="Test .mrg files (repeatable glob).")
 @click.option("--destdir", required=True, type=click.Path(file_okay=False),
+              callback=creatable_folder,
               help="Output folder for PREFIX.words, PREFIX.trees, PREFIX.gold.")
 @click.option("--slots", type=click.Choice(("xx", "tags", "words")), default="xx", show_default=True,
               help="What stands for each word in the linearized trees: XX (Vinyals et al.), its "
@@ -49,10 +52,6 @@ def prepare_parse(treebank, train_files, valid_files, test_files, destdir, slots
         raise click.UsageError("give --treebank DIR, or at least --train-files and --valid-files")
     if keep_tags and slots not in ("xx", "tags"):  # xx: the default, not a choice
         raise click.UsageError(f"--keep-tags means --slots tags, not --slots {slots}")
-    from vtx import atomic
-
-    if problem := atomic.unwritable_directory(destdir):
-        raise click.BadParameter(problem, param_hint="--destdir")
     try:
         if treebank:
             splits = prepare.wsj_split(treebank)

@@ -2,7 +2,7 @@
 
 import click
 
-from vtx_cli.options import FiniteFloat
+from vtx_cli.options import FiniteFloat, creatable_folder
 
 
 def _summary(meta: dict) -> list[str]:
@@ -25,7 +25,8 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--validpref", help="Validation files PREFIX; never filtered.")
 @click.option("--testpref", help="Test files PREFIX[,PREFIX...] -> splits test, test1, ...; "
                                  "never filtered.")
-@click.option("--destdir", required=True, type=click.Path(), help="Output data directory.")
+@click.option("--destdir", required=True, type=click.Path(), callback=creatable_folder,
+              help="Output data directory.")
 @click.option("--vocab-size", type=int, default=37000, show_default=True,
               help="Joint vocabulary size, special ids included (ignored with --spm-model).")
 @click.option("--model-type", type=click.Choice(["bpe", "unigram"]), default="bpe",
@@ -58,11 +59,8 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
     from pathlib import Path
 
     from vtx.data.preprocess import PreprocessConfig, preprocess as run_preprocess
-    from vtx import atomic
     from vtx.data.text import DataError
 
-    if problem := atomic.unwritable_directory(destdir):
-        raise click.BadParameter(problem, param_hint="--destdir")
     try:
         config = PreprocessConfig(
             source_lang=source_lang, target_lang=target_lang, destdir=Path(destdir),

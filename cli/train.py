@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from vtx_cli.options import FiniteFloat, library_error
+from vtx_cli.options import FiniteFloat, creatable_folder, library_error
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
@@ -18,7 +18,7 @@ FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset (SPEC.md Table 3).")
-@click.option("--save-dir", type=click.Path(file_okay=False),
+@click.option("--save-dir", type=click.Path(file_okay=False), callback=creatable_folder,
               help="Checkpoints, config, history, learning curve; resumed from if it has any.")
 @click.option("--vocab-size", type=click.IntRange(min=8), default=None,
               help="With --dry-run: vocabulary size (default: the data's, else the preset's).")
@@ -51,7 +51,7 @@ FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-
               help="XLA-compile the update (on one device the whole of it; across replicas "
                    "the per-replica gradients).  [default: --jit where nvidia-smi lists a GPU "
                    "and --devices names no CPU only, else --no-jit]")
-@click.option("--xla-cache-dir", type=click.Path(file_okay=False),
+@click.option("--xla-cache-dir", type=click.Path(file_okay=False), callback=creatable_folder,
               help="With --jit: keep the compiled programs here, so that a resumed run does not "
                    "compile again (TensorFlow's persistent XLA cache; per machine).  [default: "
                    "SAVE_DIR/xla_cache on a GPU machine, none on a CPU]")
@@ -102,7 +102,7 @@ FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--tensorboard-dir", type=click.Path(file_okay=False))
+@click.option("--tensorboard-dir", type=click.Path(file_okay=False), callback=creatable_folder)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
@@ -119,14 +119,8 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
         return
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
-    from vtx import atomic
     from vtx.training import compile_cache
 
-    # Refused now, not minutes into the run when the first checkpoint, log or program is written.
-    for flag, directory in (("--save-dir", save_dir), ("--tensorboard-dir", tensorboard_dir),
-                            ("--xla-cache-dir", xla_cache_dir)):
-        if directory and (problem := atomic.unwritable_directory(directory)):
-            raise click.BadParameter(problem, param_hint=flag)
     if train_options["jit"] is None:
         train_options["jit"] = compile_cache.jit_by_default(devices.split(",") if devices else None)
         if train_options["jit"]:

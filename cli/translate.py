@@ -37,14 +37,14 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
         options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=jit)
-        if reference:
-            lib.read_references(reference)  # a bad file is said before the search, not after
+        # A bad reference file is said before the search, not after it.
+        references = lib.read_references(reference) if reference else None
         best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),
                                   log=lambda message: click.echo(message, err=True))
         if reference:
-            score, signature = lib.bleu(best, reference)
+            score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)
             click.echo(signature, err=True)
     except (OSError, ValueError, MemoryError) as error:

@@ -1,5 +1,6 @@
 """`vtx.atomic`: folders and groups of files appear whole or not at all."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,22 @@ def test_an_output_that_fails_to_write_is_named_and_the_old_one_kept(tmp_path):
     assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(output)
     assert str(failed.value) == f"[Errno 28] No space left on device, writing: '{output}'"
     assert _names(tmp_path) == ["out.npz"] and output.read_text() == "old"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root creates files in a read-only folder")
+def test_a_read_only_folder_is_said_to_a_user(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        problem = atomic.unwritable_directory(folder / "run")
+        assert problem == f"{folder / 'run'}: nothing can be created in {folder} (Permission denied)"
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_dangling_link_is_said_as_such(tmp_path):
+    (tmp_path / "run").symlink_to(tmp_path / "gone")
+    assert atomic.unwritable_directory(tmp_path / "run" / "sub") == (
+        f"{tmp_path / 'run' / 'sub'}: {tmp_path / 'run'} is a link to {tmp_path / 'gone'}, which "
+        f"does not exist")

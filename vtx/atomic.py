@@ -103,13 +103,12 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
     _remove(tmp)
     try:
-        yield tmp
-        if fsync and tmp.is_file():
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-        _put_in_place(tmp, path)
-    except OSError as error:
-        raise _naming(error, path) from error
+        with errors_named(path):
+            yield tmp
+            if fsync and tmp.is_file():
+                with open(tmp, "rb") as handle:
+                    os.fsync(handle.fileno())
+            _put_in_place(tmp, path)
     finally:
         _remove(tmp)
 
@@ -195,18 +194,24 @@ def copy_file(source: str | Path, target: str | Path) -> None:
 
 
 def unwritable_directory(path: str | Path) -> str | None:
-    """Why a folder could not be made or written at `path` (None: it can): the nearest part of
-    the path that exists must be a folder in which this process can create one. Tried, not
-    judged from permissions (root passes every permission check, yet cannot create a folder in
-    /proc or on a read-only mount): a hidden folder is made there and removed, so nothing is
-    left. For an output folder a command fills minutes later (checkpoints, logs, caches)."""
+    """Why nothing could be created at `path`, a folder to be made or filled (None: it can).
+
+    The nearest part of the path that exists must be a folder in which this process can create
+    one: tried, not judged by permission bits (root passes every permission check, yet cannot
+    create a folder in /proc or on a read-only mount). The hidden folder it makes there is
+    removed. For an output folder a command fills minutes later (checkpoints, logs, caches).
+    """
     path = Path(path).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
+    existing = next(p for p in (path, *path.parents) if os.path.lexists(p))
+    if existing.is_symlink() and not existing.exists():
+        return f"{path}: {existing} is a link to {os.readlink(existing)}, which does not exist"
     if not existing.is_dir():
         return f"{path}: {existing} is not a directory"
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".vtx-probe-", dir=existing))
+        probe = tempfile.mkdtemp(prefix=".vtx-probe-", dir=existing)
     except OSError as error:
         where = "it" if existing == path else str(existing)
         return f"{path}: nothing can be created in {where} ({error.strerror or error})"
+    with contextlib.suppress(OSError):  # made but not removable (append-only): left, harmless
+        os.rmdir(probe)
     return None

@@ -97,6 +97,7 @@ def check_output(path: str | Path, force: bool) -> None:
 
     Raises:
         ValueError: the reason, with `--output` and the path.
+        OSError: its folder is missing, or nothing can be created there (`atomic.output_path`).
     """
     target = atomic.output_path(path, force)  # a link's target
     if target.exists() and not target.is_file():

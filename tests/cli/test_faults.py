@@ -91,8 +91,9 @@ def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
 
 def test_a_device_tensorflow_does_not_see_is_refused_before_anything_is_written(
         multi30k_small, tmp_path):
-    for devices, said in [("/gpu:3", "--devices: /gpu:3 is not a device TensorFlow sees here"),
-                          ("/cpu:0,cpu:0", "--devices names cpu:0 twice")]:
+    for devices, said in [("/gpu:99", "--devices: '/gpu:99' is not a device TensorFlow sees "
+                                      "here"),
+                          ("/cpu:0,cpu:0", "--devices names 'cpu:0' twice")]:
         result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
                         *TRAIN, "--devices", devices)
         assert_one_line_error(result, said)
@@ -110,7 +111,7 @@ def test_a_folder_that_cannot_be_made_is_refused_at_start_naming_its_flag(multi3
     result = invoke("train", multi30k_small / "data", "--save-dir", folders["--save-dir"],
                     "--tensorboard-dir", folders["--tensorboard-dir"], *TRAIN)
     assert result.exit_code == 2, result.output
-    assert (f"Invalid value for {flag}: /proc/x/y: nothing can be created in /proc ("
+    assert (f"Invalid value for '{flag}': /proc/x/y: nothing can be created in /proc ("
             in result.output), result.output
     assert not any(tmp_path.iterdir())
 
@@ -170,7 +171,7 @@ def test_preprocess_into_a_path_below_a_regular_file_is_a_clear_error(tmp_path):
     regular.write_text("x")
     result = preprocess(tmp_path / "train", regular / "sub")  # refused before any work
     assert result.exit_code == 2, result.output
-    assert (f"Invalid value for --destdir: {regular / 'sub'}: {regular} is not a directory"
+    assert (f"Invalid value for '--destdir': {regular / 'sub'}: {regular} is not a directory"
             in result.output)
 
 
@@ -281,7 +282,7 @@ def test_an_output_folder_that_cannot_be_made_is_refused_before_any_work(command
     # Was FileNotFoundError's traceback naming a hidden temporary folder, after the work.
     result = invoke(command, *args)
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for {flag}: " in result.output
+    assert f"Invalid value for '{flag}': " in result.output
     assert "nothing can be created in " in result.output
 
 

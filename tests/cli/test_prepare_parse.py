@@ -63,8 +63,8 @@ def test_outputs_already_there_are_replaced_only_with_force(tmp_path, shared_dat
     (tmp_path / "valid.gold").write_text("kept\n")
     result = _run(*args)  # were overwritten without a word
     assert result.exit_code == 1
-    assert f"{tmp_path / 'train.words'} already exists (and 6 more of the outputs): use --force" \
-        in result.output
+    assert (f"{tmp_path / 'train.words'} already exists (and 6 more of the outputs) (use "
+            f"--force to replace the outputs)") in result.output
     assert (tmp_path / "valid.gold").read_text() == "kept\n"
     assert _run(*args, "--force").exit_code == 0
     assert (tmp_path / "valid.gold").read_text() != "kept\n"

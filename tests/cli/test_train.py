@@ -103,7 +103,7 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save, "--jit",
                   "--xla-cache-dir", save / "config.json" / "xla")
     assert refused.returncode == 2
-    assert (f"Invalid value for --xla-cache-dir: {save / 'config.json' / 'xla'}: "
+    assert (f"Invalid value for '--xla-cache-dir': {save / 'config.json' / 'xla'}: "
             f"{save / 'config.json'} is not a directory") in refused.stderr
 
 

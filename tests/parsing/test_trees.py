@@ -118,7 +118,7 @@ def test_parsing_package_imports_neither_tensorflow_nor_keras():
 def test_a_tree_nested_past_the_recursion_limit_is_a_syntax_error_naming_it():
     deep = "(" * 5000 + "X x" + ")" * 5000  # was a RecursionError traceback in every command
     with pytest.raises(TreeSyntaxError, match=r"^gold.txt, line 3: tree 1 nests its brackets "
-                                              r"deeper than \d+ levels$"):
+                                              r"past Python's recursion limit \(\d+ levels\)$"):
         trees.parse_tree(deep, "gold.txt, line 3")
 
 

@@ -80,12 +80,14 @@ def test_devices_are_taken_by_any_spelling_and_refused_when_tensorflow_has_none_
     flag = lambda argument: "--" + argument  # as `vtx train` names it
     # MirroredStrategy itself would put a GPU it does not have on the CPU without a word, and
     # fails on a device named twice with an AssertionError.
-    for devices, said in [(["/gpu:7"], "--devices: /gpu:7 is not a device TensorFlow sees here "
-                                        "(it sees /cpu:0"),
-                          (["foo"], "--devices: 'foo' is not a device name (such as /gpu:0 or "
-                                    "/cpu:0)"),
-                          (["/cpu:0", ""], "--devices: '' is not a device name"),
-                          (["/cpu:0", "/device:CPU:0"], "--devices names /device:CPU:0 twice")]:
+    for devices, said in [(["/gpu:99"], "--devices: '/gpu:99' is not a device TensorFlow sees "
+                                         "here (it sees /cpu:0"),
+                          (["foo"], "--devices: 'foo' is not a device of this process (such as "
+                                    "/gpu:0 or /cpu:0)"),
+                          (["/cpu:0", ""], "--devices: '' is not a device of this process"),
+                          (["/cpu:*"], "--devices: '/cpu:*' is not a device of this process"),
+                          (["/job:worker/task:3/device:CPU:0"], "--devices: '/job:worker/task:3"),
+                          (["/cpu:0", "/device:CPU:0"], "--devices names '/device:CPU:0' twice")]:
         with pytest.raises(ArgumentError) as refused:
             checked_devices(devices)
         assert refused.value.message(flag).startswith(said), devices
@@ -95,23 +97,29 @@ def test_devices_are_taken_by_any_spelling_and_refused_when_tensorflow_has_none_
 
 
 def test_a_tf_config_tensorflow_would_fail_on_is_refused_naming_what_is_wrong():
-    for task_type, index in (("chief", 0), ("worker", 1)):
-        check_tf_config(cluster_config(task_type, index))  # as the two-worker tests give it
+    # What TensorFlow takes (checked against MultiWorkerMirroredStrategy) is taken.
+    for text in [cluster_config("chief", 0), cluster_config("worker", 1), "{}",
+                 '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", '
+                 '"index": "1"}}',
+                 '{"cluster": {"worker": {"0": "h:1"}}, "task": {"type": "worker", "index": 0}}']:
+        check_tf_config(text)
     # TensorFlow's own: a JSONDecodeError without the variable's name, "The `task_id` 3 exceeds
     # the maximum id of worker.", an InvalidArgumentError traceback for a port.
     for text, said in [
             ("{bad", "TF_CONFIG is not JSON (Expecting property name"),
-            ("[1]", 'TF_CONFIG has no "cluster" with a "worker" or "chief" list'),
+            ("[1]", "TF_CONFIG is not a JSON object: '[1]'"),
             ('{"cluster": {"worker": ["h:1"]}}', 'TF_CONFIG has no "task" naming this worker'),
             ('{"cluster": {"worker": "h:1"}, "task": {"type": "worker"}}',
              "TF_CONFIG: cluster 'worker' is not a list of host:port: 'h:1'"),
             ('{"cluster": {"worker": ["h:port"]}, "task": {"type": "worker", "index": 0}}',
              "TF_CONFIG: 'h:port' in cluster 'worker' is not host:port with a port from 1"),
+            ('{"cluster": {"worker": ["h:\u00b2"]}, "task": {"type": "worker"}}',
+             "TF_CONFIG: 'h:\u00b2' in cluster 'worker' is not host:port"),
             ('{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 2}}',
-             "TF_CONFIG: task {'type': 'worker', 'index': 2} is not one of the cluster's: "
-             "worker 0-1"),
-            ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief", "index": 0}}',
-             "TF_CONFIG: task {'type': 'chief', 'index': 0} is not one of the cluster's")]:
+             "TF_CONFIG: task {'type': 'worker', 'index': 2} is not one of the cluster's "
+             "workers: worker 0-1 (vtx train runs chief and worker tasks only)"),
+            ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "evaluator", "index": 0}}',
+             "TF_CONFIG: task {'type': 'evaluator', 'index': 0} is not one of the cluster's")]:
         with pytest.raises(ValueError) as refused:
             check_tf_config(text)
         assert str(refused.value).startswith(said), (text, str(refused.value))

@@ -99,7 +99,8 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
     with pytest.raises(TrainingError) as stopped:
         trainer.fit(stream)
     assert str(stopped.value) == (
-        f"the disk of {tmp_path} is full: step 4's checkpoint could not be written ([Errno 28] "
+        f"the disk of {tmp_path} has no room (full, or over a quota): step 4's checkpoint "
+        f"could not be written ([Errno 28] "
         f"No space left on device, writing: '{tmp_path / 'checkpoint_00000004.npz'}'); the "
         f"newest kept is checkpoint_00000002.npz: free space there (--keep-last keeps fewer "
         f"checkpoints) and run again, which resumes from the newest")

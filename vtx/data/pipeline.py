@@ -64,6 +64,7 @@ by few pairs is not worth its own bucket (Multi30k at 8192 tokens with XLA: 5 sh
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -84,6 +85,8 @@ def load_meta(data_dir: str | Path) -> dict:
     Raises:
         FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
         ValueError: an unknown format.
+        DataError: meta.json is not JSON, or a file it names is missing or of another size
+            (checked once a process for each meta.json).
     """
     path = Path(data_dir) / META_FILE
     if not path.is_file():
@@ -97,12 +100,24 @@ def load_meta(data_dir: str | Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else meta
         raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r}")
-    try:
-        _check_files(Path(data_dir), meta)
-    except (KeyError, TypeError) as error:
-        raise DataError(f"{path}: no {error} where `vtx preprocess` writes one: damaged; run "
-                        f"it again") from error
+    state = path.stat()
+    checked = (str(path.resolve()), state.st_mtime_ns, state.st_size)
+    if checked not in _CHECKED:  # once a process: called per epoch, a WMT dir has many shards
+        try:
+            _check_files(Path(data_dir), meta)
+        except DataError:
+            raise
+        except KeyError as error:
+            raise DataError(f"{path}: no {error} where `vtx preprocess` writes one: damaged; "
+                            f"run it again") from error
+        except (TypeError, ValueError, AttributeError) as error:
+            raise DataError(f"{path}: a value of the wrong kind ({error}): damaged; run `vtx "
+                            f"preprocess` again") from error
+        _CHECKED.add(checked)
     return meta
+
+
+_CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were checked
 
 
 def _check_files(data_dir: Path, meta: dict) -> None:
@@ -121,13 +136,15 @@ def _check_files(data_dir: Path, meta: dict) -> None:
             for suffix, size, what in ((".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
                                        (".bin", width * tokens, f"{tokens:,} ids")):
                 file = data_dir / (shard["name"] + suffix)
-                if not file.is_file():
+                try:
+                    found = os.stat(file).st_size
+                except FileNotFoundError:
                     raise DataError(f"{file} is missing: a shard {data_dir / META_FILE} names; "
-                                    f"{again}")
-                if file.stat().st_size != size:
-                    raise DataError(f"{file} holds {file.stat().st_size:,} bytes where "
-                                    f"{data_dir / META_FILE} counts {what} ({size:,} bytes): "
-                                    f"cut short or from another run; {again}")
+                                    f"{again}") from None
+                if found != size:
+                    raise DataError(f"{file} holds {found:,} bytes where {data_dir / META_FILE} "
+                                    f"counts {what} ({size:,} bytes): cut short or from another "
+                                    f"run; {again}")
 
 
 def vocabulary_path(data_dir: str | Path) -> Path:

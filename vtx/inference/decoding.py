@@ -68,8 +68,8 @@ class DecodeOptions:
 
     def length_limit(self, source_length: int, max_positions: int) -> int:
         """The most tokens (EOS included) a hypothesis of a `source_length`-piece source may hold."""
-        limit = min(self.max_len_a * source_length, max_positions)  # a huge a overflows int()
-        return max(1, min(int(limit) + self.max_len_b, max_positions))
+        max_len_a = min(self.max_len_a, max_positions)  # no limit exceeds it (|X| >= 1)
+        return max(1, min(int(max_len_a * source_length) + self.max_len_b, max_positions))
 
 
 # The paper's decoding: translation (section 6.1) and parsing (section 6.3, input length + 300).

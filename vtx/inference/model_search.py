@@ -30,17 +30,17 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
         (L = the batch's limit from the padded length S: a Python int when S is static, else an
         int32 scalar tensor; int32 [B] per-sentence limits).
     """
+    # No limit exceeds max_positions, nor does a (|X| >= 1): a huge a would overflow int32.
+    max_len_a = min(max_len_a, max_positions)
     padded_length = source_ids.shape[1]
     if padded_length is None:  # a graph for any shape (SavedModel): the same formula in TF
-        scaled = tf.cast(tf.floor(tf.minimum(
-            max_len_a * tf.cast(tf.shape(source_ids)[1], tf.float64), max_positions)), tf.int32)
+        scaled = tf.cast(tf.floor(max_len_a * tf.cast(tf.shape(source_ids)[1], tf.float64)),
+                         tf.int32)
         max_length = tf.maximum(1, tf.minimum(scaled + max_len_b, max_positions))
     else:
-        max_length = max(1, min(int(min(max_len_a * padded_length, max_positions)) + max_len_b,
-                                max_positions))
+        max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
     lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float32), axis=1)  # [B]
-    # Capped before the cast: a * |X| beyond int32 (a huge a) would wrap to a negative limit.
-    limits = tf.cast(tf.floor(tf.minimum(max_len_a * lengths, max_positions)), tf.int32) + max_len_b
+    limits = tf.cast(tf.floor(max_len_a * lengths), tf.int32) + max_len_b
     return max_length, tf.clip_by_value(limits, 1, max_length)
 
 

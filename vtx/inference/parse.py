@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 from vtx import atomic
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.translate import (Translator, load_translator, output_sink, read_lines,
-                                     resolve_checkpoint)
+from vtx.inference.translate import (Translator, load_translator, open_source, output_sink,
+                                     read_lines, resolve_checkpoint)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, delinearize
 from vtx.parsing.trees import Tree
@@ -179,9 +178,7 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
         evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written).
     """
     with contextlib.ExitStack() as stack:
-        if not input_path and sys.stdin is None:  # started with stdin closed (<&-)
-            raise ArgumentError("standard input is closed: give {input_path}")
-        source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        source = open_source(input_path, stack)
         lines = list(read_lines(source, warn))
     if output_path:
         atomic.output_path(output_path, force)

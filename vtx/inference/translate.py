@@ -80,10 +80,8 @@ class Translator:
 
         self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
         pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
-        if pieces is not None and not tree_constraint.bracket_pairs(pieces):
-            # Said here: raised while the search traces, it came wrapped in TensorFlow's trace.
-            raise ArgumentError("{constrain_trees} needs a parser's model: this one's "
-                                "vocabulary holds no bracket pair such as (NP / )NP")
+        if pieces is not None:
+            tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
         self._search = search_for(model, options, pieces)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
@@ -215,6 +213,19 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     return best
 
 
+def open_source(input_path: str | Path | None, stack: contextlib.ExitStack | None):
+    """The binary input: `input_path` opened on `stack`, or standard input when it is None.
+
+    Raises:
+        ArgumentError: standard input is closed (started with `<&-`), naming `input_path`.
+    """
+    if input_path:
+        return stack.enter_context(open(input_path, "rb"))
+    if sys.stdin is None:
+        raise ArgumentError("standard input is closed: give {input_path}")
+    return sys.stdin.buffer
+
+
 @contextlib.contextmanager
 def output_sink(path: str | Path | None, flush_each_line: bool = False, force: bool = False):
     """A `write(line)` to stdout, or to `path` as `vtx.atomic.open_output` writes it (complete
@@ -255,27 +266,32 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
     """
     if output_path:
         atomic.output_path(output_path, force)
+    if not input_path:
+        open_source(None, None)  # a closed stdin is said before the model loads
     path = resolve_checkpoint(checkpoint)
     translator = load_translator(path, options, warn)
     log(f"checkpoint: {path}")
     with contextlib.ExitStack() as stack:
-        if not input_path and sys.stdin is None:  # started with stdin closed (<&-)
-            raise ArgumentError("standard input is closed: give {input_path}")
-        source = stack.enter_context(open(input_path, "rb")) if input_path else sys.stdin.buffer
+        source = open_source(input_path, stack)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, warn), write, buffer_size)
 
 
-def bleu(hypotheses: list[str], reference_path: str | Path) -> tuple[str, str]:
+def bleu(hypotheses: list[str], reference_path: str | Path,
+         references: list[str] | None = None) -> tuple[str, str]:
     """Detokenized sacreBLEU of `hypotheses` against a reference file: (score line, signature).
+
+    Args:
+        references: the file's lines when already read (`read_references`).
 
     Raises:
         ArgumentError: the reference has another number of lines (a ValueError naming
-            `reference_path` and both counts).
+            `reference_path` and both counts), both are empty, or it is not UTF-8.
     """
     import sacrebleu
 
-    references = read_references(reference_path)
+    if references is None:
+        references = read_references(reference_path)
     if len(references) != len(hypotheses):
         raise ArgumentError("{reference_path} {path} has {references} lines, the input "
                             "{hypotheses}", path=reference_path, references=len(references),

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from vtx.errors import ArgumentError
 from vtx.parsing.linearize import bracket_pairs, is_bracket
 
 MAX_DEPTH = 64  # open phrases at once (the WSJ sample's training trees: 28 at most)
@@ -64,6 +65,20 @@ def _word_pieces(pieces: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return starts, word & ~starts
 
 
+def parser_brackets(pieces: Sequence[str]) -> dict[int, int]:
+    """The vocabulary's bracket pairs (open id -> close id); check it before a search is built,
+    since raised while TensorFlow traces it the error comes wrapped in the trace.
+
+    Raises:
+        ArgumentError: there is none: the vocabulary is not a parser's (`constrain_trees`).
+    """
+    brackets = bracket_pairs(pieces)
+    if not brackets:
+        raise ArgumentError("{constrain_trees} needs a parser's model: this one's vocabulary "
+                            "holds no bracket pair such as (NP / )NP")
+    return brackets
+
+
 def constrained(decode_step, pieces: Sequence[str], eos_id: int = EOS_ID) -> Callable:
     """Wrap `decode_step(token_ids, state) -> (logits, state)` with the constraint.
 
@@ -72,12 +87,9 @@ def constrained(decode_step, pieces: Sequence[str], eos_id: int = EOS_ID) -> Cal
             pieces that start a word, `\u2581` first).
 
     Raises:
-        ValueError: the vocabulary holds no bracket pair: it is not a parser's.
+        ArgumentError: the vocabulary holds no bracket pair: it is not a parser's.
     """
-    brackets, vocab_size = bracket_pairs(pieces), len(pieces)
-    if not brackets:
-        raise ValueError("the vocabulary holds no bracket pair such as (NP / )NP: it is not a "
-                         "parser's")
+    brackets, vocab_size = parser_brackets(pieces), len(pieces)
     opens, closes = np.zeros(vocab_size, bool), np.zeros(vocab_size, bool)
     close_of = np.zeros(vocab_size, np.int32)
     for open_id, close_id in brackets.items():

@@ -135,8 +135,9 @@ def prepare(splits: Mapping[str, Sequence[Path]], destdir: str | Path,
     outputs += [destdir / BRACKETS_FILE] if TRAIN_SPLIT in splits else []
     existing = [path for path in outputs if path.exists()]
     if existing and not force:
-        raise FileExistsError(f"{existing[0]} already exists (and {len(existing) - 1} more of "
-                              f"the outputs): use --force to replace them")
+        more = f" (and {len(existing) - 1} more of the outputs)" if len(existing) > 1 else ""
+        raise FileExistsError(f"{existing[0]} already exists{more} (use --force to replace "
+                              f"the outputs)")
     created = not destdir.exists()
     destdir.mkdir(parents=True, exist_ok=True)
     summaries = {}

@@ -122,8 +122,8 @@ def iter_trees(text: str, where: str = "<text>") -> Iterator[Tree]:
         try:
             tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
         except RecursionError:
-            raise TreeSyntaxError(f"{where}: tree {number} nests its brackets deeper than "
-                                  f"{sys.getrecursionlimit()} levels") from None
+            raise TreeSyntaxError(f"{where}: tree {number} nests its brackets past Python's "
+                                  f"recursion limit ({sys.getrecursionlimit()} levels)") from None
         number += 1
         yield tree
 

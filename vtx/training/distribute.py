@@ -54,8 +54,9 @@ def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
 
 def check_tf_config(text: str) -> None:
     """Refuse a TF_CONFIG that TensorFlow would fail on with its own words (or a traceback) at
-    the cluster's start: not JSON, no worker or chief list of host:port addresses, or a task
-    that is not one of them.
+    the cluster's start: not JSON, a cluster entry that is not host:port addresses, or a task
+    that is not one of the cluster's (TensorFlow's spellings are taken: an index as a decimal
+    string, a cluster entry as a dict; no cluster is one local worker).
 
     Raises:
         ValueError: naming TF_CONFIG and what is wrong in it.
@@ -64,33 +65,49 @@ def check_tf_config(text: str) -> None:
         tf_config = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"TF_CONFIG is not JSON ({error}): {text!r}") from error
-    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
-    if not isinstance(cluster, dict) or not any(cluster.get(k) for k in ("worker", "chief")):
-        raise ValueError(f"TF_CONFIG has no \"cluster\" with a \"worker\" or \"chief\" list of "
-                         f"host:port addresses: {text!r}")
+    if not isinstance(tf_config, dict):
+        raise ValueError(f"TF_CONFIG is not a JSON object: {text!r}")
+    cluster = tf_config.get("cluster")
+    if not cluster:
+        return  # TensorFlow runs one local worker
+    if not isinstance(cluster, dict):
+        raise ValueError(f"TF_CONFIG: \"cluster\" is not an object of task lists: {cluster!r}")
+    sizes = {}
     for kind, addresses in cluster.items():
+        if isinstance(addresses, dict):
+            addresses = list(addresses.values())
         if not isinstance(addresses, list):
             raise ValueError(f"TF_CONFIG: cluster {kind!r} is not a list of host:port: "
                              f"{addresses!r}")
         for address in addresses:
             host, _, port = str(address).rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if not host or not port.isdecimal() or not 0 < int(port) < 65536:
                 raise ValueError(f"TF_CONFIG: {address!r} in cluster {kind!r} is not host:port "
                                  f"with a port from 1 to 65535")
+        sizes[kind] = len(addresses)
     task = tf_config.get("task")
     if not isinstance(task, dict):
         raise ValueError(f"TF_CONFIG has no \"task\" naming this worker, such as {{\"type\": "
                          f"\"worker\", \"index\": 0}}: {text!r}")
     kind, index = task.get("type"), task.get("index", 0)
-    if (kind not in cluster or not isinstance(index, int) or isinstance(index, bool)
-            or not 0 <= index < len(cluster[kind])):
-        raise ValueError(f"TF_CONFIG: task {task!r} is not one of the cluster's: "
-                         + ", ".join(f"{k} 0-{len(v) - 1}" for k, v in cluster.items() if v))
+    if isinstance(index, str) and index.isdecimal():
+        index = int(index)
+    if (kind not in ("worker", "chief") or kind not in sizes or type(index) is not int
+            or not 0 <= index < sizes[kind]):
+        raise ValueError(f"TF_CONFIG: task {task!r} is not one of the cluster's workers: "
+                         + ", ".join(f"{k} 0-{n - 1}" for k, n in sizes.items()
+                                     if n and k in ("worker", "chief"))
+                         + " (vtx train runs chief and worker tasks only)")
 
 
-def _device_key(name: str) -> tuple[str, int]:
+def _device_key(name: str) -> tuple[str, int] | None:
+    """(type, index) of a device of this process named `name`; None when it names another job
+    or task, no type or no single index (a "*")."""
     spec = tf.DeviceSpec.from_string(name)
-    return (spec.device_type or "").upper(), spec.device_index or 0
+    if (spec.job not in (None, "localhost") or spec.replica not in (None, 0)
+            or spec.task not in (None, 0) or not spec.device_type or spec.device_index is None):
+        return None
+    return spec.device_type.upper(), spec.device_index
 
 
 def checked_devices(devices: list[str]) -> list[str]:
@@ -110,16 +127,16 @@ def checked_devices(devices: list[str]) -> list[str]:
             key = _device_key(name) if name else None
         except ValueError:
             key = None
-        if key is None or not key[0]:
-            raise ArgumentError("{devices}: {name!r} is not a device name (such as /gpu:0 or "
-                                "/cpu:0)", name=device)
+        if key is None:
+            raise ArgumentError("{devices}: {name!r} is not a device of this process (such as "
+                                "/gpu:0 or /cpu:0)", name=device)
         if key not in seen:
             hint = unseen_gpus_warning() if key[0] == "GPU" else None
-            raise ArgumentError("{devices}: {name} is not a device TensorFlow sees here (it "
+            raise ArgumentError("{devices}: {name!r} is not a device TensorFlow sees here (it "
                                 "sees {short}){hint}", name=name, short=short,
                                 hint=f"; {hint.removeprefix('warning: ')}" if hint else "")
         if key in keys:
-            raise ArgumentError("{devices} names {name} twice", name=name)
+            raise ArgumentError("{devices} names {name!r} twice", name=name)
         keys.add(key)
         names.append(seen[key])
     return names

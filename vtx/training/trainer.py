@@ -383,12 +383,12 @@ class Trainer(TrainingLoop):
             if not disk_full(error):
                 raise
             kept = checkpoints.list_checkpoints(self.save_dir)
+            newest = f"the newest kept is {kept[-1].name}" if kept else "none is kept yet"
             raise TrainingError(
-                f"the disk of {self.save_dir} is full: step {self.step}'s checkpoint could not be "
-                f"written ({error}); " + (f"the newest kept is {kept[-1].name}" if kept else
-                                          "no checkpoint is kept yet")
-                + ": free space there (--keep-last keeps fewer checkpoints) and run again, "
-                "which resumes from the newest") from error
+                f"the disk of {self.save_dir} has no room (full, or over a quota): step "
+                f"{self.step}'s checkpoint could not be written ({error}); {newest}: free space "
+                f"there (--keep-last keeps fewer checkpoints) and run again, which resumes from "
+                f"the newest") from error
         if self.config.keep_last:
             for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
                 old.unlink(missing_ok=True)
