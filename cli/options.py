@@ -10,6 +10,7 @@ from vtx import atomic
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES, DecodeOptions  # no TensorFlow
 
+
 class FiniteFloat(click.FloatRange):
     """`click.FloatRange` that also refuses nan and infinity: nan passes every range check (each
     comparison is false), and an infinite --max-len-a or --lenpen broke the search or, exported,
