@@ -298,7 +298,7 @@ def test_reference_files_that_cannot_give_a_bleu_are_one_line_errors(tmp_path):
     reference.write_bytes(b"Ein Hund.\n\xff\n")  # was Python's UnicodeDecodeError, no file named
     assert_one_line_error(invoke("translate", "--checkpoint", FIXTURE_MODEL, "--reference",
                                  reference, stdin="A dog.\nA cat.\n"),
-                          f"--reference {reference}, line 2: not UTF-8 text")
+                          f"{reference}:2: invalid UTF-8 (bytes b'\\xff' at column 1)")
     reference.write_bytes(b"")  # an empty input against it: was an IndexError in sacrebleu
     assert_one_line_error(invoke("translate", "--checkpoint", FIXTURE_MODEL, "--reference",
                                  reference, stdin=""),

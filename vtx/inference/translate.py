@@ -213,7 +213,7 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     return best
 
 
-def open_source(input_path: str | Path | None, stack: contextlib.ExitStack | None):
+def open_source(input_path: str | Path | None, stack: contextlib.ExitStack):
     """The binary input: `input_path` opened on `stack`, or standard input when it is None.
 
     Raises:
@@ -266,13 +266,11 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
     """
     if output_path:
         atomic.output_path(output_path, force)
-    if not input_path:
-        open_source(None, None)  # a closed stdin is said before the model loads
-    path = resolve_checkpoint(checkpoint)
-    translator = load_translator(path, options, warn)
-    log(f"checkpoint: {path}")
     with contextlib.ExitStack() as stack:
-        source = open_source(input_path, stack)
+        source = open_source(input_path, stack)  # a closed stdin is said before the model loads
+        path = resolve_checkpoint(checkpoint)
+        translator = load_translator(path, options, warn)
+        log(f"checkpoint: {path}")
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, warn), write, buffer_size)
 
@@ -286,7 +284,8 @@ def bleu(hypotheses: list[str], reference_path: str | Path,
 
     Raises:
         ArgumentError: the reference has another number of lines (a ValueError naming
-            `reference_path` and both counts), both are empty, or it is not UTF-8.
+            `reference_path` and both counts), or both are empty.
+        DataError: it is not UTF-8 (`read_references`).
     """
     import sacrebleu
 
@@ -309,15 +308,12 @@ def read_references(reference_path: str | Path) -> list[str]:
 
     Raises:
         OSError: it cannot be read.
-        ArgumentError: bytes that are not UTF-8 (naming `reference_path`, the file and line).
+        DataError: bytes that are not UTF-8 (naming the file, line and column).
     """
-    data = Path(reference_path).read_bytes()
-    try:
-        return data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise ArgumentError("{reference_path} {path}, line {line}: not UTF-8 text",
-                            path=reference_path, line=data.count(b"\n", 0, error.start) + 1
-                            ) from None
+    from vtx.data.text import decode_line
+
+    lines = Path(reference_path).read_bytes().splitlines()
+    return [decode_line(line, reference_path, number) for number, line in enumerate(lines, 1)]
 
 
 def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
