@@ -50,7 +50,7 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--shard-size", type=int, default=100_000, show_default=True,
               help="Input pairs per shard.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,
-              help="Seed of the vocabulary's line sample.")
+              help="Seed of the vocabulary's line sample (same seed, same vocabulary).")
 @click.option("--force", is_flag=True, help="Replace a non-empty --destdir.")
 def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir, vocab_size,
                model_type, spm_model, whole_word_symbols, sample_lines, workers, max_positions,

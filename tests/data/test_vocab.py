@@ -1,5 +1,8 @@
 """The joint SentencePiece vocabulary: fixed special ids, round trip, rejection of foreign models."""
 
+import collections
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -8,7 +11,7 @@ import sentencepiece as spm
 from tests.data.conftest import head
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary, train_sentencepiece
+from vtx.data.vocab import Vocabulary, sample, train_sentencepiece
 
 
 def nmt_normalized(text: str) -> str:
@@ -40,11 +43,49 @@ def test_encode_decode_round_trip(lines, shared_data, tmp_path):
     assert vocab.decode([BOS_ID] + vocab.encode("a dog") + [EOS_ID, PAD_ID]) == "a dog"
 
 
-def test_sampled_training_is_reproducible(lines, tmp_path):
-    first = train_sentencepiece(iter(lines), tmp_path / "a.model", 600, sample_lines=1000, seed=3)
-    second = train_sentencepiece(iter(lines), tmp_path / "b.model", 600, sample_lines=1000, seed=3)
-    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
-    assert first.encode(lines[0]) == second.encode(lines[0])
+TRAIN_IN_A_PROCESS = """
+import sys
+from pathlib import Path
+from vtx.data.vocab import train_sentencepiece
+lines = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
+train_sentencepiece(iter(lines), Path(sys.argv[2]), 600, sample_lines=int(sys.argv[3]),
+                    seed=int(sys.argv[4]))
+"""
+
+
+def test_sampled_training_is_reproducible_across_processes(lines, tmp_path):
+    # SentencePiece's own sample gave another model in each process whatever its seed, so
+    # `vtx preprocess` of a corpus over --sample-lines never gave the same ids twice.
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def model(name: str, sample_lines: int, seed: int) -> bytes:
+        subprocess.run([sys.executable, "-c", TRAIN_IN_A_PROCESS, text, tmp_path / name,
+                        str(sample_lines), str(seed)], check=True)
+        return (tmp_path / name).read_bytes()
+
+    first, second = model("a.model", 1000, 3), model("b.model", 1000, 3)
+    assert first == second
+    assert model("c.model", 1000, 4) != first  # the seed draws another sample
+    assert model("d.model", 2000, 3) != first
+    everything = model("e.model", len(lines) + 1, 3)  # no sample: every line
+    assert model("f.model", len(lines) + 1, 3) == everything
+
+
+def test_sample_is_the_whole_stream_when_it_fits_and_uniform_otherwise():
+    assert sample(iter(["a", "b", "c"]), 3, seed=1) == ["a", "b", "c"]
+    assert sample(iter(["a", "b"]), 5, seed=1) == ["a", "b"]
+    assert sample([], 5, seed=1) == []
+    drawn = sample(range(10**5), 1000, seed=7)
+    assert len(drawn) == len(set(drawn)) == 1000
+    assert drawn == sample(range(10**5), 1000, seed=7)
+    assert drawn != sample(range(10**5), 1000, seed=8)
+    # Every tenth of the stream gets about a tenth of the sample (each count is binomial,
+    # n=1000, p=0.1: sd 9.5); the later items enter by the skips, the first 1000 by the fill.
+    per_tenth = collections.Counter(item // 10**4 for item in drawn)
+    assert all(60 <= per_tenth[tenth] <= 140 for tenth in range(10)), per_tenth
+    with pytest.raises(ValueError, match="sample size"):
+        sample(["a"], 0, seed=1)
 
 
 def test_model_with_other_special_ids_is_rejected(lines, tmp_path):

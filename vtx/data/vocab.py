@@ -8,6 +8,8 @@ pipeline adds them.
 from __future__ import annotations
 
 import io
+import math
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -86,24 +88,39 @@ class Vocabulary:
         return [self._processor.id_to_piece(int(i)) for i in ids]
 
 
-class _RaisingIterator:
-    """Wraps an iterator; keeps the exception it raised, which SentencePiece turns into text."""
+def sample(items: Iterable[str], size: int, seed: int) -> list[str]:
+    """A uniform random sample of at most `size` of `items`, read once, in their order of
+    arrival where all fit; the same items and seed give the same sample in any process.
 
-    def __init__(self, items: Iterator[str]):
-        self._items = items
-        self.error: Exception | None = None
+    Reservoir sampling, Li's "Algorithm L" (skips drawn from a geometric distribution, so a long
+    stream costs a comparison a line, not a random number).
+    """
+    if size < 1:
+        raise ValueError(f"sample size must be >= 1, got {size}")
+    generator = random.Random(seed)
+    kept: list[str] = []
+    items = iter(items)
+    for item in items:
+        kept.append(item)
+        if len(kept) == size:
+            break
+    else:
+        return kept
+    weight = math.exp(math.log(1.0 - generator.random()) / size)
+    next_index = size - 1 + _skip(generator, weight)
+    for index, item in enumerate(items, start=size):
+        if index == next_index:
+            kept[generator.randrange(size)] = item
+            weight *= math.exp(math.log(1.0 - generator.random()) / size)
+            next_index += _skip(generator, weight)
+    return kept
 
-    def __iter__(self) -> "_RaisingIterator":
-        return self
 
-    def __next__(self) -> str:
-        try:
-            return next(self._items)
-        except StopIteration:
-            raise
-        except Exception as err:
-            self.error = err
-            raise
+def _skip(generator: random.Random, weight: float) -> int:
+    """Algorithm L's step to the next item that enters the reservoir (>= 1)."""
+    if weight >= 1.0:  # rounded to 1 (odds ~1e-10 a draw at 2M lines): nothing more enters
+        return 2**62
+    return int(math.log(1.0 - generator.random()) / math.log1p(-weight)) + 1
 
 
 def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: int,
@@ -112,8 +129,11 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
                         whole_words: Sequence[str] = ()) -> Vocabulary:
     """Train a SentencePiece model on a bounded random sample of `sentences`; write `model_path`.
 
-    SentencePiece reservoir-samples `sample_lines` of the streamed sentences, so memory and time
-    stay bounded on WMT-size corpora (all lines are read once, only the sample is kept).
+    `sample_lines` of the streamed sentences are reservoir-sampled (`sample`), so memory and time
+    stay bounded on WMT-size corpora (all lines are read once, only the sample is kept). The
+    sample is drawn here, from `seed`, not by SentencePiece: its own sample (0.2.3) changes from
+    one process to the next whatever seed it is given, so the same text and flags gave another
+    vocabulary, and other ids, on every run of `vtx preprocess`.
 
     Args:
         sentences: the text, one sentence per item (both languages for a joint vocabulary).
@@ -121,7 +141,8 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
         vocab_size: number of pieces, the 4 special ones included.
         model_type: "bpe" (the paper's byte-pair encoding) or "unigram".
         sample_lines: upper bound on the sentences the trainer keeps.
-        seed: seed of the sampling, so a run is reproducible.
+        seed: seed of the sample, so that the same text and seed give the same model in any
+            process.
         num_threads: trainer threads.
         whole_words: tokens that must each stay one piece wherever they stand as a word (after
             whitespace or at the start of a line), e.g. the brackets `(NP` `)NP` of linearized
@@ -139,13 +160,17 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
     for word in whole_words:
         if not word or any(c.isspace() for c in word):
             raise DataError(f"whole-word symbol {word!r} is empty or holds whitespace")
+    kept = sample(sentences, sample_lines, seed)  # the text's own errors surface as they are
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
-    reader = _RaisingIterator(sentences)
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=reader, model_writer=model, vocab_size=vocab_size,
+            sentence_iterator=iter(kept), model_writer=model, vocab_size=vocab_size,
             model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            # The sample holds at most sample_lines, so SentencePiece keeps every line; what it
+            # then does with them is the same in every process (measured with 0.2.3), and kept
+            # so that a text under sample_lines gets the vocabulary it got before (Multi30k's,
+            # byte for byte).
             input_sentence_size=sample_lines, shuffle_input_sentence=True,
             # Characters outside the covered alphabet become UTF-8 byte pieces, not <unk>, so
             # any text round-trips (e.g. digits, rare in Multi30k).
@@ -155,8 +180,6 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
             user_defined_symbols=[WORD_BOUNDARY + word for word in whole_words],
             num_threads=num_threads, minloglevel=2)
     except RuntimeError as err:
-        if reader.error is not None:  # the text was bad, not the settings
-            raise reader.error from None
         raise DataError(f"SentencePiece training failed (vocab size {vocab_size}, "
                         f"{model_type}): {err}") from None
     model_path.write_bytes(model.getvalue())
