@@ -82,6 +82,33 @@ def test_a_refused_run_writes_nothing_so_the_right_one_resumes(multi30k_small, t
     assert f"resumed from {save / 'checkpoint_00000001.npz'} at step 1" in result.output
 
 
+def test_resuming_on_a_data_directory_of_another_vocabulary_is_refused(multi30k_small,
+                                                                      tmp_path):
+    # Of the same size, the checkpoint loaded and trained on, each embedding read as another
+    # piece's, and wrote the new vocabulary into the next checkpoint: nothing could tell after.
+    data, save = multi30k_small / "data", tmp_path / "run"
+    assert invoke("train", data, "--save-dir", save, "--max-steps", 1, *TRAIN).exit_code == 0
+    before = {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()}
+
+    def preprocessed(name, *flags):
+        assert invoke("preprocess", "--source-lang", "en", "--target-lang", "de",
+                      "--trainpref", multi30k_small / "train", "--validpref",
+                      multi30k_small / "val", "--destdir", tmp_path / name, "--vocab-size",
+                      1000, *flags).exit_code == 0
+        return tmp_path / name
+
+    other = preprocessed("unigram", "--model-type", "unigram")
+    result = invoke("train", other, "--save-dir", save, "--max-steps", 2, *TRAIN)
+    assert_one_line_error(result, f"{save / 'checkpoint_00000001.npz'} was trained on another "
+                                  "vocabulary than this run's data directory's spm.model: ",
+                          "ids name other pieces (id ")
+    assert {p.name: p.read_bytes() for p in save.iterdir() if p.is_file()} == before
+    again = preprocessed("again")  # the same text and flags: the same vocabulary, resumed
+    result = invoke("train", again, "--save-dir", save, "--max-steps", 2, *TRAIN)
+    assert result.exit_code == 0, result.output
+    assert f"resumed from {save / 'checkpoint_00000001.npz'} at step 1" in result.output
+
+
 def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
     result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
                     *TRAIN, "--max-tokens", 8)

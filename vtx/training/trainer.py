@@ -398,7 +398,8 @@ class Trainer(TrainingLoop):
         """Load weights, optimizer state, RNG state, step and data positions from `path`.
 
         Raises:
-            TrainingError: the checkpoint is of another architecture or worker count.
+            TrainingError: the checkpoint is of another architecture or worker count, or was
+                trained on another vocabulary than this run's.
         """
         checkpoint = checkpoints.load(path)
         try:
@@ -407,6 +408,7 @@ class Trainer(TrainingLoop):
                                            "use another --save-dir")
         except checkpoints.ArchitectureError as error:
             raise TrainingError(str(error)) from error
+        self._check_vocabulary(path, checkpoint.vocab)
         if checkpoint.meta.get("num_workers", 1) != self.topology.num_workers:
             raise TrainingError(f"{path} was written by {checkpoint.meta.get('num_workers')} "
                                 f"workers, this run has {self.topology.num_workers}")
@@ -432,6 +434,40 @@ class Trainer(TrainingLoop):
             self.vocab = checkpoint.vocab
         if warning := self._reordered_data_warning(meta.get("train_config") or {}):
             self.log(warning)
+
+    def _check_vocabulary(self, path, saved: bytes | None) -> None:
+        """Refuse a checkpoint trained on other pieces than this run's vocabulary (a data
+        directory preprocessed again, or another one): of the same size, it would load and
+        train on, each embedding read as another piece's, and write the new vocabulary into
+        the next checkpoints, where nothing could tell any more.
+
+        Raises:
+            TrainingError: the pieces differ (the first differing id named).
+            checkpoints.CheckpointError: the checkpoint's vocabulary does not load (damaged).
+        """
+        if saved is None or self.vocab is None or saved == self.vocab:
+            return
+        from vtx.data.text import DataError
+        from vtx.data.vocab import Vocabulary
+
+        try:
+            before = Vocabulary.from_bytes(saved, f"the vocabulary in {path}")
+        except DataError as error:
+            raise checkpoints.CheckpointError(str(error)) from None
+        now = Vocabulary.from_bytes(self.vocab, "this run's vocabulary")
+        ids = range(max(before.size, now.size))
+        pieces = [(i, before.pieces([i])[0] if i < before.size else None,
+                   now.pieces([i])[0] if i < now.size else None) for i in ids]
+        differ = [(i, a, b) for i, a, b in pieces if a != b]
+        if not differ:  # the same pieces serialized otherwise: the ids mean the same
+            return
+        first, a, b = differ[0]
+        raise TrainingError(
+            f"{path} was trained on another vocabulary than this run's data directory's "
+            f"spm.model: {len(differ)} of {len(pieces)} ids name other pieces (id {first}: "
+            f"{a!r} there, {b!r} here), so its embeddings would be read as other pieces' (a "
+            f"data directory preprocessed again gets another vocabulary from other text or "
+            f"flags); train on the data directory it was trained on, or use another --save-dir")
 
     def _reordered_data_warning(self, saved: dict) -> str | None:
         """A warning when this run's flags order the data otherwise than those of the run that
