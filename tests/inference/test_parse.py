@@ -101,6 +101,23 @@ def test_gold_tags_with_another_word_count_warn_and_keep_the_slots():
     assert parse.gold_tags(gold, ["The", "cat", "sleeps"]) == ["DT", "NN", "VBZ"]
 
 
+def test_gold_trees_with_traces_give_their_words_tags_and_score_as_evalb(dev_lines):
+    # Raw treebank trees keep -NONE- traces, which EVALB takes as gold: their tags were counted
+    # as words, so every sentence with a trace lost its tags, kept its punctuation and was a
+    # "Length unmatch" (more than 10 of them stop EVALB).
+    gold = parse_tree("(TOP (S (NP-SBJ (-NONE- *)) (, ,) (VP (VBD sat) (NP (-NONE- *T*-1))) "
+                      "(. .)))")
+    assert parse.gold_tags(gold, [",", "sat", "."]) == [",", "VBD", "."]
+    golds, tests = [], []
+    for words, target, tree in dev_lines:
+        words, clean = words.split(), parse_tree(tree)
+        traced = parse_tree(clean.to_string().replace("(TOP ", "(TOP (-NONE- *) ", 1))
+        golds.append(traced)
+        tests.append(delinearize(target.split(), words, parse.gold_tags(traced, words))[0])
+    scored = evalb.score_trees(golds, tests)
+    assert (scored.all.errors, scored.all.f1) == (0, 100.0)
+
+
 def test_read_gold_checks_the_line_count(tmp_path):
     gold = tmp_path / "valid.gold"
     gold.write_text("(TOP (NP (NN a)))\n\n(TOP (NP (NN b)))\n")

@@ -88,6 +88,11 @@ def test_slots_without_tags_become_xx():
     ("(S (NP XX", "a", "(TOP (S (NP (XX a))))", {"unclosed_opens": 2}),
     ("(S (NP )NP XX (VP (PP )PP )VP )S", "a", "(TOP (S (XX a)))", {"empty_constituents": 3}),
     ("( (S XX )S", "a", "(TOP (S (XX a)))", {"dropped_tokens": 1}),
+    # A label with a bracket in it (byte pieces decode to any character) was a phrase whose
+    # label no tree file reads back: `(TOP (( ...` or `(S(NP`.
+    ("(( (S XX )S", "a", "(TOP (S (XX a)))", {"dropped_tokens": 1}),
+    ("(S (S(NP XX )S", "a", "(TOP (S (XX a)))", {"dropped_tokens": 1}),
+    ("(S (NP XX )NP) )NP )S", "a", "(TOP (S (NP (XX a))))", {"dropped_tokens": 1}),
     ("(TOP (S XX )S )TOP", "a", "(TOP (S (XX a)))", {}),
 ])
 def test_each_repair_rule(target, words, expected, repair):
@@ -130,7 +135,8 @@ def _corrupt(target: list[str], rng: random.Random, vocabulary: list[str]) -> li
 
 def test_repair_always_yields_a_tree_over_exactly_the_words(normalized_trees):
     rng = random.Random(0)
-    vocabulary = ["XX", "(NP", ")NP", "(VP", ")VP", "(S", ")S", "(", ")", "(PP", ")PP", "NN"]
+    vocabulary = ["XX", "(NP", ")NP", "(VP", ")VP", "(S", ")S", "(", ")", "(PP", ")PP", "NN",
+                  "((", "(S(NP", ")NP)"]
     for tree in rng.sample(normalized_trees, 400):
         words, target = linearize(tree)
         for corrupted in (_corrupt(target, rng, vocabulary),

@@ -85,7 +85,10 @@ def gold_tags(gold: Tree | None, words: list[str], line: int = 1,
     Returns:
         N tags, or None.
     """
-    tagged = gold.tagged_words() if gold is not None else []
+    # Traces (-NONE-) are no words: a gold file that keeps them (raw treebank trees, which EVALB
+    # takes) would otherwise shift every tag after the first trace onto the wrong word.
+    tagged = [(word, tag) for word, tag in (gold.tagged_words() if gold is not None else [])
+              if tag not in evalb.DELETE_LABELS_FOR_LENGTH]
     if len(tagged) != len(words):
         warn(f"line {line}: {len(words)} words but the gold tree has {len(tagged)}; "
              f"EVALB counts it as an error sentence")

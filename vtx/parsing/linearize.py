@@ -21,8 +21,9 @@ It reads the tokens left to right with a stack of open phrases and repairs, coun
    child when that is a phrase, else to the root (either way after every placed word).
 5. `unclosed_opens`: phrases still open at the end are closed there.
 6. `empty_constituents`: phrases that received no word are removed.
-7. `dropped_tokens`: tokens that are neither slots nor brackets with a label (`(`, `)`) are dropped;
-   a bare `)` is not counted here but closes like any closing token.
+7. `dropped_tokens`: tokens that are neither slots nor brackets with a label (`(`, or a label
+   holding a bracket: `((`, `(S(NP`, `)NP)`) are dropped; a bare `)` is not counted here but
+   closes like any closing token.
 8. `misspelt_slots`: when the slots are the words themselves (`--slots words`), they are first
    aligned with the input words (difflib's longest matching blocks, in order), so that a word
    the model wrote in two pieces, or skipped, shifts no other word: a slot aligned with another
@@ -78,9 +79,10 @@ class RepairStats:
 
 
 def is_bracket(piece: str) -> bool:
-    """A linearized tree's bracket, `(X` or `)X`, also as a SentencePiece piece (`\u2581(NP`)."""
+    """A linearized tree's bracket, `(X` or `)X`, also as a SentencePiece piece (`\u2581(NP`);
+    a label X holds no bracket (`((`, `(S(NP` are none: no tree file could read them back)."""
     token = piece.removeprefix("\u2581")
-    return len(token) > 1 and token[0] in "()"
+    return len(token) > 1 and token[0] in "()" and "(" not in token[1:] and ")" not in token[1:]
 
 
 def bracket_pairs(pieces: Sequence[str]) -> dict[int, int]:
@@ -151,13 +153,13 @@ def delinearize(target: Sequence[str], words: Sequence[str],
                    [i if i < len(words) else None for i in range(len(slots))])
     next_word = 0
     for token in target:
-        if token.startswith("(") and len(token) > 1:
+        if token.startswith("(") and is_bracket(token):
             phrase = Tree(token[1:])
             stack[-1].children.append(phrase)
             stack.append(phrase)
-        elif token.startswith(")"):
+        elif token == ")" or token.startswith(")") and is_bracket(token):
             _close(stack, token[1:], stats)
-        elif token == "(":
+        elif token.startswith(("(", ")")):  # no phrase label: `(` alone, `((`, `(S(NP`, `)NP)`
             stats.dropped_tokens += 1
         elif (index := next(aligned)) is None:
             stats.extra_slots += 1
