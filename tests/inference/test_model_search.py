@@ -90,6 +90,20 @@ def test_output_length_limits_follow_source_length_plus_b():
         tf.constant(padded(SOURCES)))
     assert int(limit) == 20 and limits.numpy().tolist() == [20, 20, 20]
     assert DecodeOptions(max_len_a=1e308).length_limit(6, max_positions=20) == 20  # CTranslate2's
+
+
+def test_each_sentences_limit_is_a_times_its_length_plus_b_as_decode_options_compute_it():
+    # In float32 the search's own limits were one off for some a against the documented
+    # a * |X| + b that DecodeOptions (and so CTranslate2's export, and fairseq) compute.
+    lengths = list(range(1, 121))
+    source = padded([[5] * n for n in lengths])
+    for a in (0.7, 1.1, 1.3, 2.1, 2.6):
+        _, limits = output_length_limits(source, a, 3, max_positions=1024)
+        expected = [DecodeOptions(max_len_a=a, max_len_b=3).length_limit(n, 1024)
+                    for n in lengths]
+        assert limits.numpy().tolist() == expected, a
+    _, limits = output_length_limits(padded([[5] * 30]), 2.1, 0, 1024)
+    assert limits.numpy().tolist() == [63]
     for value in (float("inf"), float("nan")):
         with pytest.raises(ValueError, match="must be finite and >= 0"):
             DecodeOptions(max_len_a=value)

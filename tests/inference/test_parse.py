@@ -74,6 +74,13 @@ def test_chunked_stream_writes_the_same_trees_in_input_order(translator, short_l
         parse.parse_stream(translator, lines, written.append, 2, gold[:5])
 
 
+def test_words_of_no_pieces_get_a_flat_tree_over_them(translator):
+    # Their search is skipped (a source of padding only), which left parse_lines no hypothesis.
+    report = parse.parse_lines(translator, ["\u200b \ufeff", "", "The cat sleeps ."])
+    assert report.trees[0].to_string() == "(TOP (XX \u200b) (XX \ufeff))"
+    assert report.trees[1] is None and report.trees[2].leaves() == ["The", "cat", "sleeps", "."]
+
+
 def test_gold_tags_make_evalb_delete_punctuation_as_in_gold(dev_lines):
     golds = [parse_tree(tree) for _, _, tree in dev_lines]
     with_tags, without_tags = [], []

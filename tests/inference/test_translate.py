@@ -63,6 +63,16 @@ def test_batched_results_equal_one_at_a_time_and_keep_input_order(translator):
     assert batched[4] == "" and all(batched[i] for i in (0, 1, 2, 3, 5))
 
 
+def test_a_line_of_no_pieces_gets_no_translation(translator):
+    # A zero-width space, a byte-order mark or a control character alone: not blank to Python,
+    # no piece to SentencePiece; searched from padding only, the model made a sentence up.
+    lines = ["\u200b", "A girl.", "\ufeff", "\x01\x02", "\u200b\ufeff"]
+    assert [translator.vocab.encode(line) for line in lines[::2]] == [[], [], []]
+    results = translator.translate(lines)
+    assert [bool(hypotheses) for hypotheses in results] == [False, True, False, False, False]
+    assert results[1] == translator.translate(["A girl."])[0]
+
+
 def test_same_input_twice_gives_the_same_output(translator):
     first = translator.translate(SENTENCES)
     assert translator.translate(SENTENCES) == first

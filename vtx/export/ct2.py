@@ -163,7 +163,7 @@ def translate_lines(translator, processor, lines: Iterable[str],
     # CTranslate2 takes one length limit per call: group sentences of equal limit.
     limits = [options.length_limit(len(p), max_positions) for p in pieces]
     outputs = [""] * len(lines)
-    wanted = [i for i, line in enumerate(lines) if line.strip()]
+    wanted = [i for i, line_pieces in enumerate(pieces) if line_pieces]  # "" for no pieces
     for limit in sorted({limits[i] for i in wanted}):
         group = [i for i in wanted if limits[i] == limit]
         # Both stop after `limit` decoding steps, an EOS step included (vtx's |Y|).

@@ -11,8 +11,8 @@ vtx's own beam search traced for any B and S, so loading needs `tensorflow` and 
     translate(inputs=tf.constant(["A man."]))["translations"]
 
 It reproduces `vtx translate` with the same settings: source ids without BOS/EOS cut to the
-model's positions, S padded to a multiple of LENGTH_BUCKET, an empty (or blank) line translated
-to "". Shapes: B batch, S padded source length, L output limit.
+model's positions, S padded to a multiple of LENGTH_BUCKET, a line of no pieces (empty, blank, a
+zero-width space alone) translated to "". Shapes: B batch, S padded source length, L output limit.
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ class TranslateModule(tf.Module):
 
     def _translate(self, inputs: tf.Tensor) -> dict[str, tf.Tensor]:
         """string [B] -> {"translations": string [B], "scores": float32 [B]}."""
-        output = self._search(self._source_ids(inputs))
+        source = self._source_ids(inputs)
+        output = self._search(source)
         lengths = output.lengths[:, 0]  # [B]
         pieces = tf.RaggedTensor.from_tensor(output.tokens[:, 0, :], lengths=lengths)
         text = self.tokenizer.detokenize(pieces)
-        # Python's str.isspace() set (Unicode separators, ASCII controls), as `vtx translate`.
-        blank = tf.strings.regex_full_match(inputs, r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]*")
+        # A line of no pieces (empty, blank, a zero-width space alone) is "", as in `vtx
+        # translate`: its search, from padding only, would make a sentence up.
+        blank = tf.reduce_all(source == PAD_ID, axis=1)
         return {"translations": tf.where(blank, tf.constant(""), text),
                 "scores": tf.where(blank, tf.constant(0.0), output.scores[:, 0])}
 

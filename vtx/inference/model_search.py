@@ -39,7 +39,9 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
         max_length = tf.maximum(1, tf.minimum(scaled + max_len_b, max_positions))
     else:
         max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
-    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float32), axis=1)  # [B]
+    # In float64, as the batch's limit above, DecodeOptions.length_limit and fairseq (Python
+    # floats): float32 was one off for some a (2.1 x 30 -> 62, 0.7 x 90 -> 63).
+    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float64), axis=1)  # [B]
     limits = tf.cast(tf.floor(max_len_a * lengths), tf.int32) + max_len_b
     return max_length, tf.clip_by_value(limits, 1, max_length)
 

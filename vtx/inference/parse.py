@@ -120,7 +120,8 @@ def parse_lines(translator: Translator, lines: Sequence[str],
             continue
         line = first_line_number + index
         tags = gold_tags(gold[index], sentence, line, warn) if gold is not None else None
-        tree, stats = delinearize(best[0].text.split(), sentence, tags)
+        # No hypothesis for words of no pieces (e.g. a zero-width space): a flat tree over them.
+        tree, stats = delinearize(best[0].text.split() if best else [], sentence, tags)
         report.trees.append(tree)
         report.repairs += stats
         report.repaired_trees += stats.total > 0

@@ -119,10 +119,14 @@ class Translator:
         return ids
 
     def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Hypothesis]]:
-        """nbest hypotheses for each line, in input order; an empty line gets no hypothesis."""
+        """nbest hypotheses for each line, in input order; an empty line gets no hypothesis, nor
+        does one of no pieces (a zero-width space, a byte-order mark, control characters alone:
+        searched from a source of padding only, the model made a sentence up)."""
         results: list[list[Hypothesis]] = [[] for _ in lines]
-        wanted = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = [self.encode(lines[i], first_line_number + i) for i in wanted]
+        encoded = [(i, self.encode(line, first_line_number + i))
+                   for i, line in enumerate(lines) if line.strip()]
+        wanted = [i for i, ids in encoded if ids]
+        encoded = [ids for _, ids in encoded if ids]
         for index, hypotheses in zip(wanted, self.search_ids(encoded)):
             results[index] = hypotheses
         return results
