@@ -94,6 +94,22 @@ def test_one_epoch_yields_every_kept_pair_exactly_once(small_data_dir, epoch0):
             == collections.Counter(stored_pairs(small_data_dir, "train")))
 
 
+def test_the_shards_are_read_side_by_side(small_data_dir, epoch0):
+    # A shard holds consecutive lines, and a corpus is often several joined end to end: read one
+    # shard at a time, each stretch of updates trained on one source.
+    shard_of = collections.defaultdict(set)  # (source, target) -> the shards holding it
+    meta = pipeline.load_meta(small_data_dir)
+    for index, shard in enumerate(meta["splits"]["train"]["shards"]):
+        sources, targets = read_shard(small_data_dir / shard["name"], meta["token_dtype"])
+        for pair in zip(map(tuple, sources), map(tuple, targets)):
+            shard_of[pair].add(index)
+    assert len(meta["splits"]["train"]["shards"]) >= 5
+    pairs = unpadded_pairs(epoch0)
+    for start in range(0, len(pairs) - 100, 100):
+        shards = set().union(*(shard_of[pair] for pair in pairs[start:start + 100]))
+        assert len(shards) >= 5, (start, shards)
+
+
 def test_same_seed_and_epoch_give_the_same_batches_in_the_same_order(small_data_dir, epoch0):
     again = batches_as_numpy(pipeline.train_batches(small_data_dir, max_tokens=MAX_TOKENS,
                                                     seed=7, epoch=0))

@@ -37,7 +37,8 @@ sources, shorter than their trees, are not padded to the tree's length):
         a bucket's short last batch filled up with all-pad rows (index -1 in eval_batches),
         which carry no loss. Order is a function of (seed, epoch) only: shards in a seeded order, each shard
         fully permuted with a stateless seeded shuffle (the whole shard is the shuffle buffer;
-        a shard is at most `--shard-size` pairs), so `skip_batches=k` yields exactly the batches
+        a shard is at most `--shard-size` pairs), SHARDS_AT_ONCE shards read side by side a
+        pair from each in turn (a corpus joined from several sources mixes them), so `skip_batches=k` yields exactly the batches
         after the first k of the uninterrupted epoch (resume from a saved position).
         `num_shards`/`shard_index`: batch i goes to worker i % num_shards (multi-worker
         training); skip_batches counts this worker's batches. Workers may get one batch less.
@@ -77,6 +78,9 @@ from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
+# Training shards read at once (`_pairs`); each holds its tokens in memory (a shard of the default
+# 100,000 WMT pairs: ~25 MB).
+SHARDS_AT_ONCE = 8
 
 
 def load_meta(data_dir: str | Path) -> dict:
@@ -389,8 +393,18 @@ def _pairs(data_dir: Path, meta: dict, split: str, seed: int | None, epoch: int)
         tf.constant([prefixes[i] for i in order], tf.string, shape=[len(shards)]),
         tf.constant(first_index[order], tf.int64, shape=[len(shards)]),
         tf.constant(shard_seeds[order], tf.int64, shape=[len(shards), 2])))
-    return files.flat_map(lambda prefix, first, shard_seed: _read_shard(
-        prefix, first, shard_seed, dtype, shuffle=seed is not None))
+
+    def read(prefix, first, shard_seed):
+        return _read_shard(prefix, first, shard_seed, dtype, shuffle=seed is not None)
+
+    if seed is None:
+        return files.flat_map(read)
+    # SHARDS_AT_ONCE shards read side by side, a pair from each in turn: a shard holds
+    # consecutive lines, and a corpus is often several joined end to end (WMT14's Europarl,
+    # Common Crawl, News Commentary), so one shard at a time trained on one source for a
+    # shard's ~2.7M target tokens (~100 updates of 25,000), then on the next.
+    return files.interleave(read, cycle_length=max(1, min(SHARDS_AT_ONCE, len(shards))),
+                            block_length=1)  # sequential: deterministic
 
 
 def _add_bos_eos(pair: dict) -> dict:
