@@ -31,6 +31,8 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.data.packing import PACKED_KEYS
+from vtx.data.text import DataError
+from vtx.data.vocab import Vocabulary
 from vtx.errors import disk_full, out_of_device_memory, tf_message
 from vtx.models import transformer
 from vtx import checkpoints
@@ -447,9 +449,6 @@ class Trainer(TrainingLoop):
         """
         if saved is None or self.vocab is None or saved == self.vocab:
             return
-        from vtx.data.text import DataError
-        from vtx.data.vocab import Vocabulary
-
         try:
             before = Vocabulary.from_bytes(saved, f"the vocabulary in {path}")
         except DataError as error:
