@@ -4,13 +4,38 @@ Subcommand modules import only click at module level; TensorFlow is imported ins
 so `vtx --help` answers instantly.
 """
 
+import errno
+
 import click
 
 from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess, score_trees,
                      train, translate)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Vtx(click.Group):
+    """The group: an OSError a command lets through (a full disk under what it prints, a
+    folder gone) ends with its one-line message, not a traceback. A reader gone from the pipe
+    (`vtx translate ... | head -1`) is click's quiet exit 1, also where a command had made it
+    an error message."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as error:
+            if _closed_pipe(error.__cause__):
+                raise error.__cause__ from None
+            raise
+        except OSError as error:
+            if _closed_pipe(error):
+                raise
+            raise click.ClickException(str(error)) from error
+
+
+def _closed_pipe(error: BaseException | None) -> bool:
+    return isinstance(error, OSError) and error.errno == errno.EPIPE
+
+
+@click.group(cls=Vtx, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="vtx")
 def main() -> None:
     """vtx: Transformer sequence-to-sequence models (Vaswani et al., 2017) on Keras 3."""

@@ -43,7 +43,8 @@ def creatable_in_folder(ctx, param, value):
 
 # The search's library arguments -> the decoding commands' flags (`library_error`).
 SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
-                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b"}
+                "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "input_path": "--input",
+                "output_path": "--output"}
 
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),

@@ -13,8 +13,13 @@ import click
               help="Length limit of the second summary block (EVALB's CUTOFF_LEN).")
 def score_trees(gold, test, per_sentence, max_errors, cutoff_len):
     """Score the trees in TEST against those in GOLD, one tree per line, as EVALB does."""
+    import sys
+
     from vtx.parsing import evalb
 
+    if sys.stdout is None:
+        raise click.ClickException("standard output is closed (started with >&-): the scores "
+                                   "would be lost")
     try:
         report = evalb.score_files(gold, test, cutoff_len=cutoff_len, max_errors=max_errors)
     except FileNotFoundError as error:

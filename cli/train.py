@@ -42,7 +42,7 @@ FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-
               show_default=True, help="Multiplier on the paper's learning-rate schedule.")
 @click.option("--label-smoothing", type=FiniteFloat(0, 1, max_open=True), default=0.1,
               show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True)
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
               help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 with --jit, on "
                    "CPUs with AMX, and on CPUs with avx512_bf16 where a bfloat16 matrix product "
@@ -117,6 +117,9 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     if dry_run:
         _dry_run(arch, vocab_size, data_dir, overrides)
         return
+    if vocab_size is not None:  # said, not ignored: training takes the data's vocabulary
+        raise click.UsageError(f"--vocab-size {vocab_size} goes with --dry-run: a run trains on "
+                               f"the data directory's vocabulary")
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
     from vtx.training import compile_cache
@@ -138,6 +141,10 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     if eval_bleu and eval_gold:
         raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task metric)")
     eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
+    for flag, value in (("--eval-beam", eval_beam), ("--eval-lenpen", eval_lenpen)):
+        if value is not None and not eval_metric:
+            raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
+                                   f"search of each validation's metric)")
     if eval_constrain_trees and not eval_gold:
         raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
     eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
@@ -166,6 +173,8 @@ def _dry_run(arch, vocab_size, data_dir, overrides):
         model_config, parameters = run.dry_run(data_dir, arch, overrides, vocab_size)
     except ValueError as error:
         raise click.UsageError(str(error)) from error
+    except OSError as error:  # DATA_DIR not a data directory, or unreadable
+        raise click.ClickException(str(error)) from error
     click.echo(f"arch: {arch}  vocab_size: {model_config.vocab_size}  "
                f"layers: {model_config.num_layers}  d_model: {model_config.d_model}  "
                f"d_ff: {model_config.d_ff}  heads: {model_config.num_heads}")

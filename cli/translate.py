@@ -42,7 +42,8 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
         best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),
-                                  log=lambda message: click.echo(message, err=True))
+                                  log=lambda message: click.echo(message, err=True),
+                                  other_inputs={"--reference": reference})
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)

@@ -24,16 +24,27 @@ class OutputExistsError(FileExistsError):
     """The output is an existing regular file and replacing it was not asked for."""
 
 
-def output_path(path: str | Path, force: bool, flag: str = "--output") -> Path:
+def output_path(path: str | Path, force: bool, flag: str = "--output",
+                inputs: dict[str, str | Path | None] | None = None) -> Path:
     """The file an output to `path` lands in (a link's target), checked before any work.
 
+    Args:
+        inputs: flag -> the command's input files (None where not given): the output may be none
+            of them, `force` or not.
+
     Raises:
+        ValueError: it is one of `inputs` (both flags named).
         OutputExistsError: it is an existing regular file and `force` is false (flag named).
         FileNotFoundError: its folder does not exist.
         PermissionError: no file can be made in its folder (tried; flag named).
     """
     path = Path(path)
     target = Path(os.path.realpath(path))
+    for input_flag, given in (inputs or {}).items():
+        if given is not None and target.is_file() and os.path.isfile(given) \
+                and os.path.samefile(target, given):
+            raise ValueError(f"{flag} {path} is the {input_flag} file: writing it would replace "
+                             f"that input; give another file")
     if target.is_file() and not force:
         shown = path if target == path.absolute() else f"{path} (a link to {target})"
         raise OutputExistsError(f"{flag} {shown} already exists (use --force to replace it)")

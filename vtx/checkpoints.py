@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -234,15 +235,24 @@ def average(paths: list[str | Path]) -> Checkpoint:
     with the highest step; so is the meta record, with `averaged_from` added.
 
     Raises:
-        ValueError: no paths, or checkpoints of different architectures.
+        ValueError: no paths, a file given twice (it would weigh double), or checkpoints of
+            different architectures or vocabularies (pieces, not bytes: the newest's
+            vocabulary goes with the averaged weights).
     """
     if not paths:
         raise ValueError("no checkpoints to average")
+    seen: dict[str, str | Path] = {}
+    for path in paths:
+        if (real := os.path.realpath(path)) in seen:
+            same = f" (as {seen[real]})" if str(seen[real]) != str(path) else ""
+            raise ValueError(f"{path} is given twice{same}: it would weigh double in the mean")
+        seen[real] = path
     loaded = sorted(((load(p), p) for p in paths), key=lambda pair: pair[0].meta.get("step", 0))
     checkpoints = [checkpoint for checkpoint, _ in loaded]
     newest = checkpoints[-1]
     for checkpoint, path in loaded:
         _check_same_architecture(newest, checkpoint, path)
+        _check_same_vocabulary(newest, checkpoint, path, loaded[-1][1])
     averaged = []
     for i, array in enumerate(newest.model):
         if np.issubdtype(array.dtype, np.floating):
@@ -260,6 +270,22 @@ def _check_same_architecture(reference: Checkpoint, other: Checkpoint, path) -> 
     shapes = [a.shape for a in other.model]
     if shapes != [a.shape for a in reference.model]:
         raise ValueError(f"{path}: variable shapes differ from the newest checkpoint")
+
+
+def _check_same_vocabulary(reference: Checkpoint, other: Checkpoint, path, reference_path) -> None:
+    """Refuse a checkpoint whose vocabulary names other pieces than the newest's: its weights,
+    averaged with the others, would be read through the newest's vocabulary."""
+    if other.vocab == reference.vocab or other.vocab is None or reference.vocab is None:
+        return
+    from vtx.data.vocab import Vocabulary, differing_pieces
+
+    differ = differing_pieces(Vocabulary.from_bytes(other.vocab, f"in {path}"),
+                              Vocabulary.from_bytes(reference.vocab, f"in {reference_path}"))
+    if differ:
+        first, a, b = differ[0]
+        raise ValueError(f"{path} was trained on another vocabulary than {reference_path}, the "
+                         f"newest: {len(differ)} ids name other pieces (id {first}: {a!r} there, "
+                         f"{b!r} in the newest); average checkpoints of one run")
 
 
 def check_architecture(expected: dict | None, found: dict | None, where: str | Path,

@@ -61,3 +61,44 @@ def test_upper_bound_best_averages_the_checkpoints_ending_at_the_best_one(tmp_pa
     (tmp_path / checkpoints.BEST_NAME).unlink()
     result = average("--upper-bound", "best")
     assert result.exit_code == 1 and checkpoints.BEST_NAME in result.output
+
+
+def test_a_file_given_twice_is_refused_instead_of_weighing_double(tmp_path):
+    write(tmp_path / "a.npz", 1, 1.0)
+    write(tmp_path / "b.npz", 2, 4.0)
+    (tmp_path / "link.npz").symlink_to(tmp_path / "a.npz")
+    for twice in ("a.npz", "link.npz"):
+        result = CliRunner().invoke(main, [
+            "average-checkpoints", "--inputs", str(tmp_path / "a.npz"), "--inputs",
+            str(tmp_path / "b.npz"), "--inputs", str(tmp_path / twice),
+            "--output", str(tmp_path / "o.npz")])
+        assert result.exit_code == 1, result.output
+        assert f"{tmp_path / twice} is given twice" in result.output, result.output
+        assert "weigh double" in result.output and not (tmp_path / "o.npz").exists()
+
+
+def test_checkpoints_of_other_vocabularies_are_refused_naming_the_first_other_piece(
+        tmp_path, multi30k_small):
+    """Weights trained on other pieces, averaged, would be read through the newest's
+    vocabulary: the same architecture and size load, so the pieces are compared."""
+    from tests.conftest import TRANSLATION_MODEL
+    from vtx.data.vocab import Vocabulary
+
+    theirs = (multi30k_small / "data" / "spm.model").read_bytes()
+    ours = checkpoints.load(TRANSLATION_MODEL).vocab
+    assert Vocabulary.from_bytes(theirs, "a").size == Vocabulary.from_bytes(ours, "b").size
+    for name, step, vocab in (("a.npz", 1, ours), ("b.npz", 2, theirs), ("c.npz", 3, ours)):
+        checkpoints.save(tmp_path / name, Checkpoint(
+            model=[np.full((3,), 1.0, np.float32)], optimizer=[],
+            meta={"step": step, "model_config": {"n": 1}}, vocab=vocab))
+    files = ["--inputs", str(tmp_path / "a.npz"), "--inputs", str(tmp_path / "c.npz")]
+    result = CliRunner().invoke(main, ["average-checkpoints", *files, "--output",
+                                       str(tmp_path / "o.npz")])
+    assert result.exit_code == 0, result.output  # one vocabulary
+    result = CliRunner().invoke(main, ["average-checkpoints", *files, "--inputs",
+                                       str(tmp_path / "b.npz"), "--output",
+                                       str(tmp_path / "o2.npz")])
+    assert result.exit_code == 1, result.output
+    assert (f"{tmp_path / 'b.npz'} was trained on another vocabulary than "
+            f"{tmp_path / 'c.npz'}, the newest: ") in result.output, result.output
+    assert not (tmp_path / "o2.npz").exists()

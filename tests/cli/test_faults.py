@@ -363,3 +363,174 @@ def test_an_output_onto_a_full_disk_is_named(monkeypatch):
     monkeypatch.undo()
     with contextlib.suppress(OSError):  # the line is still in its buffer
         full.close()
+
+
+def test_preprocess_into_the_folder_of_its_input_is_refused_even_with_force(tmp_path):
+    """With --force the finished directory replaces the folder whole: it deleted the text it
+    was built from."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_corpus(raw / "train", ["a small house", "the dog runs"])
+    for destdir in (raw, tmp_path):
+        result = invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", raw / "train",
+                        "--destdir", destdir, "--vocab-size", 300, "--force")
+        assert_one_line_error(result, f"--destdir {destdir} holds the input {raw / 'train.en'} "
+                                      f"(--trainpref)")
+        assert sorted(p.name for p in raw.iterdir()) == ["train.de", "train.en"]
+
+
+def test_preprocess_that_drops_every_training_pair_writes_nothing(tmp_path):
+    write_corpus(tmp_path / "train", ["a small house", "the dog runs"])
+    result = invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", tmp_path / "train",
+                    "--destdir", tmp_path / "bin", "--vocab-size", 300, "--max-positions", 2)
+    assert_one_line_error(result, f"--trainpref: every pair of {tmp_path / 'train.en'} and "
+                                  f"{tmp_path / 'train.de'} was dropped (2 longer than "
+                                  f"--max-positions 2): nothing to train on")
+    assert not (tmp_path / "bin").exists()
+
+
+def test_training_on_a_data_directory_without_training_pairs_writes_nothing(tmp_path):
+    write_corpus(tmp_path / "train", ["a small house", "the dog runs"])
+    assert invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", tmp_path / "train",
+                  "--destdir", tmp_path / "bin", "--vocab-size", 300).exit_code == 0
+    result = invoke("preprocess", "-s", "en", "-t", "de", "--spm-model",
+                    tmp_path / "bin" / "spm.model", "--testpref", tmp_path / "train",
+                    "--destdir", tmp_path / "test_only")
+    assert result.exit_code == 0, result.output
+    result = invoke("train", tmp_path / "test_only", "--save-dir", tmp_path / "run", *TRAIN)
+    assert_one_line_error(result, f"{tmp_path / 'test_only'} holds no training pairs (its "
+                                  f"meta.json: no train split)")
+    assert not (tmp_path / "run").exists()
+    result = invoke("train", tmp_path / "no_data", "--dry-run")  # was a traceback
+    assert_one_line_error(result, f"{tmp_path / 'no_data' / 'meta.json'} not found")
+
+
+def test_a_gzip_file_damaged_inside_a_block_is_a_one_line_error(tmp_path):
+    """Damage inside the compressed stream is zlib's error, not gzip's (a traceback before)."""
+    import gzip
+    import zlib
+
+    lines = [f"line {i} of a small text" for i in range(400)]
+    write_corpus(tmp_path / "train", lines)
+    data = gzip.compress((tmp_path / "train.de").read_bytes())
+    for position in range(20, len(data) - 8):  # the first damage zlib itself reports
+        damaged = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1:]
+        try:
+            gzip.decompress(damaged)
+        except zlib.error:
+            break
+        except (OSError, EOFError):
+            continue
+    else:
+        pytest.fail("no damage that zlib reports")
+    (tmp_path / "train.de").unlink()
+    (tmp_path / "train.de.gz").write_bytes(damaged)
+    result = preprocess(tmp_path / "train", tmp_path / "bin")
+    assert_one_line_error(result, f"cannot read {tmp_path / 'train.en'} / "
+                                  f"{tmp_path / 'train.de.gz'}: ")
+    assert not (tmp_path / "bin").exists()
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_an_input_that_is_not_utf8_is_refused_naming_its_line(tmp_path, command):
+    """A gzip file not named .gz, or a Latin-1 text, was decoded with U+FFFD and searched: a
+    file of nonsense and exit 0."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"A dog runs .\nA caf\xe9 .\n")
+    output = tmp_path / "out.txt"
+    result = invoke(command, "--checkpoint", FIXTURE_MODEL, "--input", source, "--output",
+                    output)
+    assert_one_line_error(result, f"{source}:2: invalid UTF-8 (bytes b'\\xe9' at column 6)")
+    assert not output.exists()
+    result = invoke(command, "--checkpoint", FIXTURE_MODEL, stdin=b"A caf\xe9 .\n")
+    assert_one_line_error(result, "standard input:1: invalid UTF-8")
+
+
+def test_a_gzip_input_named_gz_is_translated_as_its_text(tmp_path):
+    import gzip
+
+    text = "A dog runs .\nTwo men sit on a bench .\n"
+    (tmp_path / "in.en.gz").write_bytes(gzip.compress(text.encode()))
+    plain = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--beam", 2, stdin=text)
+    zipped = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--beam", 2, "--input",
+                    tmp_path / "in.en.gz")
+    assert plain.exit_code == zipped.exit_code == 0, zipped.output
+    assert zipped.stdout == plain.stdout and len(plain.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_an_output_that_is_one_of_the_inputs_is_refused_even_with_force(tmp_path, command):
+    source = tmp_path / "in.txt"
+    source.write_text("A dog runs .\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(source)
+    for output in (source, link):
+        result = invoke(command, "--checkpoint", FIXTURE_MODEL, "--input", source, "--output",
+                        output, "--force")
+        assert_one_line_error(result, f"--output {output} is the --input file: writing it "
+                                      f"would replace that input")
+        assert source.read_text() == "A dog runs .\n"
+    if command == "translate":
+        result = invoke(command, "--checkpoint", FIXTURE_MODEL, "--reference", source,
+                        "--output", source, "--force", stdin="A dog runs .\n")
+        assert_one_line_error(result, f"--output {source} is the --reference file")
+        assert source.read_text() == "A dog runs .\n"
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_a_closed_standard_output_is_refused_before_any_work(monkeypatch, command):
+    """Started with `>&-`, the whole search ran and then failed on None.write."""
+    from vtx.errors import ArgumentError
+    from vtx.inference import parse, translate
+    from vtx.inference.decoding import DecodeOptions
+
+    monkeypatch.setattr("sys.stdout", None)
+    run = translate.translate_file if command == "translate" else parse.parse_file
+    with pytest.raises(ArgumentError, match=r"^standard output is closed \(started with >&-\): "
+                                            r"give output_path$"):
+        run("no-such-checkpoint.npz", None, None, DecodeOptions())  # said before the checkpoint
+
+
+def vtx_shell(command: str, tmp_path):
+    """`command` run by bash in `tmp_path` with the venv's vtx first on PATH."""
+    import os
+    import subprocess
+    import sys
+
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": path}, timeout=120)
+
+
+def test_scores_onto_a_closed_or_full_standard_output_are_one_line_errors(tmp_path):
+    (tmp_path / "gold.txt").write_text("(TOP (S (NP (DT a)) (VP (VB b))))\n")
+    closed = vtx_shell("vtx score-trees gold.txt gold.txt >&-", tmp_path)
+    assert closed.returncode == 1, closed.stderr  # was 0, the scores lost
+    assert "Error: standard output is closed" in closed.stderr
+    if Path("/dev/full").exists():
+        full = vtx_shell("vtx score-trees gold.txt gold.txt > /dev/full", tmp_path)
+        assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
+        assert "Error: [Errno 28] No space left on device" in full.stderr
+
+
+def test_train_flags_that_would_do_nothing_are_refused_naming_them(tmp_path):
+    for flags, said in ((["--seed", -1], "'--seed': -1 is not in the range"),
+                        (["--seed", 2**32], "'--seed': 4294967296 is not in the range"),
+                        (["--eval-beam", 8], "--eval-beam 8 goes with --eval-bleu or --eval-f1"),
+                        (["--eval-lenpen", 2.0], "--eval-lenpen 2.0 goes with --eval-bleu"),
+                        (["--vocab-size", 8000], "--vocab-size 8000 goes with --dry-run")):
+        result = invoke("train", tmp_path / "data", "--save-dir", tmp_path / "run", *flags)
+        assert result.exit_code == 2 and said in result.output, (flags, result.output)
+        assert not (tmp_path / "run").exists()
+
+
+def test_a_reader_gone_from_the_pipe_ends_translate_quietly(tmp_path):
+    """`vtx translate ... | head -1`: the reader leaves; the next write found a closed pipe and
+    printed "Error: [Errno 32] Broken pipe". `true` leaves before the model has loaded, so the
+    first write finds it closed."""
+    (tmp_path / "in.en").write_text("A dog runs .\n" * 3)
+    gone = vtx_shell(f"vtx translate --checkpoint {FIXTURE_MODEL} --beam 1 --buffer-size 1 "
+                     f"--input in.en | true; echo \"rc=${{PIPESTATUS[0]}}\"", tmp_path)
+    assert gone.stdout.strip() == "rc=1", (gone.stdout, gone.stderr)
+    errors = [line for line in gone.stderr.splitlines() if line.startswith("Error")]
+    assert not errors and "Traceback" not in gone.stderr, gone.stderr

@@ -303,6 +303,26 @@ def test_every_batch_has_one_of_the_shapes_of_lengths_of_any_value(small_data_di
         small_data_dir, max_tokens=MAX_TOKENS).as_numpy_iterator())  # every pair, once
 
 
+def test_training_data_tells_other_pairs_or_another_order_from_a_copy(small_data_dir, tmp_path):
+    """What a checkpoint keeps of its training pairs: a copy of the directory gives the same,
+    two pairs of one shard swapped (same counts) another, and so does a shard of other pairs."""
+    data = pipeline.training_data(small_data_dir)
+    meta = pipeline.load_meta(small_data_dir)["splits"]["train"]
+    assert (data["pairs"], data["target_tokens"]) == (meta["sentences"], meta["target_tokens"])
+    copy = tmp_path / "copy"
+    shutil.copytree(small_data_dir, copy)
+    assert pipeline.training_data(copy) == data
+    idx = copy / f"{meta['shards'][1]['name']}.idx"
+    lengths = np.fromfile(idx, np.int32).reshape(2, -1)
+    swap = next(i for i in range(lengths.shape[1] - 1)
+                if tuple(lengths[:, i]) != tuple(lengths[:, i + 1]))
+    lengths[:, [swap, swap + 1]] = lengths[:, [swap + 1, swap]]
+    lengths.tofile(idx)
+    swapped = pipeline.training_data(copy)
+    assert swapped["lengths_sha256"] != data["lengths_sha256"]
+    assert {**swapped, "lengths_sha256": None} == {**data, "lengths_sha256": None}
+
+
 def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp_path):
     """A shard cut short (full disk, interrupted copy) was read as fewer or emptier pairs and
     trained on without a word; a damaged meta.json or a missing vocabulary gave Python's bare

@@ -1,3 +1,5 @@
+import io
+
 import numpy as np
 import pytest
 
@@ -85,11 +87,25 @@ def test_overlong_line_is_truncated_with_a_warning(translator):
     assert any(w.startswith("line 7:") and "truncated" in w for w in translator.warnings)
 
 
-def test_invalid_utf8_is_replaced_and_reported_by_line():
-    warnings = []
-    lines = list(translate.read_lines([b"ok\n", b"bad \xff byte\n"], warnings.append))
-    assert lines == ["ok", "bad \ufffd byte"]
-    assert warnings == ["line 2: invalid UTF-8 replaced with U+FFFD"]
+def test_a_line_that_is_not_utf8_is_refused_naming_it():
+    """It was decoded with U+FFFD and searched (a gzip file not named .gz: nonsense, exit 0)."""
+    from vtx.data.text import DataError
+
+    lines = translate.read_lines([b"ok\r\n", b"bad \xff byte\n"], "in.txt")
+    assert next(lines) == "ok"
+    with pytest.raises(DataError, match=r"^in.txt:2: invalid UTF-8 \(bytes b'\\xff' at column "
+                                        r"5\)$"):
+        next(lines)
+
+
+def test_a_reference_is_cut_into_lines_as_the_input_is(tmp_path):
+    """A lone carriage return, a form feed or U+2028 inside a line leaves it one line in both
+    (bytes.splitlines cut the reference at a lone \\r: a line count that did not match)."""
+    text = "a\rb\nc\x0cd\ne\u2028f\r\n\nlast".encode()
+    path = tmp_path / "ref.de"
+    path.write_bytes(text)
+    read = list(translate.read_lines(io.BytesIO(text), "in"))
+    assert translate.read_references(path) == read == ["a\rb", "c\x0cd", "e\u2028f", "", "last"]
 
 
 def test_nbest_hypotheses_are_sorted_by_score(trained_checkpoint):

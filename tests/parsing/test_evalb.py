@@ -169,3 +169,15 @@ def test_read_tree_lines_names_the_bad_line(tmp_path):
         evalb.read_tree_lines(path)
     path.write_text("(TOP (S (NN a)))\n\n")
     assert evalb.read_tree_lines(path)[1] is None
+
+
+def test_tree_files_are_cut_into_lines_at_newlines_only(tmp_path):
+    """str.splitlines also cut at U+2028, U+0085 or a form feed, which the tree reader takes as
+    spaces: a two-line file became three lines, and the error named a balanced line as
+    unbalanced."""
+    path = tmp_path / "gold.txt"
+    path.write_text("(TOP (S\u2028(NP (NN a))\x0c(VP (VB c))))\r\n(TOP (X (Y z)))\n",
+                    newline="")
+    read = evalb.read_tree_lines(path)
+    assert [tree.leaves() for tree in read] == [["a", "c"], ["z"]]
+    assert evalb.score_files(path, path).all.errors == 0

@@ -357,6 +357,40 @@ def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):
     assert len(resumed_warnings(seed=7)) == 1
 
 
+def test_resuming_on_other_training_pairs_is_warned(tmp_path):
+    """A data directory rebuilt from other text under the same vocabulary loads: the data
+    position then counts another directory's batches, and it may be the wrong directory. The
+    checkpoint keeps what identifies its pairs (`pipeline.training_data`); a resumed run on
+    other pairs says so, on the same says nothing."""
+    first = {"pairs": 16, "target_tokens": 200, "lengths_sha256": "a" * 64}
+
+    def resumed_warnings(data):
+        lines = []
+        trainer = make_trainer(tmp_path, lines, max_steps=2)
+        trainer.training_data = data
+        trainer.resume()
+        assert any(line.startswith("resumed from") for line in lines)
+        return [line for line in lines if line.startswith("warning: resumed")]
+
+    trainer = make_trainer(tmp_path, max_steps=2)
+    trainer.training_data = first
+    trainer.fit(epoch_maker(PAIRS, 4))  # batch 2 of 4 of epoch 0
+    assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta[
+        "training_data"] == first
+    assert resumed_warnings(dict(first)) == []
+    assert resumed_warnings(None) == []  # unknown (a caller that does not say)
+    assert resumed_warnings({**first, "pairs": 1600, "target_tokens": 20000}) == [
+        "warning: resumed with other training pairs (1,600 pairs, 20,000 target tokens; the "
+        "checkpoint's run: 16 and 200): the data position (epoch 0, batch 2) now counts the "
+        "batches of another order, so until epoch 0 ends some pairs come again and others not "
+        "at all; the checkpoint's values resume exactly"]
+    assert resumed_warnings({**first, "lengths_sha256": "b" * 64}) == [
+        "warning: resumed with other training pairs (16 pairs, 200 target tokens; the same "
+        "counts, other lengths or another order): the data position (epoch 0, batch 2) now "
+        "counts the batches of another order, so until epoch 0 ends some pairs come again and "
+        "others not at all; the checkpoint's values resume exactly"]
+
+
 def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
     # A learning rate too high for the task: the validation loss goes down, then up again.

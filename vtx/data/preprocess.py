@@ -100,6 +100,35 @@ def _check_destdir(destdir: Path, force: bool) -> None:
                         f"replace it)")
 
 
+def _check_inputs_outside(destdir: Path, config: PreprocessConfig,
+                          files: dict[str, tuple[Path, Path]]) -> None:
+    """Refuse a --destdir that holds an input file: the finished directory replaces it whole
+    (with --force), which deleted the text it was built from."""
+    flags = {"train": "--trainpref", "valid": "--validpref"}
+    inputs = [(flags.get(name, "--testpref"), path) for name, pair in files.items()
+              for path in pair]
+    inputs += [(flag, Path(path)) for flag, path in (("--spm-model", config.spm_model),
+               ("--whole-word-symbols", config.whole_word_symbols)) if path is not None]
+    folder = destdir.resolve()
+    for flag, path in inputs:
+        if folder in path.resolve().parents:
+            raise DataError(f"--destdir {destdir} holds the input {path} ({flag}): the new data "
+                            f"directory replaces the folder whole, which would delete it; "
+                            f"write it into another folder")
+
+
+def _no_training_pairs(config: PreprocessConfig, source: Path, target: Path,
+                       filtered: dict[str, int]) -> None:
+    """Raise DataError: every training pair was dropped (a data directory with nothing to
+    train on was written, and `vtx train` failed on it later)."""
+    flags = {"empty": "empty", "too_long": f"longer than --max-positions {config.max_positions}",
+             "length_ratio": f"past --max-length-ratio {config.max_length_ratio}"}
+    reasons = ", ".join(f"{count:,} {flags.get(reason, reason)}"
+                        for reason, count in filtered.items() if count)
+    raise DataError(f"--trainpref: every pair of {source} and {target} was dropped ({reasons}): "
+                    f"nothing to train on")
+
+
 def _check_training_text(source: Path, target: Path) -> None:
     """Refuse training files without one non-blank line (SentencePiece's error would not say)."""
     if not any(src.strip() or tgt.strip() for src, tgt in read_parallel(source, target)):
@@ -174,6 +203,7 @@ def preprocess(config: PreprocessConfig) -> dict:
     destdir = Path(config.destdir)
     _check_destdir(destdir, config.force)
     files = _split_files(config)
+    _check_inputs_outside(destdir, config, files)
     if "train" in files:
         _check_training_text(*files["train"])
     try:
@@ -191,6 +221,8 @@ def preprocess(config: PreprocessConfig) -> dict:
                 splits[name] = binarize_split(
                     encoder, source, target, workdir / name, vocab.size, config.shard_size,
                     train_filter if name == "train" else length_check)
+                if name == "train" and not splits[name]["sentences"]:
+                    _no_training_pairs(config, source, target, splits[name]["filtered"])
         meta = _meta(config, vocab, files, splits)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")

@@ -8,6 +8,7 @@ separate step (`decode_line`) so it can run in a worker process.
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -68,7 +69,8 @@ def read_parallel(source: Path, target: Path) -> Iterator[tuple[bytes, bytes]]:
                 count += 1
                 yield src_line.rstrip(b"\r\n"), tgt_line.rstrip(b"\r\n")
             tgt_rest = count_lines(tgt)
-        except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+        except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError;
+            # damage inside a compressed block is zlib's error
             raise DataError(f"cannot read {source} / {target}: {err}") from err
         if tgt_rest:
             raise DataError(f"line counts differ: {source} has {count} lines, {target} has "

@@ -88,6 +88,17 @@ class Vocabulary:
         return [self._processor.id_to_piece(int(i)) for i in ids]
 
 
+def differing_pieces(first: "Vocabulary", second: "Vocabulary") -> list[tuple[int, str | None,
+                                                                          str | None]]:
+    """(id, first's piece, second's piece) for every id whose pieces differ (None past a
+    vocabulary's end): the same pieces serialized otherwise give none, and the ids mean the
+    same."""
+    ids = range(max(first.size, second.size))
+    pairs = [(i, first.pieces([i])[0] if i < first.size else None,
+              second.pieces([i])[0] if i < second.size else None) for i in ids]
+    return [(i, a, b) for i, a, b in pairs if a != b]
+
+
 def sample(items: Iterable[str], size: int, seed: int) -> list[str]:
     """A uniform random sample of at most `size` of `items`, read once, in their order of
     arrival where all fit; the same items and seed give the same sample in any process.

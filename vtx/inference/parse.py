@@ -22,11 +22,11 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from vtx import atomic
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.translate import (Translator, load_translator, open_source, output_sink,
-                                     read_lines, resolve_checkpoint)
+from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
+                                     open_source, output_sink, read_lines,
+                                     resolve_checkpoint)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, delinearize
 from vtx.parsing.trees import Tree
@@ -181,11 +181,11 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
             (named).
         evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written).
     """
+    check_output(output_path, force, {"--input": input_path, "--checkpoint": checkpoint,
+                                      "--gold": gold_path})
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)
-        lines = list(read_lines(source, warn))
-    if output_path:
-        atomic.output_path(output_path, force)
+        lines = list(read_lines(source, input_path or STDIN))
     gold = read_gold(gold_path, len(lines)) if gold_path else None
     path = resolve_checkpoint(checkpoint)
     translator = load_translator(path, options, warn)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import itertools
 import sys
+import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from vtx import atomic, checkpoints
 from vtx.config import ModelConfig
+from vtx.data.text import DataError, decode_line, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
@@ -187,15 +190,32 @@ class Translator:
                 np.concatenate([scores for _, _, scores in parts]))
 
 
-def read_lines(stream: Iterable[bytes], warn: Callable[[str], None]) -> Iterator[str]:
-    """Decode byte lines as UTF-8; invalid bytes are replaced and the line number is reported."""
-    for number, raw in enumerate(stream, start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
-        yield text.rstrip("\r\n")
+STDIN = "standard input"  # the input's name in messages when it is not a file
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Lines as `read_lines` reads a stream: cut at "\n" only (a lone "\r" or a form feed
+    stays inside its line), the last one without a newline kept, "\r\n" ends removed."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [line.rstrip(b"\r") for line in lines]
+
+
+def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
+    """Decode byte lines as UTF-8, without their line ends.
+
+    Raises:
+        DataError: a line is not UTF-8 (`name`, the line and the bytes named: a gzip file not
+            named .gz, or another encoding, gave the search nonsense to translate), or a gzip
+            stream is damaged.
+    """
+    number = 0
+    try:
+        for number, raw in enumerate(stream, start=1):
+            yield decode_line(raw, name, number).rstrip("\r\n")
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{name}: cannot read it after line {number} ({error})") from None
 
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
@@ -217,14 +237,30 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     return best
 
 
+def check_output(output_path: str | Path | None, force: bool,
+                 inputs: dict[str, str | Path | None]) -> None:
+    """Check where the output goes before any work: `atomic.output_path` for a file (none of
+    `inputs`, flag -> file), else standard output, which must be open.
+
+    Raises:
+        ArgumentError: standard output is closed (started with `>&-`), naming `output_path`.
+        OutputExistsError, ValueError, OSError: see `atomic.output_path`.
+    """
+    if output_path:
+        atomic.output_path(output_path, force, inputs=inputs)
+    elif sys.stdout is None:  # what was made would be lost, after all the work
+        raise ArgumentError("standard output is closed (started with >&-): give {output_path}")
+
+
 def open_source(input_path: str | Path | None, stack: contextlib.ExitStack):
-    """The binary input: `input_path` opened on `stack`, or standard input when it is None.
+    """The binary input: `input_path` opened on `stack` (read as gzip when its name ends in
+    .gz, as `vtx preprocess` reads it), or standard input when it is None.
 
     Raises:
         ArgumentError: standard input is closed (started with `<&-`), naming `input_path`.
     """
     if input_path:
-        return stack.enter_context(open(input_path, "rb"))
+        return stack.enter_context(open_binary(Path(input_path)))  # gzip when named .gz
     if sys.stdin is None:
         raise ArgumentError("standard input is closed: give {input_path}")
     return sys.stdin.buffer
@@ -257,26 +293,32 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                    output_path: str | Path | None, options: DecodeOptions,
                    buffer_size: int = 1024, force: bool = False,
                    warn: Callable[[str], None] = lambda message: None,
-                   log: Callable[[str], None] = lambda message: None) -> list[str]:
+                   log: Callable[[str], None] = lambda message: None,
+                   other_inputs: dict[str, str | Path | None] | None = None) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest).
 
     Returns:
         The best hypothesis of every line, in input order.
 
+    `other_inputs` (flag -> file) are files of the caller that `output_path` may not be either.
+
     Raises:
         OutputExistsError: `output_path` exists and `force` is false (checked before any work).
-        OSError, ValueError: an unreadable input or checkpoint (named).
+        ArgumentError: standard output is closed and no `output_path` is given.
+        OSError, ValueError: an unreadable input or checkpoint (named), or `output_path` is one
+            of the inputs.
     """
-    if output_path:
-        atomic.output_path(output_path, force)
+    check_output(output_path, force, {"--input": input_path, "--checkpoint": checkpoint,
+                                      **(other_inputs or {})})
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         path = resolve_checkpoint(checkpoint)
         translator = load_translator(path, options, warn)
         log(f"checkpoint: {path}")
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
-            return translate_stream(translator, read_lines(source, warn), write, buffer_size)
+            return translate_stream(translator, read_lines(source, input_path or STDIN),
+                                    write, buffer_size)
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,
@@ -314,9 +356,7 @@ def read_references(reference_path: str | Path) -> list[str]:
         OSError: it cannot be read.
         DataError: bytes that are not UTF-8 (naming the file, line and column).
     """
-    from vtx.data.text import decode_line
-
-    lines = Path(reference_path).read_bytes().splitlines()
+    lines = split_lines(Path(reference_path).read_bytes())
     return [decode_line(line, reference_path, number) for number, line in enumerate(lines, 1)]
 
 

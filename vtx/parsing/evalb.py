@@ -283,7 +283,12 @@ def read_tree_lines(path: str | Path) -> list[Tree | None]:
         FileNotFoundError: `path` does not exist.
         TreeSyntaxError: a line is not one tree; the message names the file and line.
     """
-    lines = read_text(path).splitlines()
+    # Lines cut at "\n" only, as `vtx parse` reads its input: str.splitlines also cuts at
+    # U+2028, U+0085 or a form feed inside a word, and then named the wrong line as unbalanced.
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    lines = [line.rstrip("\r") for line in lines]
     return [parse_tree(text, f"{path}, line {number}") if text.strip() else None
             for number, text in enumerate(lines, start=1)]
 

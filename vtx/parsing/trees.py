@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
@@ -20,6 +19,10 @@ ROOT_LABEL = "TOP"
 # Part-of-speech tag of empty elements (traces, zero complementizers).
 EMPTY_ELEMENT_TAG = "-NONE-"
 
+# Brackets nested deeper are refused when read: the tree code recurses (normalizing,
+# linearizing, writing), and past ~400 levels Python's recursion limit stopped it with a
+# traceback after the reading had passed.
+MAX_DEPTH = 200
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
 
 
@@ -79,8 +82,11 @@ def _tokenize(text: str) -> list[str]:
     return _TOKEN_RE.findall(text)
 
 
-def _parse_node(tokens: list[str], pos: int, where: str) -> tuple[Tree, int]:
-    """Parses the bracket opening at `tokens[pos]`; returns the tree and the index after it."""
+def _parse_node(tokens: list[str], pos: int, where: str, depth: int = 1) -> tuple[Tree, int]:
+    """Parses the bracket opening at `tokens[pos]` (`depth` brackets deep); returns the tree and
+    the index after it."""
+    if depth > MAX_DEPTH:
+        raise TreeSyntaxError(f"{where}: brackets nested more than {MAX_DEPTH} deep")
     pos += 1
     label = ""
     if pos < len(tokens) and tokens[pos] not in "()":
@@ -90,7 +96,7 @@ def _parse_node(tokens: list[str], pos: int, where: str) -> tuple[Tree, int]:
     has_word = False
     while pos < len(tokens) and tokens[pos] != ")":
         if tokens[pos] == "(":
-            child, pos = _parse_node(tokens, pos, where)
+            child, pos = _parse_node(tokens, pos, where, depth + 1)
         else:
             child, pos, has_word = tokens[pos], pos + 1, True
         children.append(child)
@@ -119,11 +125,7 @@ def iter_trees(text: str, where: str = "<text>") -> Iterator[Tree]:
             raise TreeSyntaxError(f"{where}: unbalanced brackets (an extra ')' after tree {number - 1})")
         if tokens[pos] != "(":
             raise TreeSyntaxError(f"{where}: expected '(' before tree {number} but found {tokens[pos]!r}")
-        try:
-            tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
-        except RecursionError:
-            raise TreeSyntaxError(f"{where}: tree {number} nests its brackets past Python's "
-                                  f"recursion limit ({sys.getrecursionlimit()} levels)") from None
+        tree, pos = _parse_node(tokens, pos, f"{where} (tree {number})")
         number += 1
         yield tree
 

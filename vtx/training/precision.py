@@ -8,9 +8,10 @@ avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x flo
 (docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
 with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
 precision (`matmul_speedup`; 0.1 s for the quick start's model, 0.3 s base, 1.1-1.2 s big on
-that Xeon). GPUs have bfloat16 tensor cores from compute capability 8.0 (A100, H100), which pay
-with XLA only: without it bfloat16 trained at 0.74x float32 on an H100. Several
-workers each choose so, then train in bfloat16 only where all of them chose it.
+that Xeon, where it read 0.56-0.90x; 1.62-2.16x on the Zen 4). GPUs have bfloat16 tensor
+cores from compute capability 8.0 (A100, H100), which pay with XLA only: without it bfloat16
+trained at 0.74x float32 on an H100. Several workers each choose so, then train in bfloat16
+only where all of them chose it.
 """
 
 from __future__ import annotations

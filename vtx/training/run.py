@@ -99,7 +99,12 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
-    has_valid = "valid" in pipeline.load_meta(data_dir).get("splits", {})
+    data_splits = pipeline.load_meta(data_dir).get("splits", {})
+    if not data_splits.get("train", {}).get("sentences"):
+        found = "0 pairs kept" if "train" in data_splits else "no train split"
+        raise ValueError(f"{data_dir} holds no training pairs (its meta.json: {found}): "
+                         f"`vtx preprocess --trainpref` writes them")
+    has_valid = "valid" in data_splits
     metric = train_config.best_checkpoint_metric
     if metric != "loss" and metric != eval_metric:
         raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
@@ -133,6 +138,7 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
             trainer.model, data_dir, eval_metric, max_tokens=train_config.max_tokens,
             warn=lambda message: log(f"warning: validation: {message}"), **(eval_options or {}))
     packed = _packing(data_dir, train_config, model_config, boundaries, splits, log)
+    trainer.training_data = pipeline.training_data(data_dir)
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
     packed = _resumed_packing(trainer, packed, log)

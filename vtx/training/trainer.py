@@ -32,7 +32,7 @@ import tensorflow as tf
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
 from vtx.data.packing import PACKED_KEYS
 from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary
+from vtx.data.vocab import Vocabulary, differing_pieces
 from vtx.errors import disk_full, out_of_device_memory, tf_message
 from vtx.models import transformer
 from vtx import checkpoints
@@ -147,6 +147,9 @@ class Trainer(TrainingLoop):
         # The (rows, source, target) shapes of packed training batches (`vtx.data.packing`),
         # set by the caller and kept in checkpoints; None: bucketed batches.
         self.packed_shapes: list[tuple[int, int, int]] | None = None
+        # What identifies the training pairs the positions count (`pipeline.training_data`),
+        # set by the caller and kept in checkpoints; None when unknown.
+        self.training_data: dict | None = None
         self._stop_signal: int | None = None
         self._compiling = False  # inside fit's compile_shapes (what a stop signal waits for)
         self.compile_failed = threading.Event()  # a shape's pass failed: queued ones start none
@@ -364,7 +367,8 @@ class Trainer(TrainingLoop):
                 "bucket_boundaries": self.bucket_boundaries,
                 "validation_pending": self.validation_pending,
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
-                                  if self.packed_shapes else None)}
+                                  if self.packed_shapes else None),
+                "training_data": self.training_data}
 
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
@@ -434,7 +438,8 @@ class Trainer(TrainingLoop):
         self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         if self.vocab is None:
             self.vocab = checkpoint.vocab
-        if warning := self._reordered_data_warning(meta.get("train_config") or {}):
+        if warning := self._reordered_data_warning(meta.get("train_config") or {},
+                                                   meta.get("training_data")):
             self.log(warning)
 
     def _check_vocabulary(self, path, saved: bytes | None) -> None:
@@ -454,31 +459,40 @@ class Trainer(TrainingLoop):
         except DataError as error:
             raise checkpoints.CheckpointError(str(error)) from None
         now = Vocabulary.from_bytes(self.vocab, "this run's vocabulary")
-        ids = range(max(before.size, now.size))
-        pieces = [(i, before.pieces([i])[0] if i < before.size else None,
-                   now.pieces([i])[0] if i < now.size else None) for i in ids]
-        differ = [(i, a, b) for i, a, b in pieces if a != b]
+        differ = differing_pieces(before, now)
         if not differ:  # the same pieces serialized otherwise: the ids mean the same
             return
         first, a, b = differ[0]
         raise TrainingError(
             f"{path} was trained on another vocabulary than this run's data directory's "
-            f"spm.model: {len(differ)} of {len(pieces)} ids name other pieces (id {first}: "
+            f"spm.model: {len(differ)} of {max(before.size, now.size)} ids name other pieces "
+            f"(id {first}: "
             f"{a!r} there, {b!r} here), so its embeddings would be read as other pieces' (a "
             f"data directory preprocessed again gets another vocabulary from other text or "
             f"flags); train on the data directory it was trained on, or use another --save-dir")
 
-    def _reordered_data_warning(self, saved: dict) -> str | None:
+    def _reordered_data_warning(self, saved: dict, saved_data: dict | None) -> str | None:
         """A warning when this run's flags order the data otherwise than those of the run that
         saved the restored checkpoint while its data position is inside an epoch: --seed shuffles
         the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
-        shapes). The position counts batches, so it then names other ones (as in fairseq)."""
+        shapes). The position counts batches, so it then names other ones (as in fairseq).
+        So it does when the data directory holds other training pairs than the checkpoint's
+        run had (`pipeline.training_data`): the same vocabulary over other text loads (more
+        data, or the wrong directory). A saved position is inside its epoch unless no update
+        was made (the epoch moves on when its next batch is asked for)."""
         flags = [("seed", "--seed")]
         if not self.packed_shapes:
             flags.append(("max_tokens", "--max-tokens"))
         changed = [f"{flag} {getattr(self.config, key)} (the checkpoint's run: {saved[key]})"
                    for key, flag in flags
                    if key in saved and saved[key] != getattr(self.config, key)]
+        now = self.training_data
+        if saved_data and now and saved_data != now:
+            counts = [(data["pairs"], data["target_tokens"]) for data in (now, saved_data)]
+            how = ("the same counts, other lengths or another order" if counts[0] == counts[1]
+                   else f"the checkpoint's run: {counts[1][0]:,} and {counts[1][1]:,}")
+            changed.append(f"other training pairs ({counts[0][0]:,} pairs, {counts[0][1]:,} "
+                           f"target tokens; {how})")
         inside = [(worker, position) for worker, position in enumerate(self.positions)
                   if position[1]]
         if not changed or not inside:
