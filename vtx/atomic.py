@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -98,6 +99,40 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)(\.[^.]*)?")  # replaced_on_success's names
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[tuple[Path, int]]:
+    """Remove the hidden temporaries `replaced_on_success` left in `folder` when its process was
+    killed mid-write (a checkpoint's is full size, and was never removed): those of processes
+    no longer running on this host.
+
+    Returns:
+        (path, bytes) of each removed.
+    """
+    removed = []
+    for path in sorted(Path(folder).glob(".*.tmp-*")):
+        match = _TEMPORARY.fullmatch(path.name)
+        if not match or _running(int(match[1])):
+            continue
+        size = path.stat().st_size if path.is_file() else 0
+        _remove(path)
+        removed.append((path, size))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @contextlib.contextmanager

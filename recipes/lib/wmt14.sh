@@ -141,13 +141,32 @@ Usage: $(basename "$0") [--gpus N] [--max-tokens N] [--max-steps N] [--arch A] [
                  [--save-dir DIR] [-- more vtx train flags]
 Trains Transformer $ARCH ($STEPS steps, P_drop $DROPOUT) on WORKDIR/data-bin with about
 $TOKENS_PER_STEP source + $TOKENS_PER_STEP target tokens per step: --update-freq is
-ceil($TOKENS_PER_STEP / (max-tokens x GPUs)). Checkpoints every 10 minutes; averages the last
-$NUM_LAST into SAVE_DIR/average.npz. Default --gpus: the GPUs nvidia-smi lists (8 in the paper).
+ceil($TOKENS_PER_STEP / (max-tokens x GPUs x workers)), workers being TF_CONFIG's hosts (1
+without it). Checkpoints every 10 minutes and at each new best validation, the last $NUM_LAST
+kept and averaged into SAVE_DIR/average.npz. Default --gpus: CUDA_VISIBLE_DEVICES's count when
+set, else the GPUs nvidia-smi lists (8 in the paper); give --gpus when vtx train's --devices
+picks fewer.
 EOF
 }
 
-count_gpus() {
-  if command -v nvidia-smi > /dev/null; then nvidia-smi -L | grep -c '^GPU' || true; else echo 0; fi
+count_gpus() {  # the GPUs TensorFlow will see: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    # "0,1" -> 2; "" or "-1" -> 0 (TensorFlow then sees none; entries after an invalid one are
+    # ignored by CUDA, not counted here)
+    echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | awk '$0 == "-1" { exit } /[^ ]/ { n++ } END { print n + 0 }'
+  elif command -v nvidia-smi > /dev/null; then nvidia-smi -L | grep -c '^GPU' || true; else echo 0; fi
+}
+
+count_workers() {  # the hosts of a multi-worker run: TF_CONFIG's chief and workers, else 1
+  [ -n "${TF_CONFIG:-}" ] || { echo 1; return; }
+  "$PYTHON" -c '
+import json, os, sys
+try:
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    print(max(1, len(cluster.get("worker", [])) + len(cluster.get("chief", []))))
+except (ValueError, KeyError, TypeError) as error:
+    sys.exit(f"TF_CONFIG is not a JSON object with a cluster ({error})")
+' || die "cannot read TF_CONFIG"
 }
 
 train_main() {  # uses ARCH STEPS DROPOUT NUM_LAST set by the recipe
@@ -169,12 +188,18 @@ train_main() {  # uses ARCH STEPS DROPOUT NUM_LAST set by the recipe
   check_vtx
   [ -f "$WORK/data-bin/meta.json" ] || die "no $WORK/data-bin/meta.json: run prepare.sh first"
   save_dir=${save_dir:-$WORK/checkpoints-$ARCH}
-  local replicas=$(( gpus > 0 ? gpus : 1 ))
+  local workers
+  workers=$(count_workers)
+  # One update spans every replica of every worker (TF_CONFIG): the step's tokens are theirs.
+  local replicas=$(( (gpus > 0 ? gpus : 1) * workers ))
   local update_freq=$(( (TOKENS_PER_STEP + max_tokens * replicas - 1) / (max_tokens * replicas) ))
-  step "vtx train --arch $ARCH: $replicas replica(s) x $max_tokens tokens x update-freq $update_freq"
+  step "vtx train --arch $ARCH: $replicas replica(s) ($workers worker(s)) x $max_tokens tokens x update-freq $update_freq"
+  # --keep-last: a checkpoint holds the weights and Adam's two moments (base ~0.76 GB, big
+  # ~2.6 GB), written every 10 minutes and at each new best validation: kept all, a big run's
+  # filled about a terabyte. The last NUM_LAST are the ones averaged.
   "$VTX" train "$WORK/data-bin" --arch "$ARCH" --save-dir "$save_dir" --dropout "$DROPOUT" \
     --max-tokens "$max_tokens" --update-freq "$update_freq" --max-steps "$STEPS" \
-    --save-interval-minutes 10 ${extra[@]+"${extra[@]}"}
+    --save-interval-minutes 10 --keep-last "$NUM_LAST" ${extra[@]+"${extra[@]}"}
   average_last "$save_dir" "$NUM_LAST"
 }
 
@@ -196,11 +221,12 @@ evaluate_usage() {
 Usage: $(basename "$0") CHECKPOINT [--workdir DIR] [-- more vtx translate flags]
 Translates newstest2014 ($SRC->$TGT, beam 4, alpha 0.6) and prints two BLEU scores:
 detokenized sacreBLEU (with its signature) and the paper's tokenized BLEU (Moses tokenizer via
-sacremoses, compounds split at hyphens as ##AT##-##AT##, then sacreBLEU -tok none).
+sacremoses, for German compounds split at hyphens as ##AT##-##AT## as tensor2tensor's
+get_ende_bleu.sh does, then sacreBLEU -tok none).
 EOF
 }
 
-# Moses tokenization and the paper's hyphen splitting, stdin to stdout.
+# Moses tokenization, and for German the paper's hyphen splitting, stdin to stdout.
 tokenize_for_paper_bleu() {
   "$PYTHON" -c '
 import sys
@@ -208,7 +234,7 @@ from sacremoses import MosesTokenizer
 tokenizer = MosesTokenizer(lang=sys.argv[1])
 for line in sys.stdin:
     print(tokenizer.tokenize(line.rstrip("\n"), return_str=True))
-' "$TGT" | perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'
+' "$TGT" | if [ "$TGT" = de ]; then perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'; else cat; fi
 }
 
 evaluate_main() {
@@ -239,6 +265,7 @@ evaluate_main() {
   grep -E '^(BLEU|nrefs)' "$out/translate.log"
   tokenize_for_paper_bleu < "$out/newstest2014.hyp.$TGT" > "$out/hyp.tok"
   tokenize_for_paper_bleu < "$raw/test.$TGT" > "$out/ref.tok"
-  echo "tokenized BLEU with compound splitting (the paper's), newstest2014 $SRC-$TGT:"
+  if [ "$TGT" = de ]; then local how="with compound splitting (the paper's)"; else local how="(multi-bleu.perl's)"; fi
+  echo "tokenized BLEU $how, newstest2014 $SRC-$TGT:"
   "$(dirname "$VTX")/sacrebleu" "$out/ref.tok" -i "$out/hyp.tok" -tok none -m bleu -f text
 }

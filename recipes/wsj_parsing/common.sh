@@ -13,6 +13,17 @@ DECODE=(--beam 21 --lenpen 0.3 --max-len-a 1 --max-len-b 300)
 die() { echo "$(basename "$0"): error: $*" >&2; exit 1; }
 step() { echo "==> [$(date +%H:%M:%S)] $*" >&2; }
 check_vtx() { [ -x "$VTX" ] || die "no vtx at $VTX: run 'bash tests/run.sh' (or set VTX=path/to/vtx)"; }
+# -h/--help among a script's arguments (before any "--"): its header comment, and exit 0 before
+# it touches anything (small.sh replaces its WORK folder).
+help_if_asked() {
+  local arg
+  for arg in "$@"; do
+    case $arg in
+      -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+      --) return ;;
+    esac
+  done
+}
 
 # vtx preprocess for words -> linearized trees. The bracket tokens stay whole pieces
 # (--whole-word-symbols); a tree is 2-4x its sentence in tokens, so the length-ratio filter is

@@ -9,6 +9,7 @@
 # .evalb summaries; prints both F1s (the paper: 91.3 on section 23).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
+help_if_asked "$@"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
 
 check_vtx

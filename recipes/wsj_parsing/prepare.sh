@@ -12,6 +12,7 @@
 # vtx prepare-parse --train-subtrees; 8 is the treebank sample's choice).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
+help_if_asked "$@"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
 
 [ $# -eq 1 ] || die "usage: $0 TREEBANK_DIR"

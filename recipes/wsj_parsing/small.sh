@@ -33,6 +33,8 @@
 {
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
+help_if_asked "$@"
+[ $# -eq 0 ] || die "takes no arguments, got '$1' (its settings are environment variables: see --help)"
 PTB=${PTB:-${VTX_SHARED_DATA:-$ROOT/../shared/data}/ptb_sample}
 WORK=${WORK:-$ROOT/runs/wsj_small}
 MINUTES=${MINUTES:-55}

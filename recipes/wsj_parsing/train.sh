@@ -13,6 +13,7 @@
 # not verified here. Running it again resumes from the newest checkpoint.
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
+help_if_asked "$@"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
 
 check_vtx

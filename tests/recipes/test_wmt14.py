@@ -116,3 +116,32 @@ def test_bad_flag_values_are_refused_naming_flag_and_value(tmp_path):
     assert result.returncode != 0 and "missing' is not a directory" in result.stderr
     result = run("base.sh", "--workdir", tmp_path)
     assert result.returncode != 0 and "run prepare.sh first" in result.stderr
+
+
+@pytest.mark.parametrize("env,replicas,workers,update_freq", [
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2, 1, 4),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, 1, 1, 8),
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "TF_CONFIG": json.dumps(
+        {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}})},
+     16, 2, 1),
+])
+def test_the_update_frequency_counts_the_visible_gpus_of_every_host(tmp_path, env, replicas,
+                                                                      workers, update_freq):
+    """nvidia-smi lists a host's GPUs whatever CUDA_VISIBLE_DEVICES hides, and each host of a
+    TF_CONFIG run counted only its own: 2 hosts of 8 trained 51,200 tokens a step, twice the
+    paper's. A stand-in vtx records the flags it is given."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python").symlink_to(sys.executable)
+    (stub / "vtx").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
+    (stub / "vtx").chmod(0o755)
+    (tmp_path / "work" / "data-bin").mkdir(parents=True)
+    (tmp_path / "work" / "data-bin" / "meta.json").write_text("{}")
+    result = subprocess.run(["bash", str(RECIPE / "base.sh"), "--workdir", tmp_path / "work"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **env, "VTX": str(stub / "vtx")})
+    assert (f"vtx train --arch base: {replicas} replica(s) ({workers} worker(s)) x 3200 tokens "
+            f"x update-freq {update_freq}") in result.stderr, result.stderr
+    train = (tmp_path / "calls").read_text().splitlines()[0].split()
+    assert train[train.index("--update-freq") + 1] == str(update_freq)
+    assert train[train.index("--keep-last") + 1] == "5"  # the 5 averaged, not every one

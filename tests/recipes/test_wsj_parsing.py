@@ -36,3 +36,24 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_f1(shared_data, tmp_path):
     assert len(trees) == len(words) == 5
     for tree, sentence in zip(trees, words):  # well-formed, over exactly the input words
         assert parse_tree(tree).leaves() == sentence.split()
+
+
+@pytest.mark.parametrize("script", ["small.sh", "prepare.sh", "train.sh", "evaluate.sh"])
+def test_help_prints_the_header_and_touches_nothing(tmp_path, script):
+    """small.sh took no arguments: `small.sh --help` deleted WORK and started an hour's
+    training; evaluate.sh --help first overwrote the average."""
+    work = tmp_path / "work"
+    (work / "checkpoints").mkdir(parents=True)
+    (work / "checkpoints" / "keep").write_text("x")
+    path = REPO_ROOT / "recipes" / "wsj_parsing" / script
+    env = {**os.environ, "WORK": str(work), "VTX": str(Path(sys.executable).with_name("vtx"))}
+    result = subprocess.run(["bash", str(path), "--help"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    second_line = path.read_text().splitlines()[1].removeprefix("# ")
+    assert result.returncode == 0 and result.stdout.startswith(second_line), result.stderr
+    assert sorted(p.name for p in work.rglob("*")) == ["checkpoints", "keep"]
+    if script == "small.sh":
+        refused = subprocess.run(["bash", str(path), "--minutes", "5"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "takes no arguments, got '--minutes'" in refused.stderr
+        assert (work / "checkpoints" / "keep").exists()

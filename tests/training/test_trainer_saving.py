@@ -467,3 +467,49 @@ def _launches_before_read(events: list[str], step: int) -> bool:
     starts = [i for i, event in enumerate(events) if event == "start"]
     reads = [i for i, event in enumerate(events) if event == "read"]
     return starts[step] < reads[step - 1]
+
+
+def test_a_checkpoint_write_left_by_a_killed_run_is_removed_when_resumed(tmp_path):
+    """A kill during a checkpoint's write left its hidden temporary (full size) for good, beyond
+    --keep-last. Those of processes still running (here: this one) are left alone."""
+    import os
+    import subprocess
+    import sys
+
+    make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = tmp_path / f".checkpoint_00000004.npz.tmp-{gone}.npz"
+    stale.write_bytes(b"x" * 2**20)
+    running = tmp_path / f".checkpoint_00000004.npz.tmp-{os.getpid()}.npz"
+    running.write_bytes(b"y")
+    lines = []
+    make_trainer(tmp_path, lines, max_steps=3).fit(epoch_maker(PAIRS, 4))
+    assert not stale.exists() and running.exists()
+    assert f"removed {stale} (1.0 MiB): a write interrupted when an earlier run was killed" in lines
+
+
+def test_history_rows_after_the_checkpoint_resumed_from_are_not_kept_twice(tmp_path):
+    """Killed between checkpoints, a run had written rows for steps its resumed run trains and
+    writes again: the curve went back in steps. Also a row cut short by the kill."""
+    make_trainer(tmp_path, max_steps=4, save_interval_steps=2).fit(epoch_maker(PAIRS, 4))
+    checkpoints.checkpoint_path(tmp_path, 4).unlink()  # killed after step 4's row, before its save
+    history = tmp_path / "history.jsonl"
+    history.write_text(history.read_text() + '{"step": 5, "train_lo')
+    lines = []
+    make_trainer(tmp_path, lines, max_steps=6, save_interval_steps=2).fit(epoch_maker(PAIRS, 4))
+    steps = [json.loads(line)["step"] for line in history.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert ("history.jsonl: 3 rows after step 2 dropped (written after the checkpoint this run "
+            "resumes from)") in lines
+
+
+def test_resuming_with_a_precision_of_other_optimizer_state_names_the_flag(tmp_path):
+    """mixed_float16's loss scaling has optimizer variables float32's lacks: the resume said
+    only "variable shapes do not match this model" of an identical model."""
+    from vtx.training.loop import TrainingError
+
+    make_trainer(tmp_path, max_steps=1, precision="float32").fit(epoch_maker(PAIRS, 4))
+    with pytest.raises(TrainingError, match=r"checkpoint_00000001.npz was trained with "
+                                            r"--precision float32, this run has mixed_float16"):
+        make_trainer(tmp_path, max_steps=2, precision="mixed_float16").resume()

@@ -152,6 +152,15 @@ def test_patience_stops_after_validations_without_a_new_best_and_survives_a_resu
     assert any("no better bleu in 3 validations (--patience 3) at step 5" in line
                for line in lines)
     assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 2
+    # The same command again (a requeued job) trained on past the stop, writing checkpoints
+    # after the best one; now it says so and trains nothing.
+    again = make_trainer(tmp_path, lines, max_steps=20, validate_interval_steps=1,
+                         save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
+    scorer = ScriptedScorer([9.5])
+    assert again.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID, scorer) is None
+    assert again.step == 5 and scorer.calls == 0 and saved_steps(tmp_path)[-1] == 5
+    assert ("nothing to train: the run stopped at step 5 with no better bleu in 3 validations "
+            "(--patience 3; raise it to go on)") in lines
 
 
 class StoppedOnce(ScriptedScorer):

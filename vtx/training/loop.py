@@ -105,6 +105,10 @@ class TrainingLoop:
         if not self._resumed:
             self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
+        if self.topology.is_chief:
+            for path, size in atomic.remove_stale_temporaries(self.save_dir):
+                self.log(f"removed {path} ({size / 2**20:.1f} MiB): a write interrupted when "
+                         f"an earlier run was killed")
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -221,6 +225,13 @@ class TrainingLoop:
         if self.step >= self.config.max_steps:
             self.log(f"nothing to train: step {self.step} is already at the step limit "
                      f"{self.config.max_steps} (--max-steps; raise it to go on)")
+        elif self.config.patience and self.since_best >= self.config.patience:
+            # The run that saved this checkpoint stopped by patience: the same command again (a
+            # requeued job) trained on past it, and wrote checkpoints after the best one.
+            self.log(f"nothing to train: the run stopped at step {self.step} with no better "
+                     f"{self.config.best_checkpoint_metric} in {self.since_best} validations "
+                     f"(--patience {self.config.patience}; raise it to go on)")
+            return None
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:

@@ -52,6 +52,28 @@ class Progress:
         self._reset(self._run_start)
         self._start_step = start_step
         self._elapsed_before = elapsed_before
+        if history:
+            self._trim_history(start_step)
+
+    def _trim_history(self, step: int) -> None:
+        """Drop the rows of history.jsonl past `step`, the step this run resumes from: a run
+        killed between checkpoints had written them, and its resumed run wrote them again (a
+        learning curve going back in steps); also a row cut short by the kill."""
+        if not self.history_path.exists():
+            return
+        lines = self.history_path.read_text().splitlines()
+        kept = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("step", 0) <= step:
+                kept.append(line)
+        if len(kept) < len(lines):
+            atomic.write_text(self.history_path, "".join(line + "\n" for line in kept))
+            self.log(f"history.jsonl: {len(lines) - len(kept)} rows after step {step} dropped "
+                     f"(written after the checkpoint this run resumes from)")
 
     def _reset(self, now: float) -> None:
         self._loss = self._nll = self._tokens = 0.0

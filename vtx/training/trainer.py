@@ -418,9 +418,16 @@ class Trainer(TrainingLoop):
         if checkpoint.meta.get("num_workers", 1) != self.topology.num_workers:
             raise TrainingError(f"{path} was written by {checkpoint.meta.get('num_workers')} "
                                 f"workers, this run has {self.topology.num_workers}")
+        saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
         for variables, arrays in ((self.model.variables, checkpoint.model),
                                   (self.optimizer.variables, checkpoint.optimizer)):
             if [tuple(v.shape) for v in variables] != [a.shape for a in arrays]:
+                if saved_precision and saved_precision != self.config.precision:
+                    # mixed_float16's loss scaling adds optimizer variables the others lack
+                    raise TrainingError(
+                        f"{path} was trained with --precision {saved_precision}, this run has "
+                        f"{self.config.precision}, whose optimizer state differs: resume with "
+                        f"--precision {saved_precision}, or use another --save-dir")
                 raise TrainingError(f"{path}: variable shapes do not match this model")
             for variable, array in zip(variables, arrays):
                 variable.assign(array)
