@@ -47,11 +47,13 @@ def test_a_reference_of_another_length_is_one_line_naming_the_flag(trained_check
         f"Error: --reference {tmp_path / 'ref.de'} has 1 lines, the input 2")
 
 
-def test_invalid_utf8_is_warned_not_fatal(trained_checkpoint):
+def test_invalid_utf8_is_an_error_naming_the_line(trained_checkpoint):
+    """It was replaced by U+FFFD with a warning and searched, exit 0: a gzip file or another
+    encoding gave a file of nonsense. The lines read with it are not translated either."""
     result = vtx("translate", "--checkpoint", trained_checkpoint, stdin=b"A dog.\nA \xff cat.\n")
-    assert result.returncode == 0
-    assert len(result.stdout.decode().splitlines()) == 2
-    assert "line 2: invalid UTF-8" in result.stderr.decode()
+    assert result.returncode == 1 and result.stdout == b""
+    assert ("Error: standard input:2: invalid UTF-8 (bytes b'\\xff' at column 3)"
+            in result.stderr.decode())
 
 
 def test_nbest_writes_k_scored_lines_per_input(trained_checkpoint):

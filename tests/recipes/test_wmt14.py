@@ -85,7 +85,7 @@ def test_prepare_train_two_steps_and_evaluate_on_a_local_copy(shared_data, wmt_o
     trained = run("base.sh", "--workdir", work, "--arch", "tiny", "--max-steps", 2, "--gpus", 1,
                   "--max-tokens", 4096, "--", "--log-interval-steps", 1)
     assert trained.returncode == 0, trained.stderr
-    assert "1 replica(s) x 4096 tokens x update-freq 7" in trained.stderr
+    assert "1 replica(s) (1 worker(s)) x 4096 tokens x update-freq 7" in trained.stderr
     assert "step 2/2" in trained.stderr
     average = work / "checkpoints-tiny" / "average.npz"
     assert average.is_file()

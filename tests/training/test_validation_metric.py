@@ -303,3 +303,34 @@ def test_vtx_train_refuses_a_metric_it_cannot_compute(multi30k_small, tmp_path, 
                                                       for f in flags])
     assert result.exit_code != 0 and message in result.output
     assert not save.exists()
+
+
+def test_a_best_checkpoint_whose_copy_a_kill_prevented_is_copied_when_resumed(tmp_path):
+    """Killed after a new best's numbered checkpoint was written and before its copy into
+    checkpoint_best, the resumed run took the best as copied: checkpoint_best held an older step
+    for good. Here the kill is stood in for by putting the older copy back."""
+    import shutil
+
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=2, validate_interval_steps=1,
+                           save_interval_steps=1, best_checkpoint_metric="bleu")
+    trainer.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID, ScriptedScorer([5.0, 9.0]))
+    best = tmp_path / checkpoints.BEST_NAME
+    assert checkpoints.load(best).meta["step"] == 2
+    shutil.copy(checkpoints.checkpoint_path(tmp_path, 1), best)  # as left by the kill
+    resumed = make_trainer(tmp_path, lines, max_steps=2, validate_interval_steps=1,
+                           save_interval_steps=1, best_checkpoint_metric="bleu")
+    assert resumed.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID,
+                       ScriptedScorer([])) is None
+    assert checkpoints.load(best).meta["step"] == 2
+    assert (f"{best} now holds step 2, the best (the run that saved it was stopped before "
+            f"copying it; it held step 1)") in lines
+    # Not when the newest checkpoint is not the best: step 3 validates worse than step 2.
+    again = make_trainer(tmp_path, lines, max_steps=3, validate_interval_steps=1,
+                         save_interval_steps=1, best_checkpoint_metric="bleu")
+    again.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID, ScriptedScorer([1.0]))
+    lines.clear()
+    make_trainer(tmp_path, lines, max_steps=3, validate_interval_steps=1, save_interval_steps=1,
+                 best_checkpoint_metric="bleu").fit(epoch_maker(make_pairs(16, 20), 4),
+                                                    lambda: VALID, ScriptedScorer([]))
+    assert checkpoints.load(best).meta["step"] == 2 and not any("now holds" in l for l in lines)

@@ -109,6 +109,7 @@ class TrainingLoop:
             for path, size in atomic.remove_stale_temporaries(self.save_dir):
                 self.log(f"removed {path} ({size / 2**20:.1f} MiB): a write interrupted when "
                          f"an earlier run was killed")
+            self._complete_best()
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -169,8 +170,25 @@ class TrainingLoop:
         if score is not None and (self.best_score is None or score.value > self.best_score):
             self.best_score = score.value
         self.since_best = 0 if is_best else self.since_best + 1
+        if is_best:
+            self.best_step = self.step
         progress.report_valid(self.step, loss, nll, is_best, score)
         return is_best
+
+    def _complete_best(self) -> None:
+        """Copy the checkpoint resumed from into checkpoint_best when it is the best and the
+        copy is not there: a run killed between writing a new best's numbered checkpoint and
+        copying it resumed believing it done, and checkpoint_best kept an older step for good
+        (what `average-checkpoints --upper-bound best` and the recipes read)."""
+        if self.resumed_from is None or self.best_step != self.step:
+            return
+        best = self.save_dir / checkpoints.BEST_NAME
+        kept = checkpoints.read_meta(best) if best.exists() else None
+        if kept is None or kept.get("step") != self.step:
+            atomic.copy_file(self.resumed_from, best)
+            self.log(f"{best} now holds step {self.step}, the best (the run that saved it was "
+                     f"stopped before copying it; it held "
+                     f"{'nothing' if kept is None else 'step ' + str(kept.get('step'))})")
 
     def _watch_divergence(self, loss: float, watch: dict, length: int | None = None) -> bool:
         """Whether this update's loss diverged from the running mean of the updates with batches

@@ -137,6 +137,7 @@ class Trainer(TrainingLoop):
         # The best task metric so far (higher is better), validations since the best one (by
         # `best_checkpoint_metric`), and the wall seconds of every run before this process.
         self.best_score: float | None = None
+        self.best_step: int | None = None  # the step of the best validation (by the metric)
         self.since_best = 0
         self.elapsed_before = 0.0
         self._started = clock()
@@ -361,6 +362,7 @@ class Trainer(TrainingLoop):
                 "skipped": self.skipped, "diverged": self.diverged,
                 "best_valid": self.best_valid,
                 "best_score": self.best_score, "validations_since_best": self.since_best,
+                "best_step": self.best_step,
                 "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
@@ -436,6 +438,7 @@ class Trainer(TrainingLoop):
         self.diverged = meta.get("diverged", 0)
         self.best_valid = meta.get("best_valid", math.inf)
         self.best_score = meta.get("best_score")
+        self.best_step = meta.get("best_step")
         self.since_best = meta.get("validations_since_best", 0)
         self.elapsed_before = meta.get("elapsed_seconds", 0.0)
         self.positions = [tuple(p) for p in meta["positions"]]
