@@ -5,6 +5,8 @@ so `vtx --help` answers instantly.
 """
 
 import errno
+import signal
+import threading
 
 import click
 
@@ -19,6 +21,18 @@ class Vtx(click.Group):
     an error message."""
 
     def invoke(self, ctx: click.Context):
+        # SIGTERM (a scheduler, `kill`) ends the command as an exception, like Ctrl-C: the
+        # cleanups run, so an output's hidden temporary is removed (Python's default ended the
+        # process on the spot and left it, full size, for good). `vtx train` sets its own.
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+        try:
+            return self._invoke(ctx)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except click.ClickException as error:
@@ -29,6 +43,10 @@ class Vtx(click.Group):
             if _closed_pipe(error):
                 raise
             raise click.ClickException(str(error)) from error
+
+
+def _terminate(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _closed_pipe(error: BaseException | None) -> bool:

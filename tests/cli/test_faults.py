@@ -534,3 +534,26 @@ def test_a_reader_gone_from_the_pipe_ends_translate_quietly(tmp_path):
     assert gone.stdout.strip() == "rc=1", (gone.stdout, gone.stderr)
     errors = [line for line in gone.stderr.splitlines() if line.startswith("Error")]
     assert not errors and "Traceback" not in gone.stderr, gone.stderr
+
+
+def test_sigterm_mid_output_leaves_neither_the_output_nor_its_temporary(tmp_path):
+    """Python's default SIGTERM ended the process on the spot: no file under the output's name,
+    but its hidden temporary stayed for good. Now the cleanups run, as on Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "in.en").write_text("A dog runs in the park .\n" * 5000)
+    vtx = Path(sys.executable).with_name("vtx")
+    process = subprocess.Popen([str(vtx), "translate", "--checkpoint", str(FIXTURE_MODEL),
+                                "--input", "in.en", "--output", "out.de", "--buffer-size", "1"],
+                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".out.de.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(tmp_path.glob(".out.de.tmp-*")), "the output was never started"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr.decode()[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
