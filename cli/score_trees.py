@@ -1,5 +1,7 @@
 """`vtx score-trees`: EVALB (COLLINS.prm) bracketing scores of one-tree-per-line files."""
 
+import sys
+
 import click
 
 
@@ -13,8 +15,6 @@ import click
               help="Length limit of the second summary block (EVALB's CUTOFF_LEN).")
 def score_trees(gold, test, per_sentence, max_errors, cutoff_len):
     """Score the trees in TEST against those in GOLD, one tree per line, as EVALB does."""
-    import sys
-
     from vtx.parsing import evalb
 
     if sys.stdout is None:

@@ -101,7 +101,12 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)(\.[^.]*)?")  # replaced_on_success's names
+def _temporary(path: Path, pid: int) -> Path:
+    """The hidden temporary `replaced_on_success` writes `path` into, in process `pid`."""
+    return path.with_name(f".{path.name}.tmp-{pid}{path.suffix}")
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)(\.[^.]*)?")  # the names `_temporary` gives
 
 
 def remove_stale_temporaries(folder: str | Path) -> list[tuple[Path, int]]:
@@ -146,7 +151,7 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
             must not leave an empty file under the final name).
     """
     path = Path(os.path.realpath(path))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{path.suffix}")
+    tmp = _temporary(path, os.getpid())
     _remove(tmp)
     try:
         with errors_named(path):

@@ -195,8 +195,9 @@ train_main() {  # uses ARCH STEPS DROPOUT NUM_LAST set by the recipe
   local update_freq=$(( (TOKENS_PER_STEP + max_tokens * replicas - 1) / (max_tokens * replicas) ))
   step "vtx train --arch $ARCH: $replicas replica(s) ($workers worker(s)) x $max_tokens tokens x update-freq $update_freq"
   # --keep-last: a checkpoint holds the weights and Adam's two moments (base ~0.76 GB, big
-  # ~2.6 GB), written every 10 minutes and at each new best validation: kept all, a big run's
-  # filled about a terabyte. The last NUM_LAST are the ones averaged.
+  # ~2.6 GB: 4 bytes x 3 x the parameters), written every 10 minutes and at each new best
+  # validation: all kept, a big run would fill about a terabyte (estimated from the paper's 3.5
+  # days, not run). The last NUM_LAST are the ones averaged.
   "$VTX" train "$WORK/data-bin" --arch "$ARCH" --save-dir "$save_dir" --dropout "$DROPOUT" \
     --max-tokens "$max_tokens" --update-freq "$update_freq" --max-steps "$STEPS" \
     --save-interval-minutes 10 --keep-last "$NUM_LAST" ${extra[@]+"${extra[@]}"}

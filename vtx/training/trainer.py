@@ -476,10 +476,10 @@ class Trainer(TrainingLoop):
         raise TrainingError(
             f"{path} was trained on another vocabulary than this run's data directory's "
             f"spm.model: {len(differ)} of {max(before.size, now.size)} ids name other pieces "
-            f"(id {first}: "
-            f"{a!r} there, {b!r} here), so its embeddings would be read as other pieces' (a "
-            f"data directory preprocessed again gets another vocabulary from other text or "
-            f"flags); train on the data directory it was trained on, or use another --save-dir")
+            f"(id {first}: {a!r} there, {b!r} here), so its embeddings would be read as other "
+            f"pieces' (a data directory preprocessed again gets another vocabulary from other "
+            f"text or flags); train on the data directory it was trained on, or use another "
+            f"--save-dir")
 
     def _reordered_data_warning(self, saved: dict, saved_data: dict | None) -> str | None:
         """A warning when this run's flags order the data otherwise than those of the run that
