@@ -122,3 +122,57 @@ def test_a_dangling_link_is_said_as_such(tmp_path):
     assert atomic.unwritable_directory(tmp_path / "run" / "sub") == (
         f"{tmp_path / 'run' / 'sub'}: {tmp_path / 'run'} is a link to {tmp_path / 'gone'}, which "
         f"does not exist")
+
+
+def _ended_pid() -> int:
+    """The id of a process that has ended (and was this process's child: not reused meanwhile
+    by anything a test could mistake for running, short of a wrap-around)."""
+    import subprocess
+    import sys
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def test_an_output_killed_mid_write_leaves_no_temporary_once_written_again(tmp_path):
+    """A SIGKILL during a write (vtx translate --output, vtx preprocess) leaves its hidden
+    temporary, full size; the next write of the same output removes it. Temporaries of other
+    outputs, and of running processes (here: this one), are not touched."""
+    gone = _ended_pid()
+    out = tmp_path / "out.de"
+    stale = tmp_path / f".out.de.tmp-{gone}.de"
+    stale.write_text("half a translation")
+    other = tmp_path / f".out.fr.tmp-{gone}.fr"
+    other.write_text("another output's")
+    mine = tmp_path / f".out.de.tmp-{os.getppid()}.de"  # a running process's
+    mine.write_text("still being written")
+    with atomic.open_output(out) as handle:
+        handle.write("done\n")
+    assert out.read_text() == "done\n"
+    assert not stale.exists()
+    assert other.exists() and mine.exists()
+
+    folder = tmp_path / "data-bin"
+    stale_folder = tmp_path / f".data-bin.tmp-{gone}"
+    (stale_folder / "sub").mkdir(parents=True)
+    with atomic.new_directory(folder) as build:
+        (build / "dict.txt").write_text("a 1\n")
+    assert not stale_folder.exists() and (folder / "dict.txt").exists()
+
+
+def test_a_folder_moved_aside_by_a_killed_replace_is_put_back(tmp_path):
+    """Killed between the two renames that replace a folder, the old folder was left hidden and
+    its name empty; the next write of it puts it back first, so a failure then loses nothing."""
+    gone = _ended_pid()
+    folder = tmp_path / "data-bin"
+    aside = tmp_path / f".data-bin.old-{gone}"
+    aside.mkdir()
+    (aside / "dict.txt").write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with atomic.new_directory(folder):
+            raise RuntimeError("the build failed")
+    assert (folder / "dict.txt").read_text() == "old\n" and not aside.exists()
+    # Where the replacement did take its place (killed while removing the old): removed.
+    aside.mkdir()
+    with atomic.new_directory(folder) as build:
+        (build / "dict.txt").write_text("new\n")
+    assert (folder / "dict.txt").read_text() == "new\n" and not aside.exists()

@@ -12,6 +12,7 @@ hidden folder beside it, renamed into place when complete (`new_directory`).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import shutil
@@ -81,7 +82,8 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
             with errors_named(path):  # what is left in the buffer is written here
                 handle.close()
         return
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    remove_stale_temporaries(target.parent, target.name)
+    tmp = _temporary(target, os.getpid())
     try:
         handle = open(tmp, "w", encoding=encoding)
         try:
@@ -106,22 +108,46 @@ def _temporary(path: Path, pid: int) -> Path:
     return path.with_name(f".{path.name}.tmp-{pid}{path.suffix}")
 
 
-_TEMPORARY = re.compile(r"\..+\.tmp-(\d+)(\.[^.]*)?")  # the names `_temporary` gives
+def _aside(path: Path, pid: int) -> Path:
+    """Where `_put_in_place`, in process `pid`, moves the folder `path` it replaces."""
+    return path.with_name(f".{path.name}.old-{pid}")
 
 
-def remove_stale_temporaries(folder: str | Path) -> list[tuple[Path, int]]:
-    """Remove the hidden temporaries `replaced_on_success` left in `folder` when its process was
-    killed mid-write (a checkpoint's is full size, and was never removed): those of processes
-    no longer running on this host.
+# The names `_temporary` and `_aside` give (the process id is group 1 or 2).
+_TEMPORARY = re.compile(r"\..+\.(?:tmp-(\d+)(?:\.[^.]*)?|old-(\d+))")
+
+
+def _temporaries_of(name: str) -> re.Pattern:
+    """The names `_temporary` and `_aside` give for the output `name` (pid: group 1 or 2)."""
+    return re.compile(re.escape(f".{name}.") + r"(?:tmp-(\d+)" + re.escape(Path(name).suffix)
+                      + r"|old-(\d+))")
+
+
+def remove_stale_temporaries(folder: str | Path, name: str | None = None
+                             ) -> list[tuple[Path, int]]:
+    """Remove the hidden temporaries `replaced_on_success` and `open_output` left in `folder`
+    when their process was killed mid-write (a checkpoint's or a translation's is full size, and
+    was never removed): those of processes no longer running on this host. A folder moved aside
+    to be replaced is put back where its replacement never took its place.
+
+    Args:
+        name: only those of the output of this name (the one about to be written).
 
     Returns:
         (path, bytes) of each removed.
     """
     removed = []
-    for path in sorted(Path(folder).glob(".*.tmp-*")):
-        match = _TEMPORARY.fullmatch(path.name)
-        if not match or _running(int(match[1])):
+    pattern, names = (".*", _TEMPORARY) if name is None else \
+        (f".{glob.escape(name)}.*", _temporaries_of(name))
+    for path in sorted(Path(folder).glob(pattern)):
+        match = names.fullmatch(path.name)
+        if not match or _running(int(match[1] or match[2])):
             continue
+        if match[2] is not None:  # killed between `_put_in_place`'s two renames: put it back
+            original = path.with_name(path.name[1:].rsplit(".old-", 1)[0])
+            if not os.path.lexists(original):
+                os.replace(path, original)
+                continue
         size = path.stat().st_size if path.is_file() else 0
         _remove(path)
         removed.append((path, size))
@@ -151,6 +177,7 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
             must not leave an empty file under the final name).
     """
     path = Path(os.path.realpath(path))
+    remove_stale_temporaries(path.parent, path.name)
     tmp = _temporary(path, os.getpid())
     _remove(tmp)
     try:
@@ -190,7 +217,7 @@ def _put_in_place(tmp: Path, path: Path) -> None:
     if not (path.is_dir() and tmp.is_dir()):
         os.replace(tmp, path)
         return
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    old = _aside(path, os.getpid())
     _remove(old)
     os.replace(path, old)
     try:
