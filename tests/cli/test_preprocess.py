@@ -85,3 +85,52 @@ def test_bad_spm_model_is_named(small_corpus, tmp_path):  # noqa: F811
 def test_bad_flag_value_is_named(corpus, tmp_path):
     result = run(*corpus, "--destdir", tmp_path / "bin", "--workers", 0)
     assert_fails_cleanly(result, "--workers must be positive, got 0", tmp_path)
+
+
+def _workers_of(pid):
+    """The encoding workers (spawned processes) whose parent is `pid`, read from /proc."""
+    from pathlib import Path
+    workers = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        if parent == pid and b"spawn_main" in command:
+            workers.append(stat.parent.name)
+    return workers
+
+
+def test_ctrl_c_while_workers_encode_stops_without_their_tracebacks(small_corpus, tmp_path):  # noqa: F811
+    """Ctrl-C reaches the whole process group: each encoding worker printed a KeyboardInterrupt
+    traceback beside the main process's "Aborted!". Now the workers never see it; the main
+    process stops, ends them and leaves no output."""
+    import gzip
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    for lang in ("en", "de"):  # 160,000 pairs in 800 shards: seconds of encoding
+        lines = gzip.decompress((small_corpus / f"train.{lang}.gz").read_bytes())
+        (tmp_path / f"big.{lang}").write_bytes(lines * 80)
+    vtx = Path(sys.executable).with_name("vtx")
+    process = subprocess.Popen(
+        [str(vtx), "preprocess", "-s", "en", "-t", "de", "--trainpref", "big", "--destdir", "bin",
+         "--vocab-size", "500", "--workers", "2", "--shard-size", "200"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # a process group of its own, as a terminal's job has
+    deadline = time.monotonic() + 120
+    while len(_workers_of(process.pid)) < 2 and time.monotonic() < deadline \
+            and process.poll() is None:
+        time.sleep(0.05)
+    assert len(_workers_of(process.pid)) == 2, "the workers never started"
+    time.sleep(0.5)  # the workers are encoding
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and "Aborted!" in stderr, (process.returncode, stderr)
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.de", "big.en"]

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -155,6 +157,19 @@ def _merge_stats(total: dict, part: dict) -> None:
     total["shards"].extend(part["shards"])
 
 
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT held back (not lost: delivered at the end) while a worker process may start: a
+    worker inherits it held for good. Ctrl-C reaches the whole process group: the workers then
+    printed a KeyboardInterrupt traceback each; now the main process alone stops (the pool's
+    shutdown lets the chunks being encoded finish, then ends the workers)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 class Encoder:
     """Runs `encode_chunk` in the calling process (workers == 1) or in worker processes.
 
@@ -191,7 +206,8 @@ class Encoder:
             return
         pending = collections.deque()
         for item in items:
-            pending.append(self._executor.submit(fn, item))
+            with _interrupts_held():
+                pending.append(self._executor.submit(fn, item))
             if len(pending) >= 2 * self.workers:
                 yield pending.popleft().result()
         while pending:
