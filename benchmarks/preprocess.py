@@ -189,7 +189,7 @@ def main() -> None:
         meta, _, _ = vtx_preprocess(["--trainpref", str(args.data / "train"), "--vocab-size", "8000",
                                   "--destdir", str(multi30k)])
         model = multi30k / "spm.model"
-        print(f"\n1. encode+binarize throughput (vocabulary 8000, BPE; wall time, shared CPU)")
+        print("\n1. encode+binarize throughput (vocabulary 8000, BPE; wall time, shared CPU)")
         print(f"Multi30k train ({meta['splits']['train']['sentences']:,} pairs, .gz input):")
         plain = [plain_copy(args.data / f"train.{lang}.gz", work) for lang in ("en", "de")]
         throughput_rows(str(args.data / "train"), plain, model, spm_encode, work)

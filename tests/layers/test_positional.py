@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from vtx.layers import SinusoidalPositionEncoding
-from tests.layers.layer_check import check_layer
 
 
 @pytest.mark.parametrize("pos,i", [(0, 0), (1, 0), (5, 3), (37, 10), (300, 15), (1023, 31)])

@@ -5,7 +5,6 @@ corpora and a fake newstest2013, and the first segments of its real SGML files a
 """
 
 import gzip
-import itertools
 import json
 import os
 import subprocess

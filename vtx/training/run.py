@@ -183,18 +183,16 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
             skip_batches=skip, num_shards=shards, shard_index=shard,
             bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
 
-    valid = None
-    if has_valid:
-        cached = []
+    cached = []
 
-        def valid():
-            if not cached:
-                cached.extend(_without_index(b) for b in pipeline.eval_batches(
-                    data_dir, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
-                    side_lengths=sides).as_numpy_iterator())
-            return cached
+    def valid():
+        if not cached:
+            cached.extend(_without_index(b) for b in pipeline.eval_batches(
+                data_dir, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
+                side_lengths=sides).as_numpy_iterator())
+        return cached
 
-    return trainer.fit(make_epoch, valid, score_valid, shapes)
+    return trainer.fit(make_epoch, valid if has_valid else None, score_valid, shapes)
 
 
 def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[str, ...],
