@@ -201,7 +201,7 @@ def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
     trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
     trainer.model.embedding.embeddings.assign(
         np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
-    with pytest.raises(TrainingError, match="2 non-finite losses in a row at step 1"):
+    with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1"):
         trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     assert trainer.skipped == 2 and trainer.step == 0
 

@@ -1,10 +1,15 @@
 """The numbers a Trainer computes: validation loss against a hand computation, and updates under
-XLA and under float16 loss scaling."""
+XLA, under float16 loss scaling and with non-finite gradients on one of two replicas."""
+
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import REPO_ROOT
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
 from vtx.training.loss import label_smoothed_loss
@@ -143,8 +148,7 @@ def test_float16_overflow_skips_the_update_without_counting_it_as_a_step(tmp_pat
     trainer = Trainer(TINY, config.TrainConfig(max_steps=3, precision="mixed_float16",
                                                save_interval_minutes=0, validate_interval_steps=0),
                       tmp_path, log=lines.append)
-    trainer.optimizer.build(trainer.model.trainable_variables)
-    trainer.optimizer.dynamic_scale.assign(2.0 ** 40)
+    trainer.optimizer.dynamic_scale.assign(2.0 ** 40)  # built by the Trainer
     trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     overflowed = [line for line in lines if line.startswith("float16 gradients overflowed")]
     assert overflowed[0] == ("float16 gradients overflowed at step 1: update skipped, loss scale "
@@ -211,3 +215,32 @@ def test_a_packed_batch_gives_the_gradient_of_the_same_pairs_bucketed(tmp_path, 
     scale = max(np.abs(b).max() for b in bucketed)
     for a, b in zip(packed, bucketed):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("precision, update_freq", [("mixed_float16", 1), ("float32", 2)])
+def test_gradients_non_finite_on_one_replica_skip_the_update_on_all(tmp_path, precision,
+                                                                    update_freq):
+    """Two replicas, the second one's gradients infinite (float16's overflow): the update is
+    skipped everywhere (Keras's loss scaling checks the first replica only: the weights went NaN),
+    float16's loss scale is halved, and an overflow at every scale stops training when the scale
+    falls below 1e-4 instead of halving it forever; in float32 such updates count as non-finite."""
+    process = subprocess.run(
+        [sys.executable, "-m", "tests.training.overflow_driver", str(tmp_path), precision,
+         str(update_freq)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert process.returncode == 0, process.stdout + process.stderr
+    lines = process.stdout.splitlines()
+    first = json.loads(next(line for line in lines if line.startswith("{")))
+    assert first["stepped"] == 0 and first["iterations"] == 0, first
+    assert first["unchanged"] and first["finite"], first
+    assert first["nonfinite_replicas"] == 1, first
+    error = next(line for line in lines if line.startswith("error: "))
+    if precision == "mixed_float16":
+        assert first["scale_after"] == first["scale_before"] / 2, first
+        # From 2^-10: four halvings to 2^-14, the first below 1e-4.
+        assert error.startswith("error: float16 gradients overflow at every loss scale: the scale "
+                                "fell to 6.10352e-05, below 0.0001 (fairseq's --min-loss-scale), "
+                                "at step 1; train with --precision mixed_bfloat16 or float32"), error
+    else:
+        assert error.startswith("error: 3 non-finite updates in a row at step 1"), error
+        assert any(line.startswith("logged: non-finite gradients at step 1: update skipped (3 in "
+                                   "a row") for line in lines), lines

@@ -31,6 +31,9 @@ from vtx.training.validation import Score
 # 2.761 against 1.26-1.38 for the batches up to 193 ids, the same checkpoint, docs/results.md).
 DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
 RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
+# float16's loss scale halves at each overflow: below this (fairseq's --min-loss-scale default)
+# the gradients overflow whatever the scale, and training stops instead of skipping forever.
+MIN_LOSS_SCALE = 1e-4
 
 
 class TrainingError(RuntimeError):
@@ -301,28 +304,37 @@ class TrainingLoop:
     def _count(self, totals: np.ndarray, progress: Progress, loop: "_LoopState") -> bool:
         """Book-keeping of a read update: a non-finite one was skipped (counted; too many in a
         row stop training), and so was a finite one whose float16 gradients overflowed (counted;
-        the loss scale was halved); else it is the next step, watched for divergence and logged.
-        Returns whether it was a step.
+        the loss scale was halved; a scale below MIN_LOSS_SCALE stops training); else it is the
+        next step, watched for divergence and logged. Returns whether it was a step.
 
         Raises:
-            TrainingError: `max_nonfinite_in_a_row` non-finite losses in a row, or divergence.
+            TrainingError: `max_nonfinite_in_a_row` non-finite losses in a row, the loss scale
+                below MIN_LOSS_SCALE, or divergence.
         """
         config, now = self.config, self.clock()
         loop.seconds_per_update, loop.last_read = now - loop.last_read, now
         length = self.launched_lengths.popleft() if self.launched_lengths else None
-        loss_sum, nll_sum, tokens, stepped, loss_scale = totals
-        if not math.isfinite(loss_sum):
+        loss_sum, nll_sum, tokens, stepped, loss_scale, nonfinite_grads = totals
+        loss_scaled = config.precision == "mixed_float16"
+        if not math.isfinite(loss_sum) or (nonfinite_grads and not loss_scaled):
             self.skipped, loop.nonfinite_in_a_row = self.skipped + 1, loop.nonfinite_in_a_row + 1
-            self.log(f"non-finite loss at step {self.step + 1}: update skipped "
+            what = "loss" if not math.isfinite(loss_sum) else "gradients"
+            self.log(f"non-finite {what} at step {self.step + 1}: update skipped "
                      f"({loop.nonfinite_in_a_row} in a row, {self.skipped} in all)")
             if loop.nonfinite_in_a_row >= config.max_nonfinite_in_a_row:
-                raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite losses in a row at "
+                raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite updates in a row at "
                                     f"step {self.step + 1}; lower --lr-scale or use float32")
             return False
         if not stepped:  # as fairseq: an overflow step is not an update (nor is its rate's step)
             self.skipped += 1
             self.log(f"float16 gradients overflowed at step {self.step + 1}: update skipped, loss "
                      f"scale halved to {loss_scale:g} ({self.skipped} skipped in all)")
+            if loss_scale < MIN_LOSS_SCALE:
+                raise TrainingError(
+                    f"float16 gradients overflow at every loss scale: the scale fell to "
+                    f"{loss_scale:g}, below {MIN_LOSS_SCALE:g} (fairseq's --min-loss-scale), at "
+                    f"step {self.step + 1}; train with --precision mixed_bfloat16 or float32, or "
+                    f"lower --lr-scale (now {config.lr_scale:g}), and resume")
             return False
         self.step, loop.nonfinite_in_a_row = self.step + 1, 0
         loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch, length)

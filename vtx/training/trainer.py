@@ -63,6 +63,14 @@ def _float32(grad) -> tf.Tensor:
     return tf.cast(tf.convert_to_tensor(grad), tf.float32)
 
 
+def _nonfinite(grads) -> tf.Tensor:
+    """1.0 when an element of the float32 `grads` is inf or NaN, else 0.0. One sum per tensor
+    (a non-finite element makes it non-finite) instead of an elementwise test: finite gradients
+    whose sum overflows float32 (beyond 3e38) would count too, an update diverged anyway."""
+    return 1.0 - tf.cast(tf.math.is_finite(tf.add_n([tf.reduce_sum(grad) for grad in grads])),
+                         tf.float32)
+
+
 def _empty_batch() -> dict:
     """A batch of one pad token: contributes no loss and no tokens (fills idle replicas)."""
     pad = np.full((1, 1), PAD_ID, np.int32)
@@ -222,41 +230,59 @@ class Trainer(TrainingLoop):
 
     def _update_impl(self, batch, apply):
         """The last micro-batch, then Adam on the update's gradients when `apply` (a boolean
-        tensor) and the update's loss is finite; the accumulators (of earlier micro-batches) are
-        cleared either way. Returns the update's [loss, nll, tokens] sums, 1 where Adam stepped,
-        else 0 (a non-finite loss, `apply` false, or float16's loss scaling finding the scaled
-        gradients overflowed: it then halves the scale and leaves the weights), and the loss
-        scale after it (1 without loss scaling)."""
+        tensor), the update's loss is finite and so is every replica's share of its gradients;
+        the accumulators (of earlier micro-batches) are cleared either way. Returns the update's
+        [loss, nll, tokens] sums, 1 where Adam stepped, else 0, the loss scale after it (1
+        without loss scaling) and how many replicas' gradients were not finite. Finite loss,
+        non-finite gradients under float16's loss scaling is an overflow: the scale is halved and
+        the weights are left, as Keras's LossScaleOptimizer does on one device; it is decided on
+        the sum over all replicas, because Keras's own check looks at the first replica only."""
         totals, grads = self.strategy.run(self._last_micro_batch, args=(batch,))
         # Every replica and worker holds the same totals, so all take the same branch.
         totals = self.strategy.experimental_local_results(totals)[0]
+        nonfinite_grads = totals[3]
         iterations = tf.identity(self.optimizer.iterations.value)
-        tf.cond(tf.logical_and(apply, tf.reduce_all(tf.math.is_finite(totals))),
+        tf.cond(tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
+                                                     nonfinite_grads == 0)),
                 lambda: self.strategy.run(self._apply_replica, args=(grads,)),
-                lambda: None)
+                lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
+                                   & (nonfinite_grads > 0)))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
         scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
         scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
         if self.config.update_freq > 1:
             self.strategy.run(self._zero_accumulators)
-        return tf.concat([totals, tf.stack([stepped, scale])], 0)
+        return tf.concat([totals[:3], tf.stack([stepped, scale, nonfinite_grads])], 0)
+
+    def _skip(self, overflowed):
+        """A skipped update: when `overflowed` (float16 gradients of a finite loss) and the loss
+        is scaled, the scale is halved and its growth count restarts (Keras's rule)."""
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            def halve():
+                self.optimizer.step_counter.assign(0)
+                self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+
+            tf.cond(overflowed, halve, lambda: None)
 
     def _last_micro_batch(self, batch):
-        """(the update's [loss, nll, tokens] sums over every replica and micro-batch, this
-        replica's share of the update's gradients: its sums over tokens / all the update's
-        tokens). With `update_freq` 1 the gradients go straight to Adam: no accumulator is
-        written, read or cleared (three passes over the model's size saved)."""
+        """(the update's [loss, nll, tokens] sums over every replica and micro-batch and the
+        number of replicas whose gradients are not finite, this replica's share of the update's
+        gradients: its sums over tokens / all the update's tokens). With `update_freq` 1 the
+        gradients go straight to Adam: no accumulator is written, read or cleared (three passes
+        over the model's size saved)."""
         sums, grads = self._gradient_fn(batch)
         grads = [_float32(grad) for grad in grads]
         context = tf.distribute.get_replica_context()
         if self.config.update_freq == 1:
-            totals = context.all_reduce(SUM, sums)
-            share = sums[2] / tf.maximum(totals[2], 1.0)
+            totals = context.all_reduce(SUM, tf.concat([sums, [_nonfinite(grads)]], 0))
+            share = sums[2] / tf.maximum(totals[2], 1.0)  # in [0, 1]: finite grads stay finite
             return totals, [grad * share for grad in grads]
-        totals = context.all_reduce(SUM, self._sums.read_value() + sums)
+        numerators = [accumulator.read_value() + grad * sums[2]
+                      for accumulator, grad in zip(self._accumulators, grads)]
+        totals = context.all_reduce(SUM, tf.concat([self._sums.read_value() + sums,
+                                                    [_nonfinite(numerators)]], 0))
         total = tf.maximum(totals[2], 1.0)
-        return totals, [(accumulator.read_value() + grad * sums[2]) / total
-                        for accumulator, grad in zip(self._accumulators, grads)]
+        return totals, [numerator / total for numerator in numerators]
 
     def _apply_replica(self, grads):
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
@@ -283,10 +309,11 @@ class Trainer(TrainingLoop):
                                          self.config.warmup_steps, self.config.lr_scale))
 
     def start_update(self, stream: BatchStream) -> tf.Tensor:
-        """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss is
-        finite (the update is skipped otherwise). Returns its [loss, nll, tokens] sums, whether
-        Adam stepped and the loss scale as a tensor that is not read: on a GPU the host goes on
-        while the device computes."""
+        """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss and
+        the gradients are finite (the update is skipped otherwise). Returns its [loss, nll,
+        tokens] sums, whether Adam stepped, the loss scale and the count of replicas with
+        non-finite gradients as a tensor that is not read: on a GPU the host goes on while the
+        device computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
@@ -303,13 +330,14 @@ class Trainer(TrainingLoop):
 
     def read_update(self, totals: tf.Tensor) -> np.ndarray:
         """Wait for a launched update and return its [loss, nll, tokens] sums, whether Adam
-        stepped (1 or 0) and the loss scale after it, as float64 (see `_update_impl`)."""
+        stepped (1 or 0), the loss scale after it and the count of replicas with non-finite
+        gradients, as float64 (see `_update_impl`)."""
         with self._out_of_memory_said([]):
             return totals.numpy().astype(np.float64)
 
     def train_update(self, stream: BatchStream) -> np.ndarray:
-        """One update, launched and read: its [loss, nll, tokens] sums, whether Adam stepped and
-        the loss scale after it."""
+        """One update, launched and read: its [loss, nll, tokens] sums, whether Adam stepped, the
+        loss scale after it and the count of replicas with non-finite gradients."""
         return self.read_update(self.start_update(stream))
 
     @contextlib.contextmanager
