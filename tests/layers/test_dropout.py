@@ -1,8 +1,15 @@
+import json
+import os
+import socket
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import REPO_ROOT
 from vtx.layers.dropout import Dropout, dropout_mask
 
 SHAPE = (16, 125, 512)  # 1,024,000 elements
@@ -85,3 +92,64 @@ def test_it_serializes_as_keras_dropout_does():
     layer = Dropout(0.2, seed=9, name="drop")
     rebuilt = keras.layers.deserialize(keras.layers.serialize(layer))
     assert isinstance(rebuilt, Dropout) and rebuilt.rate == 0.2 and rebuilt.name == "drop"
+
+
+def replica_masks(out, *args, env=None, wait=True):
+    command = [sys.executable, "-m", "tests.layers.replica_masks", str(out), *map(str, args)]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env)
+    return finished(process, out) if wait else (process, out)
+
+
+def finished(process, out):
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    with np.load(out) as data:
+        return data["masks"], data["ids"]
+
+
+def assert_unrelated(a, b):
+    # 4,096 elements kept with probability 1/2: two unrelated masks agree on ~2,048 (standard
+    # deviation 32); a shared seed would make them equal.
+    assert 1700 < (a == b).sum() < 2400
+
+
+def test_each_replica_draws_its_own_mask_and_a_run_draws_the_same_again(tmp_path):
+    """Under MirroredStrategy the seed generator's state is one mirrored variable: without the
+    replica's id in the seed every replica would drop the same units."""
+    masks, ids = replica_masks(tmp_path / "a.npz", "--devices", 2)
+    assert ids.tolist() == [0, 1]
+    for step in masks:
+        assert_unrelated(step[0], step[1])
+    assert_unrelated(masks[0][0], masks[1][0])  # each step its own mask too
+    again, _ = replica_masks(tmp_path / "b.npz", "--devices", 2)
+    np.testing.assert_array_equal(masks, again)
+
+
+def test_outside_a_strategy_the_mask_is_the_seed_generators_own():
+    layer = Dropout(0.5, seed=1)
+    out = layer(tf.ones([64, 64]), training=True)
+    seed = keras.random.SeedGenerator(seed=1).next()
+    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    np.testing.assert_array_equal(out != 0, dropout_mask([64, 64], 32768, seed))
+
+
+@pytest.mark.slow
+def test_each_worker_of_a_tf_config_cluster_draws_its_own_mask(tmp_path):
+    """Every worker sets the same global seed: the worker's index must reach the seed too
+    (`replica_id_in_sync_group` counts the replicas of every worker)."""
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    processes = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                     "task": {"type": "worker", "index": index}}))
+        processes.append(replica_masks(tmp_path / f"w{index}.npz", env=env, wait=False))
+    (masks0, ids0), (masks1, ids1) = [finished(*process) for process in processes]
+    assert ids0.tolist() == [0] and ids1.tolist() == [1]
+    for step0, step1 in zip(masks0, masks1):
+        assert_unrelated(step0[0], step1[0])

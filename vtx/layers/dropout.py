@@ -29,7 +29,21 @@ class Dropout(keras.layers.Dropout):
         seed = self.seed_generator.next()
         # As Keras's TensorFlow backend casts it: stateless ops under XLA take int32 seeds.
         seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-        return _drop(inputs, threshold, seed)
+        return _drop(inputs, threshold, replica_seed(seed))
+
+
+def replica_seed(seed):
+    """`seed` (int32 [2]) made this replica's own inside `strategy.run` over several replicas,
+    unchanged elsewhere. The seed generator's state is a mirrored variable and every worker sets
+    the same global seed, so without it every replica of every worker would drop the same units
+    of the same positions; `replica_id_in_sync_group` counts the replicas of every worker
+    (MultiWorkerMirroredStrategy: worker index * local replicas + local id). A run of one replica
+    keeps its masks, a run of several stays reproducible."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return seed
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    return tf.random.experimental.stateless_fold_in(seed, replica)
 
 
 def dropout_mask(shape, threshold: int, seed) -> tf.Tensor:
