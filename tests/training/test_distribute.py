@@ -1,9 +1,15 @@
 import json
 import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
 from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from vtx.errors import ArgumentError
 from vtx.training.distribute import (Topology, check_tf_config, checked_devices, make_strategy,
                                         topology, unseen_gpus_warning)
@@ -29,6 +35,12 @@ def test_a_chief_in_tf_config_is_worker_zero_and_the_only_chief(monkeypatch, tas
 def test_without_tf_config_one_worker_holds_every_replica(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert topology(SimpleNamespace(num_replicas_in_sync=8)) == Topology(0, 1, 8, True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def fake_nvidia_smi(folder, output):
@@ -123,3 +135,34 @@ def test_a_tf_config_tensorflow_would_fail_on_is_refused_naming_what_is_wrong():
         with pytest.raises(ValueError) as refused:
             check_tf_config(text)
         assert str(refused.value).startswith(said), (text, str(refused.value))
+
+
+def in_fresh_process(code, tf_config):
+    """`code` run by a new Python (MultiWorkerMirroredStrategy must be made before any other
+    TensorFlow op) with TF_CONFIG set; the finished process."""
+    env = dict(os.environ, TF_CONFIG=json.dumps(tf_config))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300)
+
+
+def one_worker_cluster(port):
+    return {"cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}}
+
+
+def test_a_sigterm_after_the_cluster_is_joined_still_ends_the_process():
+    """MultiWorkerMirroredStrategy installs TensorFlow's SIGTERM handler, which only logs
+    "SIGTERM caught": a SIGTERM during the trainer's start (before the loop's own handlers) would
+    be swallowed. make_strategy puts Python's back (here the default: the process ends)."""
+    process = in_fresh_process("""
+        import os, signal, time
+        from vtx.training.distribute import make_strategy
+
+        make_strategy()
+        print("joined", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(20)  # the default handler ends the process long before
+        print("SIGTERM swallowed", flush=True)
+        """, one_worker_cluster(free_port()))
+    assert "joined" in process.stdout, process.stdout
+    assert process.returncode == -signal.SIGTERM, process.stdout[-3000:]

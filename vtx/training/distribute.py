@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -45,11 +47,25 @@ def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
                                 "(TF_CONFIG): each worker trains on every GPU it sees; "
                                 "CUDA_VISIBLE_DEVICES chooses them")
         check_tf_config(os.environ["TF_CONFIG"])
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _keeping_sigterm_handler(tf.distribute.MultiWorkerMirroredStrategy)
     if not devices:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or ["/cpu:0"]
     return tf.distribute.MirroredStrategy(checked_devices(devices))
+
+
+def _keeping_sigterm_handler(make):
+    """`make()`, with this process's SIGTERM handler put back after it (in the main thread, where
+    Python can). MultiWorkerMirroredStrategy installs TensorFlow's own (its preemption notifier,
+    which only logs "SIGTERM caught"; Python's `signal.getsignal` does not see it), so a SIGTERM
+    before the training loop installs vtx's handlers would be swallowed and the run go on to its
+    end."""
+    in_main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if in_main else None
+    strategy = make()
+    if handler is not None:  # None: a handler not installed from Python, which it cannot put back
+        signal.signal(signal.SIGTERM, handler)
+    return strategy
 
 
 def check_tf_config(text: str) -> None:
