@@ -256,3 +256,27 @@ def test_bad_settings_raise_one_clear_error(options, message):
     with pytest.raises(ValueError) as error:
         beam_search(decoder, decoder.initial_state(STARTS), 3, **options)
     assert message in str(error.value)
+
+
+def test_minus_infinity_logits_are_never_generated_and_never_give_nan():
+    """A constraint forbids tokens with -inf logits (`vtx.inference.tree_constraint`): token 5
+    everywhere, and every token after token 4 (a dead end: its row is all -inf). Such a row
+    must not turn into NaN (-inf minus a log-sum-exp of -inf), which would rank anywhere."""
+    decoder = HashPrefixDecoder(vocab_size=8, seed=3)
+    forbidden = tf.constant([False] * 5 + [True] + [False] * 2)
+
+    def constrained(token_ids, state):
+        logits, state = decoder(token_ids, state)
+        blocked = forbidden[None, :] | (token_ids == 4)[:, None]
+        return tf.where(blocked, float("-inf"), logits), state
+
+    constrained.initial_state = decoder.initial_state
+    output = run_beam(constrained, beam_size=6, max_length=5, nbest=6)
+    assert not np.isnan(output.scores).any()
+    for sentence in range(len(STARTS)):
+        for rank in range(6):
+            hypothesis = words(output, sentence, rank)
+            assert 5 not in hypothesis
+            if np.isfinite(output.scores[sentence, rank]):
+                assert 4 not in hypothesis[:-1] and (4 not in hypothesis
+                                                     or not output.finished[sentence, rank])

@@ -46,6 +46,9 @@ Definitions used throughout:
     flax finishes any of the 2K). So a beam of 1 takes the greedy path, and equals greedy search
     when alpha = 0; with alpha > 0 its length-penalised bound may keep it going after greedy's EOS.
   * PAD and BOS are never generated (their log-probs are masked after the softmax, as fairseq does).
+  * A token whose logit is -inf (one a constraint forbids) gets log-prob -inf: it only fills a
+    slot no other candidate took, whose score stays -inf (an empty slot), and never finishes a
+    hypothesis. A hypothesis whose every logit is -inf (a dead end) leaves the beam.
 """
 
 from __future__ import annotations
@@ -196,7 +199,10 @@ class _Search:
         values, ids = top_k_rows(logits, taken)
         banned = tf.reduce_any(ids[:, :, None] == tf.constant(self.banned_ids), axis=-1)
         log_probs = values - tf.reduce_logsumexp(logits, axis=-1, keepdims=True)
-        return tf.where(banned, _NEG_INF, log_probs), ids, cache
+        # A -inf logit (a token a constraint forbids) stays -inf, also in a row where every
+        # logit is -inf: there the difference is NaN, which would rank anywhere.
+        forbidden = banned | (values == _NEG_INF)
+        return tf.where(forbidden, _NEG_INF, log_probs), ids, cache
 
     def penalty_of(self, lengths) -> tf.Tensor:
         return length_penalty(lengths, self.alpha, self.penalty)
