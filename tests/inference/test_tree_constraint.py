@@ -30,7 +30,8 @@ def random_decoder(seed: int):
     return decode_step
 
 
-def check_tree(tokens: list[int], words: int) -> None:
+def check_tree(tokens: list[int], words: int, complete: bool = True) -> None:
+    """`tokens` are a tree with `words` words (complete=False: the start of one)."""
     pieces = [PIECES[t] for t in tokens]
     stack, word_starts, previous = [], 0, None
     for position, piece in enumerate(pieces):
@@ -48,6 +49,9 @@ def check_tree(tokens: list[int], words: int) -> None:
             assert previous is not None and not previous.removeprefix("\u2581")[:1] in "()", \
                 f"{piece} glued to a bracket: {pieces}"
         previous = piece
+    if not complete:
+        assert pieces and word_starts <= words, f"{word_starts} words, over {words}: {pieces}"
+        return
     assert not stack and pieces, f"unclosed {stack}: {pieces}"
     assert word_starts == words, f"{word_starts} words, not {words}: {pieces}"
 
@@ -91,3 +95,22 @@ def test_a_vocabulary_without_brackets_is_refused():
     with pytest.raises(ValueError, match="no bracket pair"):
         tree_constraint.constrained(random_decoder(0), ["<pad>", "<unk>", "<s>", "</s>", "\u2581a"])
 
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_forbidden_eos_never_finishes_a_hypothesis(seed):
+    """A beam wider than the legal first tokens and a limit too short for the first sentence's
+    tree (4 words need 7 tokens, EOS included). A forbidden token must be out of reach, not
+    merely unlikely: with a finite score the first step's EOS (after the 3 labels that may open
+    the root and <unk>, the first forbidden id the search may generate) is among the 5 best, it
+    finishes an empty tree, and a finished hypothesis outranks every live one."""
+    step = tree_constraint.constrained(random_decoder(seed), PIECES)
+    state = tree_constraint.initial_state(tf.constant(SOURCES), {"index": tf.constant(0)}, PIECES)
+    output = beam_search(step, state, 2, beam_size=5, max_length=6)
+    finished, scores = output.finished.numpy()[:, 0], output.scores.numpy()[:, 0]
+    tokens = [output.tokens.numpy()[row, 0, :output.lengths.numpy()[row, 0]].tolist()
+              for row in range(2)]
+    assert not finished[0] and len(tokens[0]) == 6 and np.isfinite(scores[0])
+    check_tree(tokens[0], WORDS[0], complete=False)  # what `delinearize` repairs
+    check_tree(tokens[1], WORDS[1], complete=finished[1])  # (X w w )X EOS fits in 6
+    assert np.isfinite(scores[1])

@@ -19,7 +19,9 @@ token that keeps it a prefix of a well-formed tree with as many words as the sen
 
 Each hypothesis carries its word count and its stack of open phrases (the close token each
 expects) in the decoding state, which follows the beams like the rest of it. Every other token
-gets a -1e9 logit, so the search renormalizes over the allowed ones.
+gets a -inf logit, so the search renormalizes over the allowed ones and never generates another:
+a merely very low score (-1e9) would still let a forbidden EOS finish a hypothesis when the
+beam is wider than the legal tokens, and a finished hypothesis outranks every live one.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def constrained(decode_step, pieces: Sequence[str], eos_id: int = EOS_ID) -> Cal
         # A hypothesis left with no move (a full stack) may only end.
         stuck = ~tf.reduce_any(allowed, axis=1, keepdims=True)
         allowed |= stuck & (vocabulary == eos_id)
-        logits = tf.where(allowed, tf.cast(logits, tf.float32), -1e9)
+        logits = tf.where(allowed, tf.cast(logits, tf.float32), float("-inf"))
         return logits, {**state, "tree_written": written, "tree_stack": stack,
                         "tree_depth": depth, "tree_opens_in_a_row": in_a_row,
                         "tree_opened": opened, "tree_word_pieces": word_pieces}
