@@ -1,6 +1,6 @@
 import json
 
-from vtx.training.progress import Progress
+from vtx.training.progress import Progress, format_perplexity
 
 
 def test_progress_line_has_the_figures_and_history_is_recorded(tmp_path):
@@ -43,3 +43,16 @@ def test_learning_curve_png_is_written(tmp_path):
     progress.plot()
     assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_perplexity_is_readable_however_large():
+    assert [format_perplexity(nll) for nll in (1.5, 13.0, 20.0, 50.0, 51.0, 1e4)] == [
+        "4.48", "442413.39", "4.85e+08", "5.18e+21", ">5.18e+21", ">5.18e+21"]
+    assert format_perplexity(float("nan")) == "nan"
+
+
+def test_an_untrained_models_perplexity_is_not_22_digits_long(tmp_path):
+    lines = []
+    progress = Progress(tmp_path, max_steps=100, log=lines.append)
+    progress.report_valid(step=10, loss=80.0, nll=80.0, best=False)
+    assert lines[0] == "valid step 10 | loss 80.000 | nll 80.000 | ppl >5.18e+21"

@@ -11,6 +11,19 @@ from typing import Callable
 from vtx import atomic
 
 
+PERPLEXITY_CAP = 50.0  # nats per token: exp(50) ~ 5.18e+21 is shown as above it
+
+
+def format_perplexity(nll: float) -> str:
+    """exp(nll), nll in nats per token: two decimals up to 10^6, then 3 significant digits
+    ("1.23e+07"); past exp(50) (an untrained or diverged model's, where exp would overflow
+    past ~709) ">5.18e+21" instead of the 22-digit number."""
+    if nll > PERPLEXITY_CAP:
+        return f">{math.exp(PERPLEXITY_CAP):.3g}"
+    perplexity = math.exp(nll)  # nan stays nan
+    return f"{perplexity:.2f}" if perplexity < 1e6 else f"{perplexity:.3g}"
+
+
 def format_duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -99,7 +112,7 @@ class Progress:
         if self.time_budget_seconds:
             eta = min(eta, self.time_budget_seconds - (now - self._run_start))
         self.log(f"step {step}/{self.max_steps} | loss {loss:.3f} | nll {nll:.3f} | "
-                 f"ppl {math.exp(min(nll, 50)):.2f} | lr {learning_rate:.3e} | tok/s {rate:.0f} | "
+                 f"ppl {format_perplexity(nll)} | lr {learning_rate:.3e} | tok/s {rate:.0f} | "
                  f"elapsed {format_duration(now - self._run_start)} | eta {format_duration(eta)}"
                  + (f" | skipped {skipped}" if skipped else "")
                  + (f" | diverged {diverged}" if diverged else ""))
@@ -113,7 +126,7 @@ class Progress:
         minutes = (self._elapsed_before + self.clock() - self._run_start) / 60
         metric = f" | {score.metric} {score.value:.2f}" if score is not None else ""
         self.log(f"valid step {step} | loss {loss:.3f} | nll {nll:.3f} | "
-                 f"ppl {math.exp(min(nll, 50)):.2f}{metric}" + (" | best" if best else ""))
+                 f"ppl {format_perplexity(nll)}{metric}" + (" | best" if best else ""))
         values = {"valid_loss": loss, "valid_nll": nll, "minutes": minutes}
         if score is not None:
             self.log(f"valid step {step} | {score.summary}")
