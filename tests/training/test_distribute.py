@@ -113,7 +113,8 @@ def test_a_tf_config_tensorflow_would_fail_on_is_refused_naming_what_is_wrong():
     for text in [cluster_config("chief", 0), cluster_config("worker", 1), "{}",
                  '{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", '
                  '"index": "1"}}',
-                 '{"cluster": {"worker": {"0": "h:1"}}, "task": {"type": "worker", "index": 0}}']:
+                 '{"cluster": {"worker": {"0": "h:1"}}, "task": {"type": "worker", "index": 0}}',
+                 '{"task": {"type": "worker", "index": "0"}}', '{"cluster": {}}']:
         check_tf_config(text)
     # TensorFlow's own: a JSONDecodeError without the variable's name, "The `task_id` 3 exceeds
     # the maximum id of worker.", an InvalidArgumentError traceback for a port.
@@ -131,7 +132,19 @@ def test_a_tf_config_tensorflow_would_fail_on_is_refused_naming_what_is_wrong():
              "TF_CONFIG: task {'type': 'worker', 'index': 2} is not one of the cluster's "
              "workers: worker 0-1 (vtx train runs chief and worker tasks only)"),
             ('{"cluster": {"worker": ["h:1"]}, "task": {"type": "evaluator", "index": 0}}',
-             "TF_CONFIG: task {'type': 'evaluator', 'index': 0} is not one of the cluster's")]:
+             "TF_CONFIG: task {'type': 'evaluator', 'index': 0} is not one of the cluster's"),
+            # vtx took these for worker 1 of one (an IndexError at the data positions).
+            ('{"cluster": {"worker": ["127.0.0.1:1234"]}, "task": {"type": "worker", "index": 1}}',
+             "TF_CONFIG: task {'type': 'worker', 'index': 1} is not one of the cluster's "
+             "workers: worker 0 (vtx train"),
+            ('{"cluster": {"worker": []}, "task": {"type": "worker", "index": 0}}',
+             "TF_CONFIG: task {'type': 'worker', 'index': 0} is not one of the cluster's "
+             "workers: it lists no worker or chief address"),
+            ('{"task": {"type": "worker", "index": 1}}',
+             "TF_CONFIG: task {'type': 'worker', 'index': 1} has no \"cluster\" of workers "
+             "(without one TensorFlow runs this process as the only worker, index 0)"),
+            ('{"cluster": {}, "task": {"type": "worker", "index": "2"}}',
+             "TF_CONFIG: task {'type': 'worker', 'index': '2'} has no \"cluster\"")]:
         with pytest.raises(ValueError) as refused:
             check_tf_config(text)
         assert str(refused.value).startswith(said), (text, str(refused.value))

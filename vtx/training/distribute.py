@@ -72,7 +72,7 @@ def check_tf_config(text: str) -> None:
     """Refuse a TF_CONFIG that TensorFlow would fail on with its own words (or a traceback) at
     the cluster's start: not JSON, a cluster entry that is not host:port addresses, or a task
     that is not one of the cluster's (TensorFlow's spellings are taken: an index as a decimal
-    string, a cluster entry as a dict; no cluster is one local worker).
+    string, a cluster entry as a dict; no cluster is one local worker, index 0).
 
     Raises:
         ValueError: naming TF_CONFIG and what is wrong in it.
@@ -83,9 +83,45 @@ def check_tf_config(text: str) -> None:
         raise ValueError(f"TF_CONFIG is not JSON ({error}): {text!r}") from error
     if not isinstance(tf_config, dict):
         raise ValueError(f"TF_CONFIG is not a JSON object: {text!r}")
-    cluster = tf_config.get("cluster")
+    cluster, task = tf_config.get("cluster"), tf_config.get("task")
     if not cluster:
-        return  # TensorFlow runs one local worker
+        # TensorFlow runs one local worker; vtx would count this one as worker `index` of
+        # workers it does not have (and fail on an IndexError before training).
+        if task is None or isinstance(task, dict) and (task.get("type") == "chief"
+                                                       or _task_index(task) == 0):
+            return
+        raise ValueError(f"TF_CONFIG: task {task!r} has no \"cluster\" of workers (without one "
+                         f"TensorFlow runs this process as the only worker, index 0): list "
+                         f"every worker's host:port, such as \"cluster\": {{\"worker\": "
+                         f"[\"host0:2222\", \"host1:2222\"]}}")
+    sizes = _cluster_sizes(cluster)
+    if not isinstance(task, dict):
+        raise ValueError(f"TF_CONFIG has no \"task\" naming this worker, such as {{\"type\": "
+                         f"\"worker\", \"index\": 0}}: {text!r}")
+    kind, index = task.get("type"), _task_index(task)
+    if kind not in ("worker", "chief") or not 0 <= index < sizes.get(kind, 0):
+        workers = [f"{k} 0-{n - 1}" if n > 1 else f"{k} 0" for k, n in sizes.items()
+                   if n and k in ("worker", "chief")]
+        raise ValueError(f"TF_CONFIG: task {task!r} is not one of the cluster's workers: "
+                         + (", ".join(workers) or "it lists no worker or chief address")
+                         + " (vtx train runs chief and worker tasks only)")
+
+
+def _task_index(task: dict) -> int:
+    """The index of TF_CONFIG's `task` (0 when absent, as TensorFlow; -1 when not a whole
+    number)."""
+    index = task.get("index", 0)
+    if isinstance(index, str) and index.isdecimal():
+        index = int(index)
+    return index if type(index) is int else -1
+
+
+def _cluster_sizes(cluster) -> dict[str, int]:
+    """The number of addresses of each task kind of TF_CONFIG's `cluster`.
+
+    Raises:
+        ValueError: a cluster that is not an object of host:port lists.
+    """
     if not isinstance(cluster, dict):
         raise ValueError(f"TF_CONFIG: \"cluster\" is not an object of task lists: {cluster!r}")
     sizes = {}
@@ -101,19 +137,7 @@ def check_tf_config(text: str) -> None:
                 raise ValueError(f"TF_CONFIG: {address!r} in cluster {kind!r} is not host:port "
                                  f"with a port from 1 to 65535")
         sizes[kind] = len(addresses)
-    task = tf_config.get("task")
-    if not isinstance(task, dict):
-        raise ValueError(f"TF_CONFIG has no \"task\" naming this worker, such as {{\"type\": "
-                         f"\"worker\", \"index\": 0}}: {text!r}")
-    kind, index = task.get("type"), task.get("index", 0)
-    if isinstance(index, str) and index.isdecimal():
-        index = int(index)
-    if (kind not in ("worker", "chief") or kind not in sizes or type(index) is not int
-            or not 0 <= index < sizes[kind]):
-        raise ValueError(f"TF_CONFIG: task {task!r} is not one of the cluster's workers: "
-                         + ", ".join(f"{k} 0-{n - 1}" for k, n in sizes.items()
-                                     if n and k in ("worker", "chief"))
-                         + " (vtx train runs chief and worker tasks only)")
+    return sizes
 
 
 def _device_key(name: str) -> tuple[str, int] | None:
