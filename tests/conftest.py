@@ -66,3 +66,12 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     path.parent.mkdir()
     checkpoints.save(path, checkpoint)
     return path
+
+
+def ended_pid() -> int:
+    """The id of a process that has ended (and was this process's child: not reused meanwhile
+    by anything a test could mistake for running, short of a wrap-around)."""
+    import subprocess
+    import sys
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ended_pid
 from vtx import atomic
 
 
@@ -124,20 +125,11 @@ def test_a_dangling_link_is_said_as_such(tmp_path):
         f"does not exist")
 
 
-def _ended_pid() -> int:
-    """The id of a process that has ended (and was this process's child: not reused meanwhile
-    by anything a test could mistake for running, short of a wrap-around)."""
-    import subprocess
-    import sys
-    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True).stdout)
-
-
 def test_an_output_killed_mid_write_leaves_no_temporary_once_written_again(tmp_path):
     """A SIGKILL during a write (vtx translate --output, vtx preprocess) leaves its hidden
     temporary, full size; the next write of the same output removes it. Temporaries of other
     outputs, and of running processes (here: this one), are not touched."""
-    gone = _ended_pid()
+    gone = ended_pid()
     out = tmp_path / "out.de"
     stale = tmp_path / f".out.de.tmp-{gone}.de"
     stale.write_text("half a translation")
@@ -162,7 +154,7 @@ def test_an_output_killed_mid_write_leaves_no_temporary_once_written_again(tmp_p
 def test_a_folder_moved_aside_by_a_killed_replace_is_put_back(tmp_path):
     """Killed between the two renames that replace a folder, the old folder was left hidden and
     its name empty; the next write of it puts it back first, so a failure then loses nothing."""
-    gone = _ended_pid()
+    gone = ended_pid()
     folder = tmp_path / "data-bin"
     aside = tmp_path / f".data-bin.old-{gone}"
     aside.mkdir()

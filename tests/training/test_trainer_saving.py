@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from tests.conftest import ended_pid
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
@@ -472,13 +473,8 @@ def _launches_before_read(events: list[str], step: int) -> bool:
 def test_a_checkpoint_write_left_by_a_killed_run_is_removed_when_resumed(tmp_path):
     """A kill during a checkpoint's write left its hidden temporary (full size) for good, beyond
     --keep-last. Those of processes still running (here: this one) are left alone."""
-    import os
-    import subprocess
-    import sys
-
     make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    gone = ended_pid()
     stale = tmp_path / f".checkpoint_00000004.npz.tmp-{gone}.npz"
     stale.write_bytes(b"x" * 2**20)
     running = tmp_path / f".checkpoint_00000004.npz.tmp-{os.getpid()}.npz"
