@@ -1,6 +1,8 @@
 """`vtx.atomic`: folders and groups of files appear whole or not at all."""
 
 import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -128,23 +130,23 @@ def test_a_dangling_link_is_said_as_such(tmp_path):
 def test_an_output_killed_mid_write_leaves_no_temporary_once_written_again(tmp_path):
     """A SIGKILL during a write (vtx translate --output, vtx preprocess) leaves its hidden
     temporary, full size; the next write of the same output removes it. Temporaries of other
-    outputs, and of running processes (here: this one), are not touched."""
+    outputs, and of running processes (here: this one's parent), are not touched."""
     gone = ended_pid()
     out = tmp_path / "out.de"
-    stale = tmp_path / f".out.de.tmp-{gone}.de"
+    stale = atomic.hidden_name(out, "tmp", pid=gone)
     stale.write_text("half a translation")
-    other = tmp_path / f".out.fr.tmp-{gone}.fr"
+    other = atomic.hidden_name(tmp_path / "out.fr", "tmp", pid=gone)
     other.write_text("another output's")
-    mine = tmp_path / f".out.de.tmp-{os.getppid()}.de"  # a running process's
-    mine.write_text("still being written")
+    running = atomic.hidden_name(out, "tmp", pid=os.getppid())
+    running.write_text("still being written")
     with atomic.open_output(out) as handle:
         handle.write("done\n")
     assert out.read_text() == "done\n"
     assert not stale.exists()
-    assert other.exists() and mine.exists()
+    assert other.exists() and running.exists()
 
     folder = tmp_path / "data-bin"
-    stale_folder = tmp_path / f".data-bin.tmp-{gone}"
+    stale_folder = atomic.hidden_name(folder, "tmp", pid=gone)
     (stale_folder / "sub").mkdir(parents=True)
     with atomic.new_directory(folder) as build:
         (build / "dict.txt").write_text("a 1\n")
@@ -154,9 +156,8 @@ def test_an_output_killed_mid_write_leaves_no_temporary_once_written_again(tmp_p
 def test_a_folder_moved_aside_by_a_killed_replace_is_put_back(tmp_path):
     """Killed between the two renames that replace a folder, the old folder was left hidden and
     its name empty; the next write of it puts it back first, so a failure then loses nothing."""
-    gone = ended_pid()
     folder = tmp_path / "data-bin"
-    aside = tmp_path / f".data-bin.old-{gone}"
+    aside = atomic.hidden_name(folder, "old", pid=ended_pid())
     aside.mkdir()
     (aside / "dict.txt").write_text("old\n")
     with pytest.raises(RuntimeError):
@@ -168,3 +169,75 @@ def test_a_folder_moved_aside_by_a_killed_replace_is_put_back(tmp_path):
     with atomic.new_directory(folder) as build:
         (build / "dict.txt").write_text("new\n")
     assert (folder / "dict.txt").read_text() == "new\n" and not aside.exists()
+
+
+def test_hidden_names_carry_host_pid_and_a_token_new_for_each_write(tmp_path, monkeypatch):
+    """Pids repeat across hosts and containers: a temporary's name says its host (characters a
+    file name should not hold replaced) and a token of its write besides."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "node 7/b.example-1")
+    out = tmp_path / "out.de"
+    with atomic.replaced_on_success(out) as first, atomic.replaced_on_success(out) as second:
+        pattern = rf"\.out\.de\.tmp-node_7_b\.example-1-{os.getpid()}-[0-9a-f]{{8}}\.de"
+        assert re.fullmatch(pattern, first.name) and re.fullmatch(pattern, second.name)
+        assert first != second
+        first.write_text("first")
+        second.write_text("second")
+    assert out.read_text() == "first"  # the outer block ended last
+    assert _names(tmp_path) == ["out.de"]
+
+
+def test_another_hosts_temporaries_are_left_alone(tmp_path):
+    """On a shared file system, this host's process table says nothing of another host's
+    writers: its temporaries are kept whatever their pid (dead here, this process's, a
+    container's 1), and a folder it moved aside is not put back under it mid-replace."""
+    out, folder = tmp_path / "out.de", tmp_path / "data-bin"
+    theirs = [atomic.hidden_name(out, "tmp", host="elsewhere", pid=pid)
+              for pid in (ended_pid(), os.getpid(), 1)]
+    for path in theirs:
+        path.write_text("another host's, being written")
+    their_aside = atomic.hidden_name(folder, "old", host="elsewhere", pid=ended_pid())
+    their_aside.mkdir()
+    assert atomic.remove_stale_temporaries(tmp_path) == []
+    assert all(path.exists() for path in theirs) and their_aside.is_dir()
+    assert not folder.exists()
+
+
+def test_this_processs_pid_with_a_token_not_in_flight_is_a_predecessors(tmp_path):
+    """A restarted container process gets the pid (often 1) of the one a kill ended: a
+    temporary of this host and pid that this process is not writing is removed."""
+    out = tmp_path / "out.de"
+    predecessors = atomic.hidden_name(out, "tmp", pid=os.getpid())
+    predecessors.write_text("x" * 1000)
+    assert atomic.remove_stale_temporaries(tmp_path, "out.de") == [(predecessors, 1000)]
+
+
+def test_temporaries_being_written_on_this_host_are_kept(tmp_path):
+    """This process's own writes in progress (another thread, or a nested write of the same
+    output) and a running process's temporary are not removed."""
+    out = tmp_path / "out.de"
+    running = atomic.hidden_name(out, "tmp", pid=os.getppid())
+    running.write_text("a running process's")
+    with atomic.replaced_on_success(out) as mine:
+        mine.write_text("mine")
+        assert atomic.remove_stale_temporaries(tmp_path) == []
+        with atomic.open_output(out, force=True) as handle:  # writes of the same output meet
+            handle.write("nested\n")
+        assert mine.read_text() == "mine" and running.exists()
+    assert out.read_text() == "mine"
+    assert _names(tmp_path) == [running.name, "out.de"]
+
+
+def test_an_earlier_versions_temporaries_are_judged_by_pid(tmp_path):
+    """`.NAME.tmp-PID` and `.NAME.old-PID` (no host, no token) from before an upgrade: those of
+    dead processes and of this pid (this version never gives such a name) are removed, a
+    running process's kept."""
+    gone = ended_pid()
+    stale = [tmp_path / f".out.de.tmp-{pid}.de" for pid in (gone, os.getpid())]
+    running = tmp_path / f".out.de.tmp-{os.getppid()}.de"
+    for path in (*stale, running):
+        path.write_text("x")
+    aside = tmp_path / f".data-bin.old-{gone}"
+    aside.mkdir()
+    removed = atomic.remove_stale_temporaries(tmp_path)
+    assert sorted(removed) == sorted((path, 1) for path in stale)
+    assert running.exists() and (tmp_path / "data-bin").is_dir()  # put back

@@ -7,6 +7,10 @@ link is followed: its target is what gets replaced, the link stays. A path that 
 file (a FIFO, `/dev/stdout`, a terminal) is a stream: it is opened and written directly, since
 renaming over it would replace the device entry itself. A folder is built the same way: in a
 hidden folder beside it, renamed into place when complete (`new_directory`).
+
+A hidden name says whose it is: host, process and a token of the write (`hidden_name`), so that
+writers sharing a folder (hosts, containers with equal pids) never meet on one, and the next
+write of an output removes what a killed write of it left on this host, never another host's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import contextlib
 import glob
 import os
 import re
+import secrets
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -83,17 +89,17 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
                 handle.close()
         return
     remove_stale_temporaries(target.parent, target.name)
-    tmp = _temporary(target, os.getpid())
-    try:
-        handle = open(tmp, "w", encoding=encoding)
+    with _claimed(target, "tmp") as tmp:
         try:
-            yield handle
+            handle = open(tmp, "w", encoding=encoding)
+            try:
+                yield handle
+            finally:
+                with errors_named(path):
+                    handle.close()
+            os.replace(tmp, target)
         finally:
-            with errors_named(path):
-                handle.close()
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
 
 
 def _remove(path: Path) -> None:
@@ -103,32 +109,71 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _temporary(path: Path, pid: int) -> Path:
-    """The hidden temporary `replaced_on_success` writes `path` into, in process `pid`."""
-    return path.with_name(f".{path.name}.tmp-{pid}{path.suffix}")
+def hidden_name(path: Path, kind: str, *, host: str | None = None, pid: int | None = None,
+                token: str | None = None) -> Path:
+    """The hidden path beside `path` that a write of it uses: `.{name}.tmp-{host}-{pid}-{token}`
+    + the suffix of `path` (`kind` "tmp": the temporary the output is written into) or
+    `.{name}.old-{host}-{pid}-{token}` ("old": where a folder being replaced is moved meanwhile).
+
+    Host and pid say whose it is (pids repeat across hosts and containers, a container's process
+    is often pid 1); the token tells apart the writes of one process (a restarted container's
+    pid 1 is its predecessor's pid too). `remove_stale_temporaries` reads them back.
+
+    Args:
+        host, pid: this host (`_this_host`) and this process where not given.
+        token: 8 hex digits; a new random one where not given.
+    """
+    owner = (f"{_this_host() if host is None else host}-{os.getpid() if pid is None else pid}-"
+             f"{secrets.token_hex(4) if token is None else token}")
+    suffix = path.suffix if kind == "tmp" else ""
+    return path.with_name(f".{path.name}.{kind}-{owner}{suffix}")
 
 
-def _aside(path: Path, pid: int) -> Path:
-    """Where `_put_in_place`, in process `pid`, moves the folder `path` it replaces."""
-    return path.with_name(f".{path.name}.old-{pid}")
+def _this_host() -> str:
+    """This host's name as `hidden_name` writes it: characters outside [A-Za-z0-9_.-] as "_"."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "_"
 
 
-# The names `_temporary` and `_aside` give (the process id is group 1 or 2).
-_TEMPORARY = re.compile(r"\..+\.(?:tmp-(\d+)(?:\.[^.]*)?|old-(\d+))")
+# The tokens of the hidden names this process is writing or has moved a folder to (`_claimed`):
+# `remove_stale_temporaries` keeps those of this host and pid that are in it, removes the others.
+_IN_FLIGHT: set[str] = set()
 
 
-def _temporaries_of(name: str) -> re.Pattern:
-    """The names `_temporary` and `_aside` give for the output `name` (pid: group 1 or 2)."""
-    return re.compile(re.escape(f".{name}.") + r"(?:tmp-(\d+)" + re.escape(Path(name).suffix)
-                      + r"|old-(\d+))")
+@contextlib.contextmanager
+def _claimed(path: Path, kind: str) -> Iterator[Path]:
+    """A new `hidden_name` beside `path`, its token in flight until the block ends (the caller
+    has renamed or removed it by then)."""
+    while (token := secrets.token_hex(4)) in _IN_FLIGHT:
+        pass
+    _IN_FLIGHT.add(token)
+    try:
+        yield hidden_name(path, kind, token=token)
+    finally:
+        _IN_FLIGHT.discard(token)
+
+
+# Whose a hidden name is: host, pid and token (`hidden_name`), or only a pid (`legacy_pid`) in
+# the `.{name}.tmp-{pid}` / `.{name}.old-{pid}` of earlier versions.
+_OWNER = (r"(?:(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})"
+          r"|(?P<legacy_pid>\d+))")
+
+
+def _hidden_names(name: str | None) -> tuple[re.Pattern, re.Pattern]:
+    """The temporaries and the folders moved aside that `hidden_name` gives for the output
+    `name` (any output where None); the output's name is group `name`."""
+    output = ".+" if name is None else re.escape(name)
+    suffix = r"(?:\.[^.]*)?" if name is None else re.escape(Path(name).suffix)
+    return (re.compile(rf"\.(?P<name>{output})\.tmp-{_OWNER}{suffix}"),
+            re.compile(rf"\.(?P<name>{output})\.old-{_OWNER}"))
 
 
 def remove_stale_temporaries(folder: str | Path, name: str | None = None
                              ) -> list[tuple[Path, int]]:
     """Remove the hidden temporaries `replaced_on_success` and `open_output` left in `folder`
     when their process was killed mid-write (a checkpoint's or a translation's is full size, and
-    was never removed): those of processes no longer running on this host. A folder moved aside
-    to be replaced is put back where its replacement never took its place.
+    was never removed): those of this host whose process is no longer running, or is this one
+    but no longer writing them (`_stale`). A folder moved aside to be replaced is put back where
+    its replacement never took its place.
 
     Args:
         name: only those of the output of this name (the one about to be written).
@@ -137,14 +182,13 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None
         (path, bytes) of each removed.
     """
     removed = []
-    pattern, names = (".*", _TEMPORARY) if name is None else \
-        (f".{glob.escape(name)}.*", _temporaries_of(name))
-    for path in sorted(Path(folder).glob(pattern)):
-        match = names.fullmatch(path.name)
-        if not match or _running(int(match[1] or match[2])):
+    temporary, aside = _hidden_names(name)
+    for path in sorted(Path(folder).glob(".*" if name is None else f".{glob.escape(name)}.*")):
+        match = temporary.fullmatch(path.name) or aside.fullmatch(path.name)
+        if not match or not _stale(match):
             continue
-        if match[2] is not None:  # killed between `_put_in_place`'s two renames: put it back
-            original = path.with_name(path.name[1:].rsplit(".old-", 1)[0])
+        if match.re is aside:  # killed between `_put_in_place`'s two renames: put it back
+            original = path.with_name(match["name"])
             if not os.path.lexists(original):
                 os.replace(path, original)
                 continue
@@ -154,9 +198,26 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None
     return removed
 
 
+def _stale(match: re.Match) -> bool:
+    """Whether the hidden name `match` (of `_hidden_names`) is no longer being written."""
+    if match["legacy_pid"] is not None:
+        # An earlier version's (no host, no token): judged by its pid on this host as then, else
+        # one a kill left before an upgrade stays for good. This process gives no such name, so
+        # one with its pid is a predecessor's (a restarted container's pid 1).
+        pid = int(match["legacy_pid"])
+        return pid == os.getpid() or not _running(pid)
+    if match["host"] != _this_host():
+        # Another host's (a shared file system): its pid says nothing about this host's
+        # processes, and whether that host still runs the writer cannot be told from here.
+        return False
+    pid = int(match["pid"])
+    if pid == os.getpid():  # this process's, or a predecessor's with the same pid (containers)
+        return match["token"] not in _IN_FLIGHT
+    return not _running(pid)
+
+
 def _running(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+    """Whether a process `pid` runs on this host (in this pid namespace)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -178,17 +239,16 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
     """
     path = Path(os.path.realpath(path))
     remove_stale_temporaries(path.parent, path.name)
-    tmp = _temporary(path, os.getpid())
-    _remove(tmp)
-    try:
-        with errors_named(path):
-            yield tmp
-            if fsync and tmp.is_file():
-                with open(tmp, "rb") as handle:
-                    os.fsync(handle.fileno())
-            _put_in_place(tmp, path)
-    finally:
-        _remove(tmp)
+    with _claimed(path, "tmp") as tmp:
+        try:
+            with errors_named(path):
+                yield tmp
+                if fsync and tmp.is_file():
+                    with open(tmp, "rb") as handle:
+                        os.fsync(handle.fileno())
+                _put_in_place(tmp, path)
+        finally:
+            _remove(tmp)
 
 
 def _naming(error: OSError, output: str | Path) -> OSError:
@@ -217,15 +277,14 @@ def _put_in_place(tmp: Path, path: Path) -> None:
     if not (path.is_dir() and tmp.is_dir()):
         os.replace(tmp, path)
         return
-    old = _aside(path, os.getpid())
-    _remove(old)
-    os.replace(path, old)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        os.replace(old, path)
-        raise
-    shutil.rmtree(old)
+    with _claimed(path, "old") as old:
+        os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            os.replace(old, path)
+            raise
+        shutil.rmtree(old)
 
 
 @contextlib.contextmanager

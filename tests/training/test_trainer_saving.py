@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import ended_pid
 from tests.training.synthetic import epoch_maker, make_pairs
+from vtx import atomic
 from vtx import config
 from vtx import checkpoints
 from vtx.training.trainer import Trainer
@@ -472,12 +473,12 @@ def _launches_before_read(events: list[str], step: int) -> bool:
 
 def test_a_checkpoint_write_left_by_a_killed_run_is_removed_when_resumed(tmp_path):
     """A kill during a checkpoint's write left its hidden temporary (full size) for good, beyond
-    --keep-last. Those of processes still running (here: this one) are left alone."""
+    --keep-last. Those of processes still running (here: this one's parent) are left alone."""
     make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
-    gone = ended_pid()
-    stale = tmp_path / f".checkpoint_00000004.npz.tmp-{gone}.npz"
+    checkpoint = checkpoints.checkpoint_path(tmp_path, 4)
+    stale = atomic.hidden_name(checkpoint, "tmp", pid=ended_pid())
     stale.write_bytes(b"x" * 2**20)
-    running = tmp_path / f".checkpoint_00000004.npz.tmp-{os.getpid()}.npz"
+    running = atomic.hidden_name(checkpoint, "tmp", pid=os.getppid())
     running.write_bytes(b"y")
     lines = []
     make_trainer(tmp_path, lines, max_steps=3).fit(epoch_maker(PAIRS, 4))
