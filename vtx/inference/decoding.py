@@ -25,9 +25,9 @@ from vtx.errors import ArgumentError
 
 LENGTH_PENALTIES = ("gnmt", "fairseq")
 # When a sentence's beam search stops (`vtx.inference.beam_search`): "fairseq" once `beam`
-# hypotheses have finished (fairseq's rule); "exact" when no live hypothesis can beat the best
-# finished one, bounding it by the length limit's penalty (the result of running to the limit,
-# often in many more steps); "never" at the length limit only.
+# hypotheses have finished (fairseq's rule); "exact" when no live hypothesis can beat the
+# nbest-th best finished one, bounding it by the length limit's penalty (the result of running to
+# the limit, often in many more steps); "never" at the length limit only.
 STOP_RULES = ("fairseq", "exact", "never")
 LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
 
