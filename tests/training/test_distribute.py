@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from vtx.errors import ArgumentError
 from vtx.training.distribute import (Topology, check_tf_config, checked_devices, make_strategy,
-                                        topology, unseen_gpus_warning)
+                                        topology, unseen_gpus_warning, worker_addresses)
 
 
 def cluster_config(task_type, index):
@@ -179,3 +179,38 @@ def test_a_sigterm_after_the_cluster_is_joined_still_ends_the_process():
         """, one_worker_cluster(free_port()))
     assert "joined" in process.stdout, process.stdout
     assert process.returncode == -signal.SIGTERM, process.stdout[-3000:]
+
+
+def test_a_worker_says_it_waits_for_its_peers_and_names_its_address_when_the_port_is_taken():
+    """A worker whose peers never start waits for ever: it says so first. One whose port another
+    process holds gets one line naming TF_CONFIG and the address, not TensorFlow's "Could not
+    start gRPC server" traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        peer = f"127.0.0.1:{free_port()}"
+        process = in_fresh_process("""
+            from vtx.training.distribute import make_strategy
+
+            try:
+                make_strategy(log=lambda line: print("log:", line, flush=True))
+            except OSError as error:
+                print(f"{type(error).__name__}: {error}", flush=True)
+            """, {"cluster": {"worker": [peer, f"127.0.0.1:{port}"]},
+                  "task": {"type": "worker", "index": 1}})
+    lines = process.stdout.splitlines()
+    assert (f"log: waiting for the other workers of TF_CONFIG (2 workers: {peer}, "
+            f"127.0.0.1:{port}; this is worker 1, 127.0.0.1:{port})") in lines, process.stdout
+    assert (f"OSError: TF_CONFIG: this worker (1, 127.0.0.1:{port}) cannot listen on port "
+            f"{port} (TensorFlow: Could not start gRPC server): another process, such as a "
+            f"worker of an earlier run, holds it; end it or give this worker a free port in "
+            f"TF_CONFIG's cluster") in lines, process.stdout[-3000:]
+    assert process.returncode == 0
+
+
+def test_worker_addresses_are_in_topology_order_chief_first():
+    tf_config = json.loads(cluster_config("worker", 1))
+    assert worker_addresses(tf_config) == (["host0:2222", "host1:2222", "host2:2222"], 2)
+    assert worker_addresses(json.loads(cluster_config("chief", 0)))[1] == 0
+    assert worker_addresses({}) == ([], 0)

@@ -12,7 +12,9 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 import threading
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -33,13 +35,21 @@ class Topology:
     is_chief: bool  # writes checkpoints, logs and plots
 
 
-def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def make_strategy(devices: list[str] | None = None,
+                  log: Callable[[str], None] = _to_stderr) -> tf.distribute.Strategy:
     """MultiWorkerMirroredStrategy when TF_CONFIG is set, else MirroredStrategy over `devices`
-    (default: every visible GPU, or the CPU when there is none).
+    (default: every visible GPU, or the CPU when there is none). With TF_CONFIG, it waits until
+    every worker of the cluster has started, after saying so through `log`.
 
     Raises:
         ArgumentError: `devices` names a device TensorFlow does not see here, one twice, or is
             given with TF_CONFIG (argument `devices`).
+        ValueError: a TF_CONFIG that is not a cluster of workers (`check_tf_config`).
+        OSError: this worker cannot listen on its TF_CONFIG address (its port in use).
     """
     if os.environ.get("TF_CONFIG"):
         if devices:
@@ -47,11 +57,44 @@ def make_strategy(devices: list[str] | None = None) -> tf.distribute.Strategy:
                                 "(TF_CONFIG): each worker trains on every GPU it sees; "
                                 "CUDA_VISIBLE_DEVICES chooses them")
         check_tf_config(os.environ["TF_CONFIG"])
-        return _keeping_sigterm_handler(tf.distribute.MultiWorkerMirroredStrategy)
+        return _join_cluster(json.loads(os.environ["TF_CONFIG"]), log)
     if not devices:
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or ["/cpu:0"]
     return tf.distribute.MirroredStrategy(checked_devices(devices))
+
+
+def _join_cluster(tf_config: dict, log: Callable[[str], None]) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy of a checked TF_CONFIG: it returns once every worker has
+    joined, and one whose peer never starts would otherwise wait in silence."""
+    addresses, index = worker_addresses(tf_config)
+    if len(addresses) > 1:
+        log(f"waiting for the other workers of TF_CONFIG ({len(addresses)} workers: "
+            f"{', '.join(addresses)}; this is worker {index}, {addresses[index]})")
+    try:
+        return _keeping_sigterm_handler(tf.distribute.MultiWorkerMirroredStrategy)
+    except tf.errors.UnknownError as error:
+        if "Could not start gRPC server" not in tf_message(error) or not addresses:
+            raise
+        port = addresses[index].rpartition(":")[2]
+        raise OSError(f"TF_CONFIG: this worker ({index}, {addresses[index]}) cannot listen on "
+                      f"port {port} (TensorFlow: {tf_message(error, lines=1)}): another "
+                      f"process, such as a worker of an earlier run, holds it; end it or give "
+                      f"this worker a free port in TF_CONFIG's cluster") from error
+
+
+def worker_addresses(tf_config: dict) -> tuple[list[str], int]:
+    """The host:port of every worker of a checked TF_CONFIG, in worker order (its chief first, as
+    `topology` numbers them), and this process's place among them; no addresses and 0 without a
+    cluster."""
+    cluster = tf_config.get("cluster") or {}
+    addresses = []
+    for kind in ("chief", "worker"):
+        entry = cluster.get(kind, [])
+        addresses += [str(a) for a in (entry.values() if isinstance(entry, dict) else entry)]
+    task = tf_config.get("task") or {}
+    index = 0 if task.get("type") == "chief" else _task_index(task) + len(cluster.get("chief", []))
+    return addresses, index if addresses else 0
 
 
 def _keeping_sigterm_handler(make):
@@ -184,15 +227,8 @@ def checked_devices(devices: list[str]) -> list[str]:
 
 def topology(strategy: tf.distribute.Strategy) -> Topology:
     """This process's place in the cluster described by TF_CONFIG (one worker without it)."""
-    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-    cluster = tf_config.get("cluster", {})
-    task = tf_config.get("task", {"type": "worker", "index": 0})
-    workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
-    num_workers = max(workers, 1)
-    if task.get("type") == "chief":
-        index = 0
-    else:
-        index = int(task.get("index", 0)) + len(cluster.get("chief", []))
+    addresses, index = worker_addresses(json.loads(os.environ.get("TF_CONFIG") or "{}"))
+    num_workers = max(len(addresses), 1)
     return Topology(worker_index=index, num_workers=num_workers,
                     local_replicas=strategy.num_replicas_in_sync // num_workers,
                     is_chief=index == 0)

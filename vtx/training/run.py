@@ -82,7 +82,8 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     from vtx.training.distribute import make_strategy, topology
     from vtx.training.loop import peer_failures_said
 
-    strategy = make_strategy(devices)  # first: MultiWorkerMirroredStrategy must precede other TF ops
+    # First: MultiWorkerMirroredStrategy must precede other TF ops.
+    strategy = make_strategy(devices, log=log)
     # The workers agree from the Trainer's start (precision, resume): one gone fails a collective.
     with peer_failures_said(topology(strategy).num_workers):
         return _train(strategy, data_dir, save_dir, arch, overrides, train_config,
