@@ -31,7 +31,7 @@ from vtx.training.validation import Score
 # 2.761 against 1.26-1.38 for the batches up to 193 ids, the same checkpoint, docs/results.md).
 DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
 RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
-# float16's loss scale halves at each overflow: below this (fairseq's --min-loss-scale default)
+# float16's loss scale halves at each overflow: at this or below (fairseq's --min-loss-scale)
 # the gradients overflow whatever the scale, and training stops instead of skipping forever.
 MIN_LOSS_SCALE = 1e-4
 
@@ -304,12 +304,12 @@ class TrainingLoop:
     def _count(self, totals: np.ndarray, progress: Progress, loop: "_LoopState") -> bool:
         """Book-keeping of a read update: a non-finite one was skipped (counted; too many in a
         row stop training), and so was a finite one whose float16 gradients overflowed (counted;
-        the loss scale was halved; a scale below MIN_LOSS_SCALE stops training); else it is the
+        the loss scale was halved; a scale at most MIN_LOSS_SCALE stops training); else it is the
         next step, watched for divergence and logged. Returns whether it was a step.
 
         Raises:
-            TrainingError: `max_nonfinite_in_a_row` non-finite losses in a row, the loss scale
-                below MIN_LOSS_SCALE, or divergence.
+            TrainingError: `max_nonfinite_in_a_row` non-finite updates in a row, the loss scale
+                at most MIN_LOSS_SCALE, or divergence.
         """
         config, now = self.config, self.clock()
         loop.seconds_per_update, loop.last_read = now - loop.last_read, now
@@ -329,10 +329,10 @@ class TrainingLoop:
             self.skipped += 1
             self.log(f"float16 gradients overflowed at step {self.step + 1}: update skipped, loss "
                      f"scale halved to {loss_scale:g} ({self.skipped} skipped in all)")
-            if loss_scale < MIN_LOSS_SCALE:
+            if loss_scale <= MIN_LOSS_SCALE:
                 raise TrainingError(
                     f"float16 gradients overflow at every loss scale: the scale fell to "
-                    f"{loss_scale:g}, below {MIN_LOSS_SCALE:g} (fairseq's --min-loss-scale), at "
+                    f"{loss_scale:g}, at most {MIN_LOSS_SCALE:g} (fairseq's --min-loss-scale), at "
                     f"step {self.step + 1}; train with --precision mixed_bfloat16 or float32, or "
                     f"lower --lr-scale (now {config.lr_scale:g}), and resume")
             return False
