@@ -1,6 +1,7 @@
 """Damaged checkpoint files: every kind of damage is one `CheckpointError` naming the file, and a
 run resumes from the newest checkpoint that loads (the damaged one set aside, said in the log)."""
 
+import dataclasses
 import shutil
 import zipfile
 
@@ -184,3 +185,30 @@ def test_out_of_host_memory_reading_a_good_checkpoint_is_not_damage(tmp_path, un
             entry.write(np.zeros(4, np.float32).tobytes())
     with pytest.raises(CheckpointError, match="huge.npz: not a readable vtx checkpoint"):
         checkpoints.load(huge)
+
+
+def test_a_checkpoint_set_aside_by_the_chief_after_this_worker_listed_it_is_skipped(
+        tmp_path, uninterrupted, monkeypatch):
+    """Workers sharing a save dir list the checkpoints at once; the chief renames a damaged one
+    (`_set_aside`) and may do so after a non-chief listed it and before that one opened it. The
+    non-chief tries the one before, as the chief does, instead of ending on FileNotFoundError
+    (and its peers with it)."""
+    for step in (2, 4):
+        shutil.copy(checkpoints.checkpoint_path(uninterrupted, step), tmp_path)
+    newest = checkpoints.checkpoint_path(tmp_path, 4)
+    load = checkpoints.load
+
+    def chief_renames_first(path):
+        if path == newest and path.exists():
+            checkpoints.set_aside(path)  # what the chief does, between listing and opening
+        return load(path)
+
+    monkeypatch.setattr(checkpoints, "load", chief_renames_first)
+    lines = []
+    trainer = make_trainer(tmp_path, lines)
+    trainer.topology = dataclasses.replace(trainer.topology, is_chief=False)
+    trainer.resume()
+    assert (f"skipped {newest}: it was set aside or removed meanwhile (by the chief?), trying "
+            f"the one before") in lines
+    assert f"resumed from {checkpoints.checkpoint_path(tmp_path, 2)} at step 2" in lines
+    assert trainer.step == 2 and trainer.resumed_from == checkpoints.checkpoint_path(tmp_path, 2)

@@ -577,6 +577,15 @@ class Trainer(TrainingLoop):
             except checkpoints.CheckpointError as error:
                 self._set_aside(path, error)
                 continue
+            except FileNotFoundError:
+                if path.exists():
+                    raise
+                # Listed, then gone before it was opened: workers sharing the save dir list it
+                # at once, and the chief sets a damaged one aside. `resume` still checks that
+                # every worker ends at the same step.
+                self.log(f"skipped {path}: it was set aside or removed meanwhile (by the chief?), "
+                         f"trying the one before")
+                continue
             self.log(f"resumed from {path} at step {self.step}")
             self.resumed_from = path
             return
