@@ -1,6 +1,7 @@
 """What a training run leaves in its save dir, driven by a fake clock: the time budget, the save
 cadence, --keep-last, checkpoint_best, history and TensorBoard events."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -314,8 +315,6 @@ def test_another_worker_gone_while_compiling_is_said_as_such_not_as_xla_failing(
     there, killed) fails them here, which is not this shape's XLA failing (no cache to remove,
     no --no-jit to try). The topology says two workers; the stand-in update fails as their
     collective does."""
-    import dataclasses
-
     from vtx.training.loop import TrainingError
 
     trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=1)
@@ -510,3 +509,25 @@ def test_resuming_with_a_precision_of_other_optimizer_state_names_the_flag(tmp_p
     with pytest.raises(TrainingError, match=r"checkpoint_00000001.npz was trained with "
                                             r"--precision float32, this run has mixed_float16"):
         make_trainer(tmp_path, max_steps=2, precision="mixed_float16").resume()
+
+
+def test_resuming_with_another_number_of_workers_is_refused_naming_both_counts(tmp_path):
+    """Each worker's data position is in the checkpoint: another worker count is refused, in
+    words ("1 worker", "2 workers") and with what to do."""
+    from vtx.training.loop import TrainingError
+
+    make_trainer(tmp_path, max_steps=1).fit(epoch_maker(PAIRS, 4))
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    two = make_trainer(tmp_path, max_steps=2)
+    two.topology = dataclasses.replace(two.topology, num_workers=2)  # restore asks no peer
+    with pytest.raises(TrainingError) as refused:
+        two.restore(path)
+    assert str(refused.value) == (
+        f"{path} was written by 1 worker, this run has 2 workers: resume with 1 worker "
+        f"(TF_CONFIG's cluster), or use another --save-dir")
+    saved = checkpoints.load(path)
+    saved.meta["num_workers"] = 2
+    checkpoints.save(path, saved)
+    with pytest.raises(TrainingError, match=r"was written by 2 workers, this run has 1 worker: "
+                                            r"resume with 2 workers \(TF_CONFIG's cluster\)"):
+        make_trainer(tmp_path, max_steps=2).resume()

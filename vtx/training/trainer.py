@@ -445,9 +445,14 @@ class Trainer(TrainingLoop):
         except checkpoints.ArchitectureError as error:
             raise TrainingError(str(error)) from error
         self._check_vocabulary(path, checkpoint.vocab)
-        if checkpoint.meta.get("num_workers", 1) != self.topology.num_workers:
-            raise TrainingError(f"{path} was written by {checkpoint.meta.get('num_workers')} "
-                                f"workers, this run has {self.topology.num_workers}")
+        saved_workers = checkpoint.meta.get("num_workers", 1)
+        if saved_workers != self.topology.num_workers:
+            # Each worker's data position is in the checkpoint: another count has none to take.
+            raise TrainingError(
+                f"{path} was written by {_count(saved_workers, 'worker')}, this run has "
+                f"{_count(self.topology.num_workers, 'worker')}: resume with "
+                f"{_count(saved_workers, 'worker')} (TF_CONFIG's cluster), or use another "
+                f"--save-dir")
         saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
         for variables, arrays in ((self.model.variables, checkpoint.model),
                                   (self.optimizer.variables, checkpoint.optimizer)):
@@ -738,6 +743,11 @@ def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
         batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
                                     np.int32) for key in PACKED_KEYS})
     return batch
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 worker`, `2 workers`."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def format_shape(shape: tuple[int, int, int]) -> str:
