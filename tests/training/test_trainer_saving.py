@@ -15,7 +15,7 @@ from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import atomic
 from vtx import config
 from vtx import checkpoints
-from vtx.training.trainer import Trainer
+from vtx.training.trainer import Trainer, effective_batch_warning
 
 PAIRS = make_pairs(16, 20)
 
@@ -531,3 +531,50 @@ def test_resuming_with_another_number_of_workers_is_refused_naming_both_counts(t
     with pytest.raises(TrainingError, match=r"was written by 2 workers, this run has 1 worker: "
                                             r"resume with 2 workers \(TF_CONFIG's cluster\)"):
         make_trainer(tmp_path, max_steps=2).resume()
+
+
+def test_resuming_with_another_number_of_batches_an_update_is_warned(tmp_path):
+    """Replicas x --update-freq batches make an update: the effective batch changes with either,
+    which the resumed run says, naming the --update-freq that keeps it when there is one. A
+    checkpoint without its replica count (written before it was kept) warns of nothing."""
+    make_trainer(tmp_path, max_steps=1, update_freq=2).fit(epoch_maker(PAIRS, 4))
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    assert checkpoints.load(path).meta["num_replicas"] == 1
+
+    def warnings(**options):
+        lines = []
+        make_trainer(tmp_path, lines, max_steps=2, **options).resume()
+        assert f"resumed from {path} at step 1" in lines
+        return [line for line in lines if "batches an update" in line]
+
+    assert warnings(update_freq=2) == []
+    assert warnings(update_freq=1) == [
+        f"warning: {path} was trained with 1 replica x --update-freq 2 = 2 batches an update; "
+        f"this run has 1 x 1 = 1: the effective batch is 2x smaller; set --update-freq 2 to "
+        f"keep it"]
+    saved = checkpoints.load(path)
+    saved.meta["num_replicas"] = 3  # as if trained on three GPUs
+    checkpoints.save(path, saved)
+    assert warnings(update_freq=2) == [
+        f"warning: {path} was trained with 3 replicas x --update-freq 2 = 6 batches an update; "
+        f"this run has 1 x 2 = 2: the effective batch is 3x smaller; set --update-freq 6 to "
+        f"keep it"]
+    assert warnings(update_freq=8) == [
+        f"warning: {path} was trained with 3 replicas x --update-freq 2 = 6 batches an update; "
+        f"this run has 1 x 8 = 8: the effective batch is 1.33x larger; set --update-freq 6 "
+        f"to keep it"]
+    del saved.meta["num_replicas"]
+    checkpoints.save(path, saved)
+    assert warnings(update_freq=1) == []
+
+
+def test_the_effective_batch_warning_says_when_no_update_freq_keeps_it():
+    assert effective_batch_warning("c.npz", 3, 1, 2, 1) == (
+        "warning: c.npz was trained with 3 replicas x --update-freq 1 = 3 batches an update; "
+        "this run has 2 x 1 = 2: the effective batch is 1.5x smaller; no --update-freq keeps it "
+        "on 2 replicas")
+    assert effective_batch_warning("c.npz", 8, 1, 2, 1).endswith(
+        "8 batches an update; this run has 2 x 1 = 2: the effective batch is 4x smaller; set "
+        "--update-freq 4 to keep it")
+    assert effective_batch_warning("c.npz", 2, 4, 8, 1) is None
+    assert effective_batch_warning("c.npz", None, 4, 8, 1) is None

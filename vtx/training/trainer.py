@@ -394,6 +394,7 @@ class Trainer(TrainingLoop):
                 "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
+                "num_replicas": self.strategy.num_replicas_in_sync,
                 "bucket_boundaries": self.bucket_boundaries,
                 "validation_pending": self.validation_pending,
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
@@ -483,6 +484,11 @@ class Trainer(TrainingLoop):
             self.vocab = checkpoint.vocab
         if warning := self._reordered_data_warning(meta.get("train_config") or {},
                                                    meta.get("training_data")):
+            self.log(warning)
+        saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
+        if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
+                                              self.strategy.num_replicas_in_sync,
+                                              self.config.update_freq):
             self.log(warning)
 
     def _check_vocabulary(self, path, saved: bytes | None) -> None:
@@ -743,6 +749,25 @@ def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
         batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
                                     np.int32) for key in PACKED_KEYS})
     return batch
+
+
+def effective_batch_warning(path, saved_replicas: int | None, saved_update_freq: int,
+                            replicas: int, update_freq: int) -> str | None:
+    """A warning when a checkpoint's run made its updates of another number of batches than
+    this run (replicas x --update-freq; each batch up to --max-tokens): the effective batch, for
+    which the learning rate and Adam's averages were chosen, changes. None when the numbers
+    agree, or for a checkpoint that does not record its replicas (written before it was kept)."""
+    if not isinstance(saved_replicas, int):
+        return None
+    before, now = saved_replicas * saved_update_freq, replicas * update_freq
+    if before == now:
+        return None
+    how = f"{max(before, now) / min(before, now):.3g}x {'smaller' if now < before else 'larger'}"
+    keep = (f"set --update-freq {before // replicas} to keep it" if before % replicas == 0
+            else f"no --update-freq keeps it on {_count(replicas, 'replica')}")
+    return (f"warning: {path} was trained with {_count(saved_replicas, 'replica')} x "
+            f"--update-freq {saved_update_freq} = {before} batches an update; this run has "
+            f"{replicas} x {update_freq} = {now}: the effective batch is {how}; {keep}")
 
 
 def _count(number: int, noun: str) -> str:
