@@ -1,7 +1,7 @@
 """Runs a small training job in its own process (logical CPU devices must be set before TF starts).
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
-        [--dropout P] [--save-every S] [--step-sleep SECONDS] [--pack]
+        [--dropout P] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
@@ -9,6 +9,7 @@ Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -22,6 +23,8 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--sigterm-at", type=int,
+                        help="send this process SIGTERM while it waits for this step's update")
     parser.add_argument("--pack", action="store_true",
                         help="packed batches: 4 rows of 3 pairs each, one shape")
     parser.add_argument("--precision", default="float32")
@@ -82,6 +85,8 @@ def main() -> None:
     original = trainer.read_update
 
     def recorded_update(totals):
+        if trainer.step + 1 == args.sigterm_at:
+            os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
         totals = original(totals)
         if not first:
             first.append(totals[0] / totals[2])

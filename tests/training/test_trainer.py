@@ -119,8 +119,13 @@ def two_workers(tmp_path, *args, worker_args=((), ()), drop_env=()):
 
 @pytest.mark.slow
 def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_together(tmp_path):
-    for process in two_workers(tmp_path, "--max-steps", 5):
-        assert "finished at step 5" in finished(process)
+    # SIGTERM to worker 1 alone at step 5: both stop there, each saying why.
+    outputs = [finished(process) for process in two_workers(
+        tmp_path, "--max-steps", 9, worker_args=((), ("--sigterm-at", 5)))]
+    for worker, output in enumerate(outputs):
+        this = " (this one)" if worker == 1 else ""
+        assert f"stopping at step 5, saved: worker 1{this} received signal 15 (SIGTERM)" in output
+        assert "finished at step 5" in output
     for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
         np.testing.assert_array_equal(a, b)
     # The history is the chief's (in a shared save dir each row once).

@@ -173,9 +173,11 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
             os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
         return valid
 
-    trainer = make_trainer(tmp_path, max_steps=100, validate_interval_steps=2)
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=100, validate_interval_steps=2)
     assert trainer.fit(epoch_maker(PAIRS, 4), make_valid) == signal.SIGTERM
     assert validations == [2, 4] and trainer.step == 4
+    assert "stopping at step 4, saved: received signal 15 (SIGTERM)" in lines
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 4
 
 
@@ -199,7 +201,8 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
     assert trainer.fit(epoch_maker(PAIRS, 4, lengths=[(8, 9)]), shapes=shapes) == signal.SIGTERM
     assert trainer.step == 0 and int(trainer.optimizer.iterations.numpy()) == 0
     assert not list(tmp_path.glob("checkpoint_*"))
-    assert any(line.startswith("stopped before the first update") for line in lines)
+    assert ("stopped before the first update (received signal 15 (SIGTERM)): nothing trained "
+            "since step 0, no checkpoint to write") in lines
     total = next(line for line in lines if line.startswith("compiled ") and " shapes in " in line)
     if compile_workers == 1:
         assert total.startswith("compiled 1 batch shapes") and total.endswith(

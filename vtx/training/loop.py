@@ -125,10 +125,11 @@ class TrainingLoop:
                     self._compiling = False
                 # Compiling takes minutes on a GPU: a stop signal received meanwhile stops now.
                 # Nothing was trained since the checkpoint resumed from, so nothing is saved.
-                if self.collectives.any_worker(self._stop_signal is not None):
-                    self.log(f"stopped before the first update: nothing trained since step "
-                             f"{self.step}, no checkpoint to write")
-                    return self._stop_signal or signal.SIGTERM
+                if stopped := self._agreed_stop(self._stop_signal is not None):
+                    signum, received = stopped
+                    self.log(f"stopped before the first update ({received}): nothing trained "
+                             f"since step {self.step}, no checkpoint to write")
+                    return signum
             progress = Progress(self.save_dir, self.config.max_steps,
                                 self.log if self.topology.is_chief else (lambda line: None),
                                 self._tensorboard_dir if self.topology.is_chief else None,
@@ -403,9 +404,36 @@ class TrainingLoop:
                     atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
                 if progress.history_path.exists():
                     progress.plot()
-        if self.collectives.any_worker(stop):
-            return True, self._stop_signal or signal.SIGTERM
+        if stopped := self._agreed_stop(stop):
+            signum, received = stopped
+            self.log(f"stopping at step {self.step}, saved: {received}")
+            return True, signum
         return out_of_time, None
+
+    def _agreed_stop(self, stop: bool) -> tuple[int, str] | None:
+        """Whether `stop` holds on any worker (one collective; the others would otherwise hang in
+        the next update's): None when on none, else the signal to return (this worker's, else
+        the first peer's) and which worker received which signal, for every worker's log (the
+        others would stop saying nothing of why)."""
+        table = self.collectives.gather(np.array([float(stop), float(self._stop_signal or 0)]))
+        if not table[:, 0].any():
+            return None
+        received = [(worker, int(signum)) for worker, (_, signum) in enumerate(table) if signum]
+        if not received:  # not expected: every stop comes of a signal kept by its worker
+            return self._stop_signal or signal.SIGTERM, "a stop signal"
+        said = []
+        for worker, signum in received:
+            this = " (this one)" if worker == self.topology.worker_index else ""
+            who = "" if len(table) == 1 else f"worker {worker}{this} "
+            said.append(f"{who}received signal {signum} ({_signal_name(signum)})")
+        return self._stop_signal or received[0][1], " and ".join(said)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unnamed"
 
 
 @dataclasses.dataclass
