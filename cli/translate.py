@@ -23,7 +23,8 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines read before translating (1: answer each line at once).")
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Hypotheses per input: K lines 'score<TAB>text' each when K > 1.")
+              help="Hypotheses per input: K lines 'score<TAB>text' each when K > 1 "
+                   "('nan<TAB>' for each that does not exist).")
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")

@@ -280,3 +280,36 @@ def test_minus_infinity_logits_are_never_generated_and_never_give_nan():
             if np.isfinite(output.scores[sentence, rank]):
                 assert 4 not in hypothesis[:-1] and (4 not in hypothesis
                                                      or not output.finished[sentence, rank])
+
+
+class BannedIdsFavoured:
+    """A HashPrefixDecoder whose PAD and BOS logits are far above every other token's."""
+
+    def __init__(self, decoder):
+        self.decoder, self.initial_state = decoder, decoder.initial_state
+
+    def __call__(self, token_ids, state):
+        logits, state = self.decoder(token_ids, state)
+        favoured = tf.constant([100.0, 0.0, 100.0] + [0.0] * (self.decoder.vocab_size - 3))
+        return logits + favoured, state
+
+
+@pytest.mark.parametrize("stop", ["exact", "fairseq", "never"])
+def test_slots_past_the_hypotheses_that_exist_are_empty(stop):
+    """Over the words {UNK} and a limit of 2 tokens only 3 hypotheses exist: "" and "UNK"
+    finished, "UNK UNK" cut at the limit. The 4th slot of nbest 4 was filled with one of them
+    extended by a banned token (PAD or BOS) and scored -inf, which a caller printed as a
+    translation; it is empty now. PAD and BOS, favoured by the model, are in no hypothesis."""
+    decoder = BannedIdsFavoured(HashPrefixDecoder(vocab_size=4, seed=1))
+    output = run_beam(decoder, beam_size=4, nbest=4, max_length=2, stop=stop)
+    for sentence in range(len(STARTS)):
+        found = {words(output, sentence, rank) for rank in range(3)}
+        assert found == {(), (1,), (1, 1)}
+        assert np.isfinite(output.scores[sentence, :3]).all()
+        assert output.scores[sentence, 3] == -np.inf and output.lengths[sentence, 3] == 0
+        assert not output.finished[sentence, 3]
+    assert (output.tokens[:, 3] == 0).all()
+    filled = np.arange(output.tokens.shape[2]) < output.lengths[:, :, None]
+    assert not np.isin(output.tokens[filled], [0, 2]).any()  # no PAD, no BOS in a hypothesis
+    assert (output.tokens[~filled] == 0).all()  # PAD after the words only
+

@@ -212,3 +212,52 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
                                             r"ran out of the device's memory; use a smaller "
                                             r"beam$"):
         translator.translate(SHORT[:1])
+
+
+def two_word_translator(trained_checkpoint, nbest: int) -> translate.Translator:
+    """The trained model allowed EOS and "▁Hund" only (every other logit -inf, as a constraint
+    forbids tokens), at most 2 tokens per hypothesis: 3 hypotheses exist, "" and "Hund"
+    finished and "Hund Hund" cut at the limit."""
+    import tensorflow as tf
+
+    from vtx import checkpoints
+    from vtx.config import EOS_ID
+
+    checkpoint = checkpoints.load(trained_checkpoint)
+    model = translate.load_model(checkpoint)
+    vocab = translate.checkpoint_vocabulary(checkpoint, trained_checkpoint)
+    (word,) = vocab.encode("Hund")
+    decode_step = model.decode_step
+
+    def two_words(token_ids, state, **kwargs):
+        logits, state = decode_step(token_ids, state, **kwargs)
+        allowed = tf.reduce_any(tf.range(vocab.size)[:, None] == [EOS_ID, word], axis=1)
+        return tf.where(allowed[None, :], logits, float("-inf")), state
+
+    model.decode_step = two_words
+    options = DecodeOptions(beam=4, nbest=nbest, max_len_a=0.0, max_len_b=2)
+    return translate.Translator(model, vocab, options)
+
+
+def test_nbest_over_the_hypotheses_that_exist_returns_those_and_writes_no_hypothesis_rest(
+        trained_checkpoint):
+    """Asked for 4, the search has 3: the 4th slot came back as one of them extended by PAD,
+    scored -inf, and was written `-inf<TAB>Hund` as if it were a translation."""
+    translator = two_word_translator(trained_checkpoint, nbest=4)
+    (hypotheses,) = translator.translate(["A dog."])
+    assert sorted(h.text for h in hypotheses) == ["", "Hund", "Hund Hund"]
+    assert all(np.isfinite(h.score) for h in hypotheses)
+    written = []
+    best = translate.translate_stream(translator, ["A dog.", "", "A cat."], written.append, 8)
+    assert len(written) == 12  # 4 lines per input line, in input order
+    for first in (0, 8):
+        found = [line.split("\t") for line in written[first:first + 3]]
+        assert sorted(text for _, text in found) == ["", "Hund", "Hund Hund"]
+        assert all(np.isfinite(float(score)) for score, _ in found)
+        assert written[first + 3] == "nan\t"  # no 4th hypothesis
+    assert written[4:8] == ["nan\t"] * 4  # the empty line
+    assert best == [written[0].split("\t")[1], "", written[8].split("\t")[1]]
+
+    one = []
+    assert translate.translate_stream(two_word_translator(trained_checkpoint, nbest=1),
+                                      ["A dog.", "", "A cat."], one.append, 8) == one == best

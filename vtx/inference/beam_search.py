@@ -49,6 +49,9 @@ Definitions used throughout:
   * A token whose logit is -inf (one a constraint forbids) gets log-prob -inf: it only fills a
     slot no other candidate took, whose score stays -inf (an empty slot), and never finishes a
     hypothesis. A hypothesis whose every logit is -inf (a dead end) leaves the beam.
+  * So a hypothesis of finite score holds neither PAD, nor BOS, nor a forbidden token. Where
+    fewer than R hypotheses exist (a short limit over a tiny vocabulary, or over the few tokens a
+    constraint allows), the slots past them are empty: score -inf, no words.
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ class SearchOutput(NamedTuple):
 
     tokens: tf.Tensor  # int32 [B, R, L]: the words of each hypothesis (no BOS, no EOS), PAD after
     lengths: tf.Tensor  # int32 [B, R]: words per hypothesis (EOS not counted)
-    scores: tf.Tensor  # float32 [B, R]: log P(Y | X) / lp(|Y|), best first
+    scores: tf.Tensor  # float32 [B, R]: log P(Y | X) / lp(|Y|), best first; -inf: an empty slot
+    # (fewer than R hypotheses exist, module docstring), its tokens all PAD, its length 0, not
+    # finished
     finished: tf.Tensor  # bool [B, R]: the hypothesis ended with EOS (False: cut at max_length)
     steps: tf.Tensor  # int32 []: decoder steps run for the whole batch
 
@@ -397,12 +402,15 @@ def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
 
 
 def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
-    """seqs [B, R, L + 1] (BOS, words, EOS if finished, PAD) -> SearchOutput without BOS/EOS."""
+    """seqs [B, R, L + 1] (BOS, words, EOS if finished, PAD) -> SearchOutput without BOS/EOS;
+    the slots of score -inf emptied (whatever filled them: a banned or forbidden token)."""
+    empty = scores == _NEG_INF  # [B, R]
     words = seqs[:, :, 1:]  # [B, R, L]
-    words = tf.where(words == search.eos_id, PAD_ID, words)  # EOS only ever ends a hypothesis
+    # EOS only ever ends a hypothesis.
+    words = tf.where((words == search.eos_id) | empty[:, :, None], PAD_ID, words)
     lengths = tf.reduce_sum(tf.cast(words != PAD_ID, tf.int32), axis=2)  # PAD is never generated
-    return SearchOutput(tokens=words, lengths=lengths, scores=scores, finished=finished,
-                        steps=steps)
+    return SearchOutput(tokens=words, lengths=lengths, scores=scores,
+                        finished=finished & ~empty, steps=steps)
 
 
 def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,

@@ -122,9 +122,10 @@ class Translator:
         return ids
 
     def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Hypothesis]]:
-        """nbest hypotheses for each line, in input order; an empty line gets no hypothesis, nor
-        does one of no pieces (a zero-width space, a byte-order mark, control characters alone:
-        searched from a source of padding only, the model made a sentence up)."""
+        """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
+        gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
+        control characters alone: searched from a source of padding only, the model made a
+        sentence up)."""
         results: list[list[Hypothesis]] = [[] for _ in lines]
         encoded = [(i, self.encode(line, first_line_number + i))
                    for i, line in enumerate(lines) if line.strip()]
@@ -137,7 +138,10 @@ class Translator:
     def search_ids(self, encoded: list[list[int]],
                    should_stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
-        positions), in input order. `should_stop` is asked before each batch's search.
+        positions), in input order, finished ones first; fewer where fewer exist: the search's
+        empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
+        first one (a search with every token forbidden from its first step), so that every
+        sentence gets a hypothesis. `should_stop` is asked before each batch's search.
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
@@ -152,10 +156,11 @@ class Translator:
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
             tokens, lengths, scores = self._search_batch(source)
             for row, index in enumerate(rows):
+                # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
                 results[index] = [
                     Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
                                float(scores[row, r]))
-                    for r in range(self.options.nbest)]
+                    for r in range(self.options.nbest) if r == 0 or scores[row, r] > -np.inf]
         return results
 
     def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,8 +225,11 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
                      buffer_size: int) -> list[str]:
-    """Translate `lines` `buffer_size` at a time, writing one output line per input line (nbest
-    lines `score<TAB>text` per input with nbest > 1). Returns the best hypotheses' texts."""
+    """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
+    nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
+    is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
+    for a line of no pieces, and the rest of a sentence's R when fewer exist). Returns the best
+    hypotheses' texts."""
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
@@ -229,10 +237,10 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
             best.append(hypotheses[0].text if hypotheses else "")
             if translator.options.nbest == 1:
                 write(best[-1])
-            else:
-                padded = hypotheses or [Hypothesis("", float("nan"))] * translator.options.nbest
-                for hypothesis in padded:
-                    write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
+                continue
+            missing = translator.options.nbest - len(hypotheses)
+            for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
+                write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
         number += len(chunk)
     return best
 
