@@ -313,3 +313,23 @@ def test_slots_past_the_hypotheses_that_exist_are_empty(stop):
     assert not np.isin(output.tokens[filled], [0, 2]).any()  # no PAD, no BOS in a hypothesis
     assert (output.tokens[~filled] == 0).all()  # PAD after the words only
 
+
+@pytest.mark.parametrize("stop", ["exact", "fairseq", "never"])
+def test_a_sentence_left_with_no_live_hypothesis_stops(stop):
+    """Over the words {UNK}, with UNK forbidden after UNK, only "" and "UNK" exist: after 2
+    steps every live hypothesis is a dead end. The search ran on to the limit, decoding slots
+    of score -inf, since fewer than nbest (or beam) hypotheses had finished."""
+    decoder = HashPrefixDecoder(vocab_size=4, seed=2)
+
+    def one_unk_at_most(token_ids, state):
+        logits, state = decoder(token_ids, state)
+        blocked = (token_ids == 1)[:, None] & (tf.range(4) == 1)[None, :]
+        return tf.where(blocked, float("-inf"), logits), state
+
+    one_unk_at_most.initial_state = decoder.initial_state
+    output = run_beam(one_unk_at_most, beam_size=4, nbest=4, max_length=6, stop=stop)
+    assert output.steps == 2
+    for sentence in range(len(STARTS)):
+        assert {words(output, sentence, rank) for rank in range(2)} == {(), (1,)}
+        assert output.finished[sentence, :2].all()
+        assert (output.scores[sentence, 2:] == -np.inf).all()

@@ -48,7 +48,8 @@ Definitions used throughout:
   * PAD and BOS are never generated (their log-probs are masked after the softmax, as fairseq does).
   * A token whose logit is -inf (one a constraint forbids) gets log-prob -inf: it only fills a
     slot no other candidate took, whose score stays -inf (an empty slot), and never finishes a
-    hypothesis. A hypothesis whose every logit is -inf (a dead end) leaves the beam.
+    hypothesis. A hypothesis whose every logit is -inf (a dead end) leaves the beam; a sentence
+    left with no live hypothesis is done, whatever the stop rule.
   * So a hypothesis of finite score holds neither PAD, nor BOS, nor a forbidden token. Where
     fewer than R hypotheses exist (a short limit over a tiny vocabulary, or over the few tokens a
     constraint allows), the slots past them are empty: score -inf, no words.
@@ -357,8 +358,9 @@ def _step_searching(advance, search: _Search, max_lengths, state):
 
 
 def _sentence_done(search: _Search, max_lengths, state: BeamState):
-    """bool [B]: the sentence reached its length limit, or its search stops (`search.stop`)."""
-    at_limit = state.step >= max_lengths
+    """bool [B]: the sentence reached its length limit, has no live hypothesis left (none can
+    finish any more), or its search stops (`search.stop`)."""
+    at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)  # sorted
     if search.stop == "never":
         return at_limit
     if search.stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
