@@ -41,7 +41,7 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force):
     elif num_last is not None or upper_bound is not None:
         raise click.UsageError("--num-last and --upper-bound go with a directory in --inputs")
     try:
-        checkpoints.check_output(output, force)
+        checkpoints.check_output(output, force, paths)
         averaged = checkpoints.average(paths)
         checkpoints.save(output, averaged)
     except (OSError, ValueError, MemoryError) as error:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -92,14 +93,17 @@ def best_step(save_dir: str | Path) -> int:
     return int(load(path).meta["step"])
 
 
-def check_output(path: str | Path, force: bool) -> None:
-    """Refuse to write a new checkpoint at `path` when it exists (unless `force`) or when its
-    folder is missing, before any work is done.
+def check_output(path: str | Path, force: bool, inputs: list[str | Path] = ()) -> None:
+    """Refuse to write a new checkpoint at `path` when it exists (unless `force`), when it is
+    one of `inputs` (even with `force`: the input checkpoint would be lost), or when its folder
+    is missing, before any work is done.
 
     Raises:
         ValueError: the reason, with `--output` and the path.
         OSError: its folder is missing, or nothing can be created there (`atomic.output_path`).
     """
+    for given in inputs:
+        atomic.output_path(path, force, inputs={"--inputs": given})
     target = atomic.output_path(path, force)  # a link's target
     if target.exists() and not target.is_file():
         raise ValueError(f"--output {path} is not a regular file; not replacing it")
@@ -250,6 +254,7 @@ def average(paths: list[str | Path]) -> Checkpoint:
     loaded = sorted(((load(p), p) for p in paths), key=lambda pair: pair[0].meta.get("step", 0))
     checkpoints = [checkpoint for checkpoint, _ in loaded]
     newest = checkpoints[-1]
+    _refuse_copies(loaded)
     for checkpoint, path in loaded:
         _check_same_architecture(newest, checkpoint, path)
         _check_same_vocabulary(newest, checkpoint, path, loaded[-1][1])
@@ -262,6 +267,24 @@ def average(paths: list[str | Path]) -> Checkpoint:
             averaged.append(array)
     meta = {**newest.meta, "averaged_from": [c.meta.get("step") for c in checkpoints]}
     return Checkpoint(averaged, newest.optimizer, meta, newest.vocab)
+
+
+def _refuse_copies(loaded: list[tuple[Checkpoint, str | Path]]) -> None:
+    """Refuse two files of one checkpoint among others (`checkpoint_best.npz` is a copy of a
+    numbered one, and a glob `checkpoint_*.npz` takes both): that checkpoint would weigh double.
+    Copies alone average to themselves and pass."""
+    if all(_same_weights(loaded[0][0], checkpoint) for checkpoint, _ in loaded[1:]):
+        return
+    for (first, first_path), (second, second_path) in itertools.combinations(loaded, 2):
+        if _same_weights(first, second):
+            raise ValueError(f"{second_path} holds the same weights as {first_path} (step "
+                             f"{first.meta.get('step')}; a checkpoint_best.npz is a copy of a "
+                             f"numbered one): it would weigh double in the mean; give one of them")
+
+
+def _same_weights(a: Checkpoint, b: Checkpoint) -> bool:
+    return (a.meta.get("step") == b.meta.get("step") and len(a.model) == len(b.model)
+            and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a.model, b.model)))
 
 
 def _check_same_architecture(reference: Checkpoint, other: Checkpoint, path) -> None:

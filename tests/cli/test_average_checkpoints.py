@@ -102,3 +102,34 @@ def test_checkpoints_of_other_vocabularies_are_refused_naming_the_first_other_pi
     assert (f"{tmp_path / 'b.npz'} was trained on another vocabulary than "
             f"{tmp_path / 'c.npz'}, the newest: ") in result.output, result.output
     assert not (tmp_path / "o2.npz").exists()
+
+
+def test_an_output_that_is_one_of_the_inputs_is_refused_even_with_force(tmp_path):
+    """--force replaces an older average; replacing an input lost that checkpoint for good."""
+    for step, value in ((1, 1.0), (2, 3.0)):
+        write(checkpoints.checkpoint_path(tmp_path, step), step, value)
+    newest = checkpoints.checkpoint_path(tmp_path, 2)
+    for inputs in (["--inputs", str(tmp_path), "--num-last", "2"],
+                   ["--inputs", str(checkpoints.checkpoint_path(tmp_path, 1)),
+                    "--inputs", str(newest)]):
+        result = CliRunner().invoke(main, ["average-checkpoints", *inputs, "--output",
+                                           str(newest), "--force"])
+        assert result.exit_code == 1, result.output
+        assert f"--output {newest} is the --inputs file" in result.output, result.output
+        np.testing.assert_array_equal(checkpoints.load(newest).model[0], [3.0] * 3)
+
+
+def test_a_copy_of_an_averaged_checkpoint_is_refused_instead_of_weighing_double(tmp_path):
+    """checkpoint_best.npz is a copy of a numbered checkpoint; a glob checkpoint_*.npz takes
+    both."""
+    for step, value in ((1, 1.0), (2, 3.0)):
+        write(checkpoints.checkpoint_path(tmp_path, step), step, value)
+    write(tmp_path / checkpoints.BEST_NAME, 2, 3.0)
+    files = [str(p) for p in sorted(tmp_path.glob("checkpoint_*.npz"))]
+    result = CliRunner().invoke(main, ["average-checkpoints",
+                                       *[flag for f in files for flag in ("--inputs", f)],
+                                       "--output", str(tmp_path / "o.npz")])
+    assert result.exit_code == 1, result.output
+    assert "holds the same weights as" in result.output and "step 2" in result.output
+    assert checkpoints.BEST_NAME in result.output and "weigh double" in result.output
+    assert not (tmp_path / "o.npz").exists()
