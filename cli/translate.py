@@ -40,6 +40,8 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, m
                                 max_tokens=max_tokens, jit_compile=jit)
         # A bad reference file is said before the search, not after it.
         references = lib.read_references(reference) if reference else None
+        if reference:
+            lib.check_reference_length(input_path, reference, references)
         best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),

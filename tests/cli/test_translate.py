@@ -46,6 +46,33 @@ def test_a_reference_of_another_length_is_one_line_naming_the_flag(trained_check
         f"Error: --reference {tmp_path / 'ref.de'} has 1 lines, the input 2")
 
 
+def test_a_gzip_reference_is_read_as_gzip_like_the_input(trained_checkpoint, tmp_path):
+    """`--input test.en.gz` was decompressed but `--reference test.de.gz` was not: the search
+    ran, then its bytes stopped the command as invalid UTF-8."""
+    import gzip
+
+    with gzip.open(tmp_path / "ref.de.gz", "wt") as handle:
+        handle.write("Ein Hund.\nEine Katze.\n")
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--reference",
+                 tmp_path / "ref.de.gz", stdin=b"A dog.\nA cat.\n")
+    assert result.returncode == 0, result.stderr.decode()
+    assert "BLEU = " in result.stderr.decode()
+
+
+def test_a_reference_of_another_length_than_the_input_file_is_refused_before_the_search(
+        trained_checkpoint, tmp_path):
+    (tmp_path / "in.en").write_text("A dog.\nA cat.\n")
+    (tmp_path / "ref.de").write_text("Ein Hund.\n")
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--input", tmp_path / "in.en",
+                 "--output", tmp_path / "out.de", "--reference", tmp_path / "ref.de")
+    assert result.returncode == 1
+    stderr = result.stderr.decode()
+    assert stderr.splitlines()[-1] == (
+        f"Error: --reference {tmp_path / 'ref.de'} has 1 lines, the input 2")
+    assert "checkpoint:" not in stderr  # said before the model loaded, not after the search
+    assert not (tmp_path / "out.de").exists()
+
+
 def test_invalid_utf8_is_an_error_naming_the_line(trained_checkpoint):
     """It was replaced by U+FFFD with a warning and searched, exit 0: a gzip file or another
     encoding gave a file of nonsense. The lines read with it are not translated either."""

@@ -358,14 +358,43 @@ def bleu(hypotheses: list[str], reference_path: str | Path,
 
 
 def read_references(reference_path: str | Path) -> list[str]:
-    """A reference file's lines (read before translating, so that a bad file costs no search).
+    """A reference file's lines (read before translating, so that a bad file costs no search),
+    read as gzip when named `.gz`, as `--input` is.
 
     Raises:
         OSError: it cannot be read.
-        DataError: bytes that are not UTF-8 (naming the file, line and column).
+        DataError: bytes that are not UTF-8 (naming the file, line and column), or a damaged
+            gzip file.
     """
-    lines = split_lines(Path(reference_path).read_bytes())
+    try:
+        with open_binary(Path(reference_path)) as handle:
+            data = handle.read()
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{reference_path}: cannot read it ({error})") from None
+    lines = split_lines(data)
     return [decode_line(line, reference_path, number) for number, line in enumerate(lines, 1)]
+
+
+def check_reference_length(input_path: str | Path | None, reference_path: str | Path,
+                           references: list[str]) -> None:
+    """Compare the lines of an `--input` file with its references before the search (`bleu`
+    would say so after it); standard input, read once, is compared by `bleu` only.
+
+    Raises:
+        ArgumentError: other numbers of lines, as `bleu` says it.
+        DataError: a damaged gzip input.
+    """
+    if not input_path or not Path(input_path).is_file():  # a FIFO is read once, by the search
+        return
+    try:
+        with open_binary(Path(input_path)) as handle:
+            count = sum(1 for _ in handle)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{input_path}: cannot read it ({error})") from None
+    if count != len(references):
+        raise ArgumentError("{reference_path} {path} has {references} lines, the input "
+                            "{hypotheses}", path=reference_path, references=len(references),
+                            hypotheses=count)
 
 
 def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
