@@ -55,3 +55,23 @@ def test_invalid_utf8_names_file_line_and_bytes(tmp_path):
     with pytest.raises(DataError, match=r"f\.de:7: invalid UTF-8 \(bytes b'\\xff' at column 3\)"):
         decode_line(b"ab\xffcd", tmp_path / "f.de", 7)
     assert decode_line("größer".encode(), tmp_path / "f.de", 1) == "größer"
+
+
+def test_a_directory_named_as_a_file_is_said_to_be_one_not_missing(tmp_path):
+    (tmp_path / "a.en").mkdir()
+    with pytest.raises(DataError, match=r"a\.en is a directory, not a text file"):
+        resolve_path(tmp_path / "a", "en")
+
+
+def test_gzip_data_without_gz_and_text_named_gz_are_refused_naming_the_file(tmp_path):
+    """Gzip read as text was counted in compressed lines ('line counts differ: 70 lines')."""
+    import gzip
+
+    write_lines(tmp_path / "t.de", ["x", "y"])
+    (tmp_path / "t.en").write_bytes(gzip.compress(b"a\nb\n"))
+    with pytest.raises(DataError, match=r"t\.en holds gzip data but is not named \.gz; name "
+                                        r"it .*t\.en\.gz"):
+        list(read_parallel(tmp_path / "t.en", tmp_path / "t.de"))
+    (tmp_path / "u.en.gz").write_bytes(b"a\nb\n")
+    with pytest.raises(DataError, match=r"u\.en\.gz is named \.gz but is not gzip data"):
+        list(read_parallel(tmp_path / "u.en.gz", tmp_path / "t.de"))

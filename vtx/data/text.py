@@ -26,6 +26,9 @@ def resolve_path(prefix: str | Path, lang: str) -> Path:
     """
     plain = Path(f"{prefix}.{lang}")
     gzipped = Path(f"{prefix}.{lang}.gz")
+    for path in (plain, gzipped):
+        if path.is_dir():  # else said to be missing
+            raise DataError(f"{path} is a directory, not a text file")
     if plain.is_file() and gzipped.is_file():
         raise DataError(f"both {plain} and {gzipped} exist; remove one")
     if plain.is_file():
@@ -35,11 +38,28 @@ def resolve_path(prefix: str | Path, lang: str) -> Path:
     raise DataError(f"missing file: neither {plain} nor {gzipped} exists")
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # no UTF-8 text starts so (0x8b is a continuation byte)
+
+
 def open_binary(path: Path) -> BinaryIO:
-    """Open a plain or gzip file (chosen by its `.gz` suffix) for binary reading."""
+    """Open a plain or gzip file (chosen by its `.gz` suffix) for binary reading.
+
+    Raises:
+        DataError: a file whose first bytes say the other (gzip data without the suffix was
+            read as text: lines counted in compressed bytes, or invalid UTF-8 at line 1).
+    """
+    handle = open(path, "rb")
+    start = handle.peek(len(GZIP_MAGIC))[:len(GZIP_MAGIC)]  # peek: a FIFO stays unread
+    if path.suffix == ".gz" and start and start != GZIP_MAGIC[:len(start)]:
+        handle.close()
+        raise DataError(f"{path} is named .gz but is not gzip data; name it without .gz")
+    if path.suffix != ".gz" and start == GZIP_MAGIC:
+        handle.close()
+        raise DataError(f"{path} holds gzip data but is not named .gz; name it {path}.gz")
     if path.suffix == ".gz":
+        handle.close()  # a GzipFile leaves a file object it was given open
         return gzip.open(path, "rb")
-    return open(path, "rb")
+    return handle
 
 
 def count_lines(handle: BinaryIO) -> int:
