@@ -157,6 +157,25 @@ def test_a_data_directory_without_a_validation_split_is_said_to_validate_nothing
     assert not (tmp_path / "run" / "checkpoint_best.npz").exists()
 
 
+def test_a_validation_split_of_no_pairs_is_none(multi30k_small, tmp_path):
+    """Such a split (vtx preprocess wrote one for empty files) was validated: loss 0, ppl 1,
+    a checkpoint_best of nothing."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(multi30k_small / "data", data)
+    meta = json.loads((data / "meta.json").read_text())
+    meta["splits"]["valid"].update(sentences=0, source_tokens=0, target_tokens=0, shards=[])
+    (data / "meta.json").write_text(json.dumps(meta))
+    result = invoke("train", data, "--save-dir", tmp_path / "run", "--max-steps", 1, *TRAIN,
+                    "--validate-interval-steps", 1)
+    assert result.exit_code == 0, result.output
+    assert f"warning: {data} has no validation split" in result.output
+    assert "valid step" not in result.output
+    assert not (tmp_path / "run" / "checkpoint_best.npz").exists()
+
+
 def average_into(save_dir, output, *flags):
     return invoke("average-checkpoints", "--inputs", save_dir, "--num-last", 2, "--output",
                   output, *flags)

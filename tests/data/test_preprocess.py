@@ -154,6 +154,20 @@ def test_failed_run_leaves_nothing_behind(small_corpus, small_data_dir, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.de", "bad.en"]
 
 
+@pytest.mark.parametrize("flag", ["validpref", "testpref"])
+def test_empty_validation_or_test_files_are_refused_naming_the_flag(small_corpus, tmp_path,
+                                                                     flag):
+    """A split of 0 pairs was written, and `vtx train` validated on it: loss 0, ppl 1, best."""
+    write_lines(tmp_path / "void.en", [])
+    write_lines(tmp_path / "void.de", [])
+    prefix = str(tmp_path / "void")
+    evaluation = dict(validpref=prefix) if flag == "validpref" else dict(testprefs=(prefix,))
+    with pytest.raises(DataError, match=rf"--{flag}: .*void\.en and .*void\.de are empty"):
+        preprocess(PreprocessConfig("en", "de", tmp_path / "out", vocab_size=600,
+                                    trainpref=str(small_corpus / "train"), **evaluation))
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("changes,message", [
     (dict(trainpref=None), "--trainpref is needed"),
     (dict(target_lang="en"), "are both 'en'"),

@@ -136,6 +136,14 @@ def _check_training_text(source: Path, target: Path) -> None:
                         f"lines only)")
 
 
+def _check_evaluation_text(flag: str, source: Path, target: Path) -> None:
+    """Refuse empty validation or test files: a split of no pairs was written, and `vtx train`
+    then validated on nothing, logging loss 0 and perplexity 1 as its best."""
+    if next(read_parallel(source, target), None) is None:
+        raise DataError(f"{flag}: {source} and {target} are empty (no pair to evaluate on); "
+                        f"give other files, or leave the flag out")
+
+
 def _training_text(source: Path, target: Path) -> Iterator[str]:
     """Both sides of the training pairs as str, checked for UTF-8 and equal line counts."""
     for number, (src, tgt) in enumerate(read_parallel(source, target), start=1):
@@ -204,8 +212,12 @@ def preprocess(config: PreprocessConfig) -> dict:
     _check_destdir(destdir, config.force)
     files = _split_files(config)
     _check_inputs_outside(destdir, config, files)
-    if "train" in files:
-        _check_training_text(*files["train"])
+    for name, (source, target) in files.items():
+        if name == "train":
+            _check_training_text(source, target)
+        else:
+            _check_evaluation_text("--validpref" if name == "valid" else "--testpref", source,
+                                   target)
     try:
         destdir.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -105,7 +105,9 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         found = "0 pairs kept" if "train" in data_splits else "no train split"
         raise ValueError(f"{data_dir} holds no training pairs (its meta.json: {found}): "
                          f"`vtx preprocess --trainpref` writes them")
-    has_valid = "valid" in data_splits
+    # A split of 0 pairs (written by vtx preprocess before it refused empty files) is none:
+    # validating on it logged loss 0, perplexity 1, as the best.
+    has_valid = bool(data_splits.get("valid", {}).get("sentences"))
     metric = train_config.best_checkpoint_metric
     if metric != "loss" and metric != eval_metric:
         raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
