@@ -172,6 +172,7 @@ def test_empty_validation_or_test_files_are_refused_naming_the_flag(small_corpus
     (dict(trainpref=None), "--trainpref is needed"),
     (dict(target_lang="en"), "are both 'en'"),
     (dict(vocab_size=4), "--vocab-size 4 leaves no room"),
+    (dict(sample_lines=100), "--sample-lines 100: SentencePiece trains on more than 100"),
     (dict(workers=0), "--workers must be positive, got 0"),
     (dict(max_length_ratio=0.5), "--max-length-ratio must be >= 1, got 0.5"),
 ])

@@ -28,6 +28,8 @@ from vtx.data.vocab import MODEL_TYPES, Vocabulary, train_sentencepiece
 FORMAT = "vtx-shards-1"
 META_FILE = "meta.json"
 SPM_FILE = "spm.model"
+# SentencePiece refuses an input_sentence_size of 1 to 100 (its `--sample-lines`).
+MIN_SAMPLE_LINES = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +67,10 @@ class PreprocessConfig:
             if getattr(self, name) <= 0:
                 raise DataError(f"--{name.replace('_', '-')} must be positive, got "
                                 f"{getattr(self, name)}")
+        if self.sample_lines <= MIN_SAMPLE_LINES:  # else SentencePiece's internal check failed
+            raise DataError(f"--sample-lines {self.sample_lines}: SentencePiece trains on more "
+                            f"than {MIN_SAMPLE_LINES} lines; give at least "
+                            f"{MIN_SAMPLE_LINES + 1}")
         if self.vocab_size <= EOS_ID + 1:
             raise DataError(f"--vocab-size {self.vocab_size} leaves no room beside the 4 "
                             f"special ids")
