@@ -29,11 +29,14 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force):
     if len(paths) == 1 and paths[0].is_dir():
         if num_last is None:
             raise click.UsageError("--num-last is required when --inputs is a directory")
+        bound = upper_bound
         try:
-            bound = upper_bound
-            if bound is not None:
-                bound = checkpoints.best_step(paths[0]) if bound == "best" else int(bound)
-            paths = checkpoints.newest(paths[0], num_last, bound)
+            if bound == "best":
+                bound = checkpoints.best_step(paths[0])
+        except (OSError, ValueError) as error:  # none, or damaged: not --num-last's fault
+            raise click.ClickException(f"--upper-bound best: {error}") from error
+        try:
+            paths = checkpoints.newest(paths[0], num_last, None if bound is None else int(bound))
         except ValueError as error:
             raise click.ClickException(f"--num-last {num_last}: {error}") from error
     elif any(p.is_dir() for p in paths):

@@ -58,6 +58,11 @@ def test_upper_bound_best_averages_the_checkpoints_ending_at_the_best_one(tmp_pa
     assert "step <= 2" in result.output
     result = average("--upper-bound", "latest")
     assert result.exit_code == 2 and "--upper-bound" in result.output and "'latest'" in result.output
+    (tmp_path / checkpoints.BEST_NAME).write_bytes(b"PK\x03\x04 cut short")
+    result = average("--upper-bound", "best")
+    assert result.exit_code == 1 and "--num-last" not in result.output, result.output
+    assert f"Error: --upper-bound best: {tmp_path / checkpoints.BEST_NAME}: not a readable" \
+        in result.output
     (tmp_path / checkpoints.BEST_NAME).unlink()
     result = average("--upper-bound", "best")
     assert result.exit_code == 1 and checkpoints.BEST_NAME in result.output
