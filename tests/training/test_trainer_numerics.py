@@ -12,6 +12,7 @@ import tensorflow as tf
 from tests.conftest import REPO_ROOT
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
+from vtx.training.loop import TrainingError
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.trainer import Trainer, compile_workers
 
@@ -158,6 +159,37 @@ def test_float16_overflow_skips_the_update_without_counting_it_as_a_step(tmp_pat
     assert float(trainer.optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - len(overflowed))
 
 
+def test_the_advice_at_the_loss_scale_floor_can_be_followed(tmp_path):
+    """Overflow at every scale stops training at the floor; the error said "train with
+    --precision mixed_bfloat16 or float32, or lower --lr-scale, and resume", but a mixed_float16
+    checkpoint resumes with mixed_float16 only (the loss scale is optimizer state): another
+    precision needs another --save-dir, a lower --lr-scale resumes."""
+    pairs = make_pairs(8, 20)
+    make_trainer(tmp_path, precision="mixed_float16", max_steps=1).fit(epoch_maker(pairs, 4))
+    trainer = make_trainer(tmp_path, precision="mixed_float16", max_steps=3)
+    gradients = trainer._gradient_fn
+
+    def overflowing(batch):  # float16's overflow on every update
+        sums, grads = gradients(batch)
+        grads = [tf.convert_to_tensor(grad) for grad in grads]  # the embedding's: IndexedSlices
+        return sums, [tf.fill(tf.shape(g), tf.constant(np.inf, g.dtype)) for g in grads]
+
+    trainer._gradient_fn = overflowing  # before the update is first traced
+    trainer.resume()
+    trainer.optimizer.dynamic_scale.assign(2.0 ** -13)  # one halving to the floor
+    with pytest.raises(TrainingError) as error:
+        trainer.fit(epoch_maker(pairs, 4))
+    message = str(error.value)
+    assert "at step 2; resume with a lower --lr-scale (now 1)" in message, message
+    assert "or train with --precision mixed_bfloat16 or float32 in another --save-dir" in message
+    for precision in ("float32", "mixed_bfloat16"):
+        with pytest.raises(TrainingError, match="resume with --precision mixed_float16"):
+            make_trainer(tmp_path, precision=precision).resume()
+    lower = make_trainer(tmp_path, precision="mixed_float16", lr_scale=0.5)
+    lower.resume()
+    assert lower.step == 1
+
+
 def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
     trainer = make_trainer(tmp_path, label_smoothing=0.1, update_freq=2)
     batch = to_batch(make_pairs(5, 20, seed=2))
@@ -239,8 +271,8 @@ def test_gradients_non_finite_on_one_replica_skip_the_update_on_all(tmp_path, pr
         # From 2^-10: four halvings to 2^-14, the first at most 1e-4.
         assert error.startswith(
             "error: float16 gradients overflow at every loss scale: the scale fell to "
-            "6.10352e-05, at most 0.0001 (fairseq's --min-loss-scale), at step 1; train with "
-            "--precision mixed_bfloat16 or float32"), error
+            "6.10352e-05, at most 0.0001 (fairseq's --min-loss-scale), at step 1; resume with "
+            "a lower --lr-scale"), error
     else:
         assert error.startswith("error: 3 non-finite updates in a row at step 1"), error
         assert any(line.startswith("logged: non-finite gradients at step 1: update skipped (3 in "

@@ -334,8 +334,10 @@ class TrainingLoop:
                 raise TrainingError(
                     f"float16 gradients overflow at every loss scale: the scale fell to "
                     f"{loss_scale:g}, at most {MIN_LOSS_SCALE:g} (fairseq's --min-loss-scale), at "
-                    f"step {self.step + 1}; train with --precision mixed_bfloat16 or float32, or "
-                    f"lower --lr-scale (now {config.lr_scale:g}), and resume")
+                    f"step {self.step + 1}; resume with a lower --lr-scale (now "
+                    f"{config.lr_scale:g}), or train with --precision mixed_bfloat16 or float32 "
+                    f"in another --save-dir (a mixed_float16 checkpoint resumes with "
+                    f"mixed_float16 only: its optimizer state holds the loss scale)")
             return False
         self.step, loop.nonfinite_in_a_row = self.step + 1, 0
         loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch, length)
