@@ -47,32 +47,14 @@ while [ $# -gt 0 ]; do
       is_minutes "$2" || die "--minutes must be a positive number, got '$2'"; MINUTES=$2; shift 2 ;;
     --patience) [ $# -ge 2 ] || die "--patience needs a value"
       is_count "$2" || die "--patience must be a whole number, got '$2'"; PATIENCE=$2; shift 2 ;;
-    --data) [ $# -ge 2 ] || die "--data needs a directory"; DATA=$2; shift 2 ;;
-    --workdir) [ $# -ge 2 ] || die "--workdir needs a directory"; WORK=$2; shift 2 ;;
+    --data) [ $# -ge 2 ] && [ -n "$2" ] || die "--data needs a directory"; DATA=$2; shift 2 ;;
+    --workdir) [ $# -ge 2 ] && [ -n "$2" ] || die "--workdir needs a directory"; WORK=$2; shift 2 ;;
     --test-lines) [ $# -ge 2 ] || die "--test-lines needs a value"
       is_count "$2" || die "--test-lines must be a whole number, got '$2'"; TEST_LINES=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
-START=$(date +%s)
-
-# ---- 1. environment ----
-VENV=$ROOT/.venv
-if [ ! -x "$VENV/bin/python" ]; then
-  step "creating the virtual environment $VENV"
-  "${PYTHON:-python3}" -m venv "$VENV"
-fi
-if [ ! -x "$VENV/bin/vtx" ]; then
-  step "installing vtx and its dependencies into $VENV (a few minutes the first time)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT"
-fi
-VTX=$VENV/bin/vtx
-
-# ---- 2. data ----
 # A split file is usable as PREFIX.LANG.gz or PREFIX.LANG (what `vtx preprocess` reads).
 has_split_file() { [ -s "$1/$2.$3.gz" ] || [ -s "$1/$2.$3" ]; }
 check_data_dir() {
@@ -95,12 +77,33 @@ download_multi30k() {
     mv "$dest/$name.part" "$dest/$name"
   done; done
 }
+# A local copy is checked before anything is installed or written: a wrong --data is named at
+# once, not after minutes of installing the environment.
 if [ -n "$DATA" ]; then
   check_data_dir "$DATA" "--data/MULTI30K_DIR"
 elif [ -d "$SHARED_DATA/multi30k" ]; then
   DATA=$SHARED_DATA/multi30k
   check_data_dir "$DATA" "shared data"
-else
+fi
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+START=$(date +%s)
+
+# ---- 1. environment ----
+VENV=$ROOT/.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating the virtual environment $VENV"
+  "${PYTHON:-python3}" -m venv "$VENV"
+fi
+if [ ! -x "$VENV/bin/vtx" ]; then
+  step "installing vtx and its dependencies into $VENV (a few minutes the first time)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -e "$ROOT"
+fi
+VTX=$VENV/bin/vtx
+
+# ---- 2. data: the local copy checked above, else a download ----
+if [ -z "$DATA" ]; then
   DATA=$WORK/multi30k
   download_multi30k "$DATA"
 fi

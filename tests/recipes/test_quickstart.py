@@ -92,3 +92,28 @@ def test_a_local_directory_missing_a_file_is_named(shared_data, tmp_path):
     assert result.returncode != 0
     assert f"'{local}' has no val.de.gz (or val.de)" in result.stderr
     assert not (tmp_path / "work" / "data-bin").exists()
+
+
+def test_a_bad_local_directory_is_named_before_the_environment_is_installed(tmp_path):
+    """The script in a checkout without .venv: a wrong --data was reported only after creating
+    the environment and pip-installing vtx's dependencies (minutes, and the network)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "recipes").mkdir(parents=True)
+    (checkout / "recipes" / "quickstart.sh").write_bytes(SCRIPT.read_bytes())
+    (tmp_path / "empty dir").mkdir()
+    result = subprocess.run(
+        ["bash", str(checkout / "recipes" / "quickstart.sh"), "--data", str(tmp_path / "empty dir"),
+         "--workdir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHON": "false"})  # a venv creation would fail, not install
+    assert result.returncode != 0
+    assert f"'{tmp_path / 'empty dir'}' has no train.en.gz (or train.en)" in result.stderr
+    assert "virtual environment" not in result.stderr
+    assert not (checkout / ".venv").exists() and not (tmp_path / "work").exists()
+
+
+def test_an_empty_workdir_or_data_value_is_refused(tmp_path):
+    for flag in ("--workdir", "--data"):
+        result = run(flag, "")
+        assert result.returncode != 0
+        assert f"{flag} needs a directory" in result.stderr
