@@ -18,7 +18,7 @@ TOKENS_PER_STEP=25600
 
 die() { echo "$(basename "$0"): error: $*" >&2; exit 1; }
 step() { echo "==> [$(date +%H:%M:%S)] $*" >&2; }
-need_value() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+need_value() { [ "$2" -ge 2 ] && [ -n "$3" ] || die "$1 needs a value"; }  # flag $# value
 is_count() { [[ $1 =~ ^[1-9][0-9]*$ ]]; }
 check_vtx() { [ -x "$VTX" ] || die "no vtx at $VTX: run 'bash tests/run.sh' (or set VTX=path/to/vtx)"; }
 
@@ -91,6 +91,25 @@ write_test() {  # orig out_dir -- newstest2014, the full 3003-sentence set
     || die "newstest2014 $SRC and $TGT have different segment counts"
 }
 
+# Every file prepare reads, checked before any is read: a missing one is named at once, not
+# after hours of normalising the corpora before it (and no half-written raw text is left).
+check_inputs() {  # orig
+  local corpus lang kind
+  for corpus in "${CORPORA[@]}"; do for lang in "$SRC" "$TGT"; do
+    [ -f "$1/$corpus.$lang" ] || [ -f "$1/$corpus.$lang.gz" ] \
+      || die "missing $1/$corpus.$lang (or $1/$corpus.$lang.gz)"
+  done; done
+  for lang in "$SRC" "$TGT"; do
+    kind=ref; [ "$lang" = "$SRC" ] && kind=src
+    [ -f "$1/dev/newstest2013.$lang" ] || [ -f "$1/dev/newstest2013-$kind.$lang.sgm" ] \
+      || die "missing $1/dev/newstest2013.$lang (or $1/dev/newstest2013-$kind.$lang.sgm)"
+  done
+  for kind in "src.$SRC" "ref.$TGT"; do
+    [ -f "$1/test-full/newstest2014-$PAIR-$kind.sgm" ] \
+      || die "missing $1/test-full/newstest2014-$PAIR-$kind.sgm"
+  done
+}
+
 prepare_usage() {
   cat <<EOF
 Usage: $(basename "$0") [--local DIR] [--workdir DIR] [--vocab-size N] [--workers N]
@@ -106,27 +125,31 @@ prepare_main() {
   workers=$(nproc 2> /dev/null || echo 1)
   while [ $# -gt 0 ]; do
     case $1 in
-      --local) need_value "$1" $#; orig=$2; [ -d "$orig" ] || die "--local '$orig' is not a directory"; shift 2 ;;
-      --workdir) need_value "$1" $#; WORK=$2; shift 2 ;;
-      --vocab-size) need_value "$1" $#; is_count "$2" || die "--vocab-size must be a positive whole number, got '$2'"; VOCAB_SIZE=$2; shift 2 ;;
-      --workers) need_value "$1" $#; is_count "$2" || die "--workers must be a positive whole number, got '$2'"; workers=$2; shift 2 ;;
+      --local) need_value "$1" $# "${2-}"; orig=$2; [ -d "$orig" ] || die "--local '$orig' is not a directory"; shift 2 ;;
+      --workdir) need_value "$1" $# "${2-}"; WORK=$2; shift 2 ;;
+      --vocab-size) need_value "$1" $# "${2-}"; is_count "$2" || die "--vocab-size must be a positive whole number, got '$2'"; VOCAB_SIZE=$2; shift 2 ;;
+      --workers) need_value "$1" $# "${2-}"; is_count "$2" || die "--workers must be a positive whole number, got '$2'"; workers=$2; shift 2 ;;
       -h|--help) prepare_usage; exit 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
   check_vtx
+  [ -z "$orig" ] || check_inputs "$orig"
   mkdir -p "$WORK"
   if [ -z "$orig" ]; then
     orig=$WORK/orig
     mkdir -p "$orig"
     download_archives "$WORK"
+    check_inputs "$orig"
   fi
   local raw=$WORK/raw tmp=$WORK/raw.tmp
   rm -rf "$tmp" && mkdir -p "$tmp"
+  trap "rm -rf -- $(printf %q "$tmp")" EXIT  # a failure leaves no part of the text
   for corpus in "${CORPORA[@]}"; do append_corpus "$orig" "$corpus" "$tmp"; done
   write_valid "$orig" "$tmp"
   write_test "$orig" "$tmp"
   rm -rf "$raw" && mv "$tmp" "$raw"  # complete text only under the final name
+  trap - EXIT
   step "vtx preprocess -> $WORK/data-bin (vocabulary $VOCAB_SIZE)"
   "$VTX" preprocess -s "$SRC" -t "$TGT" --trainpref "$raw/train" --validpref "$raw/valid" \
     --testpref "$raw/test" --destdir "$WORK/data-bin" --vocab-size "$VOCAB_SIZE" \
@@ -174,12 +197,12 @@ train_main() {  # uses ARCH STEPS DROPOUT NUM_LAST set by the recipe
   gpus=$(count_gpus)
   while [ $# -gt 0 ]; do
     case $1 in
-      --gpus) need_value "$1" $#; is_count "$2" || die "--gpus must be a positive whole number, got '$2'"; gpus=$2; shift 2 ;;
-      --max-tokens) need_value "$1" $#; is_count "$2" || die "--max-tokens must be a positive whole number, got '$2'"; max_tokens=$2; shift 2 ;;
-      --max-steps) need_value "$1" $#; is_count "$2" || die "--max-steps must be a positive whole number, got '$2'"; STEPS=$2; shift 2 ;;
-      --arch) need_value "$1" $#; ARCH=$2; shift 2 ;;
-      --workdir) need_value "$1" $#; WORK=$2; shift 2 ;;
-      --save-dir) need_value "$1" $#; save_dir=$2; shift 2 ;;
+      --gpus) need_value "$1" $# "${2-}"; is_count "$2" || die "--gpus must be a positive whole number, got '$2'"; gpus=$2; shift 2 ;;
+      --max-tokens) need_value "$1" $# "${2-}"; is_count "$2" || die "--max-tokens must be a positive whole number, got '$2'"; max_tokens=$2; shift 2 ;;
+      --max-steps) need_value "$1" $# "${2-}"; is_count "$2" || die "--max-steps must be a positive whole number, got '$2'"; STEPS=$2; shift 2 ;;
+      --arch) need_value "$1" $# "${2-}"; ARCH=$2; shift 2 ;;
+      --workdir) need_value "$1" $# "${2-}"; WORK=$2; shift 2 ;;
+      --save-dir) need_value "$1" $# "${2-}"; save_dir=$2; shift 2 ;;
       -h|--help) train_usage; exit 0 ;;
       --) shift; extra=("$@"); break ;;
       *) die "unknown argument '$1' (see --help; vtx train flags go after --)" ;;
@@ -242,7 +265,7 @@ evaluate_main() {
   local checkpoint="" extra=()
   while [ $# -gt 0 ]; do
     case $1 in
-      --workdir) need_value "$1" $#; WORK=$2; shift 2 ;;
+      --workdir) need_value "$1" $# "${2-}"; WORK=$2; shift 2 ;;
       -h|--help) evaluate_usage; exit 0 ;;
       --) shift; extra=("$@"); break ;;
       -*) die "unknown argument '$1' (see --help)" ;;

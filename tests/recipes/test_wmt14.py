@@ -106,6 +106,21 @@ def test_corpus_sides_of_different_length_stop_prepare_naming_the_corpus(wmt_ori
     assert result.returncode != 0
     assert "training/europarl-v7.de-en: 150 en lines but 151 de lines" in result.stderr
     assert not (tmp_path / "work" / "raw").exists()
+    assert not (tmp_path / "work" / "raw.tmp").exists()  # the corpora before it were written
+
+
+@pytest.mark.parametrize("missing", ["commoncrawl.de-en.de.gz", "dev/newstest2013.en",
+                                     "test-full/newstest2014-deen-ref.de.sgm"])
+def test_a_missing_input_file_is_named_before_any_is_read(wmt_orig, tmp_path, missing):
+    """A file missing from --local was found only when its turn came, after the corpora before it
+    had been normalised into WORKDIR/raw.tmp, which stayed behind."""
+    (wmt_orig / missing).unlink()
+    work = tmp_path / "work"
+    result = run("prepare.sh", "--local", wmt_orig, "--workdir", work)
+    assert result.returncode != 0
+    assert f"missing {wmt_orig}/{missing.removesuffix('.gz')}" in result.stderr
+    assert "corpus" not in result.stderr  # no corpus was read
+    assert not work.exists()
 
 
 def test_bad_flag_values_are_refused_naming_flag_and_value(tmp_path):
@@ -115,6 +130,9 @@ def test_bad_flag_values_are_refused_naming_flag_and_value(tmp_path):
     assert result.returncode != 0 and "missing' is not a directory" in result.stderr
     result = run("base.sh", "--workdir", tmp_path)
     assert result.returncode != 0 and "run prepare.sh first" in result.stderr
+    for script, flag in (("prepare.sh", "--workdir"), ("base.sh", "--save-dir")):
+        result = run(script, flag, "")  # it failed later, in mkdir, or fell back to the default
+        assert result.returncode != 0 and f"{flag} needs a value" in result.stderr
 
 
 @pytest.mark.parametrize("env,replicas,workers,update_freq", [
