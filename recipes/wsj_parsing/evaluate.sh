@@ -6,7 +6,8 @@
 #
 # Settings (environment): WORK (runs/wsj_parsing), NUM_LAST (20, as for the paper's big models).
 # Writes $WORK/{valid,test}.parsed (one tree per line, gold POS tags: see the README) and
-# .evalb summaries; prints both F1s (the paper: 91.3 on section 23).
+# {valid,test}.parsed.log (vtx parse's messages and EVALB summary); prints both F1s (the paper:
+# 91.3 on section 23).
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 help_if_asked "$@"

@@ -8,7 +8,8 @@
 #   bash recipes/wsj_parsing/small.sh
 #
 # Settings (environment): PTB (the sample folder; default $VTX_SHARED_DATA/ptb_sample, by default
-# ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced), MINUTES (55:
+# ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced, so a folder
+# holding files it did not write is refused), MINUTES (55:
 # the training budget, dev F1 measurements included; the whole script takes ~2 minutes more),
 # STEPS (an update cap, 100000), SLOTS (words:
 # what stands for each word in the linearized trees, see vtx prepare-parse --slots), SUBTREES (8:
@@ -51,6 +52,18 @@ DEV=${DEV:-wsj_01[67][0-9].mrg}
 check_vtx
 compgen -G "$PTB/wsj_0001.mrg" > /dev/null && compgen -G "$PTB/$DEV" > /dev/null ||
   die "no wsj_0001.mrg or no dev file $DEV in '$PTB' (set PTB, DEV)"
+# WORK is replaced whole: a folder holding anything this script does not write is refused
+# (WORK=. or WORK=$HOME would otherwise be deleted).
+if [ -e "$WORK" ]; then
+  [ -d "$WORK" ] || die "WORK '$WORK' is not a directory"
+  for entry in "$WORK"/* "$WORK"/.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    case ${entry##*/} in
+      text|data|checkpoints|average.npz|valid.parsed|valid.parsed.log|.*.tmp-*) ;;
+      *) die "WORK '$WORK' holds '${entry##*/}', which small.sh does not write; it replaces WORK whole: set WORK to a new folder or an earlier small.sh run's" ;;
+    esac
+  done
+fi
 START=$(date +%s)
 rm -rf "$WORK"
 step "linearizing the sample into $WORK/text (slots: $SLOTS)"

@@ -57,3 +57,32 @@ def test_help_prints_the_header_and_touches_nothing(tmp_path, script):
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 1 and "takes no arguments, got '--minutes'" in refused.stderr
         assert (work / "checkpoints" / "keep").exists()
+
+
+def test_small_refuses_to_replace_a_folder_it_did_not_write(shared_data, tmp_path):
+    """small.sh replaces WORK whole (rm -rf): WORK=. or WORK=$HOME deleted that folder. Now a
+    folder holding anything but an earlier run's outputs is refused; an earlier run's is
+    replaced (a stand-in vtx stops the run at its first command)."""
+    stub = tmp_path / "vtx"
+    stub.write_text("#!/bin/sh\nexit 3\n")
+    stub.chmod(0o755)
+    work = tmp_path / "my work"
+    (work / "src").mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    env = {**os.environ, "WORK": str(work), "VTX": str(stub),
+           "PTB": str(shared_data / "ptb_sample")}
+    path = REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh"
+    result = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert f"WORK '{work}' holds 'notes.txt', which small.sh does not write" in result.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["notes.txt", "src"]
+
+    earlier = tmp_path / "earlier run"
+    for name in ("text", "data", "checkpoints"):
+        (earlier / name).mkdir(parents=True)
+    (earlier / "valid.parsed").write_text("(S x)\n")
+    result = subprocess.run(["bash", str(path)], env={**env, "WORK": str(earlier)},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3 and "linearizing the sample" in result.stderr
+    assert not earlier.exists()  # replaced: removed before the stand-in vtx failed
