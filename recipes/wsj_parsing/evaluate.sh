@@ -14,6 +14,7 @@ help_if_asked "$@"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
 
 check_vtx
+[ -d "$WORK/checkpoints" ] || die "no $WORK/checkpoints: run train.sh first"
 step "averaging the last ${NUM_LAST:-20} checkpoints"
 "$VTX" average-checkpoints --inputs "$WORK/checkpoints" --num-last "${NUM_LAST:-20}" \
   --output "$WORK/average.npz" --force

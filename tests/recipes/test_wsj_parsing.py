@@ -86,3 +86,15 @@ def test_small_refuses_to_replace_a_folder_it_did_not_write(shared_data, tmp_pat
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 3 and "linearizing the sample" in result.stderr
     assert not earlier.exists()  # replaced: removed before the stand-in vtx failed
+
+
+def test_evaluate_without_a_training_run_names_the_missing_folder(tmp_path):
+    """It left vtx average-checkpoints' usage text and its option error to say it."""
+    path = REPO_ROOT / "recipes" / "wsj_parsing" / "evaluate.sh"
+    env = {**os.environ, "WORK": str(tmp_path / "w"),
+           "VTX": str(Path(sys.executable).with_name("vtx"))}
+    result = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"evaluate.sh: error: no {tmp_path / 'w'}/checkpoints: "
+                                     "run train.sh first")
