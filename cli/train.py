@@ -8,8 +8,10 @@ from vtx_cli.options import FiniteFloat, creatable_folder, library_error
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
-# The validation's search (library argument -> flag): a --eval-beam too wide for the memory.
-FLAGS = {"beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-f1",
+# Library arguments -> flags: the validation's search (a --eval-beam too wide for the memory),
+# --max-tokens below the longest pair, --d-model not divisible by --heads.
+FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--heads",
+         "beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-f1",
          "devices": "--devices",
          "constrain_trees": "--eval-constrain-trees"}
 
@@ -172,7 +174,7 @@ def _dry_run(arch, vocab_size, data_dir, overrides):
     try:
         model_config, parameters = run.dry_run(data_dir, arch, overrides, vocab_size)
     except ValueError as error:
-        raise click.UsageError(str(error)) from error
+        raise click.UsageError(library_error(error, FLAGS).message) from error
     except OSError as error:  # DATA_DIR not a data directory, or unreadable
         raise click.ClickException(str(error)) from error
     click.echo(f"arch: {arch}  vocab_size: {model_config.vocab_size}  "

@@ -10,6 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from vtx.errors import ArgumentError
+
 PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
@@ -62,10 +64,9 @@ class ModelConfig(_JsonConfig):
     layer_norm_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
-            )
+        if self.d_model % self.num_heads:  # an ArgumentError: `vtx train` names its flags
+            raise ArgumentError("{d_model} ({width}) must be divisible by {num_heads} ({heads})",
+                                width=self.d_model, heads=self.num_heads)
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_positions"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -112,8 +112,20 @@ def test_resuming_on_a_data_directory_of_another_vocabulary_is_refused(multi30k_
 def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
     result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
                     *TRAIN, "--max-tokens", 8)
-    assert_one_line_error(result, "train split", "max_tokens 8 cannot hold the longest pair")
+    # The flag, not the library's argument (was "max_tokens 8 ...; raise max_tokens to ...").
+    assert_one_line_error(result, "train split", "--max-tokens 8 cannot hold the longest pair",
+                          "; raise --max-tokens to at least ")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_model_width_not_divisible_by_the_heads_names_both_flags(multi30k_small, tmp_path):
+    result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *TRAIN,
+                    "--d-model", 10, "--heads", 3)
+    assert_one_line_error(result, "--d-model (10) must be divisible by --heads (3)")
+    assert not (tmp_path / "run").exists()
+    result = invoke("train", "--arch", "tiny", "--d-model", 10, "--heads", 3, "--dry-run")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "Error: --d-model (10) must be divisible by --heads (3)" in result.output
 
 
 def test_a_device_tensorflow_does_not_see_is_refused_before_anything_is_written(

@@ -78,6 +78,7 @@ from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data.preprocess import FORMAT, META_FILE
 from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary
+from vtx.errors import ArgumentError
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
 # Training shards read at once (`_pairs`); each holds its tokens in memory (a shard of the default
@@ -447,9 +448,10 @@ def _checked_boundaries(longest: int, max_tokens: int, boundaries: list[int]) ->
         raise ValueError(f"bucket boundaries end at {boundaries[-1]}, below the longest pair "
                          f"({longest} ids with bos/eos)")
     needed = next(length for length in boundaries if length >= longest)
-    if max_tokens < needed:
-        raise ValueError(f"max_tokens {max_tokens} cannot hold the longest pair, padded to "
-                         f"{needed} ids; raise max_tokens to at least {needed}")
+    if max_tokens < needed:  # an ArgumentError: `vtx train` names its flag, --max-tokens
+        raise ArgumentError("{max_tokens} {value} cannot hold the longest pair, padded to "
+                            "{needed} ids; raise {max_tokens} to at least {needed}",
+                            value=max_tokens, needed=needed)
     return boundaries
 
 
@@ -464,6 +466,9 @@ def check_max_tokens(data_dir: str | Path, split: str, max_tokens: int,
     boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     try:
         _checked_boundaries(longest, max_tokens, boundaries)
+    except ArgumentError as error:  # kept an ArgumentError, so that a command names its flag
+        raise ArgumentError("{where_} split: " + error.template,
+                            where_=f"{data_dir}, {split}", **error.values) from error
     except ValueError as error:
         raise ValueError(f"{data_dir}, {split} split: {error}") from error
 
