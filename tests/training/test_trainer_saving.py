@@ -15,7 +15,7 @@ from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import atomic
 from vtx import config
 from vtx import checkpoints
-from vtx.training.trainer import Trainer, effective_batch_warning
+from vtx.training.trainer import Trainer, effective_batch_warning, smoothing_warning
 
 PAIRS = make_pairs(16, 20)
 
@@ -581,3 +581,41 @@ def test_the_effective_batch_warning_says_when_no_update_freq_keeps_it():
         "--update-freq 4 to keep it")
     assert effective_batch_warning("c.npz", 2, 4, 8, 1) is None
     assert effective_batch_warning("c.npz", None, 4, 8, 1) is None
+
+
+def test_resuming_with_another_label_smoothing_warns_that_the_best_loss_was_smoothed_otherwise(
+        tmp_path):
+    """checkpoint_best (by validation loss) and --patience judge each validation against the
+    best loss so far, which is label-smoothed: measured with the checkpoint's smoothing, it is
+    no yardstick for another one (a lower one made a worse model a new best at once)."""
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    trainer = make_trainer(tmp_path, max_steps=2, validate_interval_steps=1)
+    trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    best, best_step = trainer.best_valid, trainer.best_step
+
+    def warnings(**options):
+        lines = []
+        make_trainer(tmp_path, lines, max_steps=3, **options).resume()
+        assert f"resumed from {path} at step 2" in lines
+        return [line for line in lines if "--label-smoothing" in line]
+
+    assert warnings() == []
+    assert warnings(label_smoothing=0.0) == [
+        f"warning: resumed with --label-smoothing 0 (the checkpoint's run: 0.1): the validation "
+        f"loss is label-smoothed, so the best so far ({best:.3f} at step {best_step}), by which "
+        f"checkpoint_best judges each validation, was measured with the other smoothing (the nll "
+        f"does not depend on it); keep --label-smoothing 0.1 or use another --save-dir"]
+    assert "by which checkpoint_best and --patience judge each validation" in warnings(
+        label_smoothing=0.3, patience=2)[0]
+
+
+def test_the_smoothing_warning_is_only_where_a_smoothed_best_loss_is_compared():
+    train = config.TrainConfig(label_smoothing=0.2)
+    assert smoothing_warning({"label_smoothing": 0.2}, train, 1.5, 4) is None
+    assert smoothing_warning({}, train, 1.5, 4) is None  # an old checkpoint: not known
+    assert smoothing_warning({"label_smoothing": 0.1}, train, float("inf"), None) is None
+    by_bleu = dataclasses.replace(train, best_checkpoint_metric="bleu")
+    assert smoothing_warning({"label_smoothing": 0.1}, by_bleu, 1.5, 4) is None
+    assert smoothing_warning({"label_smoothing": 0.1}, train, 1.5, 4).startswith(
+        "warning: resumed with --label-smoothing 0.2 (the checkpoint's run: 0.1)")

@@ -485,6 +485,9 @@ class Trainer(TrainingLoop):
         if warning := self._reordered_data_warning(meta.get("train_config") or {},
                                                    meta.get("training_data")):
             self.log(warning)
+        if warning := smoothing_warning(meta.get("train_config") or {}, self.config,
+                                        self.best_valid, self.best_step):
+            self.log(warning)
         saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
         if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
                                               self.strategy.num_replicas_in_sync,
@@ -768,6 +771,26 @@ def effective_batch_warning(path, saved_replicas: int | None, saved_update_freq:
     return (f"warning: {path} was trained with {_count(saved_replicas, 'replica')} x "
             f"--update-freq {saved_update_freq} = {before} batches an update; this run has "
             f"{replicas} x {update_freq} = {now}: the effective batch is {how}; {keep}")
+
+
+def smoothing_warning(saved: dict, config: TrainConfig, best_valid: float,
+                      best_step: int | None) -> str | None:
+    """A warning when a run that keeps checkpoint_best by validation loss resumes with another
+    --label-smoothing than its checkpoint's run: that loss is label-smoothed, so the best one
+    so far, which each validation (and --patience) is judged against, was measured with the
+    other smoothing, and a lower or higher one makes a new best of a worse model, or none of a
+    better. None when nothing is compared: another metric, or no validation yet."""
+    before = saved.get("label_smoothing")
+    if (before is None or before == config.label_smoothing
+            or config.best_checkpoint_metric != "loss" or not math.isfinite(best_valid)):
+        return None
+    judged = ("checkpoint_best and --patience judge" if config.patience
+              else "checkpoint_best judges")
+    return (f"warning: resumed with --label-smoothing {config.label_smoothing:g} (the "
+            f"checkpoint's run: {before:g}): the validation loss is label-smoothed, so the best "
+            f"so far ({best_valid:.3f} at step {best_step}), by which {judged} each validation, "
+            f"was measured with the other smoothing (the nll does not depend on it); keep "
+            f"--label-smoothing {before:g} or use another --save-dir")
 
 
 def _count(number: int, noun: str) -> str:
