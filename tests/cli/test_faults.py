@@ -118,6 +118,14 @@ def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_task_metric_without_validations_names_its_flag(multi30k_small, tmp_path):
+    result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *TRAIN,
+                    "--eval-bleu")  # TRAIN: --validate-interval-steps 0
+    assert_one_line_error(result, "--eval-bleu: bleu at each validation needs a validation "
+                                  "split in ", "--validate-interval-steps above 0 (now 0)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_model_width_not_divisible_by_the_heads_names_both_flags(multi30k_small, tmp_path):
     result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *TRAIN,
                     "--d-model", 10, "--heads", 3)

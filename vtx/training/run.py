@@ -113,8 +113,9 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
                          f"validation (--eval-{'bleu' if metric == 'bleu' else 'f1'})")
     if eval_metric and not (has_valid and train_config.validate_interval_steps):
-        raise ValueError(f"{eval_metric} at each validation needs a validation split in "
-                         f"{data_dir} and --validate-interval-steps above 0")
+        raise ValueError(f"--eval-{eval_metric}: {eval_metric} at each validation needs a "
+                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"(now {train_config.validate_interval_steps})")
     if train_config.patience and not (has_valid and train_config.validate_interval_steps):
         raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
                          f"validation split in {data_dir} and --validate-interval-steps above 0 "
