@@ -118,6 +118,18 @@ def test_a_refused_max_tokens_creates_no_save_dir(multi30k_small, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_save_dir_in_the_data_directory_is_refused(multi30k_small, tmp_path):
+    """`vtx preprocess --force` replaces the data directory whole: checkpoints kept there were
+    deleted with it."""
+    data = multi30k_small / "data"
+    before = sorted(p.name for p in data.iterdir())
+    for save, said in ((data, f"--save-dir {data} is the data directory {data}"),
+                       (data / "runs" / "a", f"is inside the data directory {data}")):
+        result = invoke("train", data, "--save-dir", save, *TRAIN, "--max-steps", 1)
+        assert_one_line_error(result, said, "`vtx preprocess --force` there would delete")
+    assert sorted(p.name for p in data.iterdir()) == before
+
+
 def test_a_task_metric_without_validations_names_its_flag(multi30k_small, tmp_path):
     result = invoke("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *TRAIN,
                     "--eval-bleu")  # TRAIN: --validate-interval-steps 0

@@ -96,6 +96,7 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     from vtx.training.trainer import Trainer, format_shape
 
     save_dir = Path(save_dir)
+    _check_outside_data(save_dir, data_dir)
     model_config = resolve_model_config(data_dir, arch, overrides)
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
@@ -199,6 +200,22 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         return cached
 
     return trainer.fit(make_epoch, valid if has_valid else None, score_valid, shapes)
+
+
+def _check_outside_data(save_dir: Path, data_dir) -> None:
+    """Refuse a save dir that is the data directory or inside it: `vtx preprocess --force`
+    replaces that directory whole, and with it the checkpoints (it deleted a run's).
+
+    Raises:
+        ValueError: the save dir is there (both named).
+    """
+    if "://" in str(save_dir) or "://" in str(data_dir):  # a URL: left to TensorFlow
+        return
+    save, data = save_dir.resolve(), Path(data_dir).resolve()
+    if save == data or data in save.parents:
+        raise ValueError(f"--save-dir {save_dir} is {'' if save == data else 'inside '}the data "
+                         f"directory {data_dir}: `vtx preprocess --force` there would delete the "
+                         f"checkpoints with it; use a --save-dir outside it")
 
 
 def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[str, ...],
