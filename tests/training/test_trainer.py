@@ -206,9 +206,28 @@ def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
     trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
     trainer.model.embedding.embeddings.assign(
         np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
-    with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1"):
+    with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1") as error:
         trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     assert trainer.skipped == 2 and trainer.step == 0
+    assert str(error.value).endswith("; resume with a lower --lr-scale (now 1), or resume with "
+                                     "--precision float32")
+
+
+def test_the_non_finite_error_of_mixed_float16_advises_only_what_resumes(tmp_path):
+    """A mixed_float16 checkpoint does not resume under float32 (the loss scale is optimizer
+    state): the advice was "use float32", which the resumed run then refused."""
+    model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
+    train_config = config.TrainConfig(max_steps=5, max_nonfinite_in_a_row=2,
+                                      save_interval_minutes=0, validate_interval_steps=0,
+                                      precision="mixed_float16")
+    trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
+    trainer.model.embedding.embeddings.assign(
+        np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
+    with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1") as error:
+        trainer.fit(epoch_maker(make_pairs(8, 20), 4))
+    assert str(error.value).endswith(
+        "; resume with a lower --lr-scale (now 1), or train with --precision float32 in another "
+        "--save-dir (a mixed_float16 checkpoint resumes with mixed_float16 only)")
 
 
 def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_it(tmp_path):

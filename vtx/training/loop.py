@@ -323,8 +323,14 @@ class TrainingLoop:
             self.log(f"non-finite {what} at step {self.step + 1}: update skipped "
                      f"({loop.nonfinite_in_a_row} in a row, {self.skipped} in all)")
             if loop.nonfinite_in_a_row >= config.max_nonfinite_in_a_row:
+                # A mixed_float16 checkpoint resumes under mixed_float16 only (its optimizer
+                # state holds the loss scale): float32 is then another run.
+                other = ("train with --precision float32 in another --save-dir (a mixed_float16 "
+                         "checkpoint resumes with mixed_float16 only)" if loss_scaled
+                         else "resume with --precision float32")
                 raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite updates in a row at "
-                                    f"step {self.step + 1}; lower --lr-scale or use float32")
+                                    f"step {self.step + 1}; resume with a lower --lr-scale (now "
+                                    f"{config.lr_scale:g}), or {other}")
             return False
         if not stepped:  # as fairseq: an overflow step is not an update (nor is its rate's step)
             self.skipped += 1
