@@ -15,7 +15,9 @@ from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import atomic
 from vtx import config
 from vtx import checkpoints
-from vtx.training.trainer import Trainer, effective_batch_warning, smoothing_warning
+from vtx.training.schedule import paper_learning_rate
+from vtx.training.trainer import (Trainer, effective_batch_warning, schedule_warning,
+                                  smoothing_warning)
 
 PAIRS = make_pairs(16, 20)
 
@@ -608,6 +610,47 @@ def test_resuming_with_another_label_smoothing_warns_that_the_best_loss_was_smoo
         f"does not depend on it); keep --label-smoothing 0.1 or use another --save-dir"]
     assert "by which checkpoint_best and --patience judge each validation" in warnings(
         label_smoothing=0.3, patience=2)[0]
+
+
+def test_resuming_with_another_schedule_warns_of_the_learning_rate_it_jumps_to(tmp_path):
+    """--warmup-steps and --lr-scale set the learning rate of every update: another value on
+    resuming changes it at once (--warmup-steps 10 after 4000 multiplied it ~8000x early on)."""
+    make_trainer(tmp_path, max_steps=2, warmup_steps=4000).fit(epoch_maker(PAIRS, 4))
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+
+    def warnings(**options):
+        lines = []
+        trainer = make_trainer(tmp_path, lines, max_steps=3, **options)
+        trainer.resume()
+        assert f"resumed from {path} at step 2" in lines
+        return trainer, [line for line in lines if "learning rate" in line]
+
+    assert warnings(warmup_steps=4000)[1] == []
+    trainer, lines = warnings(warmup_steps=10)
+    before = float(paper_learning_rate(3, trainer.model_config.d_model, 4000))
+    now = trainer.learning_rate(3)
+    assert lines == [
+        f"warning: resumed with --warmup-steps 10 (the checkpoint's run: 4000): the learning "
+        f"rate of the next update (step 3) is {now:.3g}, {now / before:.3g}x higher than the "
+        f"checkpoint's schedule's {before:.3g}; keep --warmup-steps 4000 to go on with it"]
+    assert round(now / before, -3) == 8000
+    both = warnings(warmup_steps=10, lr_scale=2.0)[1][0]
+    assert both.startswith("warning: resumed with --warmup-steps 10 (the checkpoint's run: 4000) "
+                           "and --lr-scale 2 (the checkpoint's run: 1): ")
+    assert both.endswith("keep --warmup-steps 4000 --lr-scale 1 to go on with it")
+
+
+def test_the_schedule_warning_is_only_where_the_rates_differ():
+    train = config.TrainConfig(warmup_steps=10, lr_scale=0.5)
+    saved = {"warmup_steps": 4000, "lr_scale": 0.5}
+    assert schedule_warning({"warmup_steps": 10, "lr_scale": 0.5}, train, 512, 100) is None
+    assert schedule_warning({}, train, 512, 100) is None  # an old checkpoint: not known
+    assert schedule_warning(saved, train, 512, 4000) is None  # both warmups over: same rates
+    assert schedule_warning(saved, train, 512, 3998).startswith(
+        "warning: resumed with --warmup-steps 10 (the checkpoint's run: 4000): the learning "
+        "rate of the next update (step 3999) is ")
+    assert "2x lower than the checkpoint's schedule's" in schedule_warning(
+        {"warmup_steps": 10, "lr_scale": 1.0}, train, 512, 4000)
 
 
 def test_the_smoothing_warning_is_only_where_a_smoothed_best_loss_is_compared():

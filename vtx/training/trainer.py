@@ -488,6 +488,9 @@ class Trainer(TrainingLoop):
         if warning := smoothing_warning(meta.get("train_config") or {}, self.config,
                                         self.best_valid, self.best_step):
             self.log(warning)
+        if warning := schedule_warning(meta.get("train_config") or {}, self.config,
+                                       self.model_config.d_model, self.step):
+            self.log(warning)
         saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
         if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
                                               self.strategy.num_replicas_in_sync,
@@ -791,6 +794,33 @@ def smoothing_warning(saved: dict, config: TrainConfig, best_valid: float,
             f"so far ({best_valid:.3f} at step {best_step}), by which {judged} each validation, "
             f"was measured with the other smoothing (the nll does not depend on it); keep "
             f"--label-smoothing {before:g} or use another --save-dir")
+
+
+def schedule_warning(saved: dict, config: TrainConfig, d_model: int, step: int) -> str | None:
+    """A warning when a run resumes with another --warmup-steps or --lr-scale than its
+    checkpoint's run: the learning-rate schedule (`paper_learning_rate`) changes at once, at
+    the next update (number `step` + 1), from the checkpoint's rate to this run's. None when
+    the flags agree, when both schedules give the same rates from there on (another warmup
+    once both warmups are over), or for a checkpoint that does not record them."""
+    flags = (("warmup_steps", "--warmup-steps"), ("lr_scale", "--lr-scale"))
+    changed = [(key, flag) for key, flag in flags
+               if key in saved and saved[key] != getattr(config, key)]
+    if not changed:
+        return None
+    before = {key: saved.get(key, getattr(config, key)) for key, _ in flags}
+    rates = [float(paper_learning_rate(step + 1, d_model, schedule["warmup_steps"],
+                                       schedule["lr_scale"]))
+             for schedule in (before, {key: getattr(config, key) for key, _ in flags})]
+    if rates[0] == rates[1]:  # both warmups over: the schedules agree from here on
+        return None
+    how = f"{max(rates) / min(rates):.3g}x {'higher' if rates[1] > rates[0] else 'lower'}"
+    return (f"warning: resumed with "
+            + " and ".join(f"{flag} {getattr(config, key):g} (the checkpoint's run: "
+                           f"{saved[key]:g})" for key, flag in changed)
+            + f": the learning rate of the next update (step {step + 1}) is {rates[1]:.3g}, "
+            f"{how} than the checkpoint's schedule's {rates[0]:.3g}; keep "
+            + " ".join(f"{flag} {saved[key]:g}" for key, flag in changed)
+            + " to go on with it")
 
 
 def _count(number: int, noun: str) -> str:
