@@ -814,7 +814,7 @@ def schedule_warning(saved: dict, config: TrainConfig, d_model: int, step: int) 
     if rates[0] == rates[1]:  # both warmups over: the schedules agree from here on
         return None
     how = f"{max(rates) / min(rates):.3g}x {'higher' if rates[1] > rates[0] else 'lower'}"
-    return (f"warning: resumed with "
+    return ("warning: resumed with "
             + " and ".join(f"{flag} {getattr(config, key):g} (the checkpoint's run: "
                            f"{saved[key]:g})" for key, flag in changed)
             + f": the learning rate of the next update (step {step + 1}) is {rates[1]:.3g}, "
