@@ -96,8 +96,8 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     from vtx.training.trainer import Trainer, format_shape
 
     save_dir = Path(save_dir)
+    model_config = resolve_model_config(data_dir, arch, overrides)  # names a missing meta.json
     _check_outside_data(save_dir, data_dir)
-    model_config = resolve_model_config(data_dir, arch, overrides)
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
