@@ -20,7 +20,7 @@ import numpy as np
 
 from vtx import atomic, checkpoints
 from vtx.config import ModelConfig
-from vtx.data.text import DataError, decode_line, open_binary
+from vtx.data.text import DataError, count_lines, decode_line, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
@@ -388,7 +388,7 @@ def check_reference_length(input_path: str | Path | None, reference_path: str | 
         return
     try:
         with open_binary(Path(input_path)) as handle:
-            count = sum(1 for _ in handle)
+            count = count_lines(handle)
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise DataError(f"{input_path}: cannot read it ({error})") from None
     if count != len(references):
