@@ -5,8 +5,11 @@ a shape for base on an H100, measured as one figure. This splits it, per shape o
 (ROWSxLENGTH, one process, in order, as `Trainer.compile_shapes` meets them one at a time):
 
 * trace: TensorFlow tracing the update in Python (holds the GIL: shapes compiled side by side by
-  `--compile-workers` wait for each other here). `reduce_retracing` gives the first shape an exact
-  trace and the second a general one that every later shape reuses (0 s);
+  `--compile-workers` wait for each other here). `Trainer` traces one general program (unknown
+  dimensions) before the first shape and every shape reuses it (0 s each; the general trace's
+  seconds are printed first). `--exact-first` traces as TensorFlow's `reduce_retracing` does
+  alone, as `Trainer` did before 2026-11-27: the first shape an exact trace, the second a general
+  one that every later shape reuses;
 * first call: TF-to-HLO lowering, XLA's compile (its passes, code generation, on a GPU the
   autotuner and ptxas) and one run of the update;
 * second call: one run of the update; first - second = what a shape costs before it trains;
@@ -58,6 +61,9 @@ def main(argv=None) -> None:
                         help="override the preset's P_drop (0: no random numbers in the program)")
     parser.add_argument("--hlo", action="store_true",
                         help="also time the lowering alone and count the HLO instructions")
+    parser.add_argument("--exact-first", action="store_true",
+                        help="no general trace first: the first shape gets an exact trace (as "
+                             "TensorFlow's reduce_retracing alone; vtx before 2026-11-27)")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -78,6 +84,11 @@ def main(argv=None) -> None:
         trainer = Trainer(model_config, train_config, save_dir,
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
         off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
+        if not args.exact_first:
+            started = time.perf_counter()
+            trainer._trace_for_any_shape(trainer.all_pad_batches((8, 8, 8)))
+            print(f"general trace (every shape runs through it): "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
         for rows, length in args.shapes:
             batches = trainer.all_pad_batches((rows, length, length))
             clock = [time.perf_counter()]

@@ -42,9 +42,10 @@ def test_it_prints_each_shape_split_and_dropout_adds_instructions(capsys):
                             "--precision", "float32", "--hlo", "--dropout", dropout])
         out = capsys.readouterr().out.splitlines()
         assert out[0] == f"tiny (P_drop {float(dropout)}), float32, XLA on /cpu:0"
+        assert re.fullmatch(r"general trace \(every shape runs through it\): [\d.]+ s", out[1])
         match = re.fullmatch(r"8x6: trace [\d.]+ s, first call [\d.]+ s, second [\d.]+ s; "
                              r"before training [\d.]+ s; lowering alone [\d.]+ s, "
-                             r"([\d,]+) HLO instructions", out[1])
-        assert match, out[1]
+                             r"([\d,]+) HLO instructions", out[2])
+        assert match, out[2]
         counts[dropout] = int(match[1].replace(",", ""))
     assert counts["0"] < counts["0.1"]  # dropout's random numbers are part of the program
