@@ -16,6 +16,18 @@ FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--h
          "constrain_trees": "--eval-constrain-trees"}
 
 
+def _device_names(ctx, param, value):
+    """Click callback of --devices: its comma-separated names (None: the default). An empty
+    value named no device and was taken for the default, every GPU, in silence."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter(f"{value!r} names no device: name some, such as /gpu:0,/gpu:1, "
+                                 f"or leave --devices out for every GPU (else the CPU)",
+                                 ctx=ctx, param=param)
+    return value.split(",")
+
+
 @click.command()
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
@@ -73,8 +85,9 @@ FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--h
                    "bucketed. A resumed run keeps its checkpoint's batching.  [default: --pack "
                    "with --jit where it costs fewer FLOPs an epoch than buckets (said at "
                    "start), else --no-pack]")
-@click.option("--devices", default=None,
-              help="Comma-separated devices for MirroredStrategy (default: every GPU, else CPU).")
+@click.option("--devices", default=None, callback=_device_names,
+              help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1 "
+                   "(default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=FiniteFloat(min=0), default=10.0,
               show_default=True)
 @click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True)
@@ -127,7 +140,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     from vtx.training import compile_cache
 
     if train_options["jit"] is None:
-        train_options["jit"] = compile_cache.jit_by_default(devices.split(",") if devices else None)
+        train_options["jit"] = compile_cache.jit_by_default(devices)
         if train_options["jit"]:
             click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
     if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
@@ -158,7 +171,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
             **train_options)
         stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
-                            devices=devices.split(",") if devices else None,
+                            devices=devices,
                             tensorboard_dir=tensorboard_dir,
                             log=lambda line: click.echo(line, err=True),
                             eval_metric=eval_metric, eval_options=eval_options)

@@ -159,6 +159,17 @@ def test_a_device_tensorflow_does_not_see_is_refused_before_anything_is_written(
     assert not (tmp_path / "run").exists()
 
 
+def test_an_empty_devices_is_refused_naming_the_flag_not_taken_for_every_device(tmp_path):
+    """`--devices ""` named no device and trained on the default ones, every GPU, in silence."""
+    for devices in ("", " "):
+        result = invoke("train", tmp_path / "data", "--save-dir", tmp_path / "run", *TRAIN,
+                        "--devices", devices)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert (f"Invalid value for '--devices': {devices!r} names no device: name some, such "
+                f"as /gpu:0,/gpu:1, or leave --devices out" in result.output), result.output
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("flag", ["--save-dir", "--tensorboard-dir"])
 def test_a_folder_that_cannot_be_made_is_refused_at_start_naming_its_flag(multi30k_small, tmp_path,
