@@ -89,12 +89,19 @@ def _device_names(ctx, param, value):
               help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1 "
                    "(default: every GPU, else CPU).")
 @click.option("--save-interval-minutes", type=FiniteFloat(min=0), default=10.0,
-              show_default=True)
-@click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True)
+              show_default=True,
+              help="Save a checkpoint once this many minutes of wall time have passed since the "
+                   "last one (0: none by the clock; a run also saves at its end, on a stop "
+                   "signal and at each new best validation).")
+@click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also save a checkpoint every this many updates (0: none by the step "
+                   "count).")
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
               help="Keep the N newest checkpoints (0: all).")
 @click.option("--validate-interval-steps", type=click.IntRange(min=0), default=1000,
-              show_default=True)
+              show_default=True,
+              help="Validate every this many updates and after the last (0: never, so no "
+                   "checkpoint_best; --patience and --eval-* need validations).")
 @click.option("--eval-bleu", is_flag=True,
               help="At each validation, translate the validation set (beam search, current "
                    "weights) and log its detokenized sacreBLEU.")
@@ -116,7 +123,8 @@ def _device_names(ctx, param, value):
                    "(highest).  [default: the --eval-* metric if any, else loss]")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop after this many validations without a new best (0: never).")
-@click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
+              help="A progress line every this many updates and after the last.")
 @click.option("--tensorboard-dir", type=click.Path(file_okay=False), callback=creatable_folder)
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,

@@ -56,6 +56,25 @@ def test_sigterm_saves_a_checkpoint_then_exits(multi30k_small, tmp_path):
     assert saved and 0 < checkpoints.load(saved[-1]).meta["step"] < 100000
 
 
+def test_the_help_says_what_0_means_for_every_flag_that_takes_it():
+    """0 turns a cadence, a limit or a budget off, or keeps all: said by each flag's help (the
+    save and validation intervals said nothing). --log-interval-steps refuses 0."""
+    from vtx_cli.train import train
+
+    helps = {param.opts[0]: param.help for param in train.params}
+    for flag, said in (("--save-interval-minutes", "(0: none by the clock; a run also saves at "
+                                                   "its end, on a stop signal and at each new "
+                                                   "best validation)"),
+                       ("--save-interval-steps", "(0: none by the step count)"),
+                       ("--validate-interval-steps", "(0: never, so no checkpoint_best; "),
+                       ("--keep-last", "(0: all)"), ("--patience", "(0: never)"),
+                       ("--max-minutes", "(0: no budget)")):
+        assert said in (helps[flag] or ""), (flag, helps[flag])
+    result = vtx("train", "--help")
+    assert "(0: none by the step count)" in " ".join(result.stdout.split())
+    assert "0 is not in the range x>=1" in vtx("train", "--log-interval-steps", 0).stderr
+
+
 def test_missing_data_dir_or_save_dir_is_a_usage_error(tmp_path):
     result = vtx("train", "--arch", "tiny")
     assert result.returncode == 2
