@@ -1,5 +1,7 @@
 """`vtx train`: train a Transformer on binarized data (paper section 5), resumable."""
 
+import contextlib
+import signal
 import sys
 
 import click
@@ -145,48 +147,65 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                                f"the data directory's vocabulary")
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
-    from vtx.training import compile_cache
+    # Until the training loop takes SIGINT over (saving, then exiting 130), Ctrl-C raises
+    # KeyboardInterrupt: importing TensorFlow, reading the data, building the model.
+    with _interrupted_before_training():
+        from vtx.training import compile_cache
 
-    if train_options["jit"] is None:
-        train_options["jit"] = compile_cache.jit_by_default(devices)
-        if train_options["jit"]:
-            click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
-    if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
-        cache = xla_cache_dir or compile_cache.default_directory(save_dir)
-        if cache is not None:
-            click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
-    elif xla_cache_dir:
-        raise click.UsageError("--xla-cache-dir goes with --jit")
-    from vtx.data.text import DataError
-    from vtx.training import run
-    from vtx.training.trainer import TrainingError
+        if train_options["jit"] is None:
+            train_options["jit"] = compile_cache.jit_by_default(devices)
+            if train_options["jit"]:
+                click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
+        if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
+            cache = xla_cache_dir or compile_cache.default_directory(save_dir)
+            if cache is not None:
+                click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
+        elif xla_cache_dir:
+            raise click.UsageError("--xla-cache-dir goes with --jit")
+        from vtx.data.text import DataError
+        from vtx.training import run
+        from vtx.training.trainer import TrainingError
 
-    if eval_bleu and eval_gold:
-        raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task metric)")
-    eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
-    for flag, value in (("--eval-beam", eval_beam), ("--eval-lenpen", eval_lenpen)):
-        if value is not None and not eval_metric:
-            raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
-                                   f"search of each validation's metric)")
-    if eval_constrain_trees and not eval_gold:
-        raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
-    eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
-    if eval_gold:
-        eval_options.update(gold_path=eval_gold, constrain_trees=eval_constrain_trees)
-    try:
-        train_config = config.TrainConfig(
-            jit_compile=train_options.pop("jit"),
-            best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
-            **train_options)
-        stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
-                            devices=devices,
-                            tensorboard_dir=tensorboard_dir,
-                            log=lambda line: click.echo(line, err=True),
-                            eval_metric=eval_metric, eval_options=eval_options)
-    except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
-        raise library_error(error, FLAGS) from error
+        if eval_bleu and eval_gold:
+            raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task "
+                                   "metric)")
+        eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
+        for flag, value in (("--eval-beam", eval_beam), ("--eval-lenpen", eval_lenpen)):
+            if value is not None and not eval_metric:
+                raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
+                                       f"search of each validation's metric)")
+        if eval_constrain_trees and not eval_gold:
+            raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
+        eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
+        if eval_gold:
+            eval_options.update(gold_path=eval_gold, constrain_trees=eval_constrain_trees)
+        try:
+            train_config = config.TrainConfig(
+                jit_compile=train_options.pop("jit"),
+                best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
+                **train_options)
+            stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
+                                devices=devices,
+                                tensorboard_dir=tensorboard_dir,
+                                log=lambda line: click.echo(line, err=True),
+                                eval_metric=eval_metric, eval_options=eval_options)
+        except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
+            raise library_error(error, FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
+
+
+@contextlib.contextmanager
+def _interrupted_before_training():
+    """Within it, Ctrl-C (KeyboardInterrupt) exits 130, as it does once training has started,
+    with one line: click ended it as "Aborted!", exit 1. The training loop, which saves on
+    SIGINT, has taken no update yet, so there is nothing to save."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo("interrupted (SIGINT) before training started: nothing trained, no checkpoint "
+                   "to write", err=True)
+        sys.exit(128 + signal.SIGINT)
 
 
 def _dry_run(arch, vocab_size, data_dir, overrides):

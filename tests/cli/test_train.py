@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from vtx import checkpoints
 
@@ -54,6 +55,45 @@ def test_sigterm_saves_a_checkpoint_then_exits(multi30k_small, tmp_path):
     assert "received signal" in stderr
     saved = checkpoints.list_checkpoints(save)
     assert saved and 0 < checkpoints.load(saved[-1]).meta["step"] < 100000
+
+
+# `vtx train ARGS...` with a Ctrl-C (SIGINT raised in this process) at the start of the function
+# argv[1] names ("module:attribute.path"): at a known point of the start, not at a moment.
+INTERRUPTED_AT = """
+import importlib, signal, sys
+
+module, _, attribute = sys.argv[1].partition(":")
+owner = importlib.import_module(module)
+*path, name = attribute.split(".")
+for part in path:
+    owner = getattr(owner, part)
+original = getattr(owner, name)
+
+def interrupted(*args, **kwargs):
+    signal.raise_signal(signal.SIGINT)
+    return original(*args, **kwargs)
+
+setattr(owner, name, interrupted)
+from vtx_cli.main import main
+main(sys.argv[2:], prog_name="vtx")
+"""
+
+
+@pytest.mark.parametrize("at", ["vtx.data.pipeline:load_meta",  # reading the data directory
+                                "vtx.training.trainer:Trainer.resume"])  # the model built
+def test_ctrl_c_before_training_starts_exits_130_saying_so(multi30k_small, tmp_path, at):
+    """Before the training loop takes SIGINT over, Ctrl-C was click's "Aborted!", exit 1; once
+    training has started it saves and exits 130. Now 130 from the start too, with one line."""
+    save = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_AT, at, "train",
+                             str(multi30k_small / "data"), "--save-dir", str(save),
+                             "--max-steps", "5", *SMALL], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "interrupted (SIGINT) before training started: nothing trained, no checkpoint to write")
+    assert "Aborted!" not in result.stderr and "Traceback" not in result.stderr
+    assert not save.exists()
 
 
 def test_the_help_says_what_0_means_for_every_flag_that_takes_it():
