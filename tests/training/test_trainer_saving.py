@@ -17,8 +17,8 @@ from vtx import atomic
 from vtx import config
 from vtx import checkpoints
 from vtx.training.schedule import paper_learning_rate
-from vtx.training.trainer import (Trainer, effective_batch_warning, schedule_warning,
-                                  smoothing_warning)
+from vtx.training.trainer import (Trainer, effective_batch_warning, precision_warning,
+                                  schedule_warning, smoothing_warning)
 
 PAIRS = make_pairs(16, 20)
 
@@ -541,6 +541,61 @@ def test_resuming_with_a_precision_of_other_optimizer_state_names_the_flag(tmp_p
     with pytest.raises(TrainingError, match=r"checkpoint_00000001.npz was trained with "
                                             r"--precision float32, this run has mixed_float16"):
         make_trainer(tmp_path, max_steps=2, precision="mixed_float16").resume()
+
+
+def test_resuming_in_another_precision_warns_that_the_updates_compute_otherwise(tmp_path,
+                                                                              monkeypatch):
+    """float32 and mixed_bfloat16 keep the same float32 weights and optimizer state, so either
+    resumes the other without a word, and the run went on in another arithmetic. `auto` keeps
+    the checkpoint's precision where it would time bfloat16 (no warning), and chooses by the
+    hardware elsewhere, as for a new run (warned where that differs)."""
+    from vtx.training import precision as precision_module
+
+    make_trainer(tmp_path, max_steps=1, precision="float32").fit(epoch_maker(PAIRS, 4))
+    path = checkpoints.list_checkpoints(tmp_path)[-1]
+    saved = checkpoints.load(path)
+
+    def warnings(**options):
+        lines = []
+        trainer = make_trainer(tmp_path, lines, max_steps=2, **options)
+        trainer.resume()
+        assert f"resumed from {path} at step 1" in lines
+        for variables, arrays in ((trainer.model.variables, saved.model),
+                                  (trainer.optimizer.variables, saved.optimizer)):
+            for variable, array in zip(variables, arrays, strict=True):  # loaded as saved
+                assert variable.dtype == array.dtype
+                np.testing.assert_array_equal(variable.numpy(), array)
+        return [line for line in lines if line.startswith("warning: resumed with --precision")]
+
+    assert warnings(precision="float32") == []
+    assert warnings(precision="mixed_bfloat16") == [
+        "warning: resumed with --precision mixed_bfloat16 (the checkpoint's run: float32): the "
+        "weights and Adam's state load as saved (float32 in both), but from the next update on "
+        "the layers compute in bfloat16 instead of float32, so the run does not go on as its "
+        "checkpoint's would; --precision float32 trains on as the checkpoint's run did"]
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(precision_module, "gpu_compute_capabilities", lambda: [])
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: {"avx512_bf16"})  # no AMX: timed
+    monkeypatch.setattr(precision_module, "matmul_speedup", lambda *shape: (2.0, 0.004, 0.002))
+    assert warnings(precision="auto") == []  # kept float32, not timed
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
+    assert warnings(precision="auto") == [
+        "warning: resumed with --precision auto, which chose mixed_bfloat16 here (the "
+        "checkpoint's run: float32): the weights and Adam's state load as saved (float32 in "
+        "both), but from the next update on the layers compute in bfloat16 instead of float32, "
+        "so the run does not go on as its checkpoint's would; --precision float32 trains on as "
+        "the checkpoint's run did"]
+
+
+def test_the_precision_warning_is_only_where_the_precisions_differ():
+    assert precision_warning({"precision": "float32"}, "auto", "float32") is None
+    assert precision_warning({}, "mixed_bfloat16", "mixed_bfloat16") is None  # not recorded
+    assert precision_warning({"precision": "auto"}, "float32", "float32") is None  # not known
+    assert precision_warning({"precision": "mixed_bfloat16"}, "float32", "float32").startswith(
+        "warning: resumed with --precision float32 (the checkpoint's run: mixed_bfloat16): ")
+    assert "the layers compute in float32 instead of bfloat16" in precision_warning(
+        {"precision": "mixed_bfloat16"}, "auto", "float32")
 
 
 def test_resuming_with_another_number_of_workers_is_refused_naming_both_counts(tmp_path):

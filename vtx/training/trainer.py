@@ -126,6 +126,8 @@ class Trainer(TrainingLoop):
             _recorded_precision(save_dir) if train_config.precision == AUTO else None,
             self.collectives.every_worker if self.topology.num_workers > 1 else None,
             train_config.jit_compile)
+        # --precision as given (`auto`, or the precision itself), for the resume's warning.
+        self.requested_precision = train_config.precision
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
         self.clock, self.launch_ahead = clock, launch_ahead
@@ -516,6 +518,9 @@ class Trainer(TrainingLoop):
         if warning := schedule_warning(meta.get("train_config") or {}, self.config,
                                        self.model_config.d_model, self.step):
             self.log(warning)
+        if warning := precision_warning(meta.get("train_config") or {}, self.requested_precision,
+                                        self.config.precision):
+            self.log(warning)
         saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
         if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
                                               self.strategy.num_replicas_in_sync,
@@ -848,6 +853,28 @@ def schedule_warning(saved: dict, config: TrainConfig, d_model: int, step: int) 
             f"{how} than the checkpoint's schedule's {rates[0]:.3g}; keep "
             + " ".join(f"{flag} {saved[key]:g}" for key, flag in changed)
             + " to go on with it")
+
+
+def precision_warning(saved: dict, requested: str, precision: str) -> str | None:
+    """A warning when a run resumes in another precision than its checkpoint's run trained in:
+    float32 and mixed_bfloat16, whose optimizer states agree, so that `restore` loads one into
+    the other (mixed_float16's loss scale makes it refuse the others). The weights and Adam's
+    moments are float32 in both and load as saved; what changes is every update from here on,
+    whose layers compute (forward and backward) in the other type. `precision` is what this run
+    trains in, `requested` its --precision: `auto` keeps the checkpoint's precision only where
+    it would time bfloat16, and elsewhere chooses by the hardware (a GPU, AMX) as for a new
+    run. None when the precisions agree, or for a checkpoint that does not record its own."""
+    before = saved.get("precision")
+    if before in (None, AUTO) or before == precision:
+        return None
+    given = (f"--precision auto, which chose {precision} here" if requested == AUTO
+             else f"--precision {precision}")
+    computes = {name: name.removeprefix("mixed_") for name in (before, precision)}
+    return (f"warning: resumed with {given} (the checkpoint's run: {before}): the weights and "
+            f"Adam's state load as saved (float32 in both), but from the next update on the "
+            f"layers compute in {computes[precision]} instead of {computes[before]}, so the run "
+            f"does not go on as its checkpoint's would; --precision {before} trains on as the "
+            f"checkpoint's run did")
 
 
 def _count(number: int, noun: str) -> str:
