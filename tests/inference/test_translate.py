@@ -108,6 +108,58 @@ def test_a_reference_is_cut_into_lines_as_the_input_is(tmp_path):
     assert translate.read_references(path) == read == ["a\rb", "c\x0cd", "e\u2028f", "", "last"]
 
 
+def _damaged_gzip(kind: str) -> bytes:
+    """Gzip data of 300 lines, damaged as `kind` says."""
+    import gzip
+    import zlib
+
+    data = gzip.compress("".join(f"line {i} of a small text\n" for i in range(300)).encode())
+    if kind == "truncated":  # EOFError
+        return data[:len(data) // 2]
+    if kind == "bad header":  # gzip.BadGzipFile: an unknown compression method
+        return data[:2] + b"\x07" + data[3:]
+    for position in range(20, len(data) - 8):  # inside a block: the first damage zlib reports
+        damaged = data[:position] + bytes([data[position] ^ 0xFF]) + data[position + 1:]
+        try:
+            gzip.decompress(damaged)
+        except zlib.error:
+            return damaged
+        except (OSError, EOFError):
+            continue
+    raise AssertionError("no damage that zlib reports")
+
+
+@pytest.mark.parametrize("kind", ["truncated", "bad header", "inside a block"])
+def test_a_damaged_gzip_input_or_reference_is_a_data_error_naming_the_file(tmp_path, kind):
+    import re
+
+    from vtx.data.text import DataError, open_binary
+
+    path = tmp_path / "in.en.gz"
+    path.write_bytes(_damaged_gzip(kind))
+    named = rf"^{re.escape(str(path))}: cannot read it \(.+\)$"
+    with pytest.raises(DataError, match=named):
+        translate.read_references(path)
+    with pytest.raises(DataError, match=named):
+        translate.check_reference_length(path, tmp_path / "ref.de", [])
+    with open_binary(path) as stream, pytest.raises(
+            DataError, match=rf"^{re.escape(str(path))}: cannot read it after line \d+ \(.+\)$"):
+        list(translate.read_lines(stream, path))
+
+
+def test_damaged_gzip_named_says_the_place_the_reading_had_reached():
+    from vtx.data.text import DataError
+
+    place = ["at the start"]
+    with pytest.raises(DataError, match=r"^in.gz: cannot read it after line 3 \(cut\)$"):
+        with translate.damaged_gzip_named("in.gz", lambda: place[0]):
+            place[0] = " after line 3"
+            raise EOFError("cut")
+    with pytest.raises(OSError, match="^not gzip's$"):  # other errors pass unchanged
+        with translate.damaged_gzip_named("in.gz"):
+            raise OSError("not gzip's")
+
+
 def test_nbest_hypotheses_are_sorted_by_score(trained_checkpoint):
     translator = translate.load_translator(trained_checkpoint, DecodeOptions(beam=4, nbest=3))
     (hypotheses,) = translator.translate(["A man is riding a bike."])

@@ -207,6 +207,21 @@ def split_lines(data: bytes) -> list[bytes]:
     return [line.rstrip(b"\r") for line in lines]
 
 
+@contextlib.contextmanager
+def damaged_gzip_named(name: str | Path, place: Callable[[], str] = lambda: "") -> Iterator[None]:
+    """Say a damaged gzip stream read inside the block as a `DataError` naming `name` and
+    `place()`, called when the error comes (e.g. " after line 3").
+
+    Raises:
+        DataError: "NAME: cannot read itPLACE (ERROR)" for a truncated stream (EOFError),
+            damage inside a compressed block (zlib.error) or a bad header (gzip.BadGzipFile).
+    """
+    try:
+        yield
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError(f"{name}: cannot read it{place()} ({error})") from None
+
+
 def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
     """Decode byte lines as UTF-8, without their line ends.
 
@@ -216,11 +231,9 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
             stream is damaged.
     """
     number = 0
-    try:
+    with damaged_gzip_named(name, lambda: f" after line {number}"):
         for number, raw in enumerate(stream, start=1):
             yield decode_line(raw, name, number).rstrip("\r\n")
-    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise DataError(f"{name}: cannot read it after line {number} ({error})") from None
 
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
@@ -366,11 +379,8 @@ def read_references(reference_path: str | Path) -> list[str]:
         DataError: bytes that are not UTF-8 (naming the file, line and column), or a damaged
             gzip file.
     """
-    try:
-        with open_binary(Path(reference_path)) as handle:
-            data = handle.read()
-    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise DataError(f"{reference_path}: cannot read it ({error})") from None
+    with damaged_gzip_named(reference_path), open_binary(Path(reference_path)) as handle:
+        data = handle.read()
     lines = split_lines(data)
     return [decode_line(line, reference_path, number) for number, line in enumerate(lines, 1)]
 
@@ -386,11 +396,8 @@ def check_reference_length(input_path: str | Path | None, reference_path: str | 
     """
     if not input_path or not Path(input_path).is_file():  # a FIFO is read once, by the search
         return
-    try:
-        with open_binary(Path(input_path)) as handle:
-            count = count_lines(handle)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise DataError(f"{input_path}: cannot read it ({error})") from None
+    with damaged_gzip_named(input_path), open_binary(Path(input_path)) as handle:
+        count = count_lines(handle)
     if count != len(references):
         raise ArgumentError("{reference_path} {path} has {references} lines, the input "
                             "{hypotheses}", path=reference_path, references=len(references),
