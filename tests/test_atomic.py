@@ -241,3 +241,74 @@ def test_an_earlier_versions_temporaries_are_judged_by_pid(tmp_path):
     removed = atomic.remove_stale_temporaries(tmp_path)
     assert sorted(removed) == sorted((path, 1) for path in stale)
     assert running.exists() and (tmp_path / "data-bin").is_dir()  # put back
+
+
+LONG_HOST = "worker-" + "h" * 57  # 64 characters, Linux's longest host name
+
+
+@pytest.mark.parametrize("name", ["a" * 251 + ".npz", "é" * 125 + ".txt", "a." + "b" * 253,
+                                  "c" * 160 + ".npz"])
+def test_an_output_of_any_valid_name_is_written_through_hidden_names_that_fit(
+        tmp_path, monkeypatch, name):
+    """`.NAME.tmp-HOST-PID-TOKEN.SUFFIX` passed the 255 bytes of a file name for a NAME near
+    them: a valid output failed with ENAMETOOLONG. A long name is cut, with its digest."""
+    monkeypatch.setattr(socket, "gethostname", lambda: LONG_HOST)
+    assert len(os.fsencode(name)) <= 255
+    for kind in ("tmp", "old"):
+        hidden = atomic.hidden_name(tmp_path / name, kind, pid=2**31 - 1)
+        assert len(os.fsencode(hidden.name)) <= 255 and hidden.name.startswith(".")
+    with atomic.open_output(tmp_path / name) as handle:
+        handle.write("done\n")
+    assert (tmp_path / name).read_text() == "done\n"
+    with atomic.replaced_on_success(tmp_path / name) as tmp:
+        if Path(name).suffix == ".npz":
+            assert tmp.suffix == ".npz"  # numpy.savez adds .npz to a name without it
+        tmp.write_text("again\n")
+    assert (tmp_path / name).read_text() == "again\n"
+    folder = tmp_path / f"{name[:-1]}d"
+    folder.mkdir()
+    with atomic.new_directory(folder) as build:  # the old folder moved aside meanwhile
+        (build / "dict.txt").write_text("new\n")
+    assert _names(folder) == ["dict.txt"]
+    assert _names(tmp_path) == sorted([name, folder.name])
+
+
+def test_shortened_hidden_names_are_judged_stale_as_whole_ones(tmp_path, monkeypatch):
+    """A killed write's shortened temporary is removed by the next write of its output, not by
+    one of another output sharing its first 200 bytes; a running process's is kept; a folder
+    moved aside is put back by the next write of it (a sweep of the whole folder cannot tell
+    which output it was, and leaves it)."""
+    monkeypatch.setattr(socket, "gethostname", lambda: LONG_HOST)
+    out, other = tmp_path / ("o" * 200 + "1.de"), tmp_path / ("o" * 200 + "2.de")
+    gone = ended_pid()
+    stale = atomic.hidden_name(out, "tmp", pid=gone)
+    others = atomic.hidden_name(other, "tmp", pid=gone)
+    running = atomic.hidden_name(out, "tmp", pid=os.getppid())
+    for path in (stale, others, running):
+        path.write_text("x" * 10)
+    assert stale.name.startswith("." + "o" * 100) and ".tmp~" in stale.name
+    assert atomic.remove_stale_temporaries(tmp_path, out.name) == [(stale, 10)]
+    assert others.exists() and running.exists()
+
+    folder = tmp_path / ("d" * 240)
+    aside = atomic.hidden_name(folder, "old", pid=gone)
+    aside.mkdir()
+    assert atomic.remove_stale_temporaries(tmp_path) == [(others, 10)]
+    assert aside.is_dir() and not folder.exists()
+    with pytest.raises(RuntimeError):
+        with atomic.new_directory(folder):
+            raise RuntimeError("the build failed")
+    assert folder.is_dir() and not aside.exists()
+
+
+def test_temporaries_named_with_a_host_before_it_was_cut_are_still_this_hosts(
+        tmp_path, monkeypatch):
+    """A host name of over 64 characters (not Linux's) is cut in the names written now; one an
+    earlier version wrote with it whole, before an upgrade, is still judged as this host's."""
+    host = "node-" + "n" * 95
+    monkeypatch.setattr(socket, "gethostname", lambda: host)
+    out = tmp_path / "out.de"
+    assert atomic.hidden_name(out, "tmp").name.startswith(f".out.de.tmp-{host[:55]}-")
+    earlier = tmp_path / f".out.de.tmp-{host}-{ended_pid()}-0123abcd.de"
+    earlier.write_text("x")
+    assert atomic.remove_stale_temporaries(tmp_path) == [(earlier, 1)]

@@ -11,12 +11,14 @@ hidden folder beside it, renamed into place when complete (`new_directory`).
 A hidden name says whose it is: host, process and a token of the write (`hidden_name`), so that
 writers sharing a folder (hosts, containers with equal pids) never meet on one, and the next
 write of an output removes what a killed write of it left on this host, never another host's.
+It fits the 255 bytes of a file name for any output name: a long one is cut, with a digest of
+the whole.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
+import hashlib
 import os
 import re
 import secrets
@@ -114,6 +116,8 @@ def hidden_name(path: Path, kind: str, *, host: str | None = None, pid: int | No
     """The hidden path beside `path` that a write of it uses: `.{name}.tmp-{host}-{pid}-{token}`
     + the suffix of `path` (`kind` "tmp": the temporary the output is written into) or
     `.{name}.old-{host}-{pid}-{token}` ("old": where a folder being replaced is moved meanwhile).
+    Where that could pass `NAME_MAX` bytes (a name of over ~160 bytes), the name is cut and a
+    digest of it follows the kind: `.{head}.tmp~{digest}-{host}-{pid}-{token}` (`_shortened`).
 
     Host and pid say whose it is (pids repeat across hosts and containers, a container's process
     is often pid 1); the token tells apart the writes of one process (a restarted container's
@@ -126,12 +130,53 @@ def hidden_name(path: Path, kind: str, *, host: str | None = None, pid: int | No
     owner = (f"{_this_host() if host is None else host}-{os.getpid() if pid is None else pid}-"
              f"{secrets.token_hex(4) if token is None else token}")
     suffix = path.suffix if kind == "tmp" else ""
-    return path.with_name(f".{path.name}.{kind}-{owner}{suffix}")
+    shortened = _shortened(path.name, suffix)
+    if shortened is None:
+        return path.with_name(f".{path.name}.{kind}-{owner}{suffix}")
+    head, digest, suffix = shortened
+    return path.with_name(f".{head}.{kind}~{digest}-{owner}{suffix}")
+
+
+NAME_MAX = 255  # bytes of a file name (Linux, macOS; ext4, XFS, btrfs, APFS, NFS)
+_HOST_MAX = 64  # characters of the host in a hidden name (Linux's HOST_NAME_MAX; `_this_host`)
+_PID_MAX = 10  # digits of a pid (a 32-bit pid_t)
+# Bytes of a hidden name besides the output's name and suffix: ".", ".tmp-", host, "-", pid,
+# "-", token; a shortened one adds "~" and the name's digest.
+_OVERHEAD = 1 + 5 + _HOST_MAX + 1 + _PID_MAX + 1 + 8
+_SHORTENED_OVERHEAD = _OVERHEAD + 1 + 8
+_SUFFIX_MAX = 64  # bytes of a suffix a shortened hidden name keeps (a longer one is no file type)
+
+
+def _size(name: str) -> int:
+    return len(os.fsencode(name))
+
+
+def _shortened(name: str, suffix: str) -> tuple[str, str, str] | None:
+    """How the hidden names of the output `name` (with `suffix`: "" for kind "old") hold it:
+    None where whole (it fits `NAME_MAX` with any host and pid), else (head, digest, suffix):
+    the longest start of `name` that fits, 8 hex digits of its SHA-256, and `suffix` where
+    `_SUFFIX_MAX` bytes at most (else "")."""
+    if _size(name) + _size(suffix) + _OVERHEAD <= NAME_MAX:
+        return None
+    suffix = suffix if _size(suffix) <= _SUFFIX_MAX else ""
+    head = name
+    while _size(head) > NAME_MAX - _SHORTENED_OVERHEAD - _size(suffix):
+        head = head[:-1]  # by characters: a cut never splits one
+    return head, hashlib.sha256(os.fsencode(name)).hexdigest()[:8], suffix
+
+
+def _whole_host() -> str:
+    """This host's name, characters outside [A-Za-z0-9_.-] as "_"."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "_"
 
 
 def _this_host() -> str:
-    """This host's name as `hidden_name` writes it: characters outside [A-Za-z0-9_.-] as "_"."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "_"
+    """This host's name as `hidden_name` writes it (`_whole_host`): one of over `_HOST_MAX`
+    characters cut, a digest of the whole at its end (two such hosts sharing a start differ)."""
+    whole = _whole_host()
+    if len(whole) <= _HOST_MAX:
+        return whole
+    return f"{whole[:_HOST_MAX - 9]}-{hashlib.sha256(whole.encode()).hexdigest()[:8]}"
 
 
 # The tokens of the hidden names this process is writing or has moved a folder to (`_claimed`):
@@ -153,18 +198,32 @@ def _claimed(path: Path, kind: str) -> Iterator[Path]:
 
 
 # Whose a hidden name is: host, pid and token (`hidden_name`), or only a pid (`legacy_pid`) in
-# the `.{name}.tmp-{pid}` / `.{name}.old-{pid}` of earlier versions.
-_OWNER = (r"(?:(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})"
-          r"|(?P<legacy_pid>\d+))")
+# the `.{name}.tmp-{pid}` / `.{name}.old-{pid}` of earlier versions (which never shortened).
+_OWNER = r"(?P<host>[A-Za-z0-9_.-]+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{8})"
+_OWNER_OR_LEGACY = rf"(?:{_OWNER}|(?P<legacy_pid>\d+))"
 
 
-def _hidden_names(name: str | None) -> tuple[re.Pattern, re.Pattern]:
-    """The temporaries and the folders moved aside that `hidden_name` gives for the output
-    `name` (any output where None); the output's name is group `name`."""
-    output = ".+" if name is None else re.escape(name)
-    suffix = r"(?:\.[^.]*)?" if name is None else re.escape(Path(name).suffix)
-    return (re.compile(rf"\.(?P<name>{output})\.tmp-{_OWNER}{suffix}"),
-            re.compile(rf"\.(?P<name>{output})\.old-{_OWNER}"))
+def _hidden_names(name: str | None) -> list[tuple[re.Pattern, str]]:
+    """(pattern, kind) of the hidden names `hidden_name` gives for the output `name` (any
+    output where None), shortened ones first; group `name` is the output's name where the
+    hidden name holds it whole."""
+    if name is None:
+        any_suffix = r"(?:\.[^.]*)?"
+        return [(re.compile(rf"\..+\.tmp~[0-9a-f]{{8}}-{_OWNER}{any_suffix}"), "tmp"),
+                (re.compile(rf"\..+\.old~[0-9a-f]{{8}}-{_OWNER}"), "old"),
+                (re.compile(rf"\.(?P<name>.+)\.tmp-{_OWNER_OR_LEGACY}{any_suffix}"), "tmp"),
+                (re.compile(rf"\.(?P<name>.+)\.old-{_OWNER_OR_LEGACY}"), "old")]
+    patterns = []
+    for kind, suffix in (("tmp", Path(name).suffix), ("old", "")):
+        shortened = _shortened(name, suffix)
+        if shortened is None:
+            pattern = (rf"\.(?P<name>{re.escape(name)})\.{kind}-{_OWNER_OR_LEGACY}"
+                       rf"{re.escape(suffix)}")
+        else:
+            head, digest, suffix = shortened
+            pattern = rf"\.{re.escape(head)}\.{kind}~{digest}-{_OWNER}{re.escape(suffix)}"
+        patterns.append((re.compile(pattern), kind))
+    return patterns
 
 
 def remove_stale_temporaries(folder: str | Path, name: str | None = None
@@ -173,7 +232,8 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None
     when their process was killed mid-write (a checkpoint's or a translation's is full size, and
     was never removed): those of this host whose process is no longer running, or is this one
     but no longer writing them (`_stale`). A folder moved aside to be replaced is put back where
-    its replacement never took its place.
+    its replacement never took its place; one whose hidden name holds its name shortened is
+    left alone unless `name` is given (which output it was cannot be told from it).
 
     Args:
         name: only those of the output of this name (the one about to be written).
@@ -182,13 +242,17 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None
         (path, bytes) of each removed.
     """
     removed = []
-    temporary, aside = _hidden_names(name)
-    for path in sorted(Path(folder).glob(".*" if name is None else f".{glob.escape(name)}.*")):
-        match = temporary.fullmatch(path.name) or aside.fullmatch(path.name)
+    patterns = _hidden_names(name)
+    for path in sorted(Path(folder).glob(".*")):
+        match, kind = next(((match, kind) for pattern, kind in patterns
+                            if (match := pattern.fullmatch(path.name))), (None, None))
         if not match or not _stale(match):
             continue
-        if match.re is aside:  # killed between `_put_in_place`'s two renames: put it back
-            original = path.with_name(match["name"])
+        if kind == "old":  # killed between `_put_in_place`'s two renames: put it back
+            original_name = name or match.groupdict().get("name")
+            if original_name is None:
+                continue
+            original = path.with_name(original_name)
             if not os.path.lexists(original):
                 os.replace(path, original)
                 continue
@@ -200,13 +264,13 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None
 
 def _stale(match: re.Match) -> bool:
     """Whether the hidden name `match` (of `_hidden_names`) is no longer being written."""
-    if match["legacy_pid"] is not None:
+    if match.groupdict().get("legacy_pid") is not None:
         # An earlier version's (no host, no token): judged by its pid on this host as then, else
         # one a kill left before an upgrade stays for good. This process gives no such name, so
         # one with its pid is a predecessor's (a restarted container's pid 1).
         pid = int(match["legacy_pid"])
         return pid == os.getpid() or not _running(pid)
-    if match["host"] != _this_host():
+    if match["host"] not in (_this_host(), _whole_host()):  # as written now, or before
         # Another host's (a shared file system): its pid says nothing about this host's
         # processes, and whether that host still runs the writer cannot be told from here.
         return False
