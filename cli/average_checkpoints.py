@@ -16,7 +16,8 @@ import click
                    "most the step of the directory's checkpoint_best.npz (the N ending at the best "
                    "one).")
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the averaged checkpoint (.npz).")
+              help="Where to write the averaged checkpoint (.npz), not under a numbered "
+                   "checkpoint's name (checkpoint_NNNNNNNN.npz: train would resume from it).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 def average_checkpoints(inputs, num_last, upper_bound, output, force):
     """Average the float weights of several checkpoints; integer state comes from the newest."""

@@ -95,15 +95,22 @@ def best_step(save_dir: str | Path) -> int:
 
 def check_output(path: str | Path, force: bool, inputs: list[str | Path] = ()) -> None:
     """Refuse to write a new checkpoint at `path` when it exists (unless `force`), when it is
-    one of `inputs` (even with `force`: the input checkpoint would be lost), or when its folder
-    is missing, before any work is done.
+    one of `inputs` (even with `force`: the input checkpoint would be lost), when it is named as
+    a numbered checkpoint (`list_checkpoints` would take it for one of training's), or when its
+    folder is missing, before any work is done.
 
     Raises:
         ValueError: the reason, with `--output` and the path.
         OSError: its folder is missing, or nothing can be created there (`atomic.output_path`).
     """
-    for given in inputs:
-        atomic.output_path(path, force, inputs={"--inputs": given})
+    for given in inputs:  # said before whether it exists: --force does not make it right
+        atomic.output_path(path, True, inputs={"--inputs": given})
+    for name in dict.fromkeys([Path(path).name, Path(os.path.realpath(path)).name]):
+        if _NAME.match(name):  # in a save dir: resumed from, averaged by --num-last, pruned
+            raise ValueError(f"--output {path}: {name} is a numbered training checkpoint's "
+                             f"name (checkpoint_NNNNNNNN.npz), which `vtx train` would resume "
+                             f"from and --num-last would average as one; give another name, "
+                             f"e.g. average.npz")
     target = atomic.output_path(path, force)  # a link's target
     if target.exists() and not target.is_file():
         raise ValueError(f"--output {path} is not a regular file; not replacing it")

@@ -138,3 +138,28 @@ def test_a_copy_of_an_averaged_checkpoint_is_refused_instead_of_weighing_double(
     assert "holds the same weights as" in result.output and "step 2" in result.output
     assert checkpoints.BEST_NAME in result.output and "weigh double" in result.output
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_an_output_named_as_a_numbered_checkpoint_is_refused(tmp_path):
+    """An average written as SAVE_DIR/checkpoint_00000100.npz was taken for a training
+    checkpoint: `vtx train` resumed from it, --num-last averaged it again, --keep-last pruned
+    it. checkpoint_best.npz and other names that are not numbered are written."""
+    for step, value in ((1, 1.0), (2, 3.0)):
+        write(checkpoints.checkpoint_path(tmp_path, step), step, value)
+    numbered = checkpoints.list_checkpoints(tmp_path)
+    (tmp_path / "link.npz").symlink_to(tmp_path / "checkpoint_00000100.npz")  # its target
+    for output, name in ((tmp_path / "checkpoint_00000100.npz", "checkpoint_00000100.npz"),
+                         (tmp_path / "checkpoint_3.npz", "checkpoint_3.npz"),
+                         (tmp_path / "link.npz", "checkpoint_00000100.npz")):
+        result = CliRunner().invoke(main, ["average-checkpoints", "--inputs", str(tmp_path),
+                                           "--num-last", "2", "--output", str(output)])
+        assert result.exit_code == 1, result.output
+        assert (f"Error: --output {output}: {name} is a numbered training checkpoint's name "
+                f"(checkpoint_NNNNNNNN.npz)") in result.output, result.output
+        assert "give another name, e.g. average.npz" in result.output
+        assert checkpoints.list_checkpoints(tmp_path) == numbered
+    for name in (checkpoints.BEST_NAME, "checkpoint_00000100.npz.average", "average.npz"):
+        result = CliRunner().invoke(main, ["average-checkpoints", "--inputs", str(tmp_path),
+                                           "--num-last", "2", "--output", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        np.testing.assert_allclose(checkpoints.load(tmp_path / name).model[0], [2.0] * 3)
