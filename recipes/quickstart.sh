@@ -16,6 +16,9 @@
 #                   running again resumes training there for another budget
 #   --test-lines N  translate only the first N test sentences (smoke runs; default: all 1000)
 #
+# An option's value may not start with "--" (`--workdir --help` would take "--help" for the
+# folder): give such a folder as ./--NAME.
+#
 # Steps: an isolated environment (.venv, reused when tests/run.sh made one), vtx installed in it,
 # the data, `vtx preprocess`, `vtx train`, `vtx average-checkpoints`, `vtx translate --reference`
 # on test_2016, which prints sacreBLEU with its signature.
@@ -40,16 +43,24 @@ die() { echo "quickstart: error: $*" >&2; exit 1; }
 step() { echo "==> [$(date +%H:%M:%S)] $*" >&2; }
 is_count() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_minutes() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v m="$1" 'BEGIN { exit !(m > 0) }'; }
+# OPTION's VALUE, the argument after it: refused when missing, empty, or the next option
+# (`--workdir --help` took "--help" for the folder and went on).
+need_value() {  # OPTION WHAT VALUE [HINT]
+  [ -n "$3" ] || die "$1 needs $2"
+  [[ $3 != --* ]] || die "$1 needs $2, not the option '$3'${4:-}"
+}
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --minutes) [ $# -ge 2 ] || die "--minutes needs a value"
+    --minutes) need_value "$1" "a value" "${2-}"
       is_minutes "$2" || die "--minutes must be a positive number, got '$2'"; MINUTES=$2; shift 2 ;;
-    --patience) [ $# -ge 2 ] || die "--patience needs a value"
+    --patience) need_value "$1" "a value" "${2-}"
       is_count "$2" || die "--patience must be a whole number, got '$2'"; PATIENCE=$2; shift 2 ;;
-    --data) [ $# -ge 2 ] && [ -n "$2" ] || die "--data needs a directory"; DATA=$2; shift 2 ;;
-    --workdir) [ $# -ge 2 ] && [ -n "$2" ] || die "--workdir needs a directory"; WORK=$2; shift 2 ;;
-    --test-lines) [ $# -ge 2 ] || die "--test-lines needs a value"
+    --data) need_value "$1" "a directory" "${2-}" " (a folder of that name: ./${2-})"
+      DATA=$2; shift 2 ;;
+    --workdir) need_value "$1" "a directory" "${2-}" " (a folder of that name: ./${2-})"
+      WORK=$2; shift 2 ;;
+    --test-lines) need_value "$1" "a value" "${2-}"
       is_count "$2" || die "--test-lines must be a whole number, got '$2'"; TEST_LINES=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;

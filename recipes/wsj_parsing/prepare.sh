@@ -3,6 +3,7 @@
 #
 #   bash recipes/wsj_parsing/prepare.sh TREEBANK_DIR
 #
+# It takes no options but -h/--help ("-- TREEBANK_DIR" for a folder whose name starts with "-").
 # TREEBANK_DIR is the LDC layout holding wsj/SS/wsj_SSNN.mrg (or the wsj folder itself):
 # train = sections 02-21 (~40K sentences), valid = 22, test = 23. Writes $WORK/text
 # (PREFIX.words/.trees/.gold, brackets.txt) and $WORK/data (16K joint vocabulary, as the paper).
@@ -15,7 +16,15 @@ source "$HERE/common.sh"
 help_if_asked "$@"
 WORK=${WORK:-$ROOT/runs/wsj_parsing}
 
-[ $# -eq 1 ] || die "usage: $0 TREEBANK_DIR"
+USAGE="usage: $0 TREEBANK_DIR"
+for arg in "$@"; do  # an option was reported as a treebank folder that does not exist
+  case $arg in
+    --) break ;;
+    -?*) die "unknown option '$arg'; $USAGE" ;;
+  esac
+done
+[ "${1-}" != -- ] || shift  # "-- DIR": a folder whose name starts with "-"
+[ $# -eq 1 ] || die "$USAGE"
 [ -d "$1" ] || die "treebank folder '$1' does not exist"
 check_vtx
 step "linearizing the treebank into $WORK/text"

@@ -82,6 +82,31 @@ def test_bad_arguments_are_refused_before_any_work(args, message, tmp_path):
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (("--workdir", "--help"),
+     "--workdir needs a directory, not the option '--help' (a folder of that name: ./--help)"),
+    (("--data", "--minutes", "5"),
+     "--data needs a directory, not the option '--minutes' (a folder of that name: ./--minutes)"),
+    (("--minutes", "--patience", "3"), "--minutes needs a value, not the option '--patience'"),
+    (("--patience", "--test-lines", "4"), "--patience needs a value, not the option '--test-lines'"),
+    (("--test-lines", "--"), "--test-lines needs a value, not the option '--'"),
+    (("--test-lines",), "--test-lines needs a value"),
+])
+def test_an_option_whose_value_is_missing_or_another_option_is_refused_naming_it(
+        args, message, tmp_path):
+    """`--workdir --help` took "--help" for the folder: no help, and the run went on (an hour's
+    training). Run from a copy whose environment cannot be made, in an empty folder."""
+    checkout = tmp_path / "checkout"
+    (checkout / "recipes").mkdir(parents=True)
+    (checkout / "recipes" / "quickstart.sh").write_bytes(SCRIPT.read_bytes())
+    result = subprocess.run(["bash", str(checkout / "recipes" / "quickstart.sh"), *args],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={**os.environ, "PYTHON": "false", "MULTI30K_DIR": ""})
+    assert result.returncode == 1
+    assert result.stderr == f"quickstart: error: {message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkout"]
+
+
 def test_a_local_directory_missing_a_file_is_named(shared_data, tmp_path):
     local = tmp_path / "multi30k"
     local.mkdir()

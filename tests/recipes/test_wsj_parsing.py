@@ -88,6 +88,25 @@ def test_small_refuses_to_replace_a_folder_it_did_not_write(shared_data, tmp_pat
     assert not earlier.exists()  # replaced: removed before the stand-in vtx failed
 
 
+def test_prepare_names_an_unknown_option_with_the_usage(tmp_path):
+    """`prepare.sh --force DIR` said "treebank folder '--force' does not exist". After "--" a
+    folder whose name starts with "-" is taken (here up to the missing vtx)."""
+    path = REPO_ROOT / "recipes" / "wsj_parsing" / "prepare.sh"
+    env = {**os.environ, "WORK": str(tmp_path / "w"), "VTX": str(tmp_path / "no-vtx")}
+    (tmp_path / "-treebank").mkdir()
+    prepare = lambda *args: subprocess.run(["bash", str(path), *args], env=env, cwd=tmp_path,
+                                           capture_output=True, text=True, timeout=60)
+    for args, option in ((["--force", "-treebank"], "--force"), (["-j4"], "-j4"),
+                         (["./-treebank", "--workers", "4"], "--workers")):
+        result = prepare(*args)
+        assert result.returncode == 1
+        assert result.stderr == (f"prepare.sh: error: unknown option '{option}'; usage: {path} "
+                                 f"TREEBANK_DIR\n")
+    result = prepare("--", "-treebank")
+    assert result.returncode == 1 and result.stderr.startswith("prepare.sh: error: no vtx at ")
+    assert not (tmp_path / "w").exists()
+
+
 def test_evaluate_without_a_training_run_names_the_missing_folder(tmp_path):
     """It left vtx average-checkpoints' usage text and its option error to say it."""
     path = REPO_ROOT / "recipes" / "wsj_parsing" / "evaluate.sh"
