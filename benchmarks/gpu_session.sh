@@ -9,13 +9,17 @@
 #                packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total
 #                (target <= 3 minutes) and the steady tok/s (target >= 90% of part 2's rate)
 #   2 synthetic  gpu_train.py, base at 8192 tokens of 128 x 64, no padding: the synthetic rate
-#                on this GPU (an H100 measured 250,233 tok/s on 2026-11-24; an H200 needs its own)
+#                on this GPU (an H100 measured 250,233 tok/s on 2026-11-24; an H200 needs its own).
+#                Since 2026-11-27 it runs the update's general program (traced for any shape,
+#                for exact resumes), where 2026-11-24 ran an exact one: part 6 compares the two
 #   3 big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #                28.0% on the H100) and where the update's time goes on the device
 #   4 resume     part 1's run resumed for 15 s: compiled programs from the persistent XLA cache,
 #                so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute)
 #   5 nojit      base at 8192 tokens without XLA in float32, then mixed_bfloat16: whether
 #                bfloat16 is still slower there (why `--precision auto` takes float32 with --no-jit)
+#   6 trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
+#                against an exact one (1.016 under XLA on a Zen 4 CPU)
 #
 # Device time is scarce (15 minutes a task in all, the machine's start and the staging
 # included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
@@ -28,10 +32,12 @@
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
-# PIPELINE_FLAGS and GPU_TRAIN_FLAGS are appended to the parts' commands (the last value of a flag
-# wins); on a CPU, to check the script itself (its figures mean nothing there):
+# PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (part 6) are appended to the parts' commands (the
+# last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
+# there):
 #   PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
+#   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
 #   bash benchmarks/gpu_session.sh /tmp/m30k 600
 set -uo pipefail
 data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
@@ -46,6 +52,7 @@ summary=$out/gpu_session_summary.txt
 started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
+read -ra trace_flags <<< "${TRACE_FLAGS:-}"
 python=$(command -v python3 || command -v python)
 
 note() { echo "$*" | tee -a "$summary"; }
@@ -101,4 +108,7 @@ for precision in float32 mixed_bfloat16; do
   grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | tail -1 | tee -a "$summary"
 done
 
+part trace 240 "$python" "$here/general_trace.py" --arch base --shape 128x64 \
+  --precision mixed_bfloat16 --jit --runs 20 "${trace_flags[@]}"
+grep -E "program:|general / exact" "$out/trace.log" 2>/dev/null | tee -a "$summary"
 note "gpu_session: done after $(( SECONDS - started )) s; logs in $out"
