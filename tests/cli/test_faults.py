@@ -2,6 +2,7 @@
 traceback, and nothing written or clobbered."""
 
 import contextlib
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -537,6 +538,29 @@ def test_an_output_that_is_one_of_the_inputs_is_refused_even_with_force(tmp_path
                         "--output", source, "--force", stdin="A dog runs .\n")
         assert_one_line_error(result, f"--output {source} is the --reference file")
         assert source.read_text() == "A dog runs .\n"
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_a_checkpoint_is_never_replaced_by_the_output_even_with_force(tmp_path, command):
+    """--checkpoint naming a save dir: its newest checkpoint, the input, was replaced by the
+    translations (the check compared --output with the folder). Another checkpoint of the folder,
+    or one under any name, was replaced too: --output is never a zip archive."""
+    save_dir = tmp_path / "run"
+    save_dir.mkdir()
+    shutil.copy(FIXTURE_MODEL, save_dir / "checkpoint_00000100.npz")
+    shutil.copy(FIXTURE_MODEL, save_dir / "checkpoint_00000300.npz")
+    shutil.copy(FIXTURE_MODEL, tmp_path / "average.npz")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*.npz")}
+    newest = save_dir / "checkpoint_00000300.npz"
+    result = invoke(command, "--checkpoint", save_dir, "--output", newest, "--force",
+                    stdin="A dog runs .\n")
+    assert_one_line_error(result, f"--output {newest} is the --checkpoint file: writing it would "
+                                  f"replace that input")
+    for other in (save_dir / "checkpoint_00000100.npz", tmp_path / "average.npz"):
+        result = invoke(command, "--checkpoint", save_dir, "--output", other, "--force",
+                        stdin="A dog runs .\n")
+        assert_one_line_error(result, f"--output {other} is a zip archive, such as a checkpoint")
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*.npz")} == before
 
 
 @pytest.mark.parametrize("command", ["translate", "parse"])

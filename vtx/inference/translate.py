@@ -12,6 +12,7 @@ import dataclasses
 import gzip
 import itertools
 import sys
+import zipfile
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -261,14 +262,24 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
 def check_output(output_path: str | Path | None, force: bool,
                  inputs: dict[str, str | Path | None]) -> None:
     """Check where the output goes before any work: `atomic.output_path` for a file (none of
-    `inputs`, flag -> file), else standard output, which must be open.
+    `inputs`, flag -> file; a "--checkpoint" save directory stands for the checkpoint it gives,
+    `resolve_checkpoint`), never over a zip archive (a checkpoint under any name, which --force
+    would replace with text), else standard output, which must be open.
 
     Raises:
         ArgumentError: standard output is closed (started with `>&-`), naming `output_path`.
-        OutputExistsError, ValueError, OSError: see `atomic.output_path`.
+        OutputExistsError, ValueError, OSError: see `atomic.output_path`; ValueError also for a
+            zip archive, or a --checkpoint directory without a checkpoint.
     """
     if output_path:
-        atomic.output_path(output_path, force, inputs=inputs)
+        given = inputs.get("--checkpoint")
+        if given is not None and Path(given).is_dir():  # the file it stands for is the input
+            inputs = {**inputs, "--checkpoint": resolve_checkpoint(given)}
+        target = atomic.output_path(output_path, force, inputs=inputs)
+        if target.is_file() and zipfile.is_zipfile(target):
+            raise ValueError(f"--output {output_path} is a zip archive, such as a checkpoint: "
+                             f"the text written would replace it, --force or not; give "
+                             f"another file")
     elif sys.stdout is None:  # what was made would be lost, after all the work
         raise ArgumentError("standard output is closed (started with >&-): give {output_path}")
 
