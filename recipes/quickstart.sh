@@ -96,8 +96,10 @@ elif [ -d "$SHARED_DATA/multi30k" ]; then
   DATA=$SHARED_DATA/multi30k
   check_data_dir "$DATA" "shared data"
 fi
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
+# Absolute from here on: a folder named "-x" is never read as an option (mkdir, cd, gzip, cat).
+mkdir -p -- "$WORK"
+WORK=$(cd -- "$WORK" && pwd)
+[ -z "$DATA" ] || DATA=$(cd -- "$DATA" && pwd)
 START=$(date +%s)
 
 # ---- 1. environment ----

@@ -107,6 +107,22 @@ def test_an_option_whose_value_is_missing_or_another_option_is_refused_naming_it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkout"]
 
 
+def test_folders_named_like_options_are_taken_as_folders(shared_data, tmp_path):
+    """`--workdir -h` passed the check (one dash) and then failed in `mkdir -p -h` (invalid
+    option). Run from a copy whose environment cannot be made: the step after the folders."""
+    checkout = tmp_path / "checkout"
+    (checkout / "recipes").mkdir(parents=True)
+    (checkout / "recipes" / "quickstart.sh").write_bytes(SCRIPT.read_bytes())
+    (tmp_path / "-d").symlink_to(shared_data / "multi30k")
+    result = subprocess.run(["bash", str(checkout / "recipes" / "quickstart.sh"), "--workdir",
+                             "-h", "--data", "-d"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={**os.environ, "PYTHON": "false"})
+    assert result.returncode != 0
+    assert "creating the virtual environment" in result.stderr, result.stderr
+    assert "invalid option" not in result.stderr and (tmp_path / "-h").is_dir()
+
+
 def test_a_local_directory_missing_a_file_is_named(shared_data, tmp_path):
     local = tmp_path / "multi30k"
     local.mkdir()
