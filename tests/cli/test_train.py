@@ -31,6 +31,10 @@ def test_preprocess_train_average_translate_end_to_end(multi30k_small, tmp_path)
     assert saved["model"]["num_layers"] == 2 and saved["train"]["max_tokens"] == 512
     assert [p.name for p in checkpoints.list_checkpoints(save)][-1] == "checkpoint_00000020.npz"
     assert (save / "learning_curve.png").exists() and (save / "checkpoint_best.npz").exists()
+    record = (save / "config.json").read_bytes()
+    result = vtx("train", data, "--save-dir", save, "--max-steps", 20, "--seed", 7, *SMALL)
+    assert result.returncode == 0 and "nothing to train: step 20" in result.stderr, result.stderr
+    assert (save / "config.json").read_bytes() == record  # the trained run's, not --seed 7
 
     result = vtx("average-checkpoints", "--inputs", save, "--num-last", 3,
                  "--output", save / "avg.npz")

@@ -143,6 +143,19 @@ class TrainingLoop:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
+    def nothing_to_train(self) -> str | None:
+        """Why the run as resumed makes no update (a pending validation is still made), or None."""
+        if self.step >= self.config.max_steps:
+            return (f"step {self.step} is already at the step limit {self.config.max_steps} "
+                    f"(--max-steps; raise it to go on)")
+        if self.config.patience and self.since_best >= self.config.patience:
+            # The run that saved this checkpoint stopped by patience: the same command again (a
+            # requeued job) trained on past it, and wrote checkpoints after the best one.
+            return (f"the run stopped at step {self.step} with no better "
+                    f"{self.config.best_checkpoint_metric} in {self.since_best} validations "
+                    f"(--patience {self.config.patience}; raise it to go on)")
+        return None
+
     def _validate(self, make_valid, score_valid, progress) -> bool | None:
         """Validation loss (and task metric); returns whether this is the best validation, or
         None when a stop signal interrupted the task metric's decoding on any worker (nothing
@@ -244,15 +257,8 @@ class TrainingLoop:
                 return result
             progress.leave_out(self.clock() - loop.started)
             loop.last_read = self.clock()
-        if self.step >= self.config.max_steps:
-            self.log(f"nothing to train: step {self.step} is already at the step limit "
-                     f"{self.config.max_steps} (--max-steps; raise it to go on)")
-        elif self.config.patience and self.since_best >= self.config.patience:
-            # The run that saved this checkpoint stopped by patience: the same command again (a
-            # requeued job) trained on past it, and wrote checkpoints after the best one.
-            self.log(f"nothing to train: the run stopped at step {self.step} with no better "
-                     f"{self.config.best_checkpoint_metric} in {self.since_best} validations "
-                     f"(--patience {self.config.patience}; raise it to go on)")
+        if why := self.nothing_to_train():
+            self.log(f"nothing to train: {why}")
             return None
         pending = None  # the sums of an update launched and not yet read
         while True:

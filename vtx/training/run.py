@@ -147,8 +147,10 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
     packed = _resumed_packing(trainer, packed, log)
-    if trainer.topology.is_chief:  # one writer: workers may share the save dir (hosts and pids
-        # apart, their temporaries could meet or be taken for a dead process's)
+    # One writer: workers may share the save dir (hosts and pids apart, their temporaries could
+    # meet or be taken for a dead process's). A run with nothing to train keeps the record of the
+    # run that trained.
+    if trainer.topology.is_chief and not trainer.nothing_to_train():
         write_run_config(save_dir, data_dir, arch, model_config, train_config)
     shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
