@@ -6,6 +6,7 @@ so `vtx --help` answers instantly.
 
 import errno
 import signal
+import sys
 import threading
 
 import click
@@ -18,7 +19,8 @@ class Vtx(click.Group):
     """The group: an OSError a command lets through (a full disk under what it prints, a
     folder gone) ends with its one-line message, not a traceback. A reader gone from the pipe
     (`vtx translate ... | head -1`) is click's quiet exit 1, also where a command had made it
-    an error message."""
+    an error message. Ctrl-C (KeyboardInterrupt) exits 130 with one line naming the command,
+    where click said "Aborted!" and exited 1."""
 
     def invoke(self, ctx: click.Context):
         # SIGTERM (a scheduler, `kill`) ends the command as an exception, like Ctrl-C: the
@@ -28,6 +30,12 @@ class Vtx(click.Group):
         previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
         try:
             return self._invoke(ctx)
+        except KeyboardInterrupt:
+            # Raised through the command, so its cleanups (an output's hidden temporary) have
+            # run. SystemExit passes click's standalone main, which would make this an Abort.
+            command = f"vtx {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "vtx"
+            click.echo(f"{command}: interrupted (SIGINT)", err=True)
+            sys.exit(128 + signal.SIGINT)
         finally:
             if main_thread:
                 signal.signal(signal.SIGTERM, previous)

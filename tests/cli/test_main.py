@@ -1,6 +1,12 @@
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.cli.test_train import INTERRUPTED_AT
+from tests.data.conftest import head
 
 VTX = [str(Path(sys.executable).with_name("vtx"))]
 
@@ -34,3 +40,37 @@ def test_unknown_arch_is_a_usage_error_naming_the_value():
     result = run("train", "--arch", "huge", "--dry-run")
     assert result.returncode == 2
     assert "huge" in result.stderr
+
+
+@pytest.mark.parametrize("command,at", [
+    ("translate", "vtx.inference.translate:translate_stream"),  # the output's temporary open
+    ("parse", "vtx.inference.parse:parse_stream"),
+    ("average-checkpoints", "numpy:savez"),  # writing the averaged checkpoint's temporary
+    ("preprocess", "vtx.data.preprocess:train_sentencepiece"),  # in the hidden data folder
+])
+def test_ctrl_c_exits_130_naming_the_command_and_leaves_no_output(
+        shared_data, trained_checkpoint, tmp_path, command, at):
+    """Ctrl-C was click's "Aborted!", exit 1, in every command but train; now 130 and one line.
+    Raised while the output is being written: neither it nor its hidden temporary is left."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "sentences.txt").write_text("A dog runs .\n")
+    for lang in ("en", "de"):
+        lines = head(shared_data / "multi30k" / f"train.{lang}.gz", 200)
+        (inputs / f"train.{lang}").write_text("\n".join(lines) + "\n")
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    args = {"translate": ["--checkpoint", trained_checkpoint, "--input",
+                          inputs / "sentences.txt", "--output", outputs / "out.txt"],
+            "parse": ["--checkpoint", trained_checkpoint, "--input", inputs / "sentences.txt",
+                      "--output", outputs / "trees.txt"],
+            "average-checkpoints": ["--inputs", trained_checkpoint, "--output",
+                                    outputs / "avg.npz"],
+            "preprocess": ["-s", "en", "-t", "de", "--trainpref", inputs / "train",
+                           "--destdir", outputs / "data", "--vocab-size", 400]}[command]
+    result = subprocess.run([sys.executable, "-c", INTERRUPTED_AT, at, command,
+                             *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == f"vtx {command}: interrupted (SIGINT)"
+    assert "Aborted!" not in result.stderr and "Traceback" not in result.stderr
+    assert list(outputs.iterdir()) == []
