@@ -20,14 +20,21 @@ FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--h
 
 def _device_names(ctx, param, value):
     """Click callback of --devices: its comma-separated names (None: the default). An empty
-    value named no device and was taken for the default, every GPU, in silence."""
+    value named no device and was taken for the default, every GPU, in silence; an empty item
+    (`/cpu:0,`) was refused only later, as "'' is not a device", exit 1."""
     if value is None:
         return None
     if not value.strip():
         raise click.BadParameter(f"{value!r} names no device: name some, such as /gpu:0,/gpu:1, "
                                  f"or leave --devices out for every GPU (else the CPU)",
                                  ctx=ctx, param=param)
-    return value.split(",")
+    names = value.split(",")
+    for number, name in enumerate(names, 1):
+        if not name.strip():
+            raise click.BadParameter(f"{value!r}: item {number} of {len(names)} is empty; name "
+                                     f"one device between each two commas, such as "
+                                     f"/gpu:0,/gpu:1", ctx=ctx, param=param)
+    return names
 
 
 @click.command()

@@ -119,6 +119,24 @@ def test_the_help_says_what_0_means_for_every_flag_that_takes_it():
     assert "0 is not in the range x>=1" in vtx("train", "--log-interval-steps", 0).stderr
 
 
+@pytest.mark.parametrize("value,item", [(",", "item 1 of 2"), ("/cpu:0,", "item 2 of 2"),
+                                        (" ,/cpu:0", "item 1 of 2"),
+                                        ("/cpu:0,,/cpu:1", "item 2 of 3")])
+def test_an_empty_item_of_devices_is_a_usage_error_naming_it(value, item):
+    """It was refused only when training set up, exit 1: "'' is not a device of this process"."""
+    result = vtx("train", "--arch", "tiny", "--devices", value)
+    assert result.returncode == 2, result.stderr
+    assert f"Invalid value for '--devices': {value!r}: {item} is empty" in result.stderr
+
+
+def test_devices_naming_each_device_passes_the_flag_check():
+    from vtx_cli.train import _device_names
+
+    assert _device_names(None, None, "/cpu:0") == ["/cpu:0"]
+    assert _device_names(None, None, "/gpu:0,/gpu:1") == ["/gpu:0", "/gpu:1"]
+    assert _device_names(None, None, None) is None
+
+
 def test_missing_data_dir_or_save_dir_is_a_usage_error(tmp_path):
     result = vtx("train", "--arch", "tiny")
     assert result.returncode == 2
