@@ -1,6 +1,7 @@
 """`vtx preprocess` on the command line: summary, exit codes, one clear line per bad input."""
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -38,6 +39,21 @@ def assert_fails_cleanly(result, message, tmp_path, expected_files=()):
     assert message in result.output
     assert sum("Error:" in line for line in result.output.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected_files)
+
+
+def test_a_vocab_size_too_small_for_the_characters_says_the_size_to_give(small_corpus,  # noqa: F811
+                                                                           tmp_path):
+    """SentencePiece's own words named flags vtx lacks (vocab_size, --character_coverage)."""
+    result = run("--trainpref", small_corpus / "train", "--destdir", tmp_path / "bin",
+                 "--vocab-size", 5)
+    said = re.search(r"Error: --vocab-size 5 is too small for the characters of the training "
+                     r"text: SentencePiece needs at least (\d+) pieces for them; raise "
+                     r"--vocab-size to at least (\d+)\n", result.output)
+    assert said and said[1] == said[2], result.output
+    assert "character_coverage" not in result.output
+    assert_fails_cleanly(result, "--vocab-size 5", tmp_path)
+    assert run("--trainpref", small_corpus / "train", "--destdir", tmp_path / "bin",
+               "--vocab-size", said[1]).exit_code == 0
 
 
 def test_missing_file(tmp_path):

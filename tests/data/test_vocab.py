@@ -11,7 +11,7 @@ import sentencepiece as spm
 from tests.data.conftest import head
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary, sample, train_sentencepiece
+from vtx.data.vocab import Vocabulary, VocabularyTooSmallError, sample, train_sentencepiece
 
 
 def nmt_normalized(text: str) -> str:
@@ -106,6 +106,17 @@ def test_vocabulary_too_large_for_the_text_is_reported(lines, tmp_path):
     with pytest.raises(DataError, match="SentencePiece training failed .*vocab size 50000"):
         train_sentencepiece(iter(lines[:200]), tmp_path / "spm.model", vocab_size=50000)
     assert not (tmp_path / "spm.model").exists()
+
+
+def test_vocabulary_too_small_for_the_characters_gives_the_minimum_that_trains(lines, tmp_path):
+    """SentencePiece's "5 vs 316 ... --character_coverage" read as the size and the minimum."""
+    with pytest.raises(VocabularyTooSmallError) as refused:
+        train_sentencepiece(iter(lines[:200]), tmp_path / "spm.model", vocab_size=50)
+    assert refused.value.vocab_size == 50 and refused.value.minimum > 260  # specials + bytes
+    assert "character_coverage" not in str(refused.value)
+    assert not (tmp_path / "spm.model").exists()
+    minimum = refused.value.minimum
+    assert train_sentencepiece(iter(lines[:200]), tmp_path / "spm.model", minimum).size == minimum
 
 
 def test_error_raised_by_the_text_reader_surfaces_unchanged(lines, tmp_path):

@@ -23,7 +23,8 @@ from vtx import atomic
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import DataError, decode_line, read_parallel, resolve_path
-from vtx.data.vocab import MODEL_TYPES, Vocabulary, train_sentencepiece
+from vtx.data.vocab import (MODEL_TYPES, Vocabulary, VocabularyTooSmallError,
+                            train_sentencepiece)
 
 FORMAT = "vtx-shards-1"
 META_FILE = "meta.json"
@@ -183,9 +184,14 @@ def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabul
         shutil.copyfile(config.spm_model, model_path)
         return Vocabulary(model_path)
     symbols = read_symbols(config.whole_word_symbols) if config.whole_word_symbols else []
-    return train_sentencepiece(_training_text(*files["train"]), model_path, config.vocab_size,
-                               config.model_type, config.sample_lines, config.seed,
-                               num_threads=config.workers, whole_words=symbols)
+    try:
+        return train_sentencepiece(_training_text(*files["train"]), model_path,
+                                   config.vocab_size, config.model_type, config.sample_lines,
+                                   config.seed, num_threads=config.workers, whole_words=symbols)
+    except VocabularyTooSmallError as err:  # SentencePiece's words name its own flags
+        raise DataError(f"--vocab-size {err.vocab_size} is too small for the characters of the "
+                        f"training text: SentencePiece needs at least {err.minimum} pieces for "
+                        f"them; raise --vocab-size to at least {err.minimum}") from None
 
 
 def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -22,6 +23,25 @@ MODEL_TYPES = ("bpe", "unigram")
 # SentencePiece's whitespace marker; a piece that starts with it begins a word.
 WORD_BOUNDARY = "\u2581"
 SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+# SentencePiece's refusal of a vocabulary smaller than the pieces the text's characters need
+# (0.2.x: "... Vocabulary size is smaller than required_chars. 5 vs 316. Increase vocab_size or
+# decrease character_coverage with --character_coverage option."): the size given, the minimum.
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)\.")
+
+
+class VocabularyTooSmallError(DataError):
+    """The vocabulary size is below what SentencePiece needs for the characters of the text.
+
+    Attributes:
+        vocab_size: the size asked for.
+        minimum: the smallest size SentencePiece accepts for this text: a piece for each
+            character it covers, beside the special pieces and byte fallback's 256 bytes.
+    """
+
+    def __init__(self, vocab_size: int, minimum: int):
+        super().__init__(f"vocab size {vocab_size} is too small for the characters of the "
+                         f"text: SentencePiece needs at least {minimum} pieces")
+        self.vocab_size, self.minimum = vocab_size, minimum
 
 
 class Vocabulary:
@@ -163,8 +183,10 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
         The trained vocabulary.
 
     Raises:
-        DataError: bad `model_type`, or SentencePiece rejects the settings for this text (e.g.
-            `vocab_size` larger than the text supports); the message is SentencePiece's.
+        VocabularyTooSmallError: `vocab_size` is below the pieces the text's characters need.
+        DataError: bad `model_type`, or SentencePiece rejects the settings for this text in
+            another way (e.g. `vocab_size` larger than the text supports); the message is
+            SentencePiece's.
     """
     if model_type not in MODEL_TYPES:
         raise DataError(f"model type {model_type!r} is not one of {MODEL_TYPES}")
@@ -191,6 +213,8 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
             user_defined_symbols=[WORD_BOUNDARY + word for word in whole_words],
             num_threads=num_threads, minloglevel=2)
     except RuntimeError as err:
+        if too_small := _TOO_SMALL.search(str(err)):
+            raise VocabularyTooSmallError(vocab_size, int(too_small.group(2))) from None
         raise DataError(f"SentencePiece training failed (vocab size {vocab_size}, "
                         f"{model_type}): {err}") from None
     model_path.write_bytes(model.getvalue())
