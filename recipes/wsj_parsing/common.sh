@@ -4,7 +4,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VTX=${VTX:-$ROOT/.venv/bin/vtx}
-# TensorFlow's C++ start-up chatter would drown the progress lines.
+# Fewer of TensorFlow's C++ start-up lines among the progress lines (2 drops the CPU-feature
+# notice; the lines logged before absl's logging starts, oneDNN and cudart_stub, show anyway).
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 # The paper's decoding for parsing (section 6.3): beam 21, alpha 0.3, max length input + 300.
