@@ -7,7 +7,7 @@ import pytest
 
 from tests.data.conftest import (SMALL_VOCAB, TRAIN_LINES, VALID_LINES, head, read_shard,
                                  write_lines)
-from vtx.data.preprocess import PreprocessConfig, preprocess
+from vtx.data.preprocess import PreprocessConfig, preprocess, read_symbols
 from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary
 
@@ -208,3 +208,14 @@ def test_whole_word_symbols_file_errors_name_file_and_line(small_corpus, tmp_pat
     assert not (tmp_path / "out").exists()
     with pytest.raises(DataError, match="cannot change --spm-model"):
         PreprocessConfig(**config, spm_model=tmp_path / "spm.model", whole_word_symbols=symbols)
+
+
+def test_repeated_whole_word_symbols_are_kept_once(small_corpus, tmp_path):
+    """SentencePiece refuses a symbol defined twice; a repeat in the file is harmless."""
+    symbols = tmp_path / "symbols.txt"
+    symbols.write_text("(NP\n)NP\n(NP\n\n)NP\n(VP\n")
+    assert read_symbols(symbols) == ["(NP", ")NP", "(VP"]
+    preprocess(PreprocessConfig("en", "de", tmp_path / "out", trainpref=str(small_corpus / "train"),
+                                vocab_size=600, whole_word_symbols=symbols))
+    vocab = Vocabulary(tmp_path / "out" / "spm.model")
+    assert [len(vocab.encode(word)) for word in ("(NP", ")NP", "(VP")] == [1, 1, 1]

@@ -159,7 +159,10 @@ def _training_text(source: Path, target: Path) -> Iterator[str]:
 
 
 def read_symbols(path: Path) -> list[str]:
-    """Tokens of a whole-word symbols file: one a line, blank lines skipped.
+    """Tokens of a whole-word symbols file: one a line, blank lines and repeats skipped.
+
+    A repeated symbol is harmless (e.g. the brackets of two treebanks merged into one file), but
+    SentencePiece refuses a symbol defined twice, so only the first of each is kept.
 
     Raises:
         DataError: the file is missing, not UTF-8, or a line holds two tokens (file and line named).
@@ -173,7 +176,7 @@ def read_symbols(path: Path) -> list[str]:
         tokens = line.split()
         if len(tokens) > 1:
             raise DataError(f"{path}, line {number}: one symbol a line, got {line!r}")
-        symbols.extend(tokens)
+        symbols.extend(token for token in tokens if token not in symbols)
     return symbols
 
 
