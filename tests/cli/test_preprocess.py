@@ -56,6 +56,26 @@ def test_a_vocab_size_too_small_for_the_characters_says_the_size_to_give(small_c
                "--vocab-size", said[1]).exit_code == 0
 
 
+def test_a_vocab_size_too_small_counts_the_whole_word_symbols_in_the_minimum(
+        small_corpus, tmp_path):  # noqa: F811
+    """Each symbol takes a piece of SentencePiece's minimum: not the characters alone to blame."""
+    symbols = tmp_path / "symbols.txt"
+    symbols.write_text("".join(f"(X{i}\n" for i in range(50)))
+    without = run("--trainpref", small_corpus / "train", "--destdir", tmp_path / "bin",
+                  "--vocab-size", 5)
+    characters = int(re.search(r"needs at least (\d+) pieces", without.output)[1])
+    result = run("--trainpref", small_corpus / "train", "--destdir", tmp_path / "bin",
+                 "--vocab-size", 5, "--whole-word-symbols", symbols)
+    minimum = characters + 50
+    assert (f"Error: --vocab-size 5 is too small for the characters of the training text and the "
+            f"--whole-word-symbols: SentencePiece needs at least {minimum} pieces for them, 50 "
+            f"of them for the 50 symbols; raise --vocab-size to at least {minimum}\n"
+            in result.output), result.output
+    assert_fails_cleanly(result, "--vocab-size 5", tmp_path, ["symbols.txt"])
+    assert run("--trainpref", small_corpus / "train", "--destdir", tmp_path / "bin",
+               "--vocab-size", minimum, "--whole-word-symbols", symbols).exit_code == 0
+
+
 def test_missing_file(tmp_path):
     result = run("--trainpref", tmp_path / "nope", "--destdir", tmp_path / "bin")
     assert_fails_cleanly(result, f"missing file: neither {tmp_path}/nope.en nor "

@@ -192,9 +192,19 @@ def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabul
                                    config.vocab_size, config.model_type, config.sample_lines,
                                    config.seed, num_threads=config.workers, whole_words=symbols)
     except VocabularyTooSmallError as err:  # SentencePiece's words name its own flags
-        raise DataError(f"--vocab-size {err.vocab_size} is too small for the characters of the "
-                        f"training text: SentencePiece needs at least {err.minimum} pieces for "
-                        f"them; raise --vocab-size to at least {err.minimum}") from None
+        raise DataError(_too_small_message(err, len(symbols))) from None
+
+
+def _too_small_message(err: VocabularyTooSmallError, num_symbols: int) -> str:
+    """The refusal in vtx's flags; SentencePiece's minimum counts one piece per symbol too."""
+    if not num_symbols:
+        return (f"--vocab-size {err.vocab_size} is too small for the characters of the training "
+                f"text: SentencePiece needs at least {err.minimum} pieces for them; raise "
+                f"--vocab-size to at least {err.minimum}")
+    return (f"--vocab-size {err.vocab_size} is too small for the characters of the training "
+            f"text and the --whole-word-symbols: SentencePiece needs at least {err.minimum} "
+            f"pieces for them, {num_symbols} of them for the {num_symbols} symbols; raise "
+            f"--vocab-size to at least {err.minimum}")
 
 
 def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict) -> dict:
