@@ -114,6 +114,25 @@ def test_evalb_error_sentences_are_listed_before_the_summary(checkpoint, dev, tm
     assert result.stderr.index(listed) < result.stderr.index("=== Summary ===")
 
 
+def test_too_many_evalb_errors_say_how_to_score_the_written_trees_anyway(checkpoint, dev,
+                                                                         tmp_path):
+    words, gold = dev
+    sentence, gold_tree = words.read_text().splitlines()[0], gold.read_text().splitlines()[0]
+    changed, many_gold = tmp_path / "changed.words", tmp_path / "many.gold"
+    changed.write_text(f"zzz {sentence}\n" * 12)  # a word more: 12 error sentences
+    many_gold.write_text(f"{gold_tree}\n" * 12)
+    output = tmp_path / "trees.txt"
+    result = invoke("--checkpoint", checkpoint, "--gold", many_gold, "--input", changed,
+                    "--output", output, *FAST)
+    assert result.exit_code == 1
+    assert "Error: 12 sentences with errors, more than EVALB's MAX_ERROR 10 allows" in result.stderr
+    hint = f"; to score them anyway: vtx score-trees {many_gold} {output} --max-errors 12\n"
+    assert result.stderr.endswith(hint), result.stderr
+    scored = CliRunner().invoke(main, ["score-trees", str(many_gold), str(output),
+                                       "--max-errors", "12"])
+    assert scored.exit_code == 0 and "Number of Error sentence  =     12" in scored.output
+
+
 def test_a_beam_too_wide_for_the_memory_is_one_line_naming_the_flag(checkpoint, dev, tmp_path,
                                                                     monkeypatch):
     import vtx.inference.translate

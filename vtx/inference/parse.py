@@ -179,7 +179,8 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
             or a sentence alone needs more memory than allowed (naming `beam`).
         OSError, ValueError, TreeSyntaxError: an unreadable input, gold file or checkpoint
             (named).
-        evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written).
+        evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written); the
+            message gives the `vtx score-trees` command that scores them anyway.
     """
     check_output(output_path, force, {"--input": input_path, "--checkpoint": checkpoint,
                                       "--gold": gold_path})
@@ -193,5 +194,17 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
     with output_sink(output_path, force=force) as write:
         report = parse_stream(translator, lines, write, buffer_size, gold, warn)
     log(report.repair_summary())
-    scores = evalb.score_trees(gold, report.trees) if gold is not None else None
+    scores = _score(gold, report.trees, gold_path, output_path) if gold is not None else None
     return ParsedFile(path, report, scores)
+
+
+def _score(gold: list[Tree | None], trees: list[Tree | None], gold_path: str | Path,
+           output_path: str | Path | None) -> evalb.EvalbReport:
+    """EVALB's scores of the written trees; when it gives up, how to score them anyway."""
+    try:
+        return evalb.score_trees(gold, trees)
+    except evalb.TooManyErrors as error:
+        written = output_path or "TREES"
+        where = "" if output_path else " (TREES: the trees written to standard output)"
+        raise evalb.TooManyErrors(f"{error}; to score them anyway: vtx score-trees {gold_path} "
+                                  f"{written} --max-errors {len(gold)}{where}") from None
