@@ -83,3 +83,13 @@ def as_traced_update(function):
     call (here: nothing to trace)."""
     function.get_concrete_function = lambda *args: None
     return function
+
+
+@pytest.fixture(scope="session")
+def random_parser_checkpoint(shared_data, tmp_path_factory) -> Path:
+    """A random-weight parser (tests/inference/parser_checkpoint.py) on 20 sample treebank files:
+    `vtx parse` refuses a translation model's checkpoint."""
+    from tests.inference.parser_checkpoint import write_random_parser
+
+    files = sorted((shared_data / "ptb_sample").glob("wsj_*.mrg"))[:20]
+    return write_random_parser(tmp_path_factory.mktemp("parser"), files)

@@ -295,7 +295,9 @@ def test_a_pair_longer_than_the_model_positions_is_refused_before_training(share
 
 
 @pytest.mark.parametrize("command", ["translate", "parse"])
-def test_an_existing_output_file_needs_force(trained_checkpoint, tmp_path, command):
+def test_an_existing_output_file_needs_force(request, tmp_path, command):
+    trained_checkpoint = request.getfixturevalue(
+        "trained_checkpoint" if command == "translate" else "random_parser_checkpoint")
     output = tmp_path / "out.txt"
     output.write_text("keep me\n")
     result = invoke(command, "--checkpoint", trained_checkpoint, "--output", output,

@@ -49,7 +49,7 @@ def test_unknown_arch_is_a_usage_error_naming_the_value():
     ("preprocess", "vtx.data.preprocess:train_sentencepiece"),  # in the hidden data folder
 ])
 def test_ctrl_c_exits_130_naming_the_command_and_leaves_no_output(
-        shared_data, trained_checkpoint, tmp_path, command, at):
+        shared_data, trained_checkpoint, tmp_path, command, at, request):
     """Ctrl-C was click's "Aborted!", exit 1, in every command but train; now 130 and one line.
     Raised while the output is being written: neither it nor its hidden temporary is left."""
     inputs = tmp_path / "inputs"
@@ -62,7 +62,8 @@ def test_ctrl_c_exits_130_naming_the_command_and_leaves_no_output(
     outputs.mkdir()
     args = {"translate": ["--checkpoint", trained_checkpoint, "--input",
                           inputs / "sentences.txt", "--output", outputs / "out.txt"],
-            "parse": ["--checkpoint", trained_checkpoint, "--input", inputs / "sentences.txt",
+            "parse": ["--checkpoint", request.getfixturevalue("random_parser_checkpoint"),
+                      "--input", inputs / "sentences.txt",
                       "--output", outputs / "trees.txt"],
             "average-checkpoints": ["--inputs", trained_checkpoint, "--output",
                                     outputs / "avg.npz"],

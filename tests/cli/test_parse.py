@@ -174,3 +174,17 @@ def test_constrained_trees_from_a_translation_model_are_one_line_naming_the_flag
     assert errors == ["Error: --constrain-trees needs a parser's model: this one's vocabulary "
                       "holds no bracket pair such as (NP / )NP"], result.output
     assert "in user code" not in result.output
+
+
+def test_a_translation_model_is_refused_naming_the_checkpoint(tmp_path):
+    """Its German was repaired into flat trees, exit 0: nothing said it was no parser."""
+    translation_model = Path(__file__).parents[1] / "fixtures" / "multi30k_tiny.npz"
+    output = tmp_path / "trees.txt"
+    result = invoke("--checkpoint", translation_model, "--output", output, stdin="A dog .\n")
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert errors == [f"Error: {translation_model}: not a parser's checkpoint: its vocabulary "
+                      "holds no tree bracket such as (NP or )NP, so its model was not trained on "
+                      "linearized trees (vtx prepare-parse, then vtx preprocess "
+                      "--whole-word-symbols brackets.txt)"], result.output
+    assert not output.exists()

@@ -28,7 +28,7 @@ from vtx.inference.translate import (STDIN, Translator, check_output, load_trans
                                      open_source, output_sink, read_lines,
                                      resolve_checkpoint)
 from vtx.parsing import evalb
-from vtx.parsing.linearize import RepairStats, delinearize
+from vtx.parsing.linearize import RepairStats, delinearize, is_bracket
 from vtx.parsing.trees import Tree
 
 _BRACKET_ESCAPES = str.maketrans({"(": "-LRB-", ")": "-RRB-"})
@@ -190,12 +190,27 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
     gold = read_gold(gold_path, len(lines)) if gold_path else None
     path = resolve_checkpoint(checkpoint)
     translator = load_translator(path, options, warn)
+    check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     log(f"checkpoint: {path}")
     with output_sink(output_path, force=force) as write:
         report = parse_stream(translator, lines, write, buffer_size, gold, warn)
     log(report.repair_summary())
     scores = _score(gold, report.trees, gold_path, output_path) if gold is not None else None
     return ParsedFile(path, report, scores)
+
+
+def check_parser_vocabulary(pieces: Sequence[str], path: str | Path) -> None:
+    """Refuse a checkpoint whose vocabulary holds no tree bracket: the repairs would turn its
+    output (e.g. a translation's words) into flat trees without a word of warning.
+
+    Raises:
+        ValueError: no piece is a bracket such as `(NP` or `)NP` (the message names `path`).
+    """
+    if not any(is_bracket(piece) for piece in pieces):
+        raise ValueError(f"{path}: not a parser's checkpoint: its vocabulary holds no tree "
+                         f"bracket such as (NP or )NP, so its model was not trained on "
+                         f"linearized trees (vtx prepare-parse, then vtx preprocess "
+                         f"--whole-word-symbols brackets.txt)")
 
 
 def _score(gold: list[Tree | None], trees: list[Tree | None], gold_path: str | Path,
