@@ -73,8 +73,10 @@ def _nonfinite(grads) -> tf.Tensor:
 
 def _any_shape(value) -> tf.TypeSpec:
     """The type of `value` (an array, tensor or distributed value) with every dimension unknown."""
-    spec = getattr(value, "_type_spec", None) or tf.type_spec_from_value(tf.convert_to_tensor(value))
-    return spec._with_tensor_ranks_only()
+    spec = getattr(value, "_type_spec", None)  # a distributed value's (PerReplicaSpec)
+    if spec is None:
+        spec = tf.type_spec_from_value(tf.convert_to_tensor(value))
+    return spec._with_tensor_ranks_only()  # each dimension None, each rank kept
 
 
 def _empty_batch() -> dict:
@@ -344,8 +346,8 @@ class Trainer(TrainingLoop):
         first: every batch then runs through the same program (XLA compiles one per shape from
         it). Left to TensorFlow (`reduce_retracing`), the first shape a process meets gets a
         program of its own and every later shape a general one; the two sum in other orders, so
-        a run resumed from a checkpoint, whose first batch has another shape, ended ~1e-7 away
-        from the run it continues (with or without XLA). `batches`: a distributed value of
+        a run resumed from a checkpoint, whose first batch has another shape, ended up to ~1e-6
+        away from the run it continues (with or without XLA). `batches`: a distributed value of
         batches of the kind the run trains on (their shapes do not matter)."""
         if self._traced_for_any_shape:
             return
