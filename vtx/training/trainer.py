@@ -330,16 +330,16 @@ class Trainer(TrainingLoop):
             batches = [stream.next() for _ in range(self.topology.local_replicas)]
             longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
             with self._out_of_memory_said(batches):
-                if micro_batch == 0:
-                    self._trace_for_any_shape(self.collectives.per_replica(batches))
+                placed = self.collectives.per_replica(batches)
+                self._trace_for_any_shape(placed)  # before the first update only
                 if micro_batch < self.config.update_freq - 1:
-                    self._accumulate(self.collectives.per_replica(batches))
+                    self._accumulate(placed)
                 else:
                     # The loop judges divergence by batch length; workers see different
                     # batches and must agree (they stop together), so with several one mean.
                     self.launched_lengths.append(longest if self.topology.num_workers == 1
                                                  else None)
-                    return self._update(self.collectives.per_replica(batches), tf.constant(True))
+                    return self._update(placed, tf.constant(True))
 
     def _trace_for_any_shape(self, batches) -> None:
         """Trace the update (and the accumulation) once for batches of any shape, before the
