@@ -32,7 +32,8 @@
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
-# PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (part 6) are appended to the parts' commands (the
+# PARTS picks the parts and their order (default "pipeline synthetic big resume nojit trace";
+# resume needs pipeline's run). PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (part 6) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
 # there):
 #   PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
@@ -53,6 +54,14 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
+read -ra parts <<< "${PARTS:-pipeline synthetic big resume nojit trace}"
+for name in "${parts[@]}"; do
+  case $name in
+    pipeline|synthetic|big|resume|nojit|trace) ;;
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline synthetic big resume nojit" \
+         "trace)" >&2; exit 2 ;;
+  esac
+done
 python=$(command -v python3 || command -v python)
 
 note() { echo "$*" | tee -a "$summary"; }
@@ -84,31 +93,46 @@ else
   note "gpu: none (no nvidia-smi): the figures below are this CPU's"
 fi
 
-part pipeline 240 bash "$here/gpu_pipeline.sh" train "$data" 1 "${pipeline_flags[@]}"
-grep -hE "precision:|batch shapes|packed, several pairs|compiled [0-9]+ batch shapes|\| tok/s" \
-  "$out/gpu_pipeline_train.log" 2>/dev/null | sed -n '1,8p;$p' | tee -a "$summary"
+do_pipeline() {
+  part pipeline 240 bash "$here/gpu_pipeline.sh" train "$data" 1 "${pipeline_flags[@]}"
+  grep -hE "precision:|batch shapes|packed, several pairs|compiled [0-9]+ batch shapes|\| tok/s" \
+    "$out/gpu_pipeline_train.log" 2>/dev/null | sed -n '1,8p;$p' | tee -a "$summary"
+}
 
-part synthetic 170 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --no-reference \
-  "${train_flags[@]}"
-grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
+do_synthetic() {
+  part synthetic 170 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --no-reference \
+    "${train_flags[@]}"
+  grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
+}
 
-part big 200 "$python" "$here/gpu_train.py" --archs big --tokens 16384 --steps 10 \
-  --no-reference --profile "$RUN.prof" "${train_flags[@]}"
-grep -A30 "^arch " "$out/big.log" 2>/dev/null | tee -a "$summary"
+do_big() {
+  part big 200 "$python" "$here/gpu_train.py" --archs big --tokens 16384 --steps 10 \
+    --no-reference --profile "$RUN.prof" "${train_flags[@]}"
+  grep -A30 "^arch " "$out/big.log" 2>/dev/null | tee -a "$summary"
+}
 
-part resume 90 bash "$here/gpu_pipeline.sh" resume "$data" 0.25 "${pipeline_flags[@]}"
-grep -hE "compiled [0-9]+ batch shapes|\| tok/s" "$out/gpu_pipeline_resume.log" 2>/dev/null \
-  | sed -n '1,2p' | tee -a "$summary"
+do_resume() {
+  part resume 90 bash "$here/gpu_pipeline.sh" resume "$data" 0.25 "${pipeline_flags[@]}"
+  grep -hE "compiled [0-9]+ batch shapes|\| tok/s" "$out/gpu_pipeline_resume.log" 2>/dev/null \
+    | sed -n '1,2p' | tee -a "$summary"
+}
 
 # `auto` takes float32 on a GPU without XLA (--no-jit) on the issue's older measurement
 # (bfloat16 0.74x float32): checked on this code when time is left.
-for precision in float32 mixed_bfloat16; do
-  part "nojit_$precision" 60 "$python" "$here/gpu_train.py" --archs base --tokens 8192 \
-    --no-jit --precision "$precision" --steps 20 --no-reference "${train_flags[@]}"
-  grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | tail -1 | tee -a "$summary"
-done
+do_nojit() {
+  local precision
+  for precision in float32 mixed_bfloat16; do
+    part "nojit_$precision" 60 "$python" "$here/gpu_train.py" --archs base --tokens 8192 \
+      --no-jit --precision "$precision" --steps 20 --no-reference "${train_flags[@]}"
+    grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | tail -1 | tee -a "$summary"
+  done
+}
 
-part trace 240 "$python" "$here/general_trace.py" --arch base --shape 128x64 \
-  --precision mixed_bfloat16 --jit --runs 20 "${trace_flags[@]}"
-grep -E "program:|general / exact" "$out/trace.log" 2>/dev/null | tee -a "$summary"
+do_trace() {
+  part trace 240 "$python" "$here/general_trace.py" --arch base --shape 128x64 \
+    --precision mixed_bfloat16 --jit --runs 20 "${trace_flags[@]}"
+  grep -E "program:|general / exact" "$out/trace.log" 2>/dev/null | tee -a "$summary"
+}
+
+for name in "${parts[@]}"; do "do_$name"; done
 note "gpu_session: done after $(( SECONDS - started )) s; logs in $out"
