@@ -176,7 +176,16 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
     assert len(compiled) == count and f"shape {count}/{count}" in compiled[-1]
     assert result.stderr.index(compiled[-1]) < result.stderr.index("step 2/2")
     assert f"compiled {count} batch shapes in " in result.stderr  # the total, said once
-    assert any(cache.glob("xla_compile_cache_*")), "no compiled program was kept"
+    kept = sorted(cache.glob("xla_compile_cache_*"))
+    assert kept, "no compiled program was kept"
+    # Resumed, the run finds every program in the cache (same names and HLO): none is added.
+    resumed = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
+                  "--max-steps", 3, "--max-tokens", 256, "--precision", "float32", "--jit",
+                  "--no-pack", "--max-shapes", 3, "--xla-cache-dir", cache,
+                  "--validate-interval-steps", 0, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "step 3/3" in resumed.stderr
+    assert sorted(cache.glob("xla_compile_cache_*")) == kept, "a resumed run compiled again"
     refused = vtx("train", multi30k_small / "data", "--arch", "tiny", "--save-dir", save,
                   "--xla-cache-dir", cache)
     assert refused.returncode == 2 and "--xla-cache-dir goes with --jit" in refused.stderr
