@@ -5,21 +5,27 @@
 #
 #   bash benchmarks/gpu_session.sh DATA_DIR [SECONDS=480]
 #
-#   1 pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
-#                packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total
-#                (target <= 3 minutes) and the steady tok/s (target >= 90% of part 2's rate)
-#   2 synthetic  gpu_train.py, base at 8192 tokens of 128 x 64, no padding: the synthetic rate
-#                on this GPU (an H100 measured 250,233 tok/s on 2026-11-24; an H200 needs its own).
-#                Since 2026-11-27 it runs the update's general program (traced for any shape,
-#                for exact resumes), where 2026-11-24 ran an exact one: part 6 compares the two
-#   3 big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
-#                28.0% on the H100) and where the update's time goes on the device
-#   4 resume     part 1's run resumed for 15 s: compiled programs from the persistent XLA cache,
-#                so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute)
-#   5 nojit      base at 8192 tokens without XLA in float32, then mixed_bfloat16: whether
-#                bfloat16 is still slower there (why `--precision auto` takes float32 with --no-jit)
-#   6 trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
-#                against an exact one (1.016 under XLA on a Zen 4 CPU)
+#   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
+#              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
+#              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
+#              2026-11-27: 98.6 s, 212,452 tok/s (74% of synthetic's 285,592)
+#   resume     pipeline's run resumed for 15 s: compiled programs from the persistent XLA cache,
+#              so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute).
+#              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter; fixed
+#              after, by _align_trace_names: not yet measured on a GPU)
+#   packed     gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64
+#              packed 4 pairs a row: the packed layout's cost (segment masks) against synthetic
+#   synthetic  the same unpacked, no padding: the synthetic rate on this GPU, pipeline's
+#              denominator. With the preset's vocabulary of 37,000 (more work an update than the
+#              pipeline's model): H100 250,233 tok/s on 2026-11-24 (exact program), H200
+#              285,592 on 2026-11-27 (the general program traced for any shape)
+#   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
+#              28.0% on the H100) and where the update's time goes on the device
+#   nojit      base at 8192 tokens without XLA in float32, then mixed_bfloat16: whether
+#              bfloat16 is still slower there (why `--precision auto` takes float32 with
+#              --no-jit). H200, 2026-11-27: float32 98,351 tok/s; bfloat16 not reached
+#   trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
+#              against an exact one (1.016 under XLA on a Zen 4 CPU; 0.966 on the H200)
 #
 # Device time is scarce (15 minutes a task in all, the machine's start and the staging
 # included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
@@ -32,8 +38,10 @@
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
-# PARTS picks the parts and their order (default "pipeline synthetic big resume nojit trace";
-# resume needs pipeline's run). PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (part 6) are appended to the parts' commands (the
+# PARTS picks the parts and their order (default "pipeline resume packed synthetic big nojit
+# trace"; resume needs pipeline's run). The machine stays warm 30 s after a call: a second call
+# then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
+# PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
 # there):
 #   PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
@@ -54,12 +62,12 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
-read -ra parts <<< "${PARTS:-pipeline synthetic big resume nojit trace}"
+read -ra parts <<< "${PARTS:-pipeline resume packed synthetic big nojit trace}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|synthetic|big|resume|nojit|trace) ;;
-    *) echo "gpu_session: PARTS: unknown part $name (pipeline synthetic big resume nojit" \
-         "trace)" >&2; exit 2 ;;
+    pipeline|resume|packed|synthetic|big|nojit|trace) ;;
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume packed synthetic big" \
+         "nojit trace)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -100,8 +108,8 @@ do_pipeline() {
 }
 
 do_synthetic() {
-  part synthetic 170 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --no-reference \
-    "${train_flags[@]}"
+  part synthetic 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+    --no-reference "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 
@@ -109,6 +117,12 @@ do_big() {
   part big 200 "$python" "$here/gpu_train.py" --archs big --tokens 16384 --steps 10 \
     --no-reference --profile "$RUN.prof" "${train_flags[@]}"
   grep -A30 "^arch " "$out/big.log" 2>/dev/null | tee -a "$summary"
+}
+
+do_packed() {
+  part packed 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+    --packed 4 --no-reference "${train_flags[@]}"
+  grep -A1 "^arch " "$out/packed.log" 2>/dev/null | tail -1 | tee -a "$summary"
 }
 
 do_resume() {

@@ -19,6 +19,10 @@ On the GPU machine (see ../shared/gpu/README.md):
     bash .gpu/bin/setup.sh && . .gpu/bin/env.sh && python benchmarks/gpu_train.py
 `--profile DIR` then traces a few more updates and prints where their time went on the device:
 busy and idle time, matrix products against the rest, the longest kernels (`xplane_summary.py`).
+`--packed N` gives vtx batches of the same shape packed as `vtx train --pack` packs them, N pairs
+a row of L // N tokens a side (segment ids and positions: attention within each pair), where the
+real pipeline's packed rate can be set against the same model's unpacked one (no torch reference:
+it has no packing).
 On a CPU, to check that it runs (the figures mean nothing there):
     python benchmarks/gpu_train.py --device cpu --archs tiny --tokens 512 --length 16 --steps 3
 """
@@ -26,6 +30,7 @@ On a CPU, to check that it runs (the figures mean nothing there):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -36,6 +41,12 @@ import time
 from train_throughput import RESULT_TAG, model_config_for, run_child, synthetic_batches
 
 
+def arch_config(arch: str, args):
+    """The arch's preset, with `--vocab` when given (the real pipeline's vocabulary)."""
+    config = model_config_for(arch)
+    return dataclasses.replace(config, vocab_size=args.vocab) if args.vocab else config
+
+
 def measure_vtx(arch: str, tokens: int, args) -> dict:
     """Compile seconds, then the wall seconds of `args.steps` updates launched back to back."""
     import tensorflow as tf
@@ -44,16 +55,20 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
     from vtx.training.stream import BatchStream
     from vtx.training.trainer import Trainer
 
-    model_config = model_config_for(arch)
+    model_config = arch_config(arch, args)
     batches = synthetic_batches(model_config.vocab_size, tokens, args.length)
+    if args.packed > 1:
+        batches = [packed(batch, args.packed) for batch in batches]
     train_config = TrainConfig(max_tokens=tokens, precision=args.precision,
                                jit_compile=args.jit, validate_interval_steps=0)
     device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
     with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
         trainer = Trainer(model_config, train_config, save_dir,
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
-        started = time.perf_counter()
         rows, length = batches[0]["source"].shape
+        if args.packed > 1:  # compiled for packed batches, as `vtx train --pack` does
+            trainer.packed_shapes = [(rows, length, length)]
+        started = time.perf_counter()
         trainer.compile_shapes([(rows, length, length)])
         compile_seconds = time.perf_counter() - started
         stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
@@ -72,6 +87,21 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
                 "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1],
                 "profile": profile(trainer, stream, args, f"{arch}_{tokens}") if args.profile
                 else None}
+
+
+def packed(batch: dict, pairs: int) -> dict:
+    """`batch` (B x L a side) as packed rows of `pairs` pairs of L // pairs positions a side,
+    each pair's source and target cut from the row's tokens: the same shape and count of target
+    tokens (L // pairs divides L), the model attending within each pair."""
+    from vtx.data import packing
+
+    rows, length = batch["source"].shape
+    span = length // pairs
+    source, target = batch["source"], batch["target_out"]
+    packed_rows = [[(source[row, i * span:(i + 1) * span],
+                     target[row, i * span:(i + 1) * span - 1]) for i in range(pairs)]
+                   for row in range(rows)]
+    return packing.pack_batch(packed_rows, (rows, length, length))
 
 
 def profile(trainer, stream, args, name: str) -> str:
@@ -98,7 +128,7 @@ def measure_torch(arch: str, tokens: int, args) -> dict:
     import torch_reference
 
     device = "cuda" if args.device == "gpu" else "cpu"
-    model = torch_reference.build(model_config_for(arch).to_dict(), os.cpu_count()).to(device)
+    model = torch_reference.build(arch_config(arch, args).to_dict(), os.cpu_count()).to(device)
     step = torch_reference.make_step(model, label_smoothing=0.1,
                                      bfloat16=args.precision == "mixed_bfloat16",
                                      fused=device == "cuda", read_loss=False)
@@ -123,7 +153,8 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
                "--tokens", str(tokens), "--length", str(args.length), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--precision", args.precision,
                "--device", args.device, "--jit" if args.jit else "--no-jit",
-               "--profile-steps", str(args.profile_steps), "--peak-tflops", str(args.peak_tflops)]
+               "--profile-steps", str(args.profile_steps), "--peak-tflops", str(args.peak_tflops),
+               "--packed", str(args.packed), "--vocab", str(args.vocab or 0), "--reference" if args.reference else "--no-reference"]
     if args.profile and framework == "vtx":
         command += ["--profile", args.profile]
     return run_child(command, f"{framework} {arch} {tokens}")
@@ -145,7 +176,9 @@ def format_row(arch: str, tokens: int, vtx: dict | None, torch: dict | None, arg
 def main(args) -> None:
     print(f"device: {args.device} ({_gpu_name() if args.device == 'gpu' else 'CPU'}); "
           f"precision {args.precision}, vtx XLA {'on' if args.jit else 'off'}; B x {args.length} "
-          f"tokens a side; {args.warmup} warm-up + {args.steps} timed updates back to back; "
+          f"tokens a side{f', vocabulary {args.vocab}' if args.vocab else ''}"
+          f"{f', packed {args.packed} pairs a row' if args.packed > 1 else ''}; "
+          f"{args.warmup} warm-up + {args.steps} timed updates back to back; "
           f"MFU against {args.peak_tflops:g} TFLOP/s")
     print(f"{'arch':10} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
           f"{'ratio':>7} {'vtx MFU':>7} {'torch MFU':>7} params vtx/torch")
@@ -184,10 +217,22 @@ def parse_args(argv=None):
                         help="after timing, trace vtx's updates into DIR/<arch>_<tokens> with "
                              "TensorFlow's profiler and print where their time went")
     parser.add_argument("--profile-steps", type=int, default=3, help="updates traced")
+    parser.add_argument("--vocab", type=int, default=0,
+                        help="vocabulary size (default: the arch's preset; the real pipeline's "
+                             "Multi30k: 8000)")
+    parser.add_argument("--packed", type=int, default=1, metavar="N",
+                        help="vtx's rows packed with N pairs of L // N tokens a side")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.length < 2 or any(int(t) < args.length for t in args.tokens.split(",")):
         parser.error(f"every --tokens ({args.tokens}) must be >= --length ({args.length}) >= 2")
+    if args.vocab and args.vocab < 8:
+        parser.error(f"--vocab {args.vocab}: at least 8 (4 special ids and words)")
+    if args.packed < 1 or args.length % args.packed or args.length // args.packed < 2:
+        parser.error(f"--packed {args.packed} must divide --length {args.length} into pairs of "
+                     f">= 2 tokens")
+    if args.packed > 1 and args.reference:
+        parser.error("--packed goes with --no-reference (the torch reference does not pack)")
     if args.profile_steps < 1:
         parser.error(f"--profile-steps must be >= 1, got {args.profile_steps}")
     return args
