@@ -14,7 +14,8 @@
 #              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter; fixed
 #              after, by _align_trace_names: not yet measured on a GPU)
 #   packed     gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64
-#              packed 4 pairs a row: the packed layout's cost (segment masks) against synthetic
+#              packed 4 pairs a row: the packed layout's cost (segment masks) against synthetic;
+#              both also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   synthetic  the same unpacked, no padding: the synthetic rate on this GPU, pipeline's
 #              denominator. With the preset's vocabulary of 37,000 (more work an update than the
 #              pipeline's model): H100 250,233 tok/s on 2026-11-24 (exact program), H200
@@ -109,7 +110,7 @@ do_pipeline() {
 
 do_synthetic() {
   part synthetic 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --no-reference "${train_flags[@]}"
+    --no-reference --in-flight 0,2 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 
@@ -121,8 +122,8 @@ do_big() {
 
 do_packed() {
   part packed 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --packed 4 --no-reference "${train_flags[@]}"
-  grep -A1 "^arch " "$out/packed.log" 2>/dev/null | tail -1 | tee -a "$summary"
+    --packed 4 --no-reference --in-flight 0,2 "${train_flags[@]}"
+  grep -A2 "^arch " "$out/packed.log" 2>/dev/null | tail -2 | tee -a "$summary"
 }
 
 do_resume() {

@@ -5,8 +5,10 @@ target tokens of B x L, L = `--length`, no padding), one child process each:
 
 * vtx: the real `Trainer` on a one-device MirroredStrategy, `--precision` (default
   mixed_bfloat16), XLA on (`--no-jit` for off); the batch shape compiled first (`compile s`),
-  `--warmup` updates, then `--steps` updates launched back to back as `vtx train` launches them
-  (each before the one before is read) and read at the end: target tokens per second of wall time.
+  `--warmup` updates, then `--steps` updates launched back to back and read at the end: target
+  tokens per second of wall time. `--in-flight 0,2` times them again as `vtx train`'s loop runs
+  them, each read while the next is launched (at most 2 in flight): what reading each update
+  costs.
 * torch: `benchmarks/torch_reference.py` (the same model on torch.nn) on the same device, bf16
   autocast for mixed_bfloat16, `Adam(fused=True)` on a GPU, the same updates back to back,
   synchronised at the end.
@@ -30,6 +32,7 @@ On a CPU, to check that it runs (the figures mean nothing there):
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -74,16 +77,15 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
         for _ in range(args.warmup):
             trainer.train_update(stream)
-        started = time.perf_counter()
-        launched = [trainer.start_update(stream) for _ in range(args.steps)]
-        loss_sums = [float(trainer.read_update(totals)[0]) for totals in launched]
-        seconds = time.perf_counter() - started
+        seconds, loss_sums = timed_updates(trainer, stream, args.steps, args.in_flight)
+        read_each = {k: timed_updates(trainer, stream, args.steps, k)[0]
+                     for k in args.also_in_flight}
         if args.profile:  # the figures first: a time limit may stop the trace
             rate = tokens // args.length * args.length * args.steps / seconds
             mfu = 100 * rate * 6 * trainer.model.count_params() / (args.peak_tflops * 1e12)
             print(f"timed: compiled in {compile_seconds:.1f} s, {rate:.0f} tok/s, MFU {mfu:.1f}%; "
                   f"tracing {args.profile_steps} more update(s)", flush=True)
-        return {"seconds": seconds, "compile_seconds": compile_seconds,
+        return {"seconds": seconds, "compile_seconds": compile_seconds, "in_flight": read_each,
                 "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1],
                 "profile": profile(trainer, stream, args, f"{arch}_{tokens}") if args.profile
                 else None}
@@ -102,6 +104,19 @@ def packed(batch: dict, pairs: int) -> dict:
                      target[row, i * span:(i + 1) * span - 1]) for i in range(pairs)]
                    for row in range(rows)]
     return packing.pack_batch(packed_rows, (rows, length, length))
+
+
+def timed_updates(trainer, stream, steps: int, in_flight: int) -> tuple[float, list[float]]:
+    """Wall seconds of `steps` updates, at most `in_flight` launched and not yet read (0: all
+    launched, then read; `vtx train`'s loop: 2, each update launched before the one before is
+    read), and their loss sums."""
+    started, launched, loss_sums = time.perf_counter(), collections.deque(), []
+    for _ in range(steps):
+        if in_flight and len(launched) == in_flight:
+            loss_sums.append(float(trainer.read_update(launched.popleft())[0]))
+        launched.append(trainer.start_update(stream))
+    loss_sums += [float(trainer.read_update(totals)[0]) for totals in launched]
+    return time.perf_counter() - started, loss_sums
 
 
 def profile(trainer, stream, args, name: str) -> str:
@@ -154,7 +169,9 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
                "--warmup", str(args.warmup), "--precision", args.precision,
                "--device", args.device, "--jit" if args.jit else "--no-jit",
                "--profile-steps", str(args.profile_steps), "--peak-tflops", str(args.peak_tflops),
-               "--packed", str(args.packed), "--vocab", str(args.vocab or 0), "--reference" if args.reference else "--no-reference"]
+               "--packed", str(args.packed), "--vocab", str(args.vocab or 0),
+               "--in-flight", ",".join(map(str, [args.in_flight, *args.also_in_flight])),
+               "--reference" if args.reference else "--no-reference"]
     if args.profile and framework == "vtx":
         command += ["--profile", args.profile]
     return run_child(command, f"{framework} {arch} {tokens}")
@@ -187,6 +204,10 @@ def main(args) -> None:
             vtx = run_worker("vtx", arch, tokens, args)
             torch = run_worker("torch", arch, tokens, args) if args.reference else None
             print(format_row(arch, tokens, vtx, torch, args), flush=True)
+            for in_flight, seconds in (vtx or {}).get("in_flight", {}).items():
+                rate = tokens // args.length * args.length * args.steps / seconds
+                print(f"  vtx, at most {in_flight} updates in flight: {rate:.0f} tok/s, "
+                      f"{100 * vtx['seconds'] / seconds:.1f}% of the row's", flush=True)
             if vtx and vtx.get("profile"):
                 print(vtx["profile"], flush=True)
 
@@ -220,12 +241,22 @@ def parse_args(argv=None):
     parser.add_argument("--vocab", type=int, default=0,
                         help="vocabulary size (default: the arch's preset; the real pipeline's "
                              "Multi30k: 8000)")
+    parser.add_argument("--in-flight", default="0", metavar="K[,K...]",
+                        help="at most K updates launched and not yet read (0: all launched, then "
+                             "read; vtx train's loop: 2); more values: timed again after, each")
     parser.add_argument("--packed", type=int, default=1, metavar="N",
                         help="vtx's rows packed with N pairs of L // N tokens a side")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.length < 2 or any(int(t) < args.length for t in args.tokens.split(",")):
         parser.error(f"every --tokens ({args.tokens}) must be >= --length ({args.length}) >= 2")
+    given = args.in_flight
+    try:
+        args.in_flight, *args.also_in_flight = [int(k) for k in given.split(",")]
+    except ValueError:
+        parser.error(f"--in-flight {given}: whole numbers, comma-separated")
+    if min([args.in_flight, *args.also_in_flight]) < 0:
+        parser.error(f"--in-flight {given}: no value below 0")
     if args.vocab and args.vocab < 8:
         parser.error(f"--vocab {args.vocab}: at least 8 (4 special ids and words)")
     if args.packed < 1 or args.length % args.packed or args.length // args.packed < 2:

@@ -34,10 +34,12 @@ def test_packed_rows_keep_the_shape_and_the_target_tokens_with_one_segment_a_pai
     np.testing.assert_array_equal(packed["target_out"][:, 0::2], batch["target_out"][:, 0::2])
 
 
-def test_packed_needs_pairs_of_two_tokens_and_no_reference():
+def test_packed_and_in_flight_values_are_checked():
     for flags, said in ((["--packed", "3"], "--packed 3 must divide --length 16"),
                         (["--packed", "16"], "pairs of >= 2 tokens"),
-                        (["--packed", "2"], "--packed goes with --no-reference")):
+                        (["--packed", "2"], "--packed goes with --no-reference"),
+                        (["--in-flight", "0,x"], "--in-flight 0,x: whole numbers"),
+                        (["--in-flight", "2,-1"], "--in-flight 2,-1: no value below 0")):
         done = subprocess.run([sys.executable, str(SCRIPT), "--length", "16", *flags],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and said in done.stderr, done.stderr
@@ -47,8 +49,13 @@ def test_packed_batches_train_through_the_program_compiled_for_them():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--archs", "tiny", "--tokens", "256",
          "--length", "16", "--steps", "2", "--warmup", "1", "--packed", "4", "--no-reference",
-         "--precision", "float32"], capture_output=True, text=True, timeout=600)
+         "--precision", "float32", "--in-flight", "0,2"], capture_output=True, text=True,
+        timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "B x 16 tokens a side, packed 4 pairs a row;" in done.stdout
     # compile seconds and tok/s measured (a failed worker leaves "-")
-    assert re.match(r"tiny +256 +[\d.]+ +\d+ +- ", done.stdout.splitlines()[-1]), done.stdout
+    row, read_each = done.stdout.splitlines()[-2:]
+    assert re.match(r"tiny +256 +[\d.]+ +\d+ +- ", row), done.stdout
+    # the same updates again, each read while the next is launched (vtx train's loop)
+    assert re.match(r"  vtx, at most 2 updates in flight: \d+ tok/s, [\d.]+% of the row's$",
+                    read_each), done.stdout
