@@ -22,6 +22,9 @@
 #              285,592 on 2026-11-27 (the general program traced for any shape)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #              28.0% on the H100) and where the update's time goes on the device
+#   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep
+#              XLA's autotuning in one --xla_gpu_per_fusion_autotune_cache_dir: the second's
+#              compile seconds against the first's (whether vtx should keep that directory)
 #   nojit      base at 8192 tokens without XLA in float32, then mixed_bfloat16: whether
 #              bfloat16 is still slower there (why `--precision auto` takes float32 with
 #              --no-jit). H200, 2026-11-27: float32 98,351 tok/s; bfloat16 not reached
@@ -63,12 +66,12 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
-read -ra parts <<< "${PARTS:-pipeline resume packed synthetic big nojit trace}"
+read -ra parts <<< "${PARTS:-pipeline resume packed synthetic big autotune nojit trace}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|packed|synthetic|big|nojit|trace) ;;
+    pipeline|resume|packed|synthetic|big|autotune|nojit|trace) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume packed synthetic big" \
-         "nojit trace)" >&2; exit 2 ;;
+         "autotune nojit trace)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -147,6 +150,21 @@ do_trace() {
   part trace 240 "$python" "$here/general_trace.py" --arch base --shape 128x64 \
     --precision mixed_bfloat16 --jit --runs 20 "${trace_flags[@]}"
   grep -E "program:|general / exact" "$out/trace.log" 2>/dev/null | tee -a "$summary"
+}
+
+# XLA's autotuner picks each matrix product's and fusion's kernel by timing candidates at compile
+# time; TF 2.21's XLA can keep its choices on disk. Two fresh runs of one program share the
+# directory: the second's compile seconds say what a kept autotuning saves a new run.
+do_autotune() {
+  local cache=$RUN.autotune which
+  rm -rf "$cache" && mkdir -p "$cache"
+  for which in first second; do
+    part "autotune_$which" 150 env XLA_FLAGS="${XLA_FLAGS:-} \
+--xla_gpu_per_fusion_autotune_cache_dir=$cache" "$python" "$here/gpu_train.py" --archs base \
+      --tokens 8192 --vocab 8000 --steps 10 --no-reference "${train_flags[@]}"
+    grep -A1 "^arch " "$out/autotune_$which.log" 2>/dev/null | tail -1 | tee -a "$summary"
+  done
+  note "autotune cache: $(find "$cache" -type f | wc -l) files"
 }
 
 for name in "${parts[@]}"; do "do_$name"; done
