@@ -5,6 +5,9 @@
 #
 #   bash benchmarks/gpu_session.sh DATA_DIR [SECONDS=480]
 #
+#   Each part's line in the summary is followed by the GPU's state over it (nvidia-smi sampled
+#   every 2 s: SM clock, power, temperature, share of time running kernels).
+#
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
 #              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
@@ -15,7 +18,8 @@
 #              after, by _align_trace_names: not yet measured on a GPU)
 #   packed     gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64
 #              packed 4 pairs a row: the packed layout's cost (segment masks) against synthetic;
-#              both also timed as vtx train's loop reads each update (--in-flight 0,2)
+#              both also timed as vtx train's loop reads each update (--in-flight 0,2); 500
+#              updates (~15 s) each, as a GPU kept busy may clock lower than for 30 updates
 #   synthetic  the same unpacked, no padding: the synthetic rate on this GPU, pipeline's
 #              denominator. With the preset's vocabulary of 37,000 (more work an update than the
 #              pipeline's model): H100 250,233 tok/s on 2026-11-24 (exact program), H200
@@ -88,14 +92,37 @@ part() {
     return 0
   fi
   note "== $name ($left s left): $*"
-  local began=$SECONDS rc
+  local began=$SECONDS rc from
+  from=$(wc -l < "$clocks")
+  written+=("$name.log")
   timeout -k 20 "$left" "$@" > "$out/$name.log" 2>&1
   rc=$?
   local why=""; (( rc == 124 || rc == 137 )) && why=" (out of time)"
   note "== $name: exit $rc after $(( SECONDS - began )) s$why"
+  tail -n +$(( from + 1 )) "$clocks" | gpu_samples | tee -a "$summary"
+}
+
+# The GPU's state over a part, from nvidia-smi's samples (below): a clock under its maximum is
+# power or heat (a long run is slower than a short one), utilization under 100% the GPU waiting
+# for the host.
+gpu_samples() {
+  awk -F', *' 'NF >= 6 && $2 + 0 > 0 { n++; clock += $2; max = $3; watts += $4; heat = $5
+                                         busy += $6 }
+    END { if (n) printf "   GPU over the part: SM clock %.0f MHz of %s, %.0f W, %s C at its" \
+                        " end, kernels running %.0f%% of the time (%d samples)\n", clock / n,
+                        max, watts / n, heat, busy / n, n }'
 }
 
 : > "$summary"
+written=(gpu_pipeline_train.log gpu_pipeline_resume.log gpu_clocks.csv)  # the logs, for the tar
+clocks=$out/gpu_clocks.csv sampler=""
+: > "$clocks"
+if command -v nvidia-smi > /dev/null; then  # a sample every 2 s until the session ends
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,\
+utilization.gpu --format=csv,noheader,nounits -l 2 >> "$clocks" 2> /dev/null &
+  sampler=$!
+  trap 'kill "$sampler" 2> /dev/null' EXIT
+fi
 commit=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
 note "gpu_session $(date -u +%FT%TZ), budget $budget s, data $data, commit $commit"
 if command -v nvidia-smi > /dev/null; then
@@ -112,8 +139,8 @@ do_pipeline() {
 }
 
 do_synthetic() {
-  part synthetic 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --no-reference --in-flight 0,2 "${train_flags[@]}"
+  part synthetic 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+    --steps 500 --no-reference --in-flight 0,2 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 
@@ -124,8 +151,8 @@ do_big() {
 }
 
 do_packed() {
-  part packed 120 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --packed 4 --no-reference --in-flight 0,2 "${train_flags[@]}"
+  part packed 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+    --packed 4 --steps 500 --no-reference --in-flight 0,2 "${train_flags[@]}"
   grep -A2 "^arch " "$out/packed.log" 2>/dev/null | tail -2 | tee -a "$summary"
 }
 
@@ -168,4 +195,9 @@ do_autotune() {
 }
 
 for name in "${parts[@]}"; do "do_$name"; done
-note "gpu_session: done after $(( SECONDS - started )) s; logs in $out"
+# The device tool brings back 8 files of $OUT at most: the logs travel as one archive.
+[ -n "$sampler" ] && kill "$sampler" 2> /dev/null
+( cd "$out" && tar -czf gpu_session_logs.tar.gz --ignore-failed-read "${written[@]}" 2> /dev/null \
+    && rm -f -- "${written[@]}" )
+note "gpu_session: done after $(( SECONDS - started )) s; the summary and" \
+  "gpu_session_logs.tar.gz (each part's log, nvidia-smi's samples) in $out"
