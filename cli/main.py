@@ -9,10 +9,16 @@ import signal
 import sys
 import threading
 
-import click
+# The console script imports this module first: a Ctrl-C while click and vtx load, before the
+# group below handles it, ends with one line and 130 as well, not a KeyboardInterrupt traceback.
+try:
+    import click
 
-from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess, score_trees,
-                     train, translate)
+    from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess,
+                         score_trees, train, translate)
+except KeyboardInterrupt:
+    print("vtx: interrupted (SIGINT) while starting", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
 
 
 class Vtx(click.Group):

@@ -1,3 +1,4 @@
+import os
 import signal
 import subprocess
 import sys
@@ -75,3 +76,19 @@ def test_ctrl_c_exits_130_naming_the_command_and_leaves_no_output(
     assert result.stderr.splitlines()[-1] == f"vtx {command}: interrupted (SIGINT)"
     assert "Aborted!" not in result.stderr and "Traceback" not in result.stderr
     assert list(outputs.iterdir()) == []
+
+
+def test_ctrl_c_while_click_and_vtx_load_exits_130_in_one_line(tmp_path):
+    """A Ctrl-C while the console script imports click, before the group handles it, printed a
+    KeyboardInterrupt traceback. The fake click first on the path raises it there."""
+    fake_click = tmp_path / "click" / "__init__.py"
+    fake_click.parent.mkdir()
+    fake_click.write_text("import signal, time\n"
+                          "signal.raise_signal(signal.SIGINT)\n"
+                          "time.sleep(5)  # the interrupt is raised here at the latest\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(VTX + ["--help"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": path})
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    assert result.stderr == "vtx: interrupted (SIGINT) while starting\n"
+    assert result.stdout == ""
