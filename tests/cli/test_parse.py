@@ -184,7 +184,17 @@ def test_a_translation_model_is_refused_naming_the_checkpoint(tmp_path):
     assert result.exit_code == 1
     errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
     assert errors == [f"Error: {translation_model}: not a parser's checkpoint: its vocabulary "
-                      "holds no tree bracket such as (NP or )NP, so its model was not trained on "
-                      "linearized trees (vtx prepare-parse, then vtx preprocess "
+                      "holds no pair of tree brackets such as (NP and )NP, so its model was not "
+                      "trained on linearized trees (vtx prepare-parse, then vtx preprocess "
                       "--whole-word-symbols brackets.txt)"], result.output
     assert not output.exists()
+
+
+def test_a_vocabulary_needs_both_brackets_of_a_label():
+    """A piece like `(x` alone comes from text in parentheses, not from linearized trees."""
+    from vtx.inference.parse import check_parser_vocabulary
+
+    for pieces in (["a", "\u2581(x", "x)"], ["(NP", ")VP", "(", ")"]):
+        with pytest.raises(ValueError, match="no pair of tree brackets"):
+            check_parser_vocabulary(pieces, "model.npz")
+    check_parser_vocabulary(["a", "\u2581(NP", "\u2581)NP"], "model.npz")  # a parser's

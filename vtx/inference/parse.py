@@ -28,7 +28,7 @@ from vtx.inference.translate import (STDIN, Translator, check_output, load_trans
                                      open_source, output_sink, read_lines,
                                      resolve_checkpoint)
 from vtx.parsing import evalb
-from vtx.parsing.linearize import RepairStats, delinearize, is_bracket
+from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
 from vtx.parsing.trees import Tree
 
 _BRACKET_ESCAPES = str.maketrans({"(": "-LRB-", ")": "-RRB-"})
@@ -200,15 +200,17 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
 
 
 def check_parser_vocabulary(pieces: Sequence[str], path: str | Path) -> None:
-    """Refuse a checkpoint whose vocabulary holds no tree bracket: the repairs would turn its
-    output (e.g. a translation's words) into flat trees without a word of warning.
+    """Refuse a checkpoint whose vocabulary holds no pair of tree brackets: the repairs would turn
+    its output (e.g. a translation's words) into flat trees without a word of warning. A piece
+    like `(x` alone can come from text in parentheses; a parser's vocabulary holds `(X` and `)X`
+    for each label.
 
     Raises:
-        ValueError: no piece is a bracket such as `(NP` or `)NP` (the message names `path`).
+        ValueError: no label X has both `(X` and `)X` among the pieces (the message names `path`).
     """
-    if not any(is_bracket(piece) for piece in pieces):
-        raise ValueError(f"{path}: not a parser's checkpoint: its vocabulary holds no tree "
-                         f"bracket such as (NP or )NP, so its model was not trained on "
+    if not bracket_pairs(pieces):
+        raise ValueError(f"{path}: not a parser's checkpoint: its vocabulary holds no pair of "
+                         f"tree brackets such as (NP and )NP, so its model was not trained on "
                          f"linearized trees (vtx prepare-parse, then vtx preprocess "
                          f"--whole-word-symbols brackets.txt)")
 
