@@ -1,0 +1,63 @@
+"""`benchmarks/gpu_session.sh` without running a part: PARTS, nvidia-smi's sampler, the archive."""
+
+import os
+import re
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.sh"
+
+# Answers the session's queries; the sampler (`-l 2`) writes its pid, then a sample every 0.1 s.
+FAKE_NVIDIA_SMI = """#!/bin/bash
+case "$*" in
+  *"-l 2"*) echo $$ > "$SAMPLER_PID"
+            while true; do echo "2026/11/27 12:00:00.000, 1500, 1980, 600.5, 60, 97"; sleep 0.1
+            done ;;
+  *) sleep 0.5; echo "NVIDIA H200, 143771 MiB, 570.00" ;;  # the sampler starts meanwhile
+esac
+"""
+
+
+def run_session(tmp_path, budget: int, parts: str | None = None) -> subprocess.CompletedProcess:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "RUN": str(tmp_path / "run"), "SAMPLER_PID": str(tmp_path / "sampler.pid")}
+    env.pop("PARTS", None)
+    if parts is not None:
+        env["PARTS"] = parts
+    return subprocess.run(["bash", str(SCRIPT), str(tmp_path), str(budget)], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_default_parts_are_the_headers_in_its_order_and_the_logs_end_in_one_archive(tmp_path):
+    done = run_session(tmp_path, budget=0)  # every part skipped: nothing is trained
+    assert done.returncode == 0, done.stderr
+    header = " ".join(line.lstrip("# ") for line in SCRIPT.read_text().splitlines()[:60])
+    documented = re.search(r'PARTS picks the parts and their order \(default "([^"]+)"',
+                           header).group(1).split()
+    skipped = re.findall(r"^== (\w+): skipped", done.stdout, re.M)
+    assert [name.split("_")[0] for name in skipped] == [
+        part for part in documented for _ in range(2 if part in ("autotune", "nojit") else 1)]
+    assert "gpu: NVIDIA H200, 143771 MiB, 570.00" in done.stdout
+    sampler = Path(f"/proc/{int((tmp_path / 'sampler.pid').read_text())}")
+    for _ in range(50):  # killed as the session ends (kill does not wait)
+        if not sampler.exists():
+            break
+        time.sleep(0.1)
+    assert not sampler.exists(), "nvidia-smi's sampler outlived the session"
+    out = tmp_path / "out"
+    with tarfile.open(out / "gpu_session_logs.tar.gz") as archive:
+        assert archive.getnames() == ["gpu_clocks.csv"]  # no part ran: only the samples
+    assert sorted(path.name for path in out.iterdir()) == ["gpu_session_logs.tar.gz",
+                                                           "gpu_session_summary.txt"]
+
+
+def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
+    done = run_session(tmp_path, budget=600, parts="synthetic bogus")
+    assert done.returncode == 2 and "PARTS: unknown part bogus" in done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
