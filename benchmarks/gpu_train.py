@@ -119,6 +119,13 @@ def timed_updates(trainer, stream, steps: int, in_flight: int) -> tuple[float, l
     return time.perf_counter() - started, loss_sums
 
 
+def in_flight_said(in_flight: int) -> str:
+    """How `timed_updates` ran the updates for `--in-flight` value `in_flight`."""
+    if in_flight == 0:
+        return "all launched, then read"
+    return f"at most {in_flight} update{'s' if in_flight > 1 else ''} in flight"
+
+
 def profile(trainer, stream, args, name: str) -> str:
     """Trace `args.profile_steps` more updates, launched as the timed ones were, into
     `args.profile`/`name`; their summary (`xplane_summary`)."""
@@ -206,7 +213,7 @@ def main(args) -> None:
             print(format_row(arch, tokens, vtx, torch, args), flush=True)
             for in_flight, seconds in (vtx or {}).get("in_flight", {}).items():
                 rate = tokens // args.length * args.length * args.steps / seconds
-                print(f"  vtx, at most {in_flight} updates in flight: {rate:.0f} tok/s, "
+                print(f"  vtx, {in_flight_said(int(in_flight))}: {rate:.0f} tok/s, "
                       f"{100 * vtx['seconds'] / seconds:.1f}% of the row's", flush=True)
             if vtx and vtx.get("profile"):
                 print(vtx["profile"], flush=True)

@@ -59,3 +59,10 @@ def test_packed_batches_train_through_the_program_compiled_for_them():
     # the same updates again, each read while the next is launched (vtx train's loop)
     assert re.match(r"  vtx, at most 2 updates in flight: \d+ tok/s, [\d.]+% of the row's$",
                     read_each), done.stdout
+
+
+def test_each_in_flight_timing_is_said_as_it_ran():
+    """0 launches every update, then reads them: not "at most 0 updates in flight"."""
+    assert gpu_train.in_flight_said(0) == "all launched, then read"
+    assert gpu_train.in_flight_said(1) == "at most 1 update in flight"
+    assert gpu_train.in_flight_said(2) == "at most 2 updates in flight"
