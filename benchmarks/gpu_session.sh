@@ -47,8 +47,8 @@
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
 # PARTS picks the parts and their order (default "pipeline resume packed synthetic big autotune
-# nojit trace"; resume needs pipeline's run). The machine stays warm 30 s after a call: a second call
-# then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
+# nojit trace"; resume needs pipeline's run). The machine stays warm 30 s after a call: a second
+# call then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
 # PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
 # there):

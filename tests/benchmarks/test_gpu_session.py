@@ -9,13 +9,16 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_session.sh"
 
-# Answers the session's queries; the sampler (`-l 2`) writes its pid, then a sample every 0.1 s.
+# Answers the session's queries; the sampler (`-l 2`) writes its pid, then a sample every 0.1 s;
+# the name query waits for that pid (the session starts the sampler first), so that the test
+# knows the sampler whatever the machine's load.
 FAKE_NVIDIA_SMI = """#!/bin/bash
 case "$*" in
   *"-l 2"*) echo $$ > "$SAMPLER_PID"
             while true; do echo "2026/11/27 12:00:00.000, 1500, 1980, 600.5, 60, 97"; sleep 0.1
             done ;;
-  *) sleep 0.5; echo "NVIDIA H200, 143771 MiB, 570.00" ;;  # the sampler starts meanwhile
+  *) for _ in $(seq 600); do [ -s "$SAMPLER_PID" ] && break; sleep 0.1; done  # sampler first
+     echo "NVIDIA H200, 143771 MiB, 570.00" ;;
 esac
 """
 
