@@ -23,6 +23,15 @@ esac
 """
 
 
+def running(stat: Path) -> bool:
+    """Whether the process of /proc/PID/stat runs: a killed one whose parent has not reaped it
+    yet (a zombie, state Z; pid 1 of some containers never does) has ended."""
+    try:
+        return stat.read_text().rpartition(")")[2].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def run_session(tmp_path, budget: int, parts: str | None = None) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -47,12 +56,12 @@ def test_the_default_parts_are_the_headers_in_its_order_and_the_logs_end_in_one_
     assert [name.split("_")[0] for name in skipped] == [
         part for part in documented for _ in range(2 if part in ("autotune", "nojit") else 1)]
     assert "gpu: NVIDIA H200, 143771 MiB, 570.00" in done.stdout
-    sampler = Path(f"/proc/{int((tmp_path / 'sampler.pid').read_text())}")
+    sampler = Path(f"/proc/{int((tmp_path / 'sampler.pid').read_text())}/stat")
     for _ in range(50):  # killed as the session ends (kill does not wait)
-        if not sampler.exists():
+        if not running(sampler):
             break
         time.sleep(0.1)
-    assert not sampler.exists(), "nvidia-smi's sampler outlived the session"
+    assert not running(sampler), "nvidia-smi's sampler outlived the session"
     out = tmp_path / "out"
     with tarfile.open(out / "gpu_session_logs.tar.gz") as archive:
         assert archive.getnames() == ["gpu_clocks.csv"]  # no part ran: only the samples
