@@ -23,7 +23,9 @@
 #   synthetic  the same unpacked, no padding: the synthetic rate on this GPU, pipeline's
 #              denominator. With the preset's vocabulary of 37,000 (more work an update than the
 #              pipeline's model): H100 250,233 tok/s on 2026-11-24 (exact program), H200
-#              285,592 on 2026-11-27 (the general program traced for any shape)
+#              285,592 on 2026-11-27 (the general program traced for any shape); both fed from
+#              NumPy. Timed again fed from NumPy (--prefetch 2,0): what placing the batches on
+#              the device ahead, on a thread (vtx train's way since 2026-11-27), saves
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #              28.0% on the H100) and where the update's time goes on the device
 #   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep
@@ -140,7 +142,7 @@ do_pipeline() {
 
 do_synthetic() {
   part synthetic 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --steps 500 --no-reference --in-flight 0,2 "${train_flags[@]}"
+    --steps 500 --no-reference --in-flight 0,2 --prefetch 2,0 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 

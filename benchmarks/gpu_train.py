@@ -6,9 +6,11 @@ target tokens of B x L, L = `--length`, no padding), one child process each:
 * vtx: the real `Trainer` on a one-device MirroredStrategy, `--precision` (default
   mixed_bfloat16), XLA on (`--no-jit` for off); the batch shape compiled first (`compile s`),
   `--warmup` updates, then `--steps` updates launched back to back and read at the end: target
-  tokens per second of wall time. `--in-flight 0,2` times them again as `vtx train`'s loop runs
-  them, each read while the next is launched (at most 2 in flight): what reading each update
-  costs.
+  tokens per second of wall time. Batches are fed as `vtx train` feeds them, read and placed on
+  the device ahead on a thread; `--prefetch 2,0` times them again fed from NumPy, each batch
+  copied as its update is launched: what the placing ahead saves. `--in-flight 0,2` times them
+  again as `vtx train`'s loop runs them, each read while the next is launched (at most 2 in
+  flight): what reading each update costs.
 * torch: `benchmarks/torch_reference.py` (the same model on torch.nn) on the same device, bf16
   autocast for mixed_bfloat16, `Adam(fused=True)` on a GPU, the same updates back to back,
   synchronised at the end.
@@ -55,7 +57,7 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
     import tensorflow as tf
 
     from vtx.config import TrainConfig
-    from vtx.training.stream import BatchStream
+    from vtx.training.stream import BatchStream, PrefetchedStream
     from vtx.training.trainer import Trainer
 
     model_config = arch_config(arch, args)
@@ -74,21 +76,41 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         started = time.perf_counter()
         trainer.compile_shapes([(rows, length, length)])
         compile_seconds = time.perf_counter() - started
-        stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
-        for _ in range(args.warmup):
-            trainer.train_update(stream)
-        seconds, loss_sums = timed_updates(trainer, stream, args.steps, args.in_flight)
-        read_each = {k: timed_updates(trainer, stream, args.steps, k)[0]
-                     for k in args.also_in_flight}
-        if args.profile:  # the figures first: a time limit may stop the trace
-            rate = tokens // args.length * args.length * args.steps / seconds
-            mfu = 100 * rate * 6 * trainer.model.count_params() / (args.peak_tflops * 1e12)
-            print(f"timed: compiled in {compile_seconds:.1f} s, {rate:.0f} tok/s, MFU {mfu:.1f}%; "
-                  f"tracing {args.profile_steps} more update(s)", flush=True)
-        return {"seconds": seconds, "compile_seconds": compile_seconds, "in_flight": read_each,
-                "params": trainer.model.count_params(), "last_loss_sum": loss_sums[-1],
-                "profile": profile(trainer, stream, args, f"{arch}_{tokens}") if args.profile
-                else None}
+
+        def feed(prefetch: int):
+            stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
+            if prefetch:  # as `vtx train` feeds its updates
+                return PrefetchedStream(stream, trainer.place_batch, prefetch)
+            return stream
+
+        def timed_feed(prefetch: int) -> float:
+            other = feed(prefetch)
+            try:
+                return timed_updates(trainer, other, args.steps, args.in_flight)[0]
+            finally:
+                other.close()
+
+        stream = feed(args.prefetch)
+        try:
+            for _ in range(args.warmup):
+                trainer.train_update(stream)
+            seconds, loss_sums = timed_updates(trainer, stream, args.steps, args.in_flight)
+            read_each = {k: timed_updates(trainer, stream, args.steps, k)[0]
+                         for k in args.also_in_flight}
+            fed_each = {k: timed_feed(k) for k in args.also_prefetch}
+            if args.profile:  # the figures first: a time limit may stop the trace
+                rate = tokens // args.length * args.length * args.steps / seconds
+                mfu = 100 * rate * 6 * trainer.model.count_params() / (args.peak_tflops * 1e12)
+                print(f"timed: compiled in {compile_seconds:.1f} s, {rate:.0f} tok/s, MFU "
+                      f"{mfu:.1f}%; tracing {args.profile_steps} more update(s)", flush=True)
+            return {"seconds": seconds, "compile_seconds": compile_seconds,
+                    "in_flight": read_each, "prefetch": fed_each,
+                    "params": trainer.model.count_params(),
+                    "last_loss_sum": loss_sums[-1],
+                    "profile": profile(trainer, stream, args, f"{arch}_{tokens}")
+                    if args.profile else None}
+        finally:
+            stream.close()
 
 
 def packed(batch: dict, pairs: int) -> dict:
@@ -117,6 +139,13 @@ def timed_updates(trainer, stream, steps: int, in_flight: int) -> tuple[float, l
         launched.append(trainer.start_update(stream))
     loss_sums += [float(trainer.read_update(totals)[0]) for totals in launched]
     return time.perf_counter() - started, loss_sums
+
+
+def prefetch_said(prefetch: int) -> str:
+    """How `measure_vtx` fed the updates for `--prefetch` value `prefetch`."""
+    if prefetch == 0:
+        return "batches from NumPy"
+    return f"batches placed on the device {prefetch} ahead"
 
 
 def in_flight_said(in_flight: int) -> str:
@@ -177,6 +206,7 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
                "--device", args.device, "--jit" if args.jit else "--no-jit",
                "--profile-steps", str(args.profile_steps), "--peak-tflops", str(args.peak_tflops),
                "--packed", str(args.packed), "--vocab", str(args.vocab or 0),
+               "--prefetch", ",".join(map(str, [args.prefetch, *args.also_prefetch])),
                "--in-flight", ",".join(map(str, [args.in_flight, *args.also_in_flight])),
                "--reference" if args.reference else "--no-reference"]
     if args.profile and framework == "vtx":
@@ -202,6 +232,7 @@ def main(args) -> None:
           f"precision {args.precision}, vtx XLA {'on' if args.jit else 'off'}; B x {args.length} "
           f"tokens a side{f', vocabulary {args.vocab}' if args.vocab else ''}"
           f"{f', packed {args.packed} pairs a row' if args.packed > 1 else ''}; "
+          f"{prefetch_said(args.prefetch)}; "
           f"{args.warmup} warm-up + {args.steps} timed updates back to back; "
           f"MFU against {args.peak_tflops:g} TFLOP/s")
     print(f"{'arch':10} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
@@ -211,10 +242,11 @@ def main(args) -> None:
             vtx = run_worker("vtx", arch, tokens, args)
             torch = run_worker("torch", arch, tokens, args) if args.reference else None
             print(format_row(arch, tokens, vtx, torch, args), flush=True)
-            for in_flight, seconds in (vtx or {}).get("in_flight", {}).items():
-                rate = tokens // args.length * args.length * args.steps / seconds
-                print(f"  vtx, {in_flight_said(int(in_flight))}: {rate:.0f} tok/s, "
-                      f"{100 * vtx['seconds'] / seconds:.1f}% of the row's", flush=True)
+            for key, said in (("in_flight", in_flight_said), ("prefetch", prefetch_said)):
+                for value, seconds in (vtx or {}).get(key, {}).items():
+                    rate = tokens // args.length * args.length * args.steps / seconds
+                    print(f"  vtx, {said(int(value))}: {rate:.0f} tok/s, "
+                          f"{100 * vtx['seconds'] / seconds:.1f}% of the row's", flush=True)
             if vtx and vtx.get("profile"):
                 print(vtx["profile"], flush=True)
 
@@ -251,6 +283,11 @@ def parse_args(argv=None):
     parser.add_argument("--in-flight", default="0", metavar="K[,K...]",
                         help="at most K updates launched and not yet read (0: all launched, then "
                              "read; vtx train's loop: 2); more values: timed again after, each")
+    parser.add_argument("--prefetch", default="2", metavar="K[,K...]",
+                        help="vtx's batches read and placed on the device K ahead on a thread, "
+                             "as `vtx train` feeds them (0: NumPy batches given to each update, "
+                             "copied to the device as it is launched); more values: timed "
+                             "again after, each (with the first --in-flight)")
     parser.add_argument("--packed", type=int, default=1, metavar="N",
                         help="vtx's rows packed with N pairs of L // N tokens a side")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
@@ -271,6 +308,13 @@ def parse_args(argv=None):
                      f">= 2 tokens")
     if args.packed > 1 and args.reference:
         parser.error("--packed goes with --no-reference (the torch reference does not pack)")
+    given = args.prefetch
+    try:
+        args.prefetch, *args.also_prefetch = [int(k) for k in given.split(",")]
+    except ValueError:
+        parser.error(f"--prefetch {given}: whole numbers, comma-separated")
+    if min([args.prefetch, *args.also_prefetch]) < 0:
+        parser.error(f"--prefetch {given}: no value below 0")
     if args.profile_steps < 1:
         parser.error(f"--profile-steps must be >= 1, got {args.profile_steps}")
     return args

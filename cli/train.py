@@ -94,6 +94,10 @@ def _device_names(ctx, param, value):
                    "bucketed. A resumed run keeps its checkpoint's batching.  [default: --pack "
                    "with --jit where it costs fewer FLOPs an epoch than buckets (said at "
                    "start), else --no-pack]")
+@click.option("--prefetch", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Training batches read, packed and placed on the devices ahead of the "
+                   "updates, on a thread of their own (0: each on the training thread as its "
+                   "update starts).")
 @click.option("--devices", default=None, callback=_device_names,
               help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1 "
                    "(default: every GPU, else CPU).")
@@ -139,7 +143,7 @@ def _device_names(ctx, param, value):
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
           eval_beam, eval_lenpen, eval_constrain_trees, best_checkpoint_metric, xla_cache_dir,
-          **train_options):
+          prefetch, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
 
@@ -192,7 +196,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                 best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
                 **train_options)
             stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
-                                devices=devices,
+                                devices=devices, prefetch=prefetch,
                                 tensorboard_dir=tensorboard_dir,
                                 log=lambda line: click.echo(line, err=True),
                                 eval_metric=eval_metric, eval_options=eval_options)

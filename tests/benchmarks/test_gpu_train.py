@@ -39,7 +39,9 @@ def test_packed_and_in_flight_values_are_checked():
                         (["--packed", "16"], "pairs of >= 2 tokens"),
                         (["--packed", "2"], "--packed goes with --no-reference"),
                         (["--in-flight", "0,x"], "--in-flight 0,x: whole numbers"),
-                        (["--in-flight", "2,-1"], "--in-flight 2,-1: no value below 0")):
+                        (["--in-flight", "2,-1"], "--in-flight 2,-1: no value below 0"),
+                        (["--prefetch", "2,y"], "--prefetch 2,y: whole numbers"),
+                        (["--prefetch", "-1"], "--prefetch -1: no value below 0")):
         done = subprocess.run([sys.executable, str(SCRIPT), "--length", "16", *flags],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and said in done.stderr, done.stderr
@@ -49,16 +51,20 @@ def test_packed_batches_train_through_the_program_compiled_for_them():
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--archs", "tiny", "--tokens", "256",
          "--length", "16", "--steps", "2", "--warmup", "1", "--packed", "4", "--no-reference",
-         "--precision", "float32", "--in-flight", "0,2"], capture_output=True, text=True,
-        timeout=600)
+         "--precision", "float32", "--in-flight", "0,2", "--prefetch", "2,0"],
+        capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "B x 16 tokens a side, packed 4 pairs a row;" in done.stdout
+    assert ("B x 16 tokens a side, packed 4 pairs a row; batches placed on the device 2 ahead;"
+            in done.stdout)
     # compile seconds and tok/s measured (a failed worker leaves "-")
-    row, read_each = done.stdout.splitlines()[-2:]
+    row, read_each, fed_each = done.stdout.splitlines()[-3:]
     assert re.match(r"tiny +256 +[\d.]+ +\d+ +- ", row), done.stdout
     # the same updates again, each read while the next is launched (vtx train's loop)
     assert re.match(r"  vtx, at most 2 updates in flight: \d+ tok/s, [\d.]+% of the row's$",
                     read_each), done.stdout
+    # and fed from NumPy, copied to the device as each update is launched
+    assert re.match(r"  vtx, batches from NumPy: \d+ tok/s, [\d.]+% of the row's$",
+                    fed_each), done.stdout
 
 
 def test_each_in_flight_timing_is_said_as_it_ran():

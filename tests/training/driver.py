@@ -2,6 +2,7 @@
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
         [--dropout P] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
+        [--prefetch K] [--show-placement]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
@@ -27,6 +28,10 @@ def main() -> None:
                         help="send this process SIGTERM while it waits for this step's update")
     parser.add_argument("--pack", action="store_true",
                         help="packed batches: 4 rows of 3 pairs each, one shape")
+    parser.add_argument("--prefetch", type=int, default=2,
+                        help="batches read and placed on the devices ahead (Trainer's)")
+    parser.add_argument("--show-placement", action="store_true",
+                        help="print the devices of the first update's batches")
     parser.add_argument("--precision", default="float32")
     parser.add_argument("--cpu-flags", help="this CPU's flags as `auto` reads them (mocked)")
     parser.add_argument("--bf16-speedup", type=float,
@@ -67,7 +72,21 @@ def main() -> None:
                                       save_interval_minutes=0, save_interval_steps=args.save_every)
     # A worker of a TF_CONFIG cluster takes every device it sees (--devices is refused there).
     devices = None if os.environ.get("TF_CONFIG") else [f"/cpu:{i}" for i in range(args.devices)]
-    trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices))
+    trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices),
+                      prefetch=args.prefetch)
+    if args.show_placement:
+        per_replica = trainer.collectives.per_replica
+
+        def shown(batches):
+            if not shown.done:
+                shown.done = True
+                print("batch devices: " + " ".join(
+                    b["source"].device if isinstance(b["source"], tf.Tensor) else "host"
+                    for b in batches), flush=True)
+            return per_replica(batches)
+
+        shown.done = False
+        trainer.collectives.per_replica = shown
     # Two batch shapes in turn: the replicas of one update hold batches of different shapes, as
     # in `vtx train`, and every update the same ones (8 batches each; 24 in an epoch), so that
     # the update is traced once: with 8 replicas each new set of shapes costs ~55 s on 2 cores.

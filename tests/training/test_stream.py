@@ -1,7 +1,9 @@
 import threading
 import time
 
-from vtx.training.stream import BatchStream
+import pytest
+
+from vtx.training.stream import BatchStream, PrefetchedStream
 
 
 def labelled_epochs(epoch, skip):
@@ -68,3 +70,62 @@ def test_closing_tears_the_epoch_down_off_the_caller_and_resumes_at_the_same_bat
     while not SlowToTearDown.torn_down_on_main_thread and time.monotonic() < deadline:
         time.sleep(0.01)
     assert SlowToTearDown.torn_down_on_main_thread == [False]
+
+
+def placed(batch, index):
+    return batch, index
+
+
+def test_prefetched_batches_are_the_streams_in_order_each_placed_by_its_index():
+    stream = PrefetchedStream(BatchStream(labelled_epochs), placed, depth=2)
+    try:
+        assert [stream.next() for _ in range(5)] == [((0, 0), 0), ((0, 1), 1), ((0, 2), 2),
+                                                     ((1, 0), 3), ((1, 1), 4)]
+        assert stream.position == (1, 2)  # of the batches handed out, not of those read ahead
+    finally:
+        stream.close()
+
+
+def test_a_closed_prefetched_stream_drops_what_it_read_ahead_and_goes_on_at_its_position():
+    """`fit` saves the position of the batches trained on; what the thread read beyond them is
+    read again by the run that resumes there, so a closed stream must rewind to it."""
+    read = []
+
+    def epochs(epoch, skip):
+        for batch in labelled_epochs(epoch, skip):
+            read.append(batch)
+            yield batch
+
+    inner = BatchStream(epochs)
+    stream = PrefetchedStream(inner, placed, depth=3)
+    assert stream.next() == ((0, 0), 0)
+    deadline = time.monotonic() + 30
+    while len(read) < 5 and time.monotonic() < deadline:  # 3 queued, 1 waiting to be
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert len(read) == 5 and inner.position == (1, 2)
+    stream.close()
+    assert stream.position == inner.position == (0, 1)
+    assert [stream.next() for _ in range(3)] == [((0, 1), 1), ((0, 2), 2), ((1, 0), 3)]
+    stream.close()
+    assert BatchStream(labelled_epochs, *stream.position).next() == (1, 1)
+
+
+def test_an_error_reading_ahead_is_raised_by_next_after_the_batches_before_it():
+    def epochs(epoch, skip):
+        yield (epoch, 0)
+        raise ValueError("shard 3 is damaged")
+
+    stream = PrefetchedStream(BatchStream(epochs), placed, depth=2)
+    assert stream.next() == ((0, 0), 0)
+    with pytest.raises(ValueError, match="shard 3 is damaged"):
+        stream.next()
+    assert stream.position == (0, 1)
+    stream.close()  # the thread is over: nothing left to stop
+
+
+def test_closing_a_prefetched_stream_stops_its_thread():
+    stream = PrefetchedStream(BatchStream(labelled_epochs), placed, depth=1)
+    stream.next()
+    stream.close()
+    assert not [t for t in threading.enumerate() if t.name == "vtx-prefetch"]

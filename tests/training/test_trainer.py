@@ -78,6 +78,21 @@ def test_packed_batches_on_two_replicas_train_as_two_micro_batches_on_one(tmp_pa
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_batches_read_ahead_onto_each_replicas_device_train_the_same_model(tmp_path):
+    """`fit` reads batches ahead on a thread and places each on its replica's device (a GPU's
+    update then waits for no copy): the same model as batches taken as each update starts."""
+    steps = ("--max-steps", 5, "--devices", 2, "--dropout", 0.1)
+    ahead = driver(tmp_path / "ahead", *steps, "--show-placement", wait=False)
+    inline = driver(tmp_path / "inline", *steps, "--prefetch", 0, "--show-placement", wait=False)
+    ahead, inline = finished(ahead), finished(inline)
+    devices = [l for l in ahead.splitlines() if l.startswith("batch devices: ")]
+    assert devices and devices[0].endswith(" /job:localhost/replica:0/task:0/device:CPU:0 "
+                                           "/job:localhost/replica:0/task:0/device:CPU:1"), devices
+    assert "batch devices: host host" in inline
+    for a, b in zip(final_weights(tmp_path / "ahead"), final_weights(tmp_path / "inline")):
+        np.testing.assert_array_equal(a, b)  # bit for bit
+
+
 def test_run_killed_with_sigkill_resumes_to_the_same_weights(tmp_path):
     steps = ("--max-steps", 16, "--dropout", 0.1, "--save-every", 3)
     straight = driver(tmp_path / "straight", *steps, wait=False)  # side by side with the victim

@@ -20,7 +20,7 @@ from vtx import atomic, checkpoints
 from vtx.inference.translate import SearchInterrupted
 from vtx.training.distribute import peer_failure
 from vtx.training.progress import Progress
-from vtx.training.stream import BatchStream
+from vtx.training.stream import BatchStream, PrefetchedStream
 from vtx.training.validation import Score
 
 # An update's loss (nats per target token) diverges when it exceeds both DIVERGENCE_FACTOR times
@@ -114,6 +114,8 @@ class TrainingLoop:
                          f"an earlier run was killed")
             self._complete_best()
         stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
+        if self.prefetch:
+            stream = PrefetchedStream(stream, self.place_batch, self.prefetch)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.config.jit_compile and shapes:

@@ -63,10 +63,11 @@ def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelCon
 def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainConfig,
           devices: list[str] | None = None, tensorboard_dir: str | None = None,
           log: Callable[[str], None] = print, eval_metric: str | None = None,
-          eval_options: dict | None = None) -> int | None:
+          eval_options: dict | None = None, prefetch: int = 2) -> int | None:
     """Train (or resume) on `data_dir`, writing to `save_dir`.
 
     Args:
+        prefetch: training batches read and placed on the devices ahead (`Trainer`).
         eval_metric: "bleu" or "f1": decode and score the validation set at each validation
             (`vtx.training.validation`); `eval_options` go to its scorer (gold_path, beam,
             lenpen).
@@ -87,11 +88,11 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     # The workers agree from the Trainer's start (precision, resume): one gone fails a collective.
     with peer_failures_said(topology(strategy).num_workers):
         return _train(strategy, data_dir, save_dir, arch, overrides, train_config,
-                      tensorboard_dir, log, eval_metric, eval_options)
+                      tensorboard_dir, log, eval_metric, eval_options, prefetch)
 
 
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
-           eval_metric, eval_options) -> int | None:
+           eval_metric, eval_options, prefetch) -> int | None:
     from vtx.data import pipeline
     from vtx.training.trainer import Trainer, format_shape
 
@@ -134,7 +135,7 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
     vocab = pipeline.vocabulary_path(data_dir).read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
-                      vocab=vocab, tensorboard_dir=tensorboard_dir)
+                      vocab=vocab, tensorboard_dir=tensorboard_dir, prefetch=prefetch)
     score_valid = None
     if eval_metric:
         from vtx.training import validation

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Callable, Iterable, Iterator
 
@@ -55,3 +56,81 @@ class BatchStream:
             return
         holder, self._iterator = [self._iterator], None  # the iterator's only reference
         threading.Thread(target=holder.clear, name="vtx-epoch-teardown", daemon=True).start()
+
+
+class PrefetchedStream:
+    """A `BatchStream` read `depth` batches ahead on a thread of its own, each batch handed out
+    as `place(batch, k)` made it (k: the batch's index among those handed out, from 0): the
+    data's work (reading, packing) and the copies to the devices are done while the device
+    trains, instead of on the training thread between updates, where an update launched with
+    host data waits for the copy (and on a GPU for the update before it to finish).
+
+    It has `BatchStream`'s interface; `position` counts the batches handed out, not those read
+    ahead, so a checkpoint names the next batch to train on. `close` stops the thread, drops the
+    batches read ahead and rewinds the stream to `position`: used again, it goes on there.
+    """
+
+    def __init__(self, stream: BatchStream, place: Callable[[object, int], object],
+                 depth: int = 2):
+        if depth < 1:
+            raise ValueError(f"depth must be positive, got {depth}")
+        self._stream, self._place, self._depth = stream, place, depth
+        self.position = stream.position
+        self._handed = 0
+        self._thread: threading.Thread | None = None
+        self._queue: queue.Queue | None = None
+        self._stop = threading.Event()
+
+    def next(self):
+        """The next batch, placed; an error of reading or placing it is raised here.
+
+        Raises:
+            RuntimeError: an epoch yields no batch at all (as `BatchStream.next`).
+        """
+        if self._thread is None:
+            self._start()
+        kind, value, position = self._queue.get()
+        if kind == "error":
+            self.close()  # the thread is over: a next call reads again from `position`
+            raise value
+        self.position = position
+        self._handed += 1
+        return value
+
+    def _start(self) -> None:
+        self._stop = threading.Event()
+        self._queue = queue.Queue(self._depth)
+        self._thread = threading.Thread(target=self._read_ahead,
+                                        args=(self._stop, self._queue, self._handed),
+                                        name="vtx-prefetch", daemon=True)
+        self._thread.start()
+
+    def _read_ahead(self, stop: threading.Event, ahead: queue.Queue, index: int) -> None:
+        def put(item) -> bool:  # False: stopped while the queue was full
+            while not stop.is_set():
+                try:
+                    ahead.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        try:
+            while not stop.is_set():
+                batch = self._place(self._stream.next(), index)
+                index += 1
+                if not put(("batch", batch, self._stream.position)):
+                    return
+        except BaseException as error:  # noqa: BLE001 -- raised on the consumer's thread
+            put(("error", error, None))
+
+    def close(self) -> None:
+        """Stop reading ahead (waits for the batch under way), drop what was read ahead and
+        rewind the stream to `position`; the epoch's iterator is torn down off the caller
+        (`BatchStream.close`)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = self._queue = None
+        self._stream.epoch, self._stream.offset = self.position
+        self._stream.close()

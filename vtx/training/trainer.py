@@ -44,7 +44,7 @@ from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import AUTO, resolve_precision
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
-from vtx.training.stream import BatchStream
+from vtx.training.stream import BatchStream, PrefetchedStream
 
 
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
@@ -129,13 +129,17 @@ class Trainer(TrainingLoop):
         launch_ahead: launch each update before reading the one before when the host has
             nothing to do in between (one worker only): no host synchronisation between updates;
             False reads every update before the next (the same model either way).
+        prefetch: training batches `fit` reads and places on the devices ahead of the updates,
+            on a thread of its own (`stream.PrefetchedStream`); 0: each on the training thread
+            as its update starts (the same model either way).
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
                  strategy: tf.distribute.Strategy | None = None,
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True):
+                 clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True,
+                 prefetch: int = 2):
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
         self.collectives = Collectives(self.strategy, self.topology)
@@ -150,7 +154,7 @@ class Trainer(TrainingLoop):
         self.requested_precision = train_config.precision
         train_config = dataclasses.replace(train_config, precision=precision)
         self.model_config, self.config = model_config, train_config
-        self.clock, self.launch_ahead = clock, launch_ahead
+        self.clock, self.launch_ahead, self.prefetch = clock, launch_ahead, prefetch
         self.save_dir = Path(save_dir)
         self.log, self.vocab = log, vocab
         log(f"precision: {precision} ({reason}); devices: "
@@ -212,6 +216,10 @@ class Trainer(TrainingLoop):
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True)
         self._reset = tf.function(self._reset_impl)
         self._traced_for_any_shape = False
+        # The update's `apply` flag, kept on the first replica's device: an argument from the
+        # host would be copied to the device at every launch.
+        with tf.device(self.strategy.extended.worker_devices[0]):
+            self._apply = {flag: tf.constant(flag) for flag in (False, True)}
 
     @staticmethod
     def _local_variable(shape):
@@ -337,7 +345,7 @@ class Trainer(TrainingLoop):
         return float(paper_learning_rate(step, self.model_config.d_model,
                                          self.config.warmup_steps, self.config.lr_scale))
 
-    def start_update(self, stream: BatchStream) -> tf.Tensor:
+    def start_update(self, stream: BatchStream | PrefetchedStream) -> tf.Tensor:
         """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss and
         the gradients are finite (the update is skipped otherwise). Returns its [loss, nll,
         tokens] sums, whether Adam stepped, the loss scale and the count of replicas with
@@ -345,7 +353,8 @@ class Trainer(TrainingLoop):
         device computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
-            batches = [stream.next() for _ in range(self.topology.local_replicas)]
+            with self._out_of_memory_said([]):  # a batch read ahead is placed on a device
+                batches = [stream.next() for _ in range(self.topology.local_replicas)]
             longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
             with self._out_of_memory_said(batches):
                 placed = self.collectives.per_replica(batches)
@@ -357,7 +366,15 @@ class Trainer(TrainingLoop):
                     # batches and must agree (they stop together), so with several one mean.
                     self.launched_lengths.append(longest if self.topology.num_workers == 1
                                                  else None)
-                    return self._update(placed, tf.constant(True))
+                    return self._update(placed, self._apply[True])
+
+    def place_batch(self, batch: dict, index: int) -> dict:
+        """`batch` (NumPy arrays) as tensors on the device of local replica `index` modulo the
+        local replicas: `start_update` gives each micro-batch's k-th batch to the k-th local
+        replica."""
+        device = self.strategy.extended.worker_devices[index % self.topology.local_replicas]
+        with tf.device(device):
+            return {key: tf.identity(value) for key, value in batch.items()}
 
     def _trace_for_any_shape(self, batches) -> None:
         """Trace the update (and the accumulation) once for batches of any shape, before the
@@ -752,8 +769,9 @@ class Trainer(TrainingLoop):
         """Batches of (rows, source length, target length) holding only padding, one per local
         replica: they weigh nothing, so running the update on them compiles it and changes
         nothing (with Adam off)."""
-        return self.collectives.per_replica([_all_pad_batch(shape, bool(self.packed_shapes))]
-                                            * self.topology.local_replicas)
+        batch = _all_pad_batch(shape, bool(self.packed_shapes))
+        return self.collectives.per_replica([self.place_batch(batch, replica) for replica in
+                                             range(self.topology.local_replicas)])
 
     def _compile_pass(self, shape: tuple[int, int, int], alone: bool = True) -> float:
         """One all-pad update of `shape` with Adam off; its seconds.
@@ -768,7 +786,7 @@ class Trainer(TrainingLoop):
         try:
             if self.config.update_freq > 1:
                 self._accumulate(batches)
-            self._update(batches, tf.constant(False)).numpy()
+            self._update(batches, self._apply[False]).numpy()
         except tf.errors.OpError as error:
             if not alone or peer_failure(error, self.topology.num_workers):
                 raise  # to run it again alone; another worker gone: fit says so
