@@ -97,8 +97,13 @@ part() {
   local began=$SECONDS rc from
   from=$(wc -l < "$clocks")
   written+=("$name.log")
-  timeout -k 20 "$left" "$@" > "$out/$name.log" 2>&1
+  # In the background, so that a signal to this script (its trap, below) reaches the part:
+  # timeout runs it in a process group of its own, which a Ctrl-C here would not reach.
+  timeout -k 20 "$left" "$@" > "$out/$name.log" 2>&1 &
+  running=$!
+  wait "$running"
   rc=$?
+  running=""
   local why=""; (( rc == 124 || rc == 137 )) && why=" (out of time)"
   note "== $name: exit $rc after $(( SECONDS - began )) s$why"
   tail -n +$(( from + 1 )) "$clocks" | gpu_samples | tee -a "$summary"
@@ -123,8 +128,13 @@ if command -v nvidia-smi > /dev/null; then  # a sample every 2 s until the sessi
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,\
 utilization.gpu --format=csv,noheader,nounits -l 2 >> "$clocks" 2> /dev/null &
   sampler=$!
-  trap 'kill "$sampler" 2> /dev/null' EXIT
 fi
+running=""  # the part under way: timeout's pid
+trap '[ -n "$sampler" ] && kill "$sampler" 2> /dev/null' EXIT
+# Stopped by hand (Ctrl-C, kill): the part under way is stopped too (timeout passes the signal
+# on), then the session ends with what it has.
+trap '[ -n "$running" ] && kill -TERM "$running" 2> /dev/null && wait "$running"
+      echo "gpu_session: stopped by a signal" >&2; exit 130' INT TERM
 commit=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
 note "gpu_session $(date -u +%FT%TZ), budget $budget s, data $data, commit $commit"
 if command -v nvidia-smi > /dev/null; then
@@ -155,7 +165,7 @@ do_big() {
 do_packed() {
   part packed 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
     --packed 4 --steps 500 --no-reference --in-flight 0,2 "${train_flags[@]}"
-  grep -A2 "^arch " "$out/packed.log" 2>/dev/null | tail -2 | tee -a "$summary"
+  grep -A2 "^arch " "$out/packed.log" 2>/dev/null | sed -n 2,3p | tee -a "$summary"
 }
 
 do_resume() {
@@ -171,7 +181,7 @@ do_nojit() {
   for precision in float32 mixed_bfloat16; do
     part "nojit_$precision" 60 "$python" "$here/gpu_train.py" --archs base --tokens 8192 \
       --no-jit --precision "$precision" --steps 20 --no-reference "${train_flags[@]}"
-    grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | tail -1 | tee -a "$summary"
+    grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
   done
 }
 
@@ -191,7 +201,7 @@ do_autotune() {
     part "autotune_$which" 150 env XLA_FLAGS="${XLA_FLAGS:-} \
 --xla_gpu_per_fusion_autotune_cache_dir=$cache" "$python" "$here/gpu_train.py" --archs base \
       --tokens 8192 --vocab 8000 --steps 10 --no-reference "${train_flags[@]}"
-    grep -A1 "^arch " "$out/autotune_$which.log" 2>/dev/null | tail -1 | tee -a "$summary"
+    grep -A1 "^arch " "$out/autotune_$which.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
   done
   note "autotune cache: $(find "$cache" -type f | wc -l) files"
 }

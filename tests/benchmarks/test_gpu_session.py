@@ -73,3 +73,44 @@ def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
     done = run_session(tmp_path, budget=600, parts="synthetic bogus")
     assert done.returncode == 2 and "PARTS: unknown part bogus" in done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# A part that runs until it is stopped: python3 as the session finds it on PATH.
+FAKE_PYTHON = """#!/bin/bash
+echo $$ > "$PART_PID"
+while true; do sleep 0.1; done
+"""
+
+
+def test_a_session_stopped_by_hand_stops_the_part_under_way(tmp_path):
+    """timeout runs each part in a process group of its own, out of reach of a Ctrl-C or a kill
+    of the session: the session passes the signal on, and its part does not run on."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("python3", FAKE_PYTHON)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    part_pid = tmp_path / "part.pid"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "RUN": str(tmp_path / "run"), "SAMPLER_PID": str(tmp_path / "sampler.pid"),
+           "PART_PID": str(part_pid), "PARTS": "synthetic"}
+    session = subprocess.Popen(["bash", str(SCRIPT), str(tmp_path), "600"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if part_pid.exists() and part_pid.read_text().strip():
+                break
+            time.sleep(0.1)
+        part = Path(f"/proc/{int(part_pid.read_text())}/stat")
+        session.terminate()
+        _, stderr = session.communicate(timeout=60)
+        assert session.returncode == 130 and "stopped by a signal" in stderr, stderr
+        for _ in range(50):
+            if not running(part):
+                break
+            time.sleep(0.1)
+        assert not running(part), "the part ran on after its session was stopped"
+    finally:
+        session.kill()
+        if part_pid.exists() and running(Path(f"/proc/{int(part_pid.read_text())}/stat")):
+            os.kill(int(part_pid.read_text()), 9)
