@@ -11,21 +11,22 @@
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
 #              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
-#              2026-11-27: 98.6 s, 212,452 tok/s (74% of synthetic's 285,592)
+#              2026-11-27: 98.6 s, 212,452 tok/s (74% of synthetic's 285,592), before batches
+#              were read ahead and placed on the device (--prefetch)
 #   resume     pipeline's run resumed for 15 s: compiled programs from the persistent XLA cache,
 #              so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute).
 #              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter; fixed
 #              after, by _align_trace_names: not yet measured on a GPU)
-#   packed     gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64
-#              packed 4 pairs a row: the packed layout's cost (segment masks) against synthetic;
-#              both also timed as vtx train's loop reads each update (--in-flight 0,2); 500
-#              updates (~15 s) each, as a GPU kept busy may clock lower than for 30 updates
-#   synthetic  the same unpacked, no padding: the synthetic rate on this GPU, pipeline's
-#              denominator. With the preset's vocabulary of 37,000 (more work an update than the
-#              pipeline's model): H100 250,233 tok/s on 2026-11-24 (exact program), H200
-#              285,592 on 2026-11-27 (the general program traced for any shape); both fed from
-#              NumPy. Timed again fed from NumPy (--prefetch 2,0): what placing the batches on
-#              the device ahead, on a thread (vtx train's way since 2026-11-27), saves
+#   synthetic  gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64,
+#              no padding: the synthetic rate on this GPU, pipeline's denominator (H100 250,233
+#              tok/s on 2026-11-24, H200 285,592 on 2026-11-27, both with the preset's
+#              vocabulary of 37,000, more work an update, and fed from NumPy); 500 updates (~15
+#              s), as a GPU kept busy may clock lower than for 30 updates. Timed again as vtx
+#              train's loop reads each update (--in-flight 0,2) and fed from NumPy (--prefetch
+#              2,0): what reading each update costs, and what placing the batches on the device
+#              ahead on a thread (vtx train's way since 2026-11-27) saves
+#   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
+#              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #              28.0% on the H100) and where the update's time goes on the device
 #   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep
@@ -48,7 +49,7 @@
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
-# PARTS picks the parts and their order (default "pipeline resume packed synthetic big autotune
+# PARTS picks the parts and their order (default "pipeline resume synthetic packed big autotune
 # nojit trace"; resume needs pipeline's run). The machine stays warm 30 s after a call: a second
 # call then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
 # PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
@@ -72,11 +73,11 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
-read -ra parts <<< "${PARTS:-pipeline resume packed synthetic big autotune nojit trace}"
+read -ra parts <<< "${PARTS:-pipeline resume synthetic packed big autotune nojit trace}"
 for name in "${parts[@]}"; do
   case $name in
     pipeline|resume|packed|synthetic|big|autotune|nojit|trace) ;;
-    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume packed synthetic big" \
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic packed big" \
          "autotune nojit trace)" >&2; exit 2 ;;
   esac
 done
@@ -151,7 +152,7 @@ do_pipeline() {
 }
 
 do_synthetic() {
-  part synthetic 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+  part synthetic 200 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
     --steps 500 --no-reference --in-flight 0,2 --prefetch 2,0 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
