@@ -24,3 +24,32 @@ def test_an_unreadable_config_json_is_named(tmp_path):
     (tmp_path / run.CONFIG_FILE).write_text("{")
     with pytest.raises(ValueError, match="config.json: not valid JSON"):
         run.check_run_config(tmp_path, config.preset("tiny"))
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["buckets", "packed"])
+def test_a_shard_damaged_after_the_start_is_named_when_training_reads_it(multi30k_small, tmp_path,
+                                                                         pack):
+    """The data directory's files are checked once, at the start; a shard cut short after it (a
+    disk filling, `vtx preprocess --force` there) failed where training read it as TensorFlow's
+    traceback (buckets) or NumPy's "Size of available data is not a multiple of the data-type
+    size" (packed), without the file. Damaged here as the run logs its batches, just before
+    the first update."""
+    import shutil
+
+    from vtx.data import pipeline
+    from vtx.data.text import DataError
+
+    data = tmp_path / "data"
+    shutil.copytree(multi30k_small / "data", data)
+    shard = data / f"{pipeline.load_meta(data)['splits']['train']['shards'][0]['name']}.bin"
+
+    def log(line):
+        if line.startswith(("padding: ", "training batches packed, several pairs a row")):
+            shard.write_bytes(shard.read_bytes()[:-1])  # an odd size: no whole uint16 at its end
+
+    model = dict(num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    train_config = config.TrainConfig(max_tokens=512, max_steps=3, precision="float32",
+                                      pack=pack, validate_interval_steps=0,
+                                      save_interval_minutes=0)
+    with pytest.raises(DataError, match=f"^{shard} holds .* bytes where .*meta.json counts "):
+        run.train(data, tmp_path / "run", "tiny", model, train_config, log=log)

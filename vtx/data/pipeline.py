@@ -47,6 +47,9 @@ sources, shorter than their trees, are not padded to the tree's length):
                  -> tf.data.Dataset
         the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
         outputs can be put back in corpus order; no shuffling, deterministic order.
+    checked_reading(batches, data_dir) -> Iterator
+        `batches` read from data_dir, an error reading them raised as the DataError naming a
+        file of data_dir changed since the run checked it (cut short, deleted), if any.
     check_max_tokens(data_dir, split, max_tokens, bucket_boundaries=None)
         raises ValueError when batches of max_tokens cannot hold the split's longest pair (what
         train_batches and eval_batches refuse), without building a dataset.
@@ -69,7 +72,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -125,6 +128,29 @@ def load_meta(data_dir: str | Path) -> dict:
 
 
 _CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were checked
+
+
+def checked_reading(batches: Iterable, data_dir: str | Path) -> Iterator:
+    """`batches` (an epoch read from `data_dir`); an error reading them is raised as the
+    DataError naming a file of the directory that is no longer as its meta.json says (missing,
+    or of another size), when one is: `load_meta` checks the files once a process, and a shard
+    cut short or deleted after that (a disk filling, a `vtx preprocess --force` there) failed
+    hours into training in TensorFlow's or NumPy's words without the file (a traceback, or
+    "Size of available data is not a multiple of the data-type size"). Other errors are
+    raised as they are.
+
+    Raises:
+        DataError: a file of `data_dir` changed since the run checked it (named).
+    """
+    try:
+        yield from batches
+    except Exception as error:
+        _CHECKED.clear()  # the check again, not its cached result
+        try:
+            load_meta(data_dir)
+        except (DataError, OSError, ValueError) as changed:
+            raise changed from error
+        raise
 
 
 def _check_files(data_dir: Path, meta: dict) -> None:

@@ -185,13 +185,17 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
 
     def make_epoch(epoch: int, skip: int):
         if packed:
-            return packing.packed_batches(
+            batches = packing.packed_batches(
                 data_dir, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
                 num_shards=shards, shard_index=shard)
-        return pipeline.train_batches(
-            data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed, epoch=epoch,
-            skip_batches=skip, num_shards=shards, shard_index=shard,
-            bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
+        else:
+            batches = pipeline.train_batches(
+                data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed,
+                epoch=epoch, skip_batches=skip, num_shards=shards, shard_index=shard,
+                bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
+        # A shard is read (tf.data) or mapped (packing) as an epoch goes, long after the start
+        # checked it: one damaged since is named.
+        return pipeline.checked_reading(batches, data_dir)
 
     cached = []
 
