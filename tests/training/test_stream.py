@@ -96,13 +96,18 @@ def test_a_closed_prefetched_stream_drops_what_it_read_ahead_and_goes_on_at_its_
             read.append(batch)
             yield batch
 
+    fifth_placed = threading.Event()
+
+    def place(batch, index):
+        if index == 4:  # read (the inner stream moved past it), and then placed
+            fifth_placed.set()
+        return placed(batch, index)
+
     inner = BatchStream(epochs)
-    stream = PrefetchedStream(inner, placed, depth=3)
+    stream = PrefetchedStream(inner, place, depth=3)
     assert stream.next() == ((0, 0), 0)
-    deadline = time.monotonic() + 30
-    while len(read) < 5 and time.monotonic() < deadline:  # 3 queued, 1 waiting to be
-        time.sleep(0.01)
-    time.sleep(0.1)
+    # 3 queued and the fifth waiting to be: the thread reads no sixth while the queue is full.
+    assert fifth_placed.wait(timeout=60)
     assert len(read) == 5 and inner.position == (1, 2)
     stream.close()
     assert stream.position == inner.position == (0, 1)
