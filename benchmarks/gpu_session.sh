@@ -20,11 +20,12 @@
 #   synthetic  gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64,
 #              no padding: the synthetic rate on this GPU, pipeline's denominator (H100 250,233
 #              tok/s on 2026-11-24, H200 285,592 on 2026-11-27, both with the preset's
-#              vocabulary of 37,000, more work an update, and fed from NumPy); 500 updates (~15
-#              s), as a GPU kept busy may clock lower than for 30 updates. Timed again as vtx
-#              train's loop reads each update (--in-flight 0,2) and fed from NumPy (--prefetch
-#              2,0): what reading each update costs, and what placing the batches on the device
-#              ahead on a thread (vtx train's way since 2026-11-27) saves
+#              vocabulary of 37,000, more work an update, and int32 batches from NumPy); 500
+#              updates (~15 s), as a GPU kept busy may clock lower than for 30 updates. Timed
+#              again as vtx train's loop reads each update (--in-flight 0,2) and with each batch
+#              placed on the training thread as its update starts (--prefetch 2,0): what reading
+#              each update costs, and what placing the batches ahead on a thread (vtx train's
+#              way since 2026-11-27) saves
 #   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;

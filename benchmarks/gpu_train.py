@@ -7,8 +7,8 @@ target tokens of B x L, L = `--length`, no padding), one child process each:
   mixed_bfloat16), XLA on (`--no-jit` for off); the batch shape compiled first (`compile s`),
   `--warmup` updates, then `--steps` updates launched back to back and read at the end: target
   tokens per second of wall time. Batches are fed as `vtx train` feeds them, read and placed on
-  the device ahead on a thread; `--prefetch 2,0` times them again fed from NumPy, each batch
-  copied as its update is launched: what the placing ahead saves. `--in-flight 0,2` times them
+  the device ahead on a thread; `--prefetch 2,0` times them again with each batch placed on
+  the training thread as its update starts: what the thread saves. `--in-flight 0,2` times them
   again as `vtx train`'s loop runs them, each read while the next is launched (at most 2 in
   flight): what reading each update costs.
 * torch: `benchmarks/torch_reference.py` (the same model on torch.nn) on the same device, bf16
@@ -144,7 +144,7 @@ def timed_updates(trainer, stream, steps: int, in_flight: int) -> tuple[float, l
 def prefetch_said(prefetch: int) -> str:
     """How `measure_vtx` fed the updates for `--prefetch` value `prefetch`."""
     if prefetch == 0:
-        return "batches from NumPy"
+        return "batches placed as each update starts"
     return f"batches placed on the device {prefetch} ahead"
 
 
@@ -285,22 +285,25 @@ def parse_args(argv=None):
                              "read; vtx train's loop: 2); more values: timed again after, each")
     parser.add_argument("--prefetch", default="2", metavar="K[,K...]",
                         help="vtx's batches read and placed on the device K ahead on a thread, "
-                             "as `vtx train` feeds them (0: NumPy batches given to each update, "
-                             "copied to the device as it is launched); more values: timed "
-                             "again after, each (with the first --in-flight)")
+                             "as `vtx train` feeds them (0: each placed on the training thread "
+                             "as its update starts); more values: timed again after, each "
+                             "(with the first --in-flight)")
     parser.add_argument("--packed", type=int, default=1, metavar="N",
                         help="vtx's rows packed with N pairs of L // N tokens a side")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.length < 2 or any(int(t) < args.length for t in args.tokens.split(",")):
         parser.error(f"every --tokens ({args.tokens}) must be >= --length ({args.length}) >= 2")
-    given = args.in_flight
-    try:
-        args.in_flight, *args.also_in_flight = [int(k) for k in given.split(",")]
-    except ValueError:
-        parser.error(f"--in-flight {given}: whole numbers, comma-separated")
-    if min([args.in_flight, *args.also_in_flight]) < 0:
-        parser.error(f"--in-flight {given}: no value below 0")
+    for name in ("in_flight", "prefetch"):  # K[,K...]: the first, then each timed again
+        flag, given = "--" + name.replace("_", "-"), getattr(args, name)
+        try:
+            first, *also = [int(k) for k in given.split(",")]
+        except ValueError:
+            parser.error(f"{flag} {given}: whole numbers, comma-separated")
+        if min([first, *also]) < 0:
+            parser.error(f"{flag} {given}: no value below 0")
+        setattr(args, name, first)
+        setattr(args, "also_" + name, also)
     if args.vocab and args.vocab < 8:
         parser.error(f"--vocab {args.vocab}: at least 8 (4 special ids and words)")
     if args.packed < 1 or args.length % args.packed or args.length // args.packed < 2:
@@ -308,13 +311,6 @@ def parse_args(argv=None):
                      f">= 2 tokens")
     if args.packed > 1 and args.reference:
         parser.error("--packed goes with --no-reference (the torch reference does not pack)")
-    given = args.prefetch
-    try:
-        args.prefetch, *args.also_prefetch = [int(k) for k in given.split(",")]
-    except ValueError:
-        parser.error(f"--prefetch {given}: whole numbers, comma-separated")
-    if min([args.prefetch, *args.also_prefetch]) < 0:
-        parser.error(f"--prefetch {given}: no value below 0")
     if args.profile_steps < 1:
         parser.error(f"--profile-steps must be >= 1, got {args.profile_steps}")
     return args

@@ -96,8 +96,8 @@ def _device_names(ctx, param, value):
                    "start), else --no-pack]")
 @click.option("--prefetch", type=click.IntRange(min=0), default=2, show_default=True,
               help="Training batches read, packed and placed on the devices ahead of the "
-                   "updates, on a thread of their own (0: each on the training thread as its "
-                   "update starts).")
+                   "updates, on a thread of their own (0: each made and placed on the training "
+                   "thread as its update starts).")
 @click.option("--devices", default=None, callback=_device_names,
               help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1 "
                    "(default: every GPU, else CPU).")

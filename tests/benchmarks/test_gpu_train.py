@@ -62,9 +62,9 @@ def test_packed_batches_train_through_the_program_compiled_for_them():
     # the same updates again, each read while the next is launched (vtx train's loop)
     assert re.match(r"  vtx, at most 2 updates in flight: \d+ tok/s, [\d.]+% of the row's$",
                     read_each), done.stdout
-    # and fed from NumPy, copied to the device as each update is launched
-    assert re.match(r"  vtx, batches from NumPy: \d+ tok/s, [\d.]+% of the row's$",
-                    fed_each), done.stdout
+    # and each batch placed on the training thread as its update starts
+    assert re.match(r"  vtx, batches placed as each update starts: \d+ tok/s, [\d.]+% of the "
+                    r"row's$", fed_each), done.stdout
 
 
 def test_each_in_flight_timing_is_said_as_it_ran():

@@ -81,8 +81,9 @@ def main() -> None:
             if not shown.done:
                 shown.done = True
                 print("batch devices: " + " ".join(
-                    b["source"].device if isinstance(b["source"], tf.Tensor) else "host"
-                    for b in batches), flush=True)
+                    f"{b['source'].device} {b['source'].dtype.name}"
+                    if isinstance(b["source"], tf.Tensor) else "host" for b in batches),
+                    flush=True)
             return per_replica(batches)
 
         shown.done = False

@@ -59,11 +59,12 @@ class BatchStream:
 
 
 class PrefetchedStream:
-    """A `BatchStream` read `depth` batches ahead on a thread of its own, each batch handed out
-    as `place(batch, k)` made it (k: the batch's index among those handed out, from 0): the
-    data's work (reading, packing) and the copies to the devices are done while the device
-    trains, instead of on the training thread between updates, where an update launched with
-    host data waits for the copy (and on a GPU for the update before it to finish).
+    """A `BatchStream` read ahead on a thread of its own, up to `depth` batches ready and one
+    more under way, each batch handed out as `place(batch, k)` made it (k: the batch's index
+    among those handed out, from 0): the data's work (reading, packing) and the copies to the
+    devices are done while the device trains, instead of on the training thread between
+    updates, where an update launched with host data has it copied as part of the launch (on a
+    GPU, by our reading of TensorFlow, after the work queued before it).
 
     It has `BatchStream`'s interface; `position` counts the batches handed out, not those read
     ahead, so a checkpoint names the next batch to train on. `close` stops the thread, drops the

@@ -130,8 +130,8 @@ class Trainer(TrainingLoop):
             nothing to do in between (one worker only): no host synchronisation between updates;
             False reads every update before the next (the same model either way).
         prefetch: training batches `fit` reads and places on the devices ahead of the updates,
-            on a thread of its own (`stream.PrefetchedStream`); 0: each on the training thread
-            as its update starts (the same model either way).
+            on a thread of its own (`stream.PrefetchedStream`); 0: each made and placed on the
+            training thread as its update starts (the same model either way).
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
@@ -246,6 +246,7 @@ class Trainer(TrainingLoop):
         pad positions, about a tenth on Multi30k, cost as much as real ones); XLA needs static
         shapes, so a compiled update has N = B * T, pad positions included (they weigh nothing).
         (On a GPU without XLA, `tf.where` has the host read its count: one wait per micro-batch.)"""
+        batch = {key: tf.cast(ids, tf.int32) for key, ids in batch.items()}  # int64 if placed
         packing = ({key: batch[key] for key in PACKED_KEYS} if "source_segments" in batch
                    else None)  # rows of several pairs (`vtx.data.packing`)
         states = self.model.decoder_states((batch["source"], batch["target_in"]),
@@ -353,8 +354,13 @@ class Trainer(TrainingLoop):
         device computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
-            with self._out_of_memory_said([]):  # a batch read ahead is placed on a device
-                batches = [stream.next() for _ in range(self.topology.local_replicas)]
+            with self._out_of_memory_said([]):  # placing a batch on a device
+                # Placed ahead by a PrefetchedStream, else here: every update is traced for
+                # (and compiled from) batches placed alike.
+                batches = [batch if isinstance(batch["source"], tf.Tensor)
+                           else self.place_batch(batch, replica)
+                           for replica, batch in enumerate(
+                               stream.next() for _ in range(self.topology.local_replicas))]
             longest = max([longest] + [batch["target_in"].shape[1] for batch in batches])
             with self._out_of_memory_said(batches):
                 placed = self.collectives.per_replica(batches)
@@ -369,12 +375,14 @@ class Trainer(TrainingLoop):
                     return self._update(placed, self._apply[True])
 
     def place_batch(self, batch: dict, index: int) -> dict:
-        """`batch` (NumPy arrays) as tensors on the device of local replica `index` modulo the
-        local replicas: `start_update` gives each micro-batch's k-th batch to the k-th local
-        replica."""
+        """`batch` (NumPy arrays) as int64 tensors on the device of local replica `index` modulo
+        the local replicas: `start_update` gives each micro-batch's k-th batch to the k-th local
+        replica. int64, because TensorFlow keeps an int32 tensor of a GPU in host memory (its
+        kernels for int32 on a GPU read and write the host's), so int32 ids would still be
+        copied as each update is launched; the update casts them back (`_logits`)."""
         device = self.strategy.extended.worker_devices[index % self.topology.local_replicas]
         with tf.device(device):
-            return {key: tf.identity(value) for key, value in batch.items()}
+            return {key: tf.identity(np.asarray(value, np.int64)) for key, value in batch.items()}
 
     def _trace_for_any_shape(self, batches) -> None:
         """Trace the update (and the accumulation) once for batches of any shape, before the
