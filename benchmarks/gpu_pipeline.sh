@@ -13,8 +13,9 @@
 #
 # On the GPU machine after ../shared/gpu/README.md's setup (`. .gpu/bin/env.sh` defines `vtx`);
 # each call stays under the device tool's 10 minutes a command when MINUTES leaves room for the
-# compile (about 90 s a shape one at a time, measured). Logs go to $OUT (default /tmp), the run
-# to $RUN (default /root/gpu_pipeline). Summary lines at the end: compile, first and last rates.
+# compile (about 90 s a shape one at a time, measured). Logs go to $OUT (default /tmp) as
+# gpu_pipeline_train.log or _resume.log (with $TAG set: gpu_pipeline_train_$TAG.log), the run to
+# $RUN (default /root/gpu_pipeline). Summary lines at the end: compile, first and last rates.
 set -uo pipefail
 what=${1:?train or resume}; data=${2:?DATA_DIR}; minutes=${3:-}; shift $(( $# < 3 ? $# : 3 ))
 run=${RUN:-/root/gpu_pipeline}; out=${OUT:-/tmp}
@@ -23,7 +24,7 @@ case $what in
   resume) minutes=${minutes:-1} ;;
   *) echo "gpu_pipeline: train or resume, not $what" >&2; exit 2 ;;
 esac
-log=$out/gpu_pipeline_$what.log
+log=$out/gpu_pipeline_$what${TAG:+_$TAG}.log
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=${EPOCHREALTIME/./}  # microseconds (bash 5)
 # Timestamps in seconds since the command started; grep --line-buffered so that a killed run

@@ -26,6 +26,11 @@
 #              placed on the training thread as its update starts (--prefetch 2,0): what reading
 #              each update costs, and what placing the batches ahead on a thread (vtx train's
 #              way since 2026-11-27) saves
+#   inline     pipeline's run again, fresh (its own save dir) for 30 s of updates with
+#              --prefetch 0, each batch made and placed on the training thread, its programs from
+#              pipeline's XLA cache (a fresh run reads them too): the read-ahead thread's worth on
+#              the real pipeline (run after pipeline, so on a GPU kept busy longer: compare with
+#              its clock line)
 #   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
@@ -50,8 +55,8 @@
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
 #
-# PARTS picks the parts and their order (default "pipeline resume synthetic packed big autotune
-# nojit trace"; resume needs pipeline's run). The machine stays warm 30 s after a call: a second
+# PARTS picks the parts and their order (default "pipeline resume synthetic inline packed big
+# autotune nojit trace"; resume and inline need pipeline's run). The machine stays warm 30 s after a call: a second
 # call then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
 # PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
@@ -74,12 +79,12 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
-read -ra parts <<< "${PARTS:-pipeline resume synthetic packed big autotune nojit trace}"
+read -ra parts <<< "${PARTS:-pipeline resume synthetic inline packed big autotune nojit trace}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|packed|synthetic|big|autotune|nojit|trace) ;;
-    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic packed big" \
-         "autotune nojit trace)" >&2; exit 2 ;;
+    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|trace) ;;
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
+         "big autotune nojit trace)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -123,7 +128,8 @@ gpu_samples() {
 }
 
 : > "$summary"
-written=(gpu_pipeline_train.log gpu_pipeline_resume.log gpu_clocks.csv)  # the logs, for the tar
+written=(gpu_pipeline_train.log gpu_pipeline_resume.log gpu_pipeline_train_inline.log
+         gpu_clocks.csv)  # the logs, for the tar
 clocks=$out/gpu_clocks.csv sampler=""
 : > "$clocks"
 if command -v nvidia-smi > /dev/null; then  # a sample every 2 s until the session ends
@@ -168,6 +174,13 @@ do_packed() {
   part packed 160 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
     --packed 4 --steps 500 --no-reference --in-flight 0,2 "${train_flags[@]}"
   grep -A2 "^arch " "$out/packed.log" 2>/dev/null | sed -n 2,3p | tee -a "$summary"
+}
+
+do_inline() {
+  part inline 100 env TAG=inline RUN="$RUN.inline" bash "$here/gpu_pipeline.sh" train "$data" \
+    0.5 --prefetch 0 --xla-cache-dir "$RUN/xla_cache" "${pipeline_flags[@]}"
+  grep -hE "compiled [0-9]+ batch shapes|\| tok/s" "$out/gpu_pipeline_train_inline.log" \
+    2>/dev/null | sed -n '1p;$p' | tee -a "$summary"
 }
 
 do_resume() {
