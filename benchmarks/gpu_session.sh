@@ -12,7 +12,10 @@
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
 #              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
 #              2026-11-27: 98.6 s, 212,452 tok/s (74% of synthetic's 285,592), before batches
-#              were read ahead and placed on the device (--prefetch)
+#              were read ahead and placed on the device (--prefetch). Updates PROFILE_STEPS
+#              (default 1000:1009) are traced by TensorFlow's profiler (vtx train --profile) and
+#              summarized (xplane_summary.py): the device's busy and idle time an update (idle:
+#              waiting for the host) and its kernel time by kind
 #   resume     pipeline's run resumed for 15 s: compiled programs from the persistent XLA cache,
 #              so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute).
 #              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter; fixed
@@ -25,7 +28,7 @@
 #              again as vtx train's loop reads each update (--in-flight 0,2) and with each batch
 #              placed on the training thread as its update starts (--prefetch 2,0): what reading
 #              each update costs, and what placing the batches ahead on a thread (vtx train's
-#              way since 2026-11-27) saves
+#              way since 2026-11-27) saves; then 10 more updates profiled as pipeline's are
 #   inline     pipeline's run again, fresh (its own save dir) for 30 s of updates with
 #              --prefetch 0, each batch made and placed on the training thread, its programs from
 #              pipeline's XLA cache (a fresh run reads them too): the read-ahead thread's worth on
@@ -44,6 +47,12 @@
 #   trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
 #              against an exact one (1.016 under XLA on a Zen 4 CPU; 0.966 on the H200)
 #
+# The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
+# the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+#     -d .gpu/wLAST nvidia-cuda-cupti-cu12==12.8.90          (10 MB; setup.sh installs it)
+# and after env.sh: export LD_LIBRARY_PATH=/tmp/site/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH
+#
 # Device time is scarce (15 minutes a task in all, the machine's start and the staging
 # included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
 # and the data: `vtx preprocess -s en -t de --trainpref ../shared/data/multi30k/train
@@ -61,7 +70,7 @@
 # PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
 # there):
-#   PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
+#   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
 #   bash benchmarks/gpu_session.sh /tmp/m30k 600
@@ -79,6 +88,9 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
+PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
+[[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
+  || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
 read -ra parts <<< "${PARTS:-pipeline resume synthetic inline packed big autotune nojit trace}"
 for name in "${parts[@]}"; do
   case $name in
@@ -153,15 +165,23 @@ else
 fi
 
 do_pipeline() {
-  part pipeline 240 bash "$here/gpu_pipeline.sh" train "$data" 1 "${pipeline_flags[@]}"
+  part pipeline 240 bash "$here/gpu_pipeline.sh" train "$data" 1 --profile "$PROFILE_STEPS" \
+    "${pipeline_flags[@]}"
   grep -hE "precision:|batch shapes|packed, several pairs|compiled [0-9]+ batch shapes|\| tok/s" \
     "$out/gpu_pipeline_train.log" 2>/dev/null | sed -n '1,8p;$p' | tee -a "$summary"
+  # Where the traced updates' time went on the device, and how long it waited for the host.
+  local first=${PROFILE_STEPS%%:*} last=${PROFILE_STEPS##*:}
+  [ -d "$RUN/profile" ] && "$python" "$here/xplane_summary.py" "$RUN/profile" --top 12 \
+    --updates $(( last - first + 1 )) 2>&1 | grep -v "^WARNING\|^[IWE]0000\|^To enable" \
+    | tee -a "$summary"
 }
 
 do_synthetic() {
   part synthetic 200 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
-    --steps 500 --no-reference --in-flight 0,2 --prefetch 2,0 "${train_flags[@]}"
+    --steps 500 --no-reference --in-flight 0,2 --prefetch 2,0 --profile "$RUN.synthetic_prof" \
+    --profile-steps 10 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
+  grep -A20 "^profile of" "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 
 do_big() {

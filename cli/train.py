@@ -18,6 +18,18 @@ FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--h
          "constrain_trees": "--eval-constrain-trees"}
 
 
+def _profile_steps(ctx, param, value):
+    """--profile's FIRST:LAST as (first, last), or None."""
+    if value is None:
+        return None
+    from vtx.training.profile import parse_steps  # no TensorFlow import
+
+    try:
+        return parse_steps(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
 def _device_names(ctx, param, value):
     """Click callback of --devices: its comma-separated names (None: the default). An empty
     value named no device and was taken for the default, every GPU, in silence; an empty item
@@ -139,11 +151,15 @@ def _device_names(ctx, param, value):
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="A progress line every this many updates and after the last.")
 @click.option("--tensorboard-dir", type=click.Path(file_okay=False), callback=creatable_folder)
+@click.option("--profile", metavar="FIRST:LAST", callback=_profile_steps,
+              help="Trace updates FIRST to LAST with TensorFlow's profiler (every kernel, copy "
+                   "and gap on each device) into --tensorboard-dir, else SAVE_DIR/profile, for "
+                   "TensorBoard's profile plugin or benchmarks/xplane_summary.py.")
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
           eval_beam, eval_lenpen, eval_constrain_trees, best_checkpoint_metric, xla_cache_dir,
-          prefetch, **train_options):
+          prefetch, profile, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
 
@@ -196,7 +212,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                 best_checkpoint_metric=best_checkpoint_metric or eval_metric or "loss",
                 **train_options)
             stopped = run.train(data_dir, save_dir, arch, overrides, train_config,
-                                devices=devices, prefetch=prefetch,
+                                devices=devices, prefetch=prefetch, profile=profile,
                                 tensorboard_dir=tensorboard_dir,
                                 log=lambda line: click.echo(line, err=True),
                                 eval_metric=eval_metric, eval_options=eval_options)

@@ -300,3 +300,34 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     compiled = {line.split("(")[1].split(")")[0] for line in jit.stderr.splitlines()
                 if line.startswith("compiled the update for batch shape ")}
     assert compiled == set(shapes)  # its shapes, and no bucket's
+
+
+def test_profile_traces_the_updates_named_and_says_where(multi30k_small, tmp_path):
+    """`--profile FIRST:LAST` writes a TensorFlow profiler trace that TensorBoard's profile
+    plugin reads; a run that stops before LAST writes what it traced and says so."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import xplane_summary
+
+    data, save = multi30k_small / "data", tmp_path / "run"
+    result = vtx("train", data, "--save-dir", save, "--max-steps", 5, "--profile", "2:3", *SMALL)
+    assert result.returncode == 0, result.stderr
+    assert "profiling updates 2-3 into " + str(save / "profile") in result.stderr
+    assert "profile of updates 2-3 written under " + str(save / "profile") in result.stderr
+    traces = list((save / "profile" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(traces) == 1
+    where, events = xplane_summary.load_trace(save / "profile")
+    assert any("update" in event.name for event in events), where  # the update's program ran
+
+    result = vtx("train", data, "--save-dir", save, "--max-steps", 7, "--profile", "7:20",
+                 "--tensorboard-dir", tmp_path / "tb", *SMALL)
+    assert result.returncode == 0, result.stderr
+    assert ("profile of updates 7-7 (the run stopped at step 7) written under "
+            + str(tmp_path / "tb")) in result.stderr
+    assert len(list((tmp_path / "tb" / "plugins" / "profile").glob("*/*.xplane.pb"))) == 1
+
+
+@pytest.mark.parametrize("value", ["3:2", "0:4", "a:b", "5:", "", "1:2:3"])
+def test_a_bad_profile_range_is_a_usage_error_naming_it(value):
+    result = vtx("train", "--arch", "tiny", "--profile", value)
+    assert result.returncode == 2, result.stderr
+    assert f"Invalid value for '--profile': {value!r}" in result.stderr

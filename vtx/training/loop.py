@@ -141,6 +141,8 @@ class TrainingLoop:
                                 history=self.topology.is_chief)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
+            if self._profiler:
+                self._profiler.stop(self.step)
             stream.close()
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
@@ -262,6 +264,8 @@ class TrainingLoop:
         if why := self.nothing_to_train():
             self.log(f"nothing to train: {why}")
             return None
+        if self._profiler:
+            self._profiler.at(self.step)
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:
@@ -359,6 +363,8 @@ class TrainingLoop:
         if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
             progress.report_train(self.step, self.learning_rate(self.step), self.skipped,
                                   self.diverged)
+        if self._profiler:
+            self._profiler.at(self.step)
         return True
 
     def _clock_flags(self, loop: "_LoopState") -> tuple[bool, bool, bool]:

@@ -63,11 +63,13 @@ def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelCon
 def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainConfig,
           devices: list[str] | None = None, tensorboard_dir: str | None = None,
           log: Callable[[str], None] = print, eval_metric: str | None = None,
-          eval_options: dict | None = None, prefetch: int = 2) -> int | None:
+          eval_options: dict | None = None, prefetch: int = 2,
+          profile: tuple[int, int] | None = None) -> int | None:
     """Train (or resume) on `data_dir`, writing to `save_dir`.
 
     Args:
         prefetch: training batches read and placed on the devices ahead (`Trainer`).
+        profile: (first, last): updates traced by TensorFlow's profiler (`Trainer`).
         eval_metric: "bleu" or "f1": decode and score the validation set at each validation
             (`vtx.training.validation`); `eval_options` go to its scorer (gold_path, beam,
             lenpen).
@@ -88,11 +90,11 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     # The workers agree from the Trainer's start (precision, resume): one gone fails a collective.
     with peer_failures_said(topology(strategy).num_workers):
         return _train(strategy, data_dir, save_dir, arch, overrides, train_config,
-                      tensorboard_dir, log, eval_metric, eval_options, prefetch)
+                      tensorboard_dir, log, eval_metric, eval_options, prefetch, profile)
 
 
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
-           eval_metric, eval_options, prefetch) -> int | None:
+           eval_metric, eval_options, prefetch, profile) -> int | None:
     from vtx.data import pipeline
     from vtx.training.trainer import Trainer, format_shape
 
@@ -135,7 +137,8 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
     vocab = pipeline.vocabulary_path(data_dir).read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
-                      vocab=vocab, tensorboard_dir=tensorboard_dir, prefetch=prefetch)
+                      vocab=vocab, tensorboard_dir=tensorboard_dir, prefetch=prefetch,
+                      profile=profile)
     score_valid = None
     if eval_metric:
         from vtx.training import validation

@@ -43,6 +43,7 @@ from vtx.training.distribute import (SUM, Collectives, make_strategy, peer_failu
 from vtx.training.loop import TrainingError, TrainingLoop
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.precision import AUTO, resolve_precision
+from vtx.training.profile import StepProfiler
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream, PrefetchedStream
 
@@ -132,6 +133,9 @@ class Trainer(TrainingLoop):
         prefetch: training batches `fit` reads and places on the devices ahead of the updates,
             on a thread of its own (`stream.PrefetchedStream`); 0: each made and placed on the
             training thread as its update starts (the same model either way).
+        profile: (first, last): TensorFlow's profiler traces updates first to last
+            (`profile.StepProfiler`; the chief worker only) into `tensorboard_dir`, else
+            SAVE_DIR/profile.
     """
 
     def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
@@ -139,7 +143,7 @@ class Trainer(TrainingLoop):
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True,
-                 prefetch: int = 2):
+                 prefetch: int = 2, profile: tuple[int, int] | None = None):
         self.strategy = strategy or make_strategy()
         self.topology = topology(self.strategy)
         self.collectives = Collectives(self.strategy, self.topology)
@@ -162,6 +166,8 @@ class Trainer(TrainingLoop):
         if warning := unseen_gpus_warning():
             log(warning)
         self._tensorboard_dir = tensorboard_dir
+        self._profiler = (StepProfiler(profile, tensorboard_dir or self.save_dir / "profile", log)
+                          if profile and self.topology.is_chief else None)
         keras.utils.set_random_seed(train_config.seed)
         with self.strategy.scope():
             self.model = transformer.build(model_config, dtype=train_config.precision)
