@@ -10,6 +10,9 @@ ships (`tensorflow.tsl.profiler.protobuf.xplane_pb2`).
   union of the intervals, so that overlapping streams count once) and so idle, each kind's share
   of the kernel time (`KINDS`: matrix products are the cuBLAS / cuBLASLt / cutlass / XLA gemm
   kernels), and the kernels that took longest.
+* With a GPU plane, also what the host did meanwhile: the CUDA driver calls (kernel launches,
+  copies) and TensorFlow's own events, by total time and count an update (`host_calls`): a
+  device idle between updates waits for these.
 * Without a device plane (a CPU), the operations on TensorFlow's executor threads instead:
   TensorFlow ops ("scope/name:Type") by type; XLA's thunks by HLO name (`fusion.3` -> `fusion`).
   Several threads run ops at once, so busy time is again the union.
@@ -157,19 +160,59 @@ def format_summary(where: str, summary: dict, updates: int) -> str:
     return "\n".join(lines)
 
 
-def load_trace(directory) -> tuple[str, list[Event]]:
-    """`read_events` of the newest trace under `directory`."""
+def host_calls(space, updates: int = 1, top: int = 15) -> list[tuple[str, str, float, float]]:
+    """With a GPU plane: what the host did meanwhile, as (plane, name, ms, count) an update,
+    longest first, from every /host: plane: the CUDA driver calls CUPTI saw (/host:CUPTI:
+    kernel launches, copies, graph launches) and TensorFlow's own events (/host:CPU: the
+    function call, XlaCompile's cache lookup, XlaRun). Host events nest (a launch inside
+    XlaRun inside the call), so their times overlap. Empty without a GPU plane (the summary
+    is then the host's already)."""
+    if not any(p.name.startswith("/device:GPU:") for p in space.planes):
+        return []
+    totals, counts = defaultdict(int), defaultdict(int)
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                key = (plane.name, plane.event_metadata[event.metadata_id].name)
+                totals[key] += event.duration_ps
+                counts[key] += 1
+    longest = sorted(totals.items(), key=lambda item: -item[1])[:top]
+    return [(plane, name, ps / (1e9 * updates), counts[plane, name] / updates)
+            for (plane, name), ps in longest]
+
+
+def format_host_calls(calls) -> str:
+    lines = [f"  host meanwhile (nested: times overlap)   {'plane':12} {'ms':>9} {'count':>7}"]
+    lines += [f"  {name[:40]:40} {plane[6:18]:12} {ms:9.2f} {count:7.1f}"
+              for plane, name, ms, count in calls]
+    return "\n".join(lines)
+
+
+def load_space(directory):
+    """The XSpace of the newest trace under `directory`."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     space.ParseFromString(find_trace(directory).read_bytes())
-    return read_events(space)
+    return space
+
+
+def load_trace(directory) -> tuple[str, list[Event]]:
+    """`read_events` of the newest trace under `directory`."""
+    return read_events(load_space(directory))
 
 
 def summarize_directory(directory, updates: int = 1, top: int = 15) -> str:
-    """The formatted summary of the newest trace under `directory`."""
-    where, events = load_trace(directory)
-    return format_summary(where, summarize(events, updates, top), updates)
+    """The formatted summary of the newest trace under `directory` (and, for a GPU, the
+    host's calls meanwhile)."""
+    space = load_space(directory)
+    where, events = read_events(space)
+    text = format_summary(where, summarize(events, updates, top), updates)
+    if calls := host_calls(space, updates, top):
+        text += "\n" + format_host_calls(calls)
+    return text
 
 
 def main(argv=None) -> None:

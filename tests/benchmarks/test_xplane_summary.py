@@ -73,6 +73,23 @@ def test_a_gpu_trace_is_summarised_from_its_stream_lines_per_update():
     assert "busy 8.0 ms (89%; idle 1.0 ms)" in text
 
 
+def test_a_gpu_trace_says_what_the_host_called_meanwhile():
+    space = xplane_pb2.XSpace()
+    _plane(space, "/device:GPU:0", {"Stream #7(Compute)": [("sm90_xmma_gemm", 0, 10**9)]})
+    _plane(space, "/host:CUPTI", {"thread 1": [("cuLaunchKernel", i * 10**6, 10**6)
+                                               for i in range(6)]
+                                  + [("cuMemcpyDtoDAsync", 10**8, 4 * 10**6)]})
+    _plane(space, "/host:CPU", {"tf_Compute/1": [("XlaRun", 0, 9 * 10**6)]})
+    calls = xplane_summary.host_calls(space, updates=2)
+    assert calls == [("/host:CPU", "XlaRun", pytest.approx(0.0045), 0.5),
+                     ("/host:CUPTI", "cuLaunchKernel", pytest.approx(0.003), 3.0),
+                     ("/host:CUPTI", "cuMemcpyDtoDAsync", pytest.approx(0.002), 0.5)]
+    assert "cuLaunchKernel" in xplane_summary.format_host_calls(calls)
+    cpu_only = xplane_pb2.XSpace()
+    _plane(cpu_only, "/host:CPU", {"tf_Compute/1": [("x:MatMul", 0, 10**9)]})
+    assert xplane_summary.host_calls(cpu_only) == []
+
+
 def test_a_real_cpu_trace_names_its_matrix_products(tmp_path):
     weights = tf.random.normal((256, 256))
 
