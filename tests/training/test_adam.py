@@ -49,3 +49,49 @@ def test_fused_adam_refuses_amsgrad():
 def test_fused_adam_refuses_a_variable_that_is_not_float32():
     with pytest.raises(ValueError, match="float32 variables only; .* is bfloat16"):
         FusedAdam(1e-3).build([keras.Variable(np.zeros(3), dtype="bfloat16")])
+
+
+def train_if(ok: list[bool], optimizer_class=FusedAdam):
+    """As `train`, each update through `FusedAdam.apply_if` with its `ok` flag (or, for Keras's
+    Adam, `apply_gradients` for the updates flagged ok only), the gradients of a skipped update
+    non-finite in part (and drawn apart: the ok updates get the same whatever is skipped)."""
+    rng = np.random.default_rng(0)
+    shapes = [(7, 5), (5,), (3, 4, 2)]
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        variables = [keras.Variable(rng.normal(size=s).astype("float32")) for s in shapes]
+        optimizer = optimizer_class(TransformerSchedule(16, warmup_steps=4), beta_1=0.9,
+                                    beta_2=0.98, epsilon=1e-9)
+        optimizer.build(variables)
+
+    @tf.function(jit_compile=True)
+    def update(grads, flag):
+        def replica(flag):
+            optimizer.apply_if(flag, [tf.identity(g) for g in grads], variables)
+
+        strategy.run(replica, args=(flag,))
+
+    skipped_rng = np.random.default_rng(1)  # the ok updates' gradients alike whatever is skipped
+    for flag in ok:
+        grads = [(rng if flag else skipped_rng).normal(size=s).astype("float32") for s in shapes]
+        if not flag:
+            grads[1][2] = np.nan
+        if optimizer_class is FusedAdam:
+            update([tf.constant(g) for g in grads], tf.constant(flag))
+        elif flag:
+            strategy.run(lambda: optimizer.apply_gradients(zip(map(tf.constant, grads),
+                                                               variables)))
+    return [v.numpy() for v in variables] + [v.numpy() for v in optimizer.variables]
+
+
+def test_adam_applied_if_ok_steps_as_keras_adam_and_leaves_everything_when_not():
+    flags = [True, False, True, True, False, False, True]
+    keras_state, selected = train_if(flags, keras.optimizers.Adam), train_if(flags)
+    assert len(keras_state) == len(selected)
+    for expected, got in zip(keras_state, selected):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert all(np.isfinite(value).all() for value in selected)  # no NaN of a skipped update
+    assert selected[3] == 4  # `iterations`: the ok updates only
+    # Skipped updates change nothing, bit for bit (not merely within the tolerance).
+    for expected, got in zip(train_if([True, True]), train_if([True, False, True, False])):
+        np.testing.assert_array_equal(got, expected)

@@ -80,6 +80,19 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_the_compiled_update_holds_no_conditional(tmp_path, precision):
+    """XLA on a GPU runs a conditional by copying its predicate to the host and waiting for the
+    device (XLA's ConditionalThunk): the host could not launch the next update while the device
+    computes this one. The skip of a non-finite update is a selection instead (1 before)."""
+    trainer = make_trainer(tmp_path, jit_compile=True, precision=precision)
+    batch = to_batch(make_pairs(8, 20, seed=6))
+    trainer.train_update(_Repeat(batch))
+    placed = trainer.collectives.per_replica([trainer.place_batch(batch, 0)])
+    hlo = trainer._update.experimental_get_compiler_ir(placed, trainer._apply[True])(stage="hlo")
+    assert " dot(" in hlo and " conditional(" not in hlo  # the update's HLO, with no branch
+
+
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
     """One shape at a time, or several at once (threads, as on a GPU machine's CPU cores): every
     shape is compiled and named, and the first real updates after it (on the first shape's

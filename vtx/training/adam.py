@@ -70,3 +70,42 @@ class FusedAdam(keras.optimizers.Adam):
         for gradient, variable in grads_and_vars:
             distribution.extended.update(variable, apply, args=(gradient, learning_rate),
                                          group=False)
+
+    def apply_if(self, ok, grads, variables) -> None:
+        """In a replica context: Adam on `grads` where `ok` (a boolean tensor, the same on every
+        replica), else no change at all (weights, moments and `iterations` kept), without a
+        branch: the step is computed either way and its results selected. Under XLA on a GPU a
+        conditional (`tf.cond`) has the host read its predicate, waiting for the device to
+        finish everything before it, so the host could not launch the next update while the
+        device computed this one. The same formula as `ResourceApplyAdam`'s."""
+        grads_and_vars = self._all_reduce_sum_gradients(
+            [(grad, variable.value) for grad, variable in zip(grads, variables)])
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._distributed_select_step, self._distribution_strategy, grads_and_vars,
+            self.learning_rate, ok)
+        self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
+
+    def _distributed_select_step(self, distribution, grads_and_vars, learning_rate, ok):
+        step = tf.cast(self.iterations + 1, tf.float32)
+        one = tf.constant(1.0, tf.float32)
+
+        def apply(variable, gradient, learning_rate, ok):
+            index = self._get_variable_index(variable)
+            slots = [_handle(variable), _handle(self._momentums[index]),
+                     _handle(self._velocities[index])]
+            weight, m, v = (tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32)
+                            for h in slots)
+            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
+            alpha = (tf.cast(learning_rate, tf.float32) * tf.sqrt(one - tf.pow(beta_2, step))
+                     / (one - tf.pow(beta_1, step)))
+            gradient = tf.cast(gradient, tf.float32)
+            new_m = m + (gradient - m) * (one - beta_1)
+            new_v = v + (tf.square(gradient) - v) * (one - beta_2)
+            new_weight = weight - new_m * alpha / (tf.sqrt(new_v) + self.epsilon)
+            return tf.group(*[tf.raw_ops.AssignVariableOp(resource=h, value=tf.where(ok, new, old))
+                              for h, new, old in zip(slots, (new_weight, new_m, new_v),
+                                                     (weight, m, v))])
+
+        for gradient, variable in grads_and_vars:
+            distribution.extended.update(variable, apply, args=(gradient, learning_rate, ok),
+                                         group=False)

@@ -286,11 +286,17 @@ class Trainer(TrainingLoop):
         totals = self.strategy.experimental_local_results(totals)[0]
         nonfinite_grads = totals[3]
         iterations = tf.identity(self.optimizer.iterations.value)
-        tf.cond(tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
-                                                     nonfinite_grads == 0)),
-                lambda: self.strategy.run(self._apply_replica, args=(grads,)),
-                lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
-                                   & (nonfinite_grads > 0)))
+        ok = tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
+                                                  nonfinite_grads == 0))
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
+                    lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
+                                       & (nonfinite_grads > 0)))
+        else:
+            # No branch (`FusedAdam.apply_if`): a conditional under XLA on a GPU has the host
+            # wait for the device (H200, base, 8192 tokens: the device busy 14.0 ms of a
+            # 25.8 ms update).
+            self.strategy.run(self._apply_replica_if, args=(grads, ok))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
         scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
         scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
@@ -330,6 +336,9 @@ class Trainer(TrainingLoop):
 
     def _apply_replica(self, grads):
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+
+    def _apply_replica_if(self, grads, ok):
+        self.optimizer.apply_if(ok, grads, self.model.trainable_variables)
 
     def _reset_impl(self):
         self.strategy.run(self._zero_accumulators)
