@@ -11,19 +11,21 @@
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
 #              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
-#              2026-11-27: 98.6 s, 212,452 tok/s (74% of synthetic's 285,592), before batches
-#              were read ahead and placed on the device (--prefetch). Updates PROFILE_STEPS
+#              2026-11-27: 98.6 s, 212,452 tok/s before batches were read ahead and placed on
+#              the device (--prefetch); after: 94.6 s, 291,902 (94.6% of synthetic's 308,721
+#              at 2 in flight), the device busy 13.4 ms of a ~26 ms update. Updates PROFILE_STEPS
 #              (default 1000:1009) are traced by TensorFlow's profiler (vtx train --profile) and
 #              summarized (xplane_summary.py): the device's busy and idle time an update (idle:
 #              waiting for the host) and its kernel time by kind
 #   resume     pipeline's run resumed for 15 s: compiled programs from the persistent XLA cache,
 #              so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute).
-#              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter; fixed
-#              after, by _align_trace_names: not yet measured on a GPU)
+#              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter); 9.5 s
+#              after _align_trace_names
 #   synthetic  gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64,
 #              no padding: the synthetic rate on this GPU, pipeline's denominator (H100 250,233
 #              tok/s on 2026-11-24, H200 285,592 on 2026-11-27, both with the preset's
-#              vocabulary of 37,000, more work an update, and int32 batches from NumPy); 500
+#              vocabulary of 37,000, more work an update, and int32 batches from NumPy; H200
+#              318,043 with vocabulary 8000, before the update's branch became a selection); 500
 #              updates (~15 s), as a GPU kept busy may clock lower than for 30 updates. Timed
 #              again as vtx train's loop reads each update (--in-flight 0,2) and with each batch
 #              placed on the training thread as its update starts (--prefetch 2,0): what reading
@@ -33,7 +35,7 @@
 #              --prefetch 0, each batch made and placed on the training thread, its programs from
 #              pipeline's XLA cache (a fresh run reads them too): the read-ahead thread's worth on
 #              the real pipeline (run after pipeline, so on a GPU kept busy longer: compare with
-#              its clock line)
+#              its clock line). H200, 2026-11-27: 219,884 tok/s against pipeline's 291,902
 #   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
@@ -51,7 +53,7 @@
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
 #     -d .gpu/wLAST nvidia-cuda-cupti-cu12==12.8.90          (10 MB; setup.sh installs it)
-# and after env.sh: export LD_LIBRARY_PATH=/tmp/site/nvidia/cuda_cupti/lib:$LD_LIBRARY_PATH
+# (this script puts its library directory on LD_LIBRARY_PATH when setup.sh installed it).
 #
 # Device time is scarce (15 minutes a task in all, the machine's start and the staging
 # included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
@@ -59,13 +61,16 @@
 # --validpref ../shared/data/multi30k/val --destdir .gpu/m30k --vocab-size 8000` (2.4 MB). Then
 # with the device tool, back to back: one call per part .gpu/wNN but the last (command `mkdir -p
 # /root/stash && mv .gpu/wNN/* /root/stash/`, carry [".gpu/wNN"]; 11 parts on 2026-11-26, w00-w09
-# of 52 MB, w10 of 38 MB), then the last part with this (carry [".gpu/wLAST", ".gpu/bin",
-# ".gpu/m30k"], under the 64 MiB a call carries):
+# of 52 MB, w10 of 38 MB, 48 MB with CUPTI), then the last part with this (carry [".gpu/wLAST",
+# ".gpu/bin", ".gpu/m30k"], under the 64 MiB a call carries):
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
+# (2026-11-27: 92 s of device time for the staging with the machine's start, 450 s for the
+# parts pipeline resume synthetic inline.) Check any other command on this CPU first: a typo
+# costs the device time it took to stage.
 #
-# PARTS picks the parts and their order (default "pipeline resume synthetic inline packed big
-# autotune nojit trace"; resume and inline need pipeline's run). The machine stays warm 30 s after a call: a second
+# PARTS picks the parts and their order (default "pipeline synthetic big packed autotune nojit
+# resume inline trace"; resume and inline need pipeline's run). The machine stays warm 30 s after a call: a second
 # call then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
 # PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
 # last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
@@ -91,7 +96,7 @@ read -ra trace_flags <<< "${TRACE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-read -ra parts <<< "${PARTS:-pipeline resume synthetic inline packed big autotune nojit trace}"
+read -ra parts <<< "${PARTS:-pipeline synthetic big packed autotune nojit resume inline trace}"
 for name in "${parts[@]}"; do
   case $name in
     pipeline|resume|synthetic|inline|packed|big|autotune|nojit|trace) ;;
@@ -100,6 +105,8 @@ for name in "${parts[@]}"; do
   esac
 done
 python=$(command -v python3 || command -v python)
+cupti=/tmp/site/nvidia/cuda_cupti/lib  # CUDA 12's CUPTI, staged as the header says
+[ -d "$cupti" ] && export LD_LIBRARY_PATH=$cupti${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 note() { echo "$*" | tee -a "$summary"; }
 

@@ -214,16 +214,24 @@ def test_two_workers_train_in_one_precision_when_their_timings_disagree(tmp_path
         np.testing.assert_array_equal(a, b)
 
 
-def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path):
+@pytest.mark.parametrize("jit_compile", [False, True])  # a branch; XLA's selection
+def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path, jit_compile):
     model_config = config.preset("tiny", vocab_size=20, dropout=0.0)
     train_config = config.TrainConfig(max_steps=5, max_nonfinite_in_a_row=2,
-                                      save_interval_minutes=0, validate_interval_steps=0)
+                                      save_interval_minutes=0, validate_interval_steps=0,
+                                      jit_compile=jit_compile)
     trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
+    assert trainer._select_skip == jit_compile
     trainer.model.embedding.embeddings.assign(
         np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
+    before = [v.numpy() for v in trainer.model.trainable_variables[1:]]
     with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1") as error:
         trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     assert trainer.skipped == 2 and trainer.step == 0
+    assert int(trainer.optimizer.iterations.numpy()) == 0
+    for a, b in zip(before, trainer.model.trainable_variables[1:]):  # all but the NaN embedding
+        np.testing.assert_array_equal(a, b.numpy())
+    assert not any(np.any(m.numpy()) for m in trainer.optimizer.variables[1:])  # moments still 0
     assert str(error.value).endswith("; resume with a lower --lr-scale (now 1), or resume with "
                                      "--precision float32")
 

@@ -219,6 +219,15 @@ class Trainer(TrainingLoop):
         # skip of a non-finite update) are one program; on one device XLA compiles all of it.
         self._update = tf.function(self._update_impl, reduce_retracing=True,
                                    jit_compile=whole_update_jit or None)
+        # An XLA program skips a non-finite update by selection (`FusedAdam.apply_if`), not by
+        # a branch: XLA on a GPU runs a conditional by copying its predicate to the host and
+        # waiting for the device (its ConditionalThunk), so the host could not launch the next
+        # update while the device computed this one (an H200 busy 14.0 ms of a 25.8 ms update,
+        # base at 8192 tokens). Without XLA the branch stays: it runs Adam as one fused kernel
+        # a variable, where the selection would be ~10 operations each. float16's loss scaling
+        # keeps Keras's branches.
+        self._select_skip = whole_update_jit and not isinstance(
+            self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True)
         self._reset = tf.function(self._reset_impl)
         self._traced_for_any_shape = False
@@ -288,15 +297,12 @@ class Trainer(TrainingLoop):
         iterations = tf.identity(self.optimizer.iterations.value)
         ok = tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
                                                   nonfinite_grads == 0))
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+        if self._select_skip:
+            self.strategy.run(self._apply_replica_if, args=(grads, ok))
+        else:
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
                                        & (nonfinite_grads > 0)))
-        else:
-            # No branch (`FusedAdam.apply_if`): a conditional under XLA on a GPU has the host
-            # wait for the device (H200, base, 8192 tokens: the device busy 14.0 ms of a
-            # 25.8 ms update).
-            self.strategy.run(self._apply_replica_if, args=(grads, ok))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
         scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
         scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
