@@ -3,10 +3,12 @@
 import contextlib
 import signal
 import sys
+from pathlib import Path
 
 import click
 
 from vtx_cli.options import FiniteFloat, creatable_folder, library_error
+from vtx import atomic  # no TensorFlow import
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
 ARCHS = tuple(PRESETS)
@@ -28,6 +30,19 @@ def _profile_steps(ctx, param, value):
         return parse_steps(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from error
+
+
+def _check_profile(steps, max_steps, directory):
+    """--profile refused at once (exit 2, naming it) when it could trace nothing: FIRST past
+    --max-steps (the run would end before it, in silence), or the trace's folder (SAVE_DIR/profile
+    when no --tensorboard-dir) not creatable (the run would fail at update FIRST, unsaved)."""
+    first, last = steps
+    if first > max_steps:
+        raise click.BadParameter(f"{first}:{last}: update {first} is past --max-steps "
+                                 f"{max_steps}: nothing would be profiled",
+                                 param_hint="'--profile'")
+    if "://" not in str(directory) and (problem := atomic.unwritable_directory(directory)):
+        raise click.BadParameter(f"the trace's folder {problem}", param_hint="'--profile'")
 
 
 def _device_names(ctx, param, value):
@@ -174,6 +189,9 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                                f"the data directory's vocabulary")
     if not data_dir or not save_dir:
         raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
+    if profile:
+        _check_profile(profile, train_options["max_steps"],
+                       tensorboard_dir or Path(save_dir) / "profile")
     # Until the training loop takes SIGINT over (saving, then exiting 130), Ctrl-C raises
     # KeyboardInterrupt: importing TensorFlow, reading the data, building the model.
     with _interrupted_before_training():

@@ -331,3 +331,20 @@ def test_a_bad_profile_range_is_a_usage_error_naming_it(value):
     result = vtx("train", "--arch", "tiny", "--profile", value)
     assert result.returncode == 2, result.stderr
     assert f"Invalid value for '--profile': {value!r}" in result.stderr
+
+
+def test_a_profile_range_that_could_trace_nothing_is_refused_at_once(tmp_path):
+    """Not silence at the end (FIRST past --max-steps), nor a failure at update FIRST, unsaved
+    (the trace's folder not creatable)."""
+    result = vtx("train", tmp_path, "--save-dir", tmp_path / "run", "--max-steps", 5,
+                 "--profile", "20:30")
+    assert result.returncode == 2, result.stderr
+    assert ("Invalid value for '--profile': 20:30: update 20 is past --max-steps 5"
+            in result.stderr)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "profile").write_text("")
+    result = vtx("train", tmp_path, "--save-dir", tmp_path / "run", "--max-steps", 5,
+                 "--profile", "2:3")
+    assert result.returncode == 2, result.stderr
+    assert "Invalid value for '--profile': the trace's folder " in result.stderr
+    assert "is not a directory" in result.stderr

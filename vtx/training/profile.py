@@ -49,8 +49,14 @@ class StepProfiler:
         if self.started_at is None and self.first - 1 <= step < self.last:
             import tensorflow as tf
 
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tf.profiler.experimental.start(str(self.directory))
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                tf.profiler.experimental.start(str(self.directory))
+            except (OSError, tf.errors.OpError) as error:  # a diagnosis: the run goes on
+                self.done = True
+                self.log(f"--profile: could not start TensorFlow's profiler into "
+                         f"{self.directory} ({error}): nothing profiled, training goes on")
+                return
             self.started_at = step
             self.log(f"profiling updates {step + 1}-{self.last} into {self.directory}")
         elif self.started_at is not None and step >= self.last:
@@ -61,13 +67,26 @@ class StepProfiler:
                      f"(it resumed at step {step}): nothing profiled")
 
     def stop(self, step: int) -> None:
-        """Stop tracing (after update `step`) and write the trace; nothing when not tracing."""
-        if self.started_at is None or self.done:
+        """Stop tracing (after update `step`) and write the trace; when tracing never began
+        (the run ended before the range, or made no update), say that nothing was profiled. A
+        trace that cannot be written is said, not raised: the run's own end (its checkpoint, its
+        exit status, its error) stands."""
+        if self.done:
+            return
+        self.done = True
+        if self.started_at is None:
+            self.log(f"--profile: the run stopped at step {step}, before update {self.first}: "
+                     f"nothing profiled" if step < self.first else
+                     f"--profile: the run made no update (at step {step}): nothing profiled")
             return
         import tensorflow as tf
 
-        self.done = True
-        tf.profiler.experimental.stop()
+        try:
+            tf.profiler.experimental.stop()
+        except (OSError, tf.errors.OpError) as error:
+            self.log(f"--profile: the trace of updates {self.started_at + 1}-{step} could not "
+                     f"be written under {self.directory}: {error}")
+            return
         early = "" if step >= self.last else f" (the run stopped at step {step})"
         self.log(f"profile of updates {self.started_at + 1}-{step}{early} written under "
                  f"{self.directory}: TensorBoard's profile plugin shows it (tensorboard --logdir "
