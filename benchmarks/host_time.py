@@ -1,0 +1,107 @@
+"""An update's cost that does not scale with the arithmetic: base's layer layout and variable
+count (253 trainable variables at 6 layers) at tiny widths, so that the update's time is the
+per-call and per-variable work: TensorFlow's function call, the XLA program's many small
+kernels (Adam is one fusion per weight and moment) and copies. On a GPU this is host time the
+device waits for when it exceeds the device's own; on a CPU (XLA:CPU runs the program on the
+calling thread) it is the whole update.
+
+    python benchmarks/host_time.py --layers 6            # base's variables
+    python benchmarks/host_time.py --layers 1            # 43 variables
+    python benchmarks/host_time.py --layers 6 --profile /tmp/host_prof   # where the time goes
+
+Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
+with `--profile`, the events of 10 more updates by total time an update (every thread, nested
+events overlap). Figures, not a test: run it with nothing else on the machine, name the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers")
+    parser.add_argument("--width", type=int, default=16, help="d_model and d_ff")
+    parser.add_argument("--steps", type=int, default=100, help="updates timed a round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="cpu")
+    parser.add_argument("--profile", metavar="DIR", help="trace 10 more updates into DIR")
+    parser.add_argument("--top", type=int, default=25, help="events listed with --profile")
+    args = parser.parse_args(argv)
+    for name in ("layers", "width", "steps", "rounds", "top"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+    import numpy as np
+    import tensorflow as tf
+
+    from vtx import config
+    from vtx.training.stream import BatchStream, PrefetchedStream
+    from vtx.training.trainer import Trainer
+
+    model = config.preset("base", vocab_size=64, d_model=args.width, d_ff=args.width,
+                          num_heads=2, num_layers=args.layers, dropout=0.0)
+    train = config.TrainConfig(max_tokens=64, precision="float32", jit_compile=args.jit,
+                               validate_interval_steps=0)
+    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
+    batch = {key: np.random.default_rng(0).integers(3, 64, (8, 8)).astype(np.int32)
+             for key in ("source", "target_in", "target_out")}
+    with tempfile.TemporaryDirectory() as save_dir:
+        trainer = Trainer(model, train, save_dir, log=lambda _: None,
+                          strategy=tf.distribute.MirroredStrategy([device]))
+        stream = PrefetchedStream(BatchStream(lambda epoch, skip: [batch] * 10**6),
+                                  trainer.place_batch, 2)
+        try:
+            for _ in range(5):
+                trainer.read_update(trainer.start_update(stream))
+            print(f"{len(trainer.model.trainable_variables)} trainable variables, "
+                  f"{'XLA' if args.jit else 'no XLA'} on {device}", flush=True)
+            for _ in range(args.rounds):
+                seconds = []
+                for _ in range(args.steps):
+                    started = time.perf_counter()
+                    trainer.read_update(trainer.start_update(stream))
+                    seconds.append(time.perf_counter() - started)
+                print(f"update median {1e3 * statistics.median(seconds):.2f} ms", flush=True)
+            if args.profile:
+                tf.profiler.experimental.start(args.profile)
+                for _ in range(10):
+                    trainer.read_update(trainer.start_update(stream))
+                tf.profiler.experimental.stop()
+                print(events_table(args.profile, 10, args.top))
+        finally:
+            stream.close()
+
+
+def events_table(directory, updates: int, top: int) -> str:
+    """Every plane's events by name (numbered suffixes dropped), total ms and count an update."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import xplane_summary
+
+    space = xplane_summary.load_space(directory)
+    totals, counts = defaultdict(int), defaultdict(int)
+    for plane in space.planes:
+        for line in plane.lines:
+            for event in line.events:
+                name = re.sub(r"([._]\d+)+$", "", plane.event_metadata[event.metadata_id].name)
+                key = (plane.name, name[:60])
+                totals[key] += event.duration_ps
+                counts[key] += 1
+    rows = [f"  {'event (nested: times overlap)':60} {'plane':12} {'ms':>8} {'count':>7}"]
+    for (plane, name), ps in sorted(totals.items(), key=lambda item: -item[1])[:top]:
+        rows.append(f"  {name:60} {plane[:12]:12} {ps / 1e9 / updates:8.3f} "
+                    f"{counts[plane, name] / updates:7.1f}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()
