@@ -7,17 +7,26 @@ from vtx.training.adam import FusedAdam
 from vtx.training.schedule import TransformerSchedule
 
 
-def train(optimizer_class, steps: int = 6):
-    """Weights and optimizer state after `steps` updates of three variables under a one-device
-    MirroredStrategy (as `vtx train` runs), on the paper's schedule and Adam settings."""
-    rng = np.random.default_rng(0)
-    shapes = [(7, 5), (5,), (3, 4, 2)]
+SHAPES = [(7, 5), (5,), (3, 4, 2)]
+
+
+def three_variables(optimizer_class, rng):
+    """(a one-device MirroredStrategy, as `vtx train` runs, three variables of SHAPES drawn from
+    `rng`, an `optimizer_class` built for them on the paper's schedule and Adam settings)."""
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
-        variables = [keras.Variable(rng.normal(size=s).astype("float32")) for s in shapes]
+        variables = [keras.Variable(rng.normal(size=s).astype("float32")) for s in SHAPES]
         optimizer = optimizer_class(TransformerSchedule(16, warmup_steps=4), beta_1=0.9,
                                     beta_2=0.98, epsilon=1e-9)
         optimizer.build(variables)
+    return strategy, variables, optimizer
+
+
+def train(optimizer_class, steps: int = 6):
+    """Weights and optimizer state after `steps` updates of three variables under a one-device
+    MirroredStrategy (as `vtx train` runs), on the paper's schedule and Adam settings."""
+    rng, shapes = np.random.default_rng(0), SHAPES
+    strategy, variables, optimizer = three_variables(optimizer_class, rng)
 
     @tf.function
     def update(grads):
@@ -55,14 +64,8 @@ def train_if(ok: list[bool], optimizer_class=FusedAdam):
     """As `train`, each update through `FusedAdam.apply_if` with its `ok` flag (or, for Keras's
     Adam, `apply_gradients` for the updates flagged ok only), the gradients of a skipped update
     non-finite in part (and drawn apart: the ok updates get the same whatever is skipped)."""
-    rng = np.random.default_rng(0)
-    shapes = [(7, 5), (5,), (3, 4, 2)]
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    with strategy.scope():
-        variables = [keras.Variable(rng.normal(size=s).astype("float32")) for s in shapes]
-        optimizer = optimizer_class(TransformerSchedule(16, warmup_steps=4), beta_1=0.9,
-                                    beta_2=0.98, epsilon=1e-9)
-        optimizer.build(variables)
+    rng, shapes = np.random.default_rng(0), SHAPES
+    strategy, variables, optimizer = three_variables(optimizer_class, rng)
 
     @tf.function(jit_compile=True)
     def update(grads, flag):
