@@ -22,7 +22,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 
@@ -83,24 +82,14 @@ def main(argv=None) -> None:
 
 
 def events_table(directory, updates: int, top: int) -> str:
-    """Every plane's events by name (numbered suffixes dropped), total ms and count an update."""
+    """Every plane's events by name (numbered suffixes dropped), ms and count an update."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import xplane_summary
 
-    space = xplane_summary.load_space(directory)
-    totals, counts = defaultdict(int), defaultdict(int)
-    for plane in space.planes:
-        for line in plane.lines:
-            for event in line.events:
-                name = re.sub(r"([._]\d+)+$", "", plane.event_metadata[event.metadata_id].name)
-                key = (plane.name, name[:60])
-                totals[key] += event.duration_ps
-                counts[key] += 1
-    rows = [f"  {'event (nested: times overlap)':60} {'plane':12} {'ms':>8} {'count':>7}"]
-    for (plane, name), ps in sorted(totals.items(), key=lambda item: -item[1])[:top]:
-        rows.append(f"  {name:60} {plane[:12]:12} {ps / 1e9 / updates:8.3f} "
-                    f"{counts[plane, name] / updates:7.1f}")
-    return "\n".join(rows)
+    rows = xplane_summary.events_by_name(
+        xplane_summary.load_space(directory), lambda plane: True, updates, top,
+        rename=lambda name: re.sub(r"([._]\d+)+$", "", name))
+    return xplane_summary.format_events("event (nested: times overlap)", rows, width=60)
 
 
 if __name__ == "__main__":

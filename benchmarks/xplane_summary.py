@@ -160,22 +160,18 @@ def format_summary(where: str, summary: dict, updates: int) -> str:
     return "\n".join(lines)
 
 
-def host_calls(space, updates: int = 1, top: int = 15) -> list[tuple[str, str, float, float]]:
-    """With a GPU plane: what the host did meanwhile, as (plane, name, ms, count) an update,
-    longest first, from every /host: plane: the CUDA driver calls CUPTI saw (/host:CUPTI:
-    kernel launches, copies, graph launches) and TensorFlow's own events (/host:CPU: the
-    function call, XlaCompile's cache lookup, XlaRun). Host events nest (a launch inside
-    XlaRun inside the call), so their times overlap. Empty without a GPU plane (the summary
-    is then the host's already)."""
-    if not any(p.name.startswith("/device:GPU:") for p in space.planes):
-        return []
+def events_by_name(space, keep_plane, updates: int = 1, top: int = 15,
+                   rename=lambda name: name) -> list[tuple[str, str, float, float]]:
+    """The events of the planes whose name `keep_plane` accepts, by (plane, `rename`d event
+    name): (plane, name, ms, count) an update, longest first. Events nest (a launch inside
+    XlaRun inside the call), so their times overlap."""
     totals, counts = defaultdict(int), defaultdict(int)
     for plane in space.planes:
-        if not plane.name.startswith("/host:"):
+        if not keep_plane(plane.name):
             continue
         for line in plane.lines:
             for event in line.events:
-                key = (plane.name, plane.event_metadata[event.metadata_id].name)
+                key = (plane.name, rename(plane.event_metadata[event.metadata_id].name))
                 totals[key] += event.duration_ps
                 counts[key] += 1
     longest = sorted(totals.items(), key=lambda item: -item[1])[:top]
@@ -183,10 +179,21 @@ def host_calls(space, updates: int = 1, top: int = 15) -> list[tuple[str, str, f
             for (plane, name), ps in longest]
 
 
-def format_host_calls(calls) -> str:
-    lines = [f"  host meanwhile (nested: times overlap)   {'plane':12} {'ms':>9} {'count':>7}"]
-    lines += [f"  {name[:40]:40} {plane[6:18]:12} {ms:9.2f} {count:7.1f}"
-              for plane, name, ms, count in calls]
+def host_calls(space, updates: int = 1, top: int = 15) -> list[tuple[str, str, float, float]]:
+    """With a GPU plane: what the host did meanwhile (`events_by_name` of every /host: plane:
+    the CUDA driver calls CUPTI saw on /host:CUPTI, kernel launches, copies, graph launches, and
+    TensorFlow's own events on /host:CPU, the function call, XlaCompile's cache lookup, XlaRun).
+    Empty without a GPU plane (the summary is then the host's already)."""
+    if not any(p.name.startswith("/device:GPU:") for p in space.planes):
+        return []
+    return events_by_name(space, lambda name: name.startswith("/host:"), updates, top)
+
+
+def format_events(title: str, rows, width: int = 40) -> str:
+    """`events_by_name`'s rows as a table under `title`."""
+    lines = [f"  {title:{width}} {'plane':12} {'ms':>9} {'count':>7}"]
+    lines += [f"  {name[:width]:{width}} {plane[6:18]:12} {ms:9.2f} {count:7.1f}"
+              for plane, name, ms, count in rows]
     return "\n".join(lines)
 
 
@@ -211,7 +218,7 @@ def summarize_directory(directory, updates: int = 1, top: int = 15) -> str:
     where, events = read_events(space)
     text = format_summary(where, summarize(events, updates, top), updates)
     if calls := host_calls(space, updates, top):
-        text += "\n" + format_host_calls(calls)
+        text += "\n" + format_events("host meanwhile (nested: times overlap)", calls)
     return text
 
 

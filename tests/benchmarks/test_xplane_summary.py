@@ -84,7 +84,7 @@ def test_a_gpu_trace_says_what_the_host_called_meanwhile():
     assert calls == [("/host:CPU", "XlaRun", pytest.approx(0.0045), 0.5),
                      ("/host:CUPTI", "cuLaunchKernel", pytest.approx(0.003), 3.0),
                      ("/host:CUPTI", "cuMemcpyDtoDAsync", pytest.approx(0.002), 0.5)]
-    assert "cuLaunchKernel" in xplane_summary.format_host_calls(calls)
+    assert "cuLaunchKernel" in xplane_summary.format_events("host", calls)
     cpu_only = xplane_pb2.XSpace()
     _plane(cpu_only, "/host:CPU", {"tf_Compute/1": [("x:MatMul", 0, 10**9)]})
     assert xplane_summary.host_calls(cpu_only) == []

@@ -25,7 +25,7 @@ def three_variables(optimizer_class, rng):
 def train(optimizer_class, steps: int = 6):
     """Weights and optimizer state after `steps` updates of three variables under a one-device
     MirroredStrategy (as `vtx train` runs), on the paper's schedule and Adam settings."""
-    rng, shapes = np.random.default_rng(0), SHAPES
+    rng = np.random.default_rng(0)
     strategy, variables, optimizer = three_variables(optimizer_class, rng)
 
     @tf.function
@@ -36,7 +36,7 @@ def train(optimizer_class, steps: int = 6):
         strategy.run(replica)
 
     for _ in range(steps):
-        update([tf.constant(rng.normal(size=s).astype("float32")) for s in shapes])
+        update([tf.constant(rng.normal(size=s).astype("float32")) for s in SHAPES])
     return [v.numpy() for v in variables] + [v.numpy() for v in optimizer.variables]
 
 
@@ -64,7 +64,7 @@ def train_if(ok: list[bool], optimizer_class=FusedAdam):
     """As `train`, each update through `FusedAdam.apply_if` with its `ok` flag (or, for Keras's
     Adam, `apply_gradients` for the updates flagged ok only), the gradients of a skipped update
     non-finite in part (and drawn apart: the ok updates get the same whatever is skipped)."""
-    rng, shapes = np.random.default_rng(0), SHAPES
+    rng = np.random.default_rng(0)
     strategy, variables, optimizer = three_variables(optimizer_class, rng)
 
     @tf.function(jit_compile=True)
@@ -76,7 +76,7 @@ def train_if(ok: list[bool], optimizer_class=FusedAdam):
 
     skipped_rng = np.random.default_rng(1)  # the ok updates' gradients alike whatever is skipped
     for flag in ok:
-        grads = [(rng if flag else skipped_rng).normal(size=s).astype("float32") for s in shapes]
+        grads = [(rng if flag else skipped_rng).normal(size=s).astype("float32") for s in SHAPES]
         if not flag:
             grads[1][2] = np.nan
         if optimizer_class is FusedAdam:
