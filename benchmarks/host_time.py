@@ -8,9 +8,12 @@ calling thread) it is the whole update.
     python benchmarks/host_time.py --layers 6            # base's variables
     python benchmarks/host_time.py --layers 1            # 43 variables
     python benchmarks/host_time.py --layers 6 --profile /tmp/host_prof   # where the time goes
+    python benchmarks/host_time.py --layers 6 --tf-function-too   # the call as before 2026-11-27
 
 Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
-with `--profile`, the events of 10 more updates by total time an update (every thread, nested
+with `--tf-function-too`, each round then times the same updates called through the
+`tf.function` (which finds the traced program again at every call, as vtx did until 2026-11-27)
+instead of the traced program itself, with the calling thread's CPU time of each; with `--profile`, the events of 10 more updates by total time an update (every thread, nested
 events overlap). Figures, not a test: run it with nothing else on the machine, name the machine.
 """
 
@@ -35,6 +38,8 @@ def main(argv=None) -> None:
     parser.add_argument("--device", choices=("gpu", "cpu"), default="cpu")
     parser.add_argument("--profile", metavar="DIR", help="trace 10 more updates into DIR")
     parser.add_argument("--top", type=int, default=25, help="events listed with --profile")
+    parser.add_argument("--tf-function-too", action="store_true",
+                        help="each round, also the updates called through the tf.function")
     args = parser.parse_args(argv)
     for name in ("layers", "width", "steps", "rounds", "top"):
         if getattr(args, name) < 1:
@@ -64,13 +69,18 @@ def main(argv=None) -> None:
                 trainer.read_update(trainer.start_update(stream))
             print(f"{len(trainer.model.trainable_variables)} trainable variables, "
                   f"{'XLA' if args.jit else 'no XLA'} on {device}", flush=True)
+            program = trainer._update_program
             for _ in range(args.rounds):
-                seconds = []
-                for _ in range(args.steps):
-                    started = time.perf_counter()
-                    trainer.read_update(trainer.start_update(stream))
-                    seconds.append(time.perf_counter() - started)
-                print(f"update median {1e3 * statistics.median(seconds):.2f} ms", flush=True)
+                trainer._update_program = program
+                wall, cpu = time_updates(trainer, stream, args.steps)
+                print(f"update median {wall:.2f} ms", flush=True)
+                if args.tf_function_too:
+                    trainer._update_program = trainer._update
+                    other_wall, other_cpu = time_updates(trainer, stream, args.steps)
+                    print(f"  calling thread {cpu:.2f} ms; through the tf.function: update "
+                          f"median {other_wall:.2f} ms, calling thread {other_cpu:.2f} ms "
+                          f"({other_wall / wall:.2f}x, {other_cpu / cpu:.2f}x)", flush=True)
+            trainer._update_program = program
             if args.profile:
                 tf.profiler.experimental.start(args.profile)
                 for _ in range(10):
@@ -79,6 +89,18 @@ def main(argv=None) -> None:
                 print(events_table(args.profile, 10, args.top))
         finally:
             stream.close()
+
+
+def time_updates(trainer, stream, steps: int) -> tuple[float, float]:
+    """Median milliseconds of `steps` updates, launched and read: wall, and the calling
+    thread's CPU time."""
+    wall, cpu = [], []
+    for _ in range(steps):
+        started, thread_started = time.perf_counter(), time.thread_time()
+        trainer.read_update(trainer.start_update(stream))
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.thread_time() - thread_started)
+    return 1e3 * statistics.median(wall), 1e3 * statistics.median(cpu)
 
 
 def events_table(directory, updates: int, top: int) -> str:

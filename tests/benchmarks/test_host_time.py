@@ -18,6 +18,16 @@ def test_prints_the_variables_each_rounds_median_and_the_profiles_events(tmp_pat
     assert re.search(r"^  \S.*update_impl.* CPU +[\d.]+ +1\.0$", out, re.M), out
 
 
+def test_tf_function_too_times_the_same_updates_called_both_ways():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--layers", "1", "--steps", "3",
+                          "--rounds", "2", "--tf-function-too"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert len(re.findall(r"^update median [\d.]+ ms$", out, re.M)) == 2, out
+    assert len(re.findall(r"^  calling thread [\d.]+ ms; through the tf.function: update median "
+                          r"[\d.]+ ms, calling thread [\d.]+ ms \([\d.]+x, [\d.]+x\)$", out,
+                          re.M)) == 2, out
+
+
 def test_a_count_below_1_is_refused():
     done = subprocess.run([sys.executable, str(SCRIPT), "--steps", "0"], capture_output=True,
                           text=True, timeout=60)
