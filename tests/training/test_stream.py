@@ -108,7 +108,7 @@ def test_a_closed_prefetched_stream_drops_what_it_read_ahead_and_goes_on_at_its_
     assert stream.next() == ((0, 0), 0)
     # 3 queued and the fifth waiting to be: the thread reads no sixth while the queue is full.
     assert fifth_placed.wait(timeout=60)
-    assert len(read) == 5 and inner.position == (1, 2)
+    assert len(read) == 5 and inner.position == (0, 0)  # the thread reads a copy of it
     stream.close()
     assert stream.position == inner.position == (0, 1)
     assert [stream.next() for _ in range(3)] == [((0, 1), 1), ((0, 2), 2), ((1, 0), 3)]
@@ -129,8 +129,52 @@ def test_an_error_reading_ahead_is_raised_by_next_after_the_batches_before_it():
     stream.close()  # the thread is over: nothing left to stop
 
 
+def prefetch_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "vtx-prefetch"]
+
+
 def test_closing_a_prefetched_stream_stops_its_thread():
     stream = PrefetchedStream(BatchStream(labelled_epochs), placed, depth=1)
     stream.next()
     stream.close()
-    assert not [t for t in threading.enumerate() if t.name == "vtx-prefetch"]
+    for thread in prefetch_threads():  # close waits a bounded time only: not counted on here
+        thread.join(timeout=60)
+    assert not prefetch_threads()
+
+
+@pytest.mark.parametrize("busy", ["building an epoch", "placing a batch"])
+def test_closing_does_not_wait_for_a_busy_read_ahead_which_then_changes_nothing(busy):
+    """Building an epoch's iterator takes seconds on a WMT-size corpus, and `fit` closes its
+    stream with its SIGINT handler still installed: close waited for it (here 60 s). The thread
+    left to end alone must not move the stream that close set back to `position`."""
+    let_go, waiting = threading.Event(), threading.Event()
+    still_waiting = []
+
+    def hold():
+        waiting.set()
+        still_waiting.append(True)
+        let_go.wait(timeout=60)
+        still_waiting.append(False)
+
+    def epochs(epoch, skip):
+        if busy == "building an epoch" and epoch == 1 and not let_go.is_set():
+            hold()
+        return labelled_epochs(epoch, skip)
+
+    def place(batch, index):
+        if busy == "placing a batch" and index == 3 and not let_go.is_set():
+            hold()
+        return placed(batch, index)
+
+    inner = BatchStream(epochs)
+    stream = PrefetchedStream(inner, place, depth=3)
+    assert stream.next() == ((0, 0), 0)
+    assert waiting.wait(timeout=60)  # 3 batches read ahead, the fourth under way
+    stream.close()
+    assert still_waiting == [True]  # close returned while the thread was busy
+    let_go.set()
+    for thread in prefetch_threads():
+        thread.join(timeout=60)
+    assert not prefetch_threads() and stream.position == inner.position == (0, 1)
+    assert [stream.next() for _ in range(3)] == [((0, 1), 1), ((0, 2), 2), ((1, 0), 3)]
+    stream.close()

@@ -6,6 +6,11 @@ import queue
 import threading
 from typing import Callable, Iterable, Iterator
 
+# How long `PrefetchedStream.close` waits for the batch under way: placing or packing one batch
+# ends well within it; building an epoch's iterator (seconds on a WMT-size corpus) may not, and
+# is then left to end alone, its result dropped.
+CLOSE_WAIT_SECONDS = 1.0
+
 
 class BatchStream:
     """Yields batches of epoch e, then of epoch e + 1, ... and knows where it is.
@@ -26,6 +31,11 @@ class BatchStream:
     def position(self) -> tuple[int, int]:
         """(epoch, batches of that epoch consumed)."""
         return self.epoch, self.offset
+
+    def copy(self) -> BatchStream:
+        """A stream of the same epochs from this one's position; each moves apart from the
+        other."""
+        return BatchStream(self._make_epoch, *self.position)
 
     def next(self):
         """The next batch; moves to the next epoch when one ends.
@@ -67,8 +77,9 @@ class PrefetchedStream:
     GPU, by our reading of TensorFlow, after the work queued before it).
 
     It has `BatchStream`'s interface; `position` counts the batches handed out, not those read
-    ahead, so a checkpoint names the next batch to train on. `close` stops the thread, drops the
-    batches read ahead and rewinds the stream to `position`: used again, it goes on there.
+    ahead, so a checkpoint names the next batch to train on. The thread reads a copy of the
+    stream (`BatchStream.copy`) from `position`; `close` stops it, drops the batches read ahead
+    and sets the stream to `position`: used again, it goes on there.
     """
 
     def __init__(self, stream: BatchStream, place: Callable[[object, int], object],
@@ -101,12 +112,16 @@ class PrefetchedStream:
     def _start(self) -> None:
         self._stop = threading.Event()
         self._queue = queue.Queue(self._depth)
+        # Its own copy, queue and stop event: a thread still busy when `close` gave up waiting
+        # for it moves no stream and fills no queue that is read again.
         self._thread = threading.Thread(target=self._read_ahead,
-                                        args=(self._stop, self._queue, self._handed),
+                                        args=(self._stream.copy(), self._stop, self._queue,
+                                              self._handed),
                                         name="vtx-prefetch", daemon=True)
         self._thread.start()
 
-    def _read_ahead(self, stop: threading.Event, ahead: queue.Queue, index: int) -> None:
+    def _read_ahead(self, reader: BatchStream, stop: threading.Event, ahead: queue.Queue,
+                    index: int) -> None:
         def put(item) -> bool:  # False: stopped while the queue was full
             while not stop.is_set():
                 try:
@@ -118,20 +133,26 @@ class PrefetchedStream:
 
         try:
             while not stop.is_set():
-                batch = self._place(self._stream.next(), index)
+                batch = reader.next()
+                if stop.is_set():  # closed meanwhile: not placed on a device for nothing
+                    return
+                batch = self._place(batch, index)
                 index += 1
-                if not put(("batch", batch, self._stream.position)):
+                if not put(("batch", batch, reader.position)):
                     return
         except BaseException as error:  # noqa: BLE001 -- raised on the consumer's thread
             put(("error", error, None))
+        finally:
+            reader.close()  # its epoch's iterator torn down off this thread too
 
     def close(self) -> None:
-        """Stop reading ahead (waits for the batch under way), drop what was read ahead and
-        rewind the stream to `position`; the epoch's iterator is torn down off the caller
-        (`BatchStream.close`)."""
+        """Stop reading ahead, drop what was read ahead and set the stream to `position`. Waits
+        `CLOSE_WAIT_SECONDS` at most for the batch under way: a thread still busy after it (an
+        epoch's iterator being built) ends alone and drops what it made. The epochs' iterators
+        are torn down off the caller (`BatchStream.close`)."""
         if self._thread is not None:
             self._stop.set()
-            self._thread.join()
+            self._thread.join(CLOSE_WAIT_SECONDS)
             self._thread = self._queue = None
         self._stream.epoch, self._stream.offset = self.position
         self._stream.close()
