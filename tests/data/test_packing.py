@@ -1,6 +1,7 @@
 """Packed training batches: one shape, every pair once, pairs told apart, resumable, sharded."""
 
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -238,3 +239,43 @@ def test_the_chosen_packing_is_the_cheapest_cap(small_data_dir):
         tried_cost = packing.relative_cost(model, buckets, list(zip(
             tried, packing.packed_batch_counts(small_data_dir, tried))), int(target.sum()), True)
         assert cost <= tried_cost + packing.SECOND_SHAPE_SAVING * (len(tried) - len(shapes))
+
+
+def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(small_data_dir,
+                                                                              tmp_path):
+    """Packed batches read the shards through memory maps: a shard cut short in place mid-epoch
+    (a copy over it, a full disk) killed the process by SIGBUS as the next batch read a page
+    past its new end (exit -7, nothing said). Run in a child process, which the fault kills."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir, data)
+    child = textwrap.dedent("""
+        import os, sys
+        from vtx.data import packing, pipeline
+        from vtx.data.text import DataError
+
+        data = sys.argv[1]
+        shapes = packing.packed_shapes(data, 600)
+        batches = pipeline.checked_reading(packing.packed_batches(data, shapes), data)
+        next(batches)  # the epoch's shards mapped
+        for shard in pipeline.load_meta(data)["splits"]["train"]["shards"]:
+            os.truncate(os.path.join(data, shard["name"] + ".bin"), 0)
+        try:
+            for _ in batches:
+                pass
+        except DataError as error:
+            print(error, error.__cause__, sep="\\n")
+            sys.exit(3)
+    """)
+    result = subprocess.run([sys.executable, "-c", child, str(data)], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 3, (result.returncode, result.stderr)
+    named, cause = result.stdout.splitlines()
+    assert named.startswith(f"{data}/train.00000.bin holds 0 bytes where {data}/meta.json "
+                            f"counts ")
+    assert re.search(r"^\S+train\.\d+\.bin holds 0 bytes where it held [\d,]+ when training "
+                     r"mapped it: cut short since", cause)

@@ -48,6 +48,8 @@ Public API (shapes: R rows, S source length, T target length; a packing is a lis
 from __future__ import annotations
 
 import itertools
+import mmap
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -55,6 +57,7 @@ import numpy as np
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
+from vtx.data.text import DataError
 
 # Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
 # the first open row it fits in; when none has room the fullest is closed. More rows fill better
@@ -245,18 +248,21 @@ def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.
 
 
 class _Split:
-    """A split's pairs, read from its shards: lengths in memory, tokens memory-mapped."""
+    """A split's pairs, read from its shards: lengths in memory, tokens memory-mapped (a batch
+    first checks that the shards it reads are still as long as mapped, `_check_mapped`)."""
 
     def __init__(self, data_dir: str | Path, split: str):
         data_dir = Path(data_dir)
         meta = pipeline.load_meta(data_dir)
         dtype = np.dtype(meta["token_dtype"])
-        self.tokens, shard, starts, lengths = [], [], [], []
+        self.tokens, self._mapped, shard, starts, lengths = [], [], [], [], []
         for index, entry in enumerate(pipeline._split_meta(meta, split)["shards"]):
             prefix = data_dir / entry["name"]
-            empty = Path(f"{prefix}.bin").stat().st_size == 0  # np.memmap refuses those
-            self.tokens.append(np.zeros(0, dtype) if empty
-                               else np.memmap(f"{prefix}.bin", dtype, mode="r"))
+            path = Path(f"{prefix}.bin")
+            mapping = _map(path)
+            self._mapped.append((path, mapping))
+            self.tokens.append(np.zeros(0, dtype) if mapping is None
+                               else np.frombuffer(mapping, dtype))
             both = np.fromfile(f"{prefix}.idx", np.int32).reshape(2, -1).astype(np.int64)
             ends = np.cumsum(both.reshape(-1)).reshape(2, -1)
             starts.append(ends - both)
@@ -285,9 +291,25 @@ class _Split:
         """
         counts = np.array([len(row) for row in rows], np.int64)
         pairs = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(counts.sum()))
+        self._check_mapped(np.unique(self.shard[pairs]).tolist())
         lengths = self.lengths[:, pairs]
         return _layout(counts, lengths, [self._gather(pairs, side, lengths[side])
                                          for side in (0, 1)], shape)
+
+    def _check_mapped(self, shards: list[int]) -> None:
+        """Each of `shards` is still as long as when it was mapped: reading a page past a
+        mapped file's end kills the process by SIGBUS, without a word. One fstat a shard
+        (`mmap.size`); a shard cut short between it and the reads still does.
+
+        Raises:
+            DataError: a shard cut short (named).
+        """
+        for which in shards:
+            path, mapping = self._mapped[which]
+            if mapping is not None and (size := mapping.size()) < len(mapping):
+                raise DataError(f"{path} holds {size:,} bytes where it held {len(mapping):,} "
+                                f"when training mapped it: cut short since (a copy over it, a "
+                                f"full disk); run `vtx preprocess` again")
 
     def _gather(self, pairs: np.ndarray, side: int, lengths: np.ndarray) -> np.ndarray:
         """int32: the ids of `pairs`' `side`, one pair after another."""
@@ -299,6 +321,15 @@ class _Split:
             at = shard == which
             ids[at] = self.tokens[which][index[at]]
         return ids
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    """`path` mapped read-only (the mapping keeps a descriptor of the file, which `mmap.size`
+    asks for its size now), None when it is empty (mmap refuses those)."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
