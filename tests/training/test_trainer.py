@@ -391,6 +391,29 @@ def test_out_of_memory_names_what_lowers_the_memory_of_a_fresh_and_of_a_resumed_
         trainer.evaluate([batch])
 
 
+@pytest.mark.parametrize("prefetch", [2, 0])
+def test_out_of_memory_placing_a_batch_names_prefetch_when_batches_are_read_ahead(tmp_path,
+                                                                                  prefetch):
+    """The read-ahead keeps --prefetch batches on the device: running out of memory placing one
+    (on the read-ahead's thread, or as the update starts with --prefetch 0) names it too when
+    there is one."""
+    pairs = make_pairs(8, 20)
+    train_config = config.TrainConfig(max_steps=1, max_tokens=64, save_interval_minutes=0,
+                                      validate_interval_steps=0)
+    trainer = Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+                      log=lambda line: None, prefetch=prefetch)
+
+    def out_of_memory(batch, index):  # the device's allocator refusing the batch
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating a tensor")
+
+    trainer.place_batch = out_of_memory
+    with pytest.raises(TrainingError, match=r"^out of memory; lower --max-tokens \(now 64\) "
+                                            r"and raise --update-freq") as raised:
+        trainer.fit(epoch_maker(pairs, 4))
+    assert ("; or lower --prefetch (now 2: batches kept on the device ahead of the updates; 0 "
+            "keeps none)" in str(raised.value)) == bool(prefetch)
+
+
 def test_negative_time_budget_is_refused():
     with pytest.raises(ValueError, match="max_minutes must be >= 0, got -1"):
         config.TrainConfig(max_minutes=-1)

@@ -379,7 +379,7 @@ class Trainer(TrainingLoop):
         device computes."""
         longest = 0
         for micro_batch in range(self.config.update_freq):
-            with self._out_of_memory_said([]):  # placing a batch on a device
+            with self._out_of_memory_said([], placing=True):
                 # Placed ahead by a PrefetchedStream, else here: every update is traced for
                 # (and compiled from) batches placed alike.
                 batches = [batch if isinstance(batch["source"], tf.Tensor)
@@ -440,19 +440,24 @@ class Trainer(TrainingLoop):
         return self.read_update(self.start_update(stream))
 
     @contextlib.contextmanager
-    def _out_of_memory_said(self, batches: list, kind: str = ""):
+    def _out_of_memory_said(self, batches: list, kind: str = "", placing: bool = False):
         """Within it, the device's memory running out (`errors.out_of_device_memory`) is raised
         as `_out_of_memory`'s TrainingError; other errors as they are."""
         try:
             yield
         except tf.errors.OpError as error:
             if out_of_device_memory(error):
-                raise self._out_of_memory(batches, kind) from error
+                raise self._out_of_memory(batches, kind, placing) from error
             raise
 
-    def _out_of_memory(self, batches: list, kind: str = "") -> TrainingError:
+    def _out_of_memory(self, batches: list, kind: str = "",
+                       placing: bool = False) -> TrainingError:
         """The error of the device's memory running out on `batches` (of `kind`, e.g.
-        "validation"): what to lower, and for a resumed packed run why it cannot."""
+        "validation"), or `placing` a batch on a device: what to lower, and for a resumed packed
+        run why it cannot."""
+        # The read-ahead (`PrefetchedStream`) keeps `prefetch` batches on the devices.
+        ahead = (f"; or lower --prefetch (now {self.prefetch}: batches kept on the device "
+                 f"ahead of the updates; 0 keeps none)" if placing and self.prefetch else "")
         shapes = ", ".join(f"source {tuple(b['source'].shape)} target "
                            f"{tuple(b['target_in'].shape)}" for b in batches)
         on = f" on a {kind + ' ' if kind else ''}batch of {shapes}" if shapes else ""
@@ -466,9 +471,9 @@ class Trainer(TrainingLoop):
                 f"shapes ({kept}) whatever --max-tokens says, so that its data resumes where it "
                 f"was: resume on a device with more memory, or start a new run (another "
                 f"--save-dir) with a lower --max-tokens (now {self.config.max_tokens}) and a "
-                f"higher --update-freq to keep the tokens per step")
+                f"higher --update-freq to keep the tokens per step{ahead}")
         return TrainingError(f"{what}; lower --max-tokens (now {self.config.max_tokens}) and "
-                             f"raise --update-freq to keep the tokens per step")
+                             f"raise --update-freq to keep the tokens per step{ahead}")
 
     def evaluate(self, batches: Iterable[dict]) -> tuple[float, float]:
         """Mean label-smoothed loss and NLL per target token over `batches` (no dropout)."""
