@@ -313,3 +313,35 @@ def test_nbest_over_the_hypotheses_that_exist_returns_those_and_writes_no_hypoth
     one = []
     assert translate.translate_stream(two_word_translator(trained_checkpoint, nbest=1),
                                       ["A dog.", "", "A cat."], one.append, 8) == one == best
+
+
+def test_a_save_dir_is_listed_once_the_checkpoint_checked_is_the_one_loaded(trained_checkpoint,
+                                                                            tmp_path,
+                                                                            monkeypatch):
+    """--checkpoint SAVE_DIR with --output: the directory was listed to check the output against
+    its newest checkpoint, then again to load one; training writing a checkpoint between the
+    two made the file checked and the file loaded differ."""
+    import shutil
+
+    from vtx import checkpoints
+
+    run = tmp_path / "run"
+    run.mkdir()
+    checked = shutil.copy(trained_checkpoint, run / trained_checkpoint.name)
+    listed = []
+
+    def listing_then_training_saves(save_dir):
+        found = list_checkpoints(save_dir)
+        listed.append(found)
+        if len(listed) == 1:  # training saves its next checkpoint just after this listing
+            step = checkpoints.load(checked).meta["step"]
+            shutil.copy(checked, checkpoints.checkpoint_path(run, step + 1))
+        return found
+
+    list_checkpoints = checkpoints.list_checkpoints
+    monkeypatch.setattr(checkpoints, "list_checkpoints", listing_then_training_saves)
+    (tmp_path / "input.txt").write_text("A girl.\n")
+    logs = []
+    translate.translate_file(run, tmp_path / "input.txt", tmp_path / "output.txt",
+                             DecodeOptions(beam=1, max_tokens=256), log=logs.append)
+    assert len(listed) == 1 and logs == [f"checkpoint: {checked}"]

@@ -25,8 +25,7 @@ from typing import Callable, Sequence
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
-                                     open_source, output_sink, read_lines,
-                                     resolve_checkpoint)
+                                     open_source, output_sink, read_lines)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
 from vtx.parsing.trees import Tree
@@ -182,13 +181,12 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
         evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written); the
             message gives the `vtx score-trees` command that scores them anyway.
     """
-    check_output(output_path, force, {"--input": input_path, "--checkpoint": checkpoint,
-                                      "--gold": gold_path})
+    path = check_output(output_path, force, checkpoint,
+                        {"--input": input_path, "--gold": gold_path})
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)
         lines = list(read_lines(source, input_path or STDIN))
     gold = read_gold(gold_path, len(lines)) if gold_path else None
-    path = resolve_checkpoint(checkpoint)
     translator = load_translator(path, options, warn)
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     log(f"checkpoint: {path}")

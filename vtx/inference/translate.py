@@ -259,29 +259,31 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     return best
 
 
-def check_output(output_path: str | Path | None, force: bool,
-                 inputs: dict[str, str | Path | None]) -> None:
-    """Check where the output goes before any work: `atomic.output_path` for a file (none of
-    `inputs`, flag -> file; a "--checkpoint" save directory stands for the checkpoint it gives,
-    `resolve_checkpoint`), never over a zip archive (a checkpoint under any name, which --force
-    would replace with text), else standard output, which must be open.
+def check_output(output_path: str | Path | None, force: bool, checkpoint: str | Path,
+                 inputs: dict[str, str | Path | None]) -> Path:
+    """Check where the output goes before any work: standard output, which must be open, or a
+    file: `atomic.output_path` (none of `inputs`, flag -> file, nor the checkpoint file), never
+    over a zip archive (a checkpoint under any name, which --force would replace with text).
+
+    Returns:
+        The checkpoint file (`resolve_checkpoint`), to be loaded: a save dir is listed once, so
+        that a checkpoint training writes meanwhile is not loaded in place of the one checked.
 
     Raises:
         ArgumentError: standard output is closed (started with `>&-`), naming `output_path`.
         OutputExistsError, ValueError, OSError: see `atomic.output_path`; ValueError also for a
-            zip archive, or a --checkpoint directory without a checkpoint.
+            zip archive, or nothing usable at `checkpoint`.
     """
+    if not output_path and sys.stdout is None:  # what was made would be lost, after the work
+        raise ArgumentError("standard output is closed (started with >&-): give {output_path}")
+    path = resolve_checkpoint(checkpoint)
     if output_path:
-        given = inputs.get("--checkpoint")
-        if given is not None and Path(given).is_dir():  # the file it stands for is the input
-            inputs = {**inputs, "--checkpoint": resolve_checkpoint(given)}
-        target = atomic.output_path(output_path, force, inputs=inputs)
+        target = atomic.output_path(output_path, force, inputs={**inputs, "--checkpoint": path})
         if target.is_file() and zipfile.is_zipfile(target):
             raise ValueError(f"--output {output_path} is a zip archive, such as a checkpoint: "
                              f"the text written would replace it, --force or not; give "
                              f"another file")
-    elif sys.stdout is None:  # what was made would be lost, after all the work
-        raise ArgumentError("standard output is closed (started with >&-): give {output_path}")
+    return path
 
 
 def open_source(input_path: str | Path | None, stack: contextlib.ExitStack):
@@ -341,11 +343,10 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         OSError, ValueError: an unreadable input or checkpoint (named), or `output_path` is one
             of the inputs.
     """
-    check_output(output_path, force, {"--input": input_path, "--checkpoint": checkpoint,
-                                      **(other_inputs or {})})
+    path = check_output(output_path, force, checkpoint,
+                        {"--input": input_path, **(other_inputs or {})})
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
-        path = resolve_checkpoint(checkpoint)
         translator = load_translator(path, options, warn)
         log(f"checkpoint: {path}")
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
