@@ -8,6 +8,12 @@
 #   Each part's line in the summary is followed by the GPU's state over it (nvidia-smi sampled
 #   every 2 s: SM clock, power, temperature, share of time running kernels).
 #
+#   Not yet on a GPU (built after the H200's figures below): the update skips a non-finite step
+#   by selection, not a branch (XLA ran the branch with the host waiting for the device), and
+#   is called as its traced program (0.8-4.2 ms less of the host's thread an update on a Zen 4
+#   CPU, host_time.py --tf-function-too). Compare synthetic and pipeline with the figures below,
+#   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before).
+#
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
 #              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
