@@ -105,7 +105,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     result = vtx("translate", "--checkpoint", tmp_path)
     assert result.returncode == 1
     assert b"Traceback" not in result.stderr
-    assert f"{tmp_path}: no checkpoint_*.npz" in result.stderr.decode()
+    assert f"--checkpoint {tmp_path}: no checkpoint_*.npz" in result.stderr.decode()
 
 
 def test_checkpoint_without_vocabulary_is_refused(trained_checkpoint, tmp_path):

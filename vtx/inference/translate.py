@@ -36,13 +36,16 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint file, or the newest numbered checkpoint of a `vtx train` save directory.
 
     Raises:
-        ValueError: nothing usable at `path`.
+        ValueError: nothing usable at `path`, named as the --checkpoint it was given as.
     """
     path = Path(path)
     if path.is_dir():
-        return checkpoints.newest(path)[0]
+        try:
+            return checkpoints.newest(path)[0]
+        except ValueError as error:
+            raise ValueError(f"--checkpoint {error}") from None
     if not path.is_file():
-        raise ValueError(f"{path}: no such checkpoint file or directory")
+        raise ValueError(f"--checkpoint {path}: no such checkpoint file or directory")
     return path
 
 
