@@ -8,13 +8,14 @@ calling thread) it is the whole update.
     python benchmarks/host_time.py --layers 6            # base's variables
     python benchmarks/host_time.py --layers 1            # 43 variables
     python benchmarks/host_time.py --layers 6 --profile /tmp/host_prof   # where the time goes
-    python benchmarks/host_time.py --layers 6 --tf-function-too   # the call as before 2026-11-27
+    python benchmarks/host_time.py --layers 6 --tf-function-too   # the call as before 2026-11-28
 
 Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
 with `--tf-function-too`, each round then times the same updates called through the
-`tf.function` (which finds the traced program again at every call, as vtx did until 2026-11-27)
-instead of the traced program itself, with the calling thread's CPU time of each; with `--profile`, the events of 10 more updates by total time an update (every thread, nested
-events overlap). Figures, not a test: run it with nothing else on the machine, name the machine.
+`tf.function` (which finds the traced program again at every call, as vtx did until 2026-11-28)
+instead of the traced program itself, with the calling thread's CPU time of each; with
+`--profile`, the events of 10 more updates by total time an update (every thread, nested events
+overlap). Figures, not a test: run it with nothing else on the machine, name the machine.
 """
 
 from __future__ import annotations
