@@ -86,22 +86,36 @@ class FusedAdam(keras.optimizers.Adam):
         self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
 
     def _distributed_select_step(self, distribution, grads_and_vars, learning_rate, ok):
-        step = tf.cast(self.iterations + 1, tf.float32)
-        one = tf.constant(1.0, tf.float32)
+        """The update's scalars once per device, as in `_distributed_tf_update_step`. Computed
+        for each variable they were ~12 graph operations each, a square root among them (base's
+        update: 20,545 operations, now 17,520), each translated to XLA for every batch shape
+        compiled (~1.5 ms an operation, ~12 ms a square root, on a 2-core AMD EPYC Zen 3):
+        base's update for one shape compiled in 136-139 s on that CPU, now 128-131 s. XLA had
+        merged the copies: the weights and moments after 3 compiled updates are bit for bit
+        those of before."""
+        scalars_on = {}  # device -> (alpha, 1 - beta_1, 1 - beta_2, epsilon)
+
+        def scalars(learning_rate):
+            step = tf.cast(self.iterations + 1, tf.float32)
+            one = tf.constant(1.0, tf.float32)
+            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
+            alpha = (tf.cast(learning_rate, tf.float32) * tf.sqrt(one - tf.pow(beta_2, step))
+                     / (one - tf.pow(beta_1, step)))
+            return alpha, one - beta_1, one - beta_2, tf.constant(self.epsilon, tf.float32)
 
         def apply(variable, gradient, learning_rate, ok):
+            if variable.device not in scalars_on:
+                scalars_on[variable.device] = scalars(learning_rate)
+            alpha, mix_1, mix_2, epsilon = scalars_on[variable.device]
             index = self._get_variable_index(variable)
             slots = [_handle(variable), _handle(self._momentums[index]),
                      _handle(self._velocities[index])]
             weight, m, v = (tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32)
                             for h in slots)
-            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
-            alpha = (tf.cast(learning_rate, tf.float32) * tf.sqrt(one - tf.pow(beta_2, step))
-                     / (one - tf.pow(beta_1, step)))
             gradient = tf.cast(gradient, tf.float32)
-            new_m = m + (gradient - m) * (one - beta_1)
-            new_v = v + (tf.square(gradient) - v) * (one - beta_2)
-            new_weight = weight - new_m * alpha / (tf.sqrt(new_v) + self.epsilon)
+            new_m = m + (gradient - m) * mix_1
+            new_v = v + (tf.square(gradient) - v) * mix_2
+            new_weight = weight - new_m * alpha / (tf.sqrt(new_v) + epsilon)
             return tf.group(*[tf.raw_ops.AssignVariableOp(resource=h, value=tf.where(ok, new, old))
                               for h, new, old in zip(slots, (new_weight, new_m, new_v),
                                                      (weight, m, v))])
