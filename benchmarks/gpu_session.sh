@@ -12,7 +12,10 @@
 #   by selection, not a branch (XLA ran the branch with the host waiting for the device), and
 #   is called as its traced program (0.8-4.2 ms less of the host's thread an update on a Zen 4
 #   CPU, host_time.py --tf-function-too). Compare synthetic and pipeline with the figures below,
-#   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before).
+#   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before). On XLA:CPU the
+#   selection made base's compile ~3x slower (Zen 3: 36-43 s a shape before it, 114-128 s
+#   after; docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s,
+#   and if it rose, weigh the branch's host wait against it.
 #
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
