@@ -46,21 +46,22 @@ class FusedAdam(keras.optimizers.Adam):
                                  f"{variable.dtype}")
         super().build(variables)
 
+    def _kernel_scalars(self, learning_rate) -> dict:
+        """`ResourceApplyAdam`'s scalar arguments for this update (step = iterations + 1)."""
+        step = tf.cast(self.iterations + 1, tf.float32)
+        beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
+        return {"lr": tf.cast(learning_rate, tf.float32), "beta1": beta_1, "beta2": beta_2,
+                "beta1_power": tf.pow(beta_1, step), "beta2_power": tf.pow(beta_2, step),
+                "epsilon": tf.constant(self.epsilon, tf.float32)}
+
     def _distributed_tf_update_step(self, distribution, grads_and_vars, learning_rate):
         """Keras's (each variable updated on each of its devices, in the cross-replica context),
         with the update's scalars computed once per device rather than once per variable."""
         scalars_on = {}  # device -> the kernel's scalar arguments
 
-        def scalars(learning_rate) -> dict:
-            step = tf.cast(self.iterations + 1, tf.float32)
-            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
-            return {"lr": tf.cast(learning_rate, tf.float32), "beta1": beta_1, "beta2": beta_2,
-                    "beta1_power": tf.pow(beta_1, step), "beta2_power": tf.pow(beta_2, step),
-                    "epsilon": tf.constant(self.epsilon, tf.float32)}
-
         def apply(variable, gradient, learning_rate):
             if variable.device not in scalars_on:
-                scalars_on[variable.device] = scalars(learning_rate)
+                scalars_on[variable.device] = self._kernel_scalars(learning_rate)
             index = self._get_variable_index(variable)
             return tf.raw_ops.ResourceApplyAdam(
                 var=_handle(variable), m=_handle(self._momentums[index]),
@@ -96,12 +97,11 @@ class FusedAdam(keras.optimizers.Adam):
         scalars_on = {}  # device -> (alpha, 1 - beta_1, 1 - beta_2, epsilon)
 
         def scalars(learning_rate):
-            step = tf.cast(self.iterations + 1, tf.float32)
+            kernel = self._kernel_scalars(learning_rate)
             one = tf.constant(1.0, tf.float32)
-            beta_1, beta_2 = (tf.constant(b, tf.float32) for b in (self.beta_1, self.beta_2))
-            alpha = (tf.cast(learning_rate, tf.float32) * tf.sqrt(one - tf.pow(beta_2, step))
-                     / (one - tf.pow(beta_1, step)))
-            return alpha, one - beta_1, one - beta_2, tf.constant(self.epsilon, tf.float32)
+            alpha = (kernel["lr"] * tf.sqrt(one - kernel["beta2_power"])
+                     / (one - kernel["beta1_power"]))
+            return alpha, one - kernel["beta1"], one - kernel["beta2"], kernel["epsilon"]
 
         def apply(variable, gradient, learning_rate, ok):
             if variable.device not in scalars_on:
