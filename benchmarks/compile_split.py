@@ -15,10 +15,15 @@ a shape for base on an H100, measured as one figure. This splits it, per shape o
 * second call: one run of the update; first - second = what a shape costs before it trains;
 * with `--hlo`, afterwards: the lowering alone (`experimental_get_compiler_ir`) and the size of
   the program XLA receives (HLO instructions), of which the dropout's random numbers are a share
-  (`--dropout 0` to compare).
+  (`--dropout 0` to compare), and its conditionals.
+
+`--skip branch` compiles the update as vtx did before 2026-11-27 (5851400): a non-finite update
+skipped by a conditional instead of by selection. On XLA:CPU the selection made base's compile
+~3x slower (docs/benchmarks.md); on a GPU the conditional costs a host wait an update instead.
 
     python benchmarks/compile_split.py --arch base --shapes 64x32,128x16,32x64 --hlo
     python benchmarks/compile_split.py --arch tiny --shapes 16x8 --device cpu --hlo   # anywhere
+    python benchmarks/compile_split.py --arch base --shapes 64x32 --skip branch   # vs selection
 
 Figures, not a test: run it with nothing else on the machine, and name the machine.
 """
@@ -51,6 +56,11 @@ def hlo_instructions(text: str) -> int:
     return len(re.findall(r"^\s*(?:ROOT\s+)?%?[\w.-]+ = ", text, re.MULTILINE))
 
 
+def hlo_conditionals(text: str) -> int:
+    """The `conditional` instructions of an HLO module's text (XLA's branches)."""
+    return len(re.findall(r" conditional\(", text))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="base")
@@ -61,6 +71,9 @@ def main(argv=None) -> None:
                         help="override the preset's P_drop (0: no random numbers in the program)")
     parser.add_argument("--hlo", action="store_true",
                         help="also time the lowering alone and count the HLO instructions")
+    parser.add_argument("--skip", choices=("selection", "branch"), default="selection",
+                        help="how the update skips a non-finite step: by selection (vtx's way "
+                             "under XLA) or by a conditional (its way before 2026-11-27)")
     parser.add_argument("--exact-first", action="store_true",
                         help="no general trace first: the first shape gets an exact trace (as "
                              "TensorFlow's reduce_retracing alone; vtx before 2026-11-27)")
@@ -78,11 +91,13 @@ def main(argv=None) -> None:
     train_config = TrainConfig(precision=args.precision, jit_compile=True,
                                validate_interval_steps=0, save_interval_minutes=0)
     device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
-    print(f"{args.arch} (P_drop {model_config.dropout}), {args.precision}, XLA on {device}",
-          flush=True)
+    print(f"{args.arch} (P_drop {model_config.dropout}), {args.precision}, XLA on {device}, "
+          f"a non-finite update skipped by {args.skip}", flush=True)
     with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
         trainer = Trainer(model_config, train_config, save_dir,
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
+        if args.skip == "branch":  # read as the update is traced (below)
+            trainer._select_skip = False
         off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
         if not args.exact_first:
             started = time.perf_counter()
@@ -104,7 +119,8 @@ def main(argv=None) -> None:
                 started = time.perf_counter()
                 text = trainer._update.experimental_get_compiler_ir(batches, off)(stage="hlo")
                 line += (f"; lowering alone {time.perf_counter() - started:.1f} s, "
-                         f"{hlo_instructions(text):,} HLO instructions")
+                         f"{hlo_instructions(text):,} HLO instructions, "
+                         f"{hlo_conditionals(text)} conditional(s)")
             print(line, flush=True)
 
 

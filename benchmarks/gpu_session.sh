@@ -15,7 +15,7 @@
 #   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before). On XLA:CPU the
 #   selection made base's compile ~3x slower (Zen 3: 36-43 s a shape before it, 114-128 s
 #   after; docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s,
-#   and if it rose, weigh the branch's host wait against it.
+#   and if it rose, weigh the branch's host wait against it (part skip times both).
 #
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
@@ -47,6 +47,11 @@
 #              its clock line). H200, 2026-11-27: 219,884 tok/s against pipeline's 291,902
 #   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
+#   skip       compile_split.py, base (the preset's vocabulary) at 64x32, bf16: one shape's
+#              compile with the non-finite update skipped by selection (vtx's way now), then by
+#              a conditional (--skip branch, before 2026-11-27): whether the selection's ~3x
+#              slower compile on XLA:CPU holds on a GPU (Zen 3, float32, this shape: 35.9-43.2 s
+#              before the selection, 113.6-127.8 s after)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #              28.0% on the H100) and where the update's time goes on the device
 #   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep
@@ -78,15 +83,16 @@
 # parts pipeline resume synthetic inline.) Check any other command on this CPU first: a typo
 # costs the device time it took to stage.
 #
-# PARTS picks the parts and their order (default "pipeline synthetic big packed autotune nojit
-# resume inline trace"; resume and inline need pipeline's run). The machine stays warm 30 s after a call: a second
-# call then (no staging; setup.sh checks and goes on) runs the parts the first had no time for.
-# PIPELINE_FLAGS, GPU_TRAIN_FLAGS and TRACE_FLAGS (trace) are appended to the parts' commands (the
-# last value of a flag wins); on a CPU, to check the script itself (its figures mean nothing
-# there):
+# PARTS picks the parts and their order (default "pipeline synthetic skip big packed autotune
+# nojit resume inline trace"; resume and inline need pipeline's run). The machine stays warm 30 s
+# after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
+# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip) and TRACE_FLAGS (trace)
+# are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
+# script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
+#   SKIP_FLAGS="--device cpu --arch tiny --shapes 8x6 --precision float32" \
 #   bash benchmarks/gpu_session.sh /tmp/m30k 600
 set -uo pipefail
 data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
@@ -102,15 +108,16 @@ started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
+read -ra skip_flags <<< "${SKIP_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-read -ra parts <<< "${PARTS:-pipeline synthetic big packed autotune nojit resume inline trace}"
+read -ra parts <<< "${PARTS:-pipeline synthetic skip big packed autotune nojit resume inline trace}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|trace) ;;
-    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
-         "big autotune nojit trace)" >&2; exit 2 ;;
+    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace) ;;
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic skip inline" \
+         "packed big autotune nojit trace)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -198,6 +205,13 @@ do_synthetic() {
     --profile-steps 10 "${train_flags[@]}"
   grep -A4 "^arch " "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
   grep -A20 "^profile of" "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
+}
+
+do_skip() {
+  part skip 240 bash -c 'for skip in selection branch; do "$0" "$1/compile_split.py" --arch base \
+    --shapes 64x32 --precision mixed_bfloat16 --skip "$skip" "${@:2}" || exit; done' \
+    "$python" "$here" "${skip_flags[@]}"
+  grep -E "skipped by|first call" "$out/skip.log" 2>/dev/null | tee -a "$summary"
 }
 
 do_big() {

@@ -36,16 +36,29 @@ ENTRY %main.5 (Arg_0.1: f32[3]) -> f32[3] {
 
 
 def test_it_prints_each_shape_split_and_dropout_adds_instructions(capsys):
-    counts = {}
-    for dropout in ("0.1", "0"):
+    counts, conditionals = {}, {}
+    for dropout, skip in (("0.1", "selection"), ("0", "selection"), ("0", "branch")):
         compile_split.main(["--arch", "tiny", "--shapes", "8x6", "--device", "cpu",
-                            "--precision", "float32", "--hlo", "--dropout", dropout])
+                            "--precision", "float32", "--hlo", "--dropout", dropout,
+                            "--skip", skip])
         out = capsys.readouterr().out.splitlines()
-        assert out[0] == f"tiny (P_drop {float(dropout)}), float32, XLA on /cpu:0"
+        assert out[0] == (f"tiny (P_drop {float(dropout)}), float32, XLA on /cpu:0, a non-finite "
+                          f"update skipped by {skip}")
         assert re.fullmatch(r"general trace \(every shape runs through it\): [\d.]+ s", out[1])
         match = re.fullmatch(r"8x6: trace [\d.]+ s, first call [\d.]+ s, second [\d.]+ s; "
                              r"before training [\d.]+ s; lowering alone [\d.]+ s, "
-                             r"([\d,]+) HLO instructions", out[2])
+                             r"([\d,]+) HLO instructions, (\d+) conditional\(s\)", out[2])
         assert match, out[2]
-        counts[dropout] = int(match[1].replace(",", ""))
-    assert counts["0"] < counts["0.1"]  # dropout's random numbers are part of the program
+        counts[dropout, skip] = int(match[1].replace(",", ""))
+        conditionals[skip] = int(match[2])
+    assert counts["0", "selection"] < counts["0.1", "selection"]  # dropout's random numbers
+    # `--skip branch` compiles vtx's update of before 2026-11-27: a conditional in the program.
+    assert conditionals == {"selection": 0, "branch": conditionals["branch"]}
+    assert conditionals["branch"] >= 1
+
+
+def test_conditionals_are_counted_by_opcode_not_by_name():
+    text = """  %conditional.7 = (f32[]) conditional(pred[] %p, f32[] %a, f32[] %b), branch_computations={%t, %f}
+  %conditional_name.8 = f32[] add(f32[] %a, f32[] %b)
+"""
+    assert compile_split.hlo_conditionals(text) == 1
