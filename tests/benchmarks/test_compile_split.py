@@ -53,8 +53,7 @@ def test_it_prints_each_shape_split_and_dropout_adds_instructions(capsys):
         conditionals[skip] = int(match[2])
     assert counts["0", "selection"] < counts["0.1", "selection"]  # dropout's random numbers
     # `--skip branch` compiles vtx's update of before 2026-11-27: a conditional in the program.
-    assert conditionals == {"selection": 0, "branch": conditionals["branch"]}
-    assert conditionals["branch"] >= 1
+    assert conditionals["selection"] == 0 and conditionals["branch"] >= 1
 
 
 def test_conditionals_are_counted_by_opcode_not_by_name():
