@@ -126,19 +126,24 @@ def test_pack_batch_lays_out_ids_segments_and_positions():
         packing.pack_batch(rows[:1], (1, 4, 4))
 
 
-def test_batches_built_from_pair_indices_equal_pack_batch_of_their_ids(small_data_dir, shape):
-    # `packed_batches` reads each batch's ids with one gather a side, across the split's shards
-    # (300 pairs each here); `pack_batch` is given the ids pair by pair.
+@pytest.mark.parametrize("gap", [-1, packing.READ_GAP])  # -1: one read a pair
+def test_batches_built_from_pair_indices_equal_pack_batch_of_their_ids(small_data_dir, shape,
+                                                                       gap, monkeypatch):
+    monkeypatch.setattr(packing, "READ_GAP", gap)
+    # `packed_batches` reads each batch's ids with a few reads a side, across the split's shards
+    # (300 pairs each here); `pack_batch` is given the ids pair by pair, read from the files
+    # apart (`stored_pairs`).
     source, target = pipeline._side_lengths(small_data_dir, ("train",))
     cap = int(np.percentile(np.maximum(source, target), 90))
     shapes = packing.packed_shapes(small_data_dir, MAX_TOKENS, cap=cap)
     split = packing._Split(small_data_dir, "train")
+    stored = stored_pairs(small_data_dir, "train")
     batches = list(packing._epoch_batches(split, shapes, seed=7, epoch=1))
     assert {index for index, _ in batches} == {0, 1}
     assert any(not row for _, rows in batches for row in rows)  # last batches: empty rows
     for index, rows in batches:
-        expected = packing.pack_batch([[(split.ids(pair, 0), split.ids(pair, 1))
-                                        for pair in row] for row in rows], shapes[index])
+        expected = packing.pack_batch([[stored[pair] for pair in row] for row in rows],
+                                      shapes[index])
         built = split.batch(rows, shapes[index])
         assert list(built) == list(expected)
         for key, value in expected.items():
@@ -241,11 +246,36 @@ def test_the_chosen_packing_is_the_cheapest_cap(small_data_dir):
         assert cost <= tried_cost + packing.SECOND_SHAPE_SAVING * (len(tried) - len(shapes))
 
 
+def test_a_shard_cut_between_its_check_and_the_reads_is_named(small_data_dir, tmp_path):
+    """Each batch checks the sizes of the shards it reads, then reads them: a cut made in
+    between (where a memory map's read killed the process by SIGBUS) ends in a short read,
+    named. The reads alone here, after the cut."""
+    import shutil
+
+    from vtx.data.text import DataError
+
+    data = tmp_path / "data"
+    shutil.copytree(small_data_dir, data)
+    split = packing._Split(data, "train")
+    name = pipeline.load_meta(data)["splits"]["train"]["shards"][0]["name"]
+    (data / f"{name}.bin").write_bytes(b"")
+    pairs = np.flatnonzero(split.shard == 0)[-3:]
+    with pytest.raises(DataError, match=rf"^{re.escape(str(data / name))}\.bin holds 0 bytes "
+                                        rf"where {re.escape(str(data / name))}\.idx counts "
+                                        rf"[\d,]+: cut short or rewritten since training "
+                                        rf"opened it"):
+        split._gather(pairs, 1, split.lengths[1, pairs])
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5])
 def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(small_data_dir,
-                                                                              tmp_path):
-    """Packed batches read the shards through memory maps: a shard cut short in place mid-epoch
-    (a copy over it, a full disk) killed the process by SIGBUS as the next batch read a page
-    past its new end (exit -7, nothing said). Run in a child process, which the fault kills."""
+                                                                              tmp_path, keep):
+    """A shard cut short in place mid-epoch (a copy over it, a full disk; to nothing or to half,
+    so that some batches still read whole) is named as the batch reading past its end fails.
+    Packed batches read the shards through memory maps before: the next batch's read of a page
+    past the new end killed the process by SIGBUS (exit -7, nothing said), and the size
+    check added before each batch left its reads exposed to a cut made in between. Run in a
+    child process, which such a fault would kill."""
     import shutil
     import subprocess
     import sys
@@ -261,9 +291,10 @@ def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(smal
         data = sys.argv[1]
         shapes = packing.packed_shapes(data, 600)
         batches = pipeline.checked_reading(packing.packed_batches(data, shapes), data)
-        next(batches)  # the epoch's shards mapped
+        next(batches)  # the epoch's shards opened
         for shard in pipeline.load_meta(data)["splits"]["train"]["shards"]:
-            os.truncate(os.path.join(data, shard["name"] + ".bin"), 0)
+            path = os.path.join(data, shard["name"] + ".bin")
+            os.truncate(path, int(os.path.getsize(path) * float(sys.argv[2])) // 2 * 2)
         try:
             for _ in batches:
                 pass
@@ -271,11 +302,11 @@ def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(smal
             print(error, error.__cause__, sep="\\n")
             sys.exit(3)
     """)
-    result = subprocess.run([sys.executable, "-c", child, str(data)], capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", child, str(data), str(keep)],
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 3, (result.returncode, result.stderr)
     named, cause = result.stdout.splitlines()
-    assert named.startswith(f"{data}/train.00000.bin holds 0 bytes where {data}/meta.json "
-                            f"counts ")
-    assert re.search(r"^\S+train\.\d+\.bin holds 0 bytes where it held [\d,]+ when training "
-                     r"mapped it: cut short since", cause)
+    assert re.match(rf"{re.escape(str(data))}/train\.\d+\.bin holds [\d,]+ bytes where "
+                    rf"{re.escape(str(data))}/meta\.json counts ", named)
+    assert re.search(r"^\S+train\.\d+\.bin holds [\d,]+ bytes where \S+train\.\d+\.idx "
+                     r"counts [\d,]+: cut short or rewritten since training opened it", cause)

@@ -48,7 +48,6 @@ Public API (shapes: R rows, S source length, T target length; a packing is a lis
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 from pathlib import Path
 from typing import Iterator
@@ -71,6 +70,10 @@ PACKED_KEYS = ("source_segments", "target_segments", "source_positions", "target
 # is estimated from a sample of this many (Multi30k's 29,000 pairs pack in ~0.15 s on a 2-core
 # AMD EPYC).
 SAMPLE_PAIRS = 100_000
+
+# A batch's pairs of one shard closer than this many ids are read in one system call, the ids
+# between them read and dropped (4 KiB of 16-bit ids: a copy cheaper than a call).
+READ_GAP = 2048
 
 # The caps `choose_shapes` tries: these percentiles of the pairs' padded lengths, times these
 # factors (and no cap).
@@ -248,22 +251,27 @@ def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.
 
 
 class _Split:
-    """A split's pairs, read from its shards: lengths in memory, tokens memory-mapped (a batch
-    first checks that the shards it reads are still as long as mapped, `_check_mapped`)."""
+    """A split's pairs, read from its shards: lengths in memory, tokens read by `os.pread` from
+    descriptors opened once; each shard's size checked against its index at the start and
+    before each batch that reads it, and a read past its end (a cut made in between) named.
+
+    Not memory maps: reading a page past a mapped file's end kills the process by SIGBUS,
+    without a word, and a check of the size before each batch still left the reads after it
+    exposed to a cut made in between."""
 
     def __init__(self, data_dir: str | Path, split: str):
         data_dir = Path(data_dir)
         meta = pipeline.load_meta(data_dir)
-        dtype = np.dtype(meta["token_dtype"])
-        self.tokens, self._mapped, shard, starts, lengths = [], [], [], [], []
+        self.dtype = np.dtype(meta["token_dtype"])
+        self._files, self._descriptors, shard, starts, lengths = [], [], [], [], []
         for index, entry in enumerate(pipeline._split_meta(meta, split)["shards"]):
             prefix = data_dir / entry["name"]
             path = Path(f"{prefix}.bin")
-            mapping = _map(path)
-            self._mapped.append((path, mapping))
-            self.tokens.append(np.zeros(0, dtype) if mapping is None
-                               else np.frombuffer(mapping, dtype))
             both = np.fromfile(f"{prefix}.idx", np.int32).reshape(2, -1).astype(np.int64)
+            self._descriptors.append(os.open(path, os.O_RDONLY))
+            self._files.append((path, Path(f"{prefix}.idx"),
+                                int(both.sum()) * self.dtype.itemsize))
+            self._check_sizes([index])
             ends = np.cumsum(both.reshape(-1)).reshape(2, -1)
             starts.append(ends - both)
             lengths.append(both)
@@ -272,6 +280,10 @@ class _Split:
         self.starts = np.concatenate(starts, axis=1) if starts else np.zeros((2, 0), np.int64)
         self.lengths = np.concatenate(lengths, axis=1) if lengths else np.zeros((2, 0), np.int64)
 
+    def __del__(self):
+        for descriptor in getattr(self, "_descriptors", ()):
+            os.close(descriptor)
+
     def __len__(self) -> int:
         return len(self.shard)
 
@@ -279,57 +291,87 @@ class _Split:
         """int64 [n] source and target_in (target + bos) lengths."""
         return self.lengths[0], self.lengths[1] + 1
 
-    def ids(self, pair: int, side: int) -> np.ndarray:
-        start = self.starts[side, pair]
-        return self.tokens[self.shard[pair]][start:start + self.lengths[side, pair]]
-
     def batch(self, rows: list[list[int]], shape: Shape) -> dict:
-        """`pack_batch` of these rows of pair indices, the ids read with one gather a side.
+        """`pack_batch` of these rows of pair indices, the ids read with a few reads a side.
 
         Raises:
+            DataError: a shard cut short since it was opened (named).
             ValueError: the pairs of a row do not fit the shape (a bug of the caller).
         """
         counts = np.array([len(row) for row in rows], np.int64)
         pairs = np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(counts.sum()))
-        self._check_mapped(np.unique(self.shard[pairs]).tolist())
+        self._check_sizes(np.unique(self.shard[pairs]).tolist())
         lengths = self.lengths[:, pairs]
         return _layout(counts, lengths, [self._gather(pairs, side, lengths[side])
                                          for side in (0, 1)], shape)
 
-    def _check_mapped(self, shards: list[int]) -> None:
-        """Each of `shards` is still as long as when it was mapped: reading a page past a
-        mapped file's end kills the process by SIGBUS, without a word. One fstat a shard
-        (`mmap.size`); a shard cut short between it and the reads still does.
+    def _gather(self, pairs: np.ndarray, side: int, lengths: np.ndarray) -> np.ndarray:
+        """int32: the ids of `pairs`' `side`, one pair after another. The pairs are read in
+        file order, one read per run of pairs less than `READ_GAP` ids apart in a shard (the
+        ids between them read and dropped): one system call for several pairs where a batch
+        holds most of a small shard.
 
         Raises:
-            DataError: a shard cut short (named).
+            DataError: a shard cut short since it was opened (named).
+        """
+        shard, start = self.shard[pairs], self.starts[side, pairs]
+        order = np.lexsort((start, shard))
+        shard, start, end = shard[order], start[order], start[order] + lengths[order]
+        new_run = np.ones(len(order), bool)
+        new_run[1:] = (shard[1:] != shard[:-1]) | (start[1:] - end[:-1] > READ_GAP)
+        first = np.flatnonzero(new_run)
+        run_start, run_end = start[first], end[np.append(first[1:], len(order)) - 1]
+        sizes = run_end - run_start
+        bases = np.cumsum(sizes) - sizes
+        item = self.dtype.itemsize
+        runs = list(zip(shard[first].tolist(), (run_start * item).tolist(),
+                        (sizes * item).tolist()))
+        # os.pread and a join: ~1 us a read on a 2-core AMD EPYC, os.preadv into one buffer ~2.
+        chunks = [os.pread(self._descriptors[which], length, offset)
+                  for which, offset, length in runs]
+        for at, (which, offset, length) in enumerate(runs):
+            if len(chunks[at]) < length:
+                chunks[at] = self._read_on(which, chunks[at], offset, length)
+        buffer = np.frombuffer(b"".join(chunks), self.dtype)
+        run = np.cumsum(new_run) - 1
+        at = np.empty(len(order), np.int64)
+        at[order] = bases[run] + start - run_start[run]  # each pair's first id in the buffer
+        index = (np.repeat(at - (np.cumsum(lengths) - lengths), lengths)
+                 + np.arange(int(lengths.sum())))
+        return buffer[index].astype(np.int32)
+
+    def _check_sizes(self, shards: list[int]) -> None:
+        """Each of `shards` holds the bytes its index counts (one fstat each): a shard rewritten
+        or cut short since it was checked would be read as other ids, or end in a short read.
+
+        Raises:
+            DataError: a shard of another size (named).
         """
         for which in shards:
-            path, mapping = self._mapped[which]
-            if mapping is not None and (size := mapping.size()) < len(mapping):
-                raise DataError(f"{path} holds {size:,} bytes where it held {len(mapping):,} "
-                                f"when training mapped it: cut short since (a copy over it, a "
-                                f"full disk); run `vtx preprocess` again")
+            if os.fstat(self._descriptors[which]).st_size != self._files[which][2]:
+                raise self._changed(which)
 
-    def _gather(self, pairs: np.ndarray, side: int, lengths: np.ndarray) -> np.ndarray:
-        """int32: the ids of `pairs`' `side`, one pair after another."""
-        shard = np.repeat(self.shard[pairs], lengths)
-        index = (np.repeat(self.starts[side, pairs] - (np.cumsum(lengths) - lengths), lengths)
-                 + np.arange(int(lengths.sum())))
-        ids = np.empty(len(index), np.int32)
-        for which in np.unique(shard).tolist():
-            at = shard == which
-            ids[at] = self.tokens[which][index[at]]
-        return ids
+    def _read_on(self, which: int, chunk: bytes, offset: int, length: int) -> bytes:
+        """`length` bytes of shard `which` from `offset`, of which a first read gave `chunk`,
+        fewer: at the shard's end (cut short between `_check_sizes` and the read), or (where a
+        file system allows it) a read cut short.
 
+        Raises:
+            DataError: the shard ends before (named).
+        """
+        while len(chunk) < length:
+            more = os.pread(self._descriptors[which], length - len(chunk), offset + len(chunk))
+            if not more:
+                raise self._changed(which)
+            chunk += more
+        return chunk
 
-def _map(path: Path) -> mmap.mmap | None:
-    """`path` mapped read-only (the mapping keeps a descriptor of the file, which `mmap.size`
-    asks for its size now), None when it is empty (mmap refuses those)."""
-    with open(path, "rb") as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return None
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    def _changed(self, which: int) -> DataError:
+        path, index, size = self._files[which]
+        now = os.fstat(self._descriptors[which]).st_size
+        return DataError(f"{path} holds {now:,} bytes where {index} counts {size:,}: cut short "
+                         f"or rewritten since training opened it (a copy over it, a full disk); "
+                         f"run `vtx preprocess` again")
 
 
 def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,
