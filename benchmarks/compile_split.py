@@ -19,7 +19,8 @@ a shape for base on an H100, measured as one figure. This splits it, per shape o
 
 `--skip branch` compiles the update as vtx did before 2026-11-27 (5851400): a non-finite update
 skipped by a conditional instead of by selection. On XLA:CPU the selection made base's compile
-~3x slower (docs/benchmarks.md); on a GPU the conditional costs a host wait an update instead.
+~3x slower until its flag was computed once (2026-11-29; docs/benchmarks.md); on a GPU the
+conditional costs a host wait an update instead.
 
     python benchmarks/compile_split.py --arch base --shapes 64x32,128x16,32x64 --hlo
     python benchmarks/compile_split.py --arch tiny --shapes 16x8 --device cpu --hlo   # anywhere

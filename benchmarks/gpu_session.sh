@@ -14,8 +14,9 @@
 #   CPU, host_time.py --tf-function-too). Compare synthetic and pipeline with the figures below,
 #   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before). On XLA:CPU the
 #   selection made base's compile ~3x slower (Zen 3: 36-43 s a shape before it, 114-128 s
-#   after; docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s,
-#   and if it rose, weigh the branch's host wait against it (part skip times both).
+#   after) until its flag was computed once (2026-11-29: 46.5 s, the branch 41.4;
+#   docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s, and
+#   part skip's two first calls against each other.
 #
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
@@ -49,9 +50,9 @@
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
 #   skip       compile_split.py, base (the preset's vocabulary) at 64x32, bf16: one shape's
 #              compile with the non-finite update skipped by selection (vtx's way now), then by
-#              a conditional (--skip branch, before 2026-11-27): whether the selection's ~3x
-#              slower compile on XLA:CPU holds on a GPU (Zen 3, float32, this shape: 35.9-43.2 s
-#              before the selection, 113.6-127.8 s after)
+#              a conditional (--skip branch, before 2026-11-27): the selection's compile on a
+#              GPU (Zen 3, float32, this shape: 35.9-43.2 s before the selection, 113.6-127.8 s
+#              after, 46.5 s since its flag is computed once, the branch 41.4)
 #   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
 #              28.0% on the H100) and where the update's time goes on the device
 #   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep

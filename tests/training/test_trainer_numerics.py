@@ -2,6 +2,7 @@
 XLA, under float16 loss scaling and with non-finite gradients on one of two replicas."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -88,13 +89,21 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
 def test_the_compiled_update_holds_no_conditional(tmp_path, precision):
     """XLA on a GPU runs a conditional by copying its predicate to the host and waiting for the
     device (XLA's ConditionalThunk): the host could not launch the next update while the device
-    computes this one. The skip of a non-finite update is a selection instead (1 before)."""
+    computes this one. The skip of a non-finite update is a selection instead (1 before), of
+    a flag computed once."""
     trainer = make_trainer(tmp_path, ONE_LAYER, jit_compile=True, precision=precision)
     batch = to_batch(make_pairs(8, 20, seed=6))
     trainer.train_update(_Repeat(batch))
     placed = trainer.collectives.per_replica([trainer.place_batch(batch, 0)])
-    hlo = trainer._update.experimental_get_compiler_ir(placed, trainer._apply[True])(stage="hlo")
+    compiler_ir = trainer._update.experimental_get_compiler_ir(placed, trainer._apply[True])
+    hlo = compiler_ir(stage="hlo")
     assert " dot(" in hlo and " conditional(" not in hlo  # the update's HLO, with no branch
+    # The check of the gradients (a sum a variable, the sums added up) computed once, not
+    # copied by XLA's fusion into each weight's and moment's selection, 3 x 43 copies of its 43
+    # additions here (5,705 scalar additions in all, 245 without the copies, most of them the
+    # reductions'; the quick start's model: 126,328 instructions instead of 27,015).
+    scalar_adds = re.findall(r"= f32\[\] add\(", compiler_ir(stage="optimized_hlo"))
+    assert len(scalar_adds) < 10 * len(trainer.model.trainable_variables), len(scalar_adds)
 
 
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
