@@ -3,15 +3,16 @@
     .venv/bin/python benchmarks/host_batches.py DATA_DIR [--max-tokens 8192] [--jit]
         [--rounds 3] [--batches 300]
 
-`vtx train` takes each update's batch on the training thread, while the device runs the update
-before it; a batch made slower than the device's update makes the device wait. This times, on
-one epoch's first `--batches` training batches of DATA_DIR (`--rounds` rounds, alternated, in
-one process), the batches `vtx train` makes:
+`vtx train` makes its batches on a thread of its own (`--prefetch`, default 2; on the training
+thread before 9572b3a), while the device runs the updates; batches made slower than the
+device's updates make the device wait. This times, on one epoch's first `--batches` training
+batches of DATA_DIR (`--rounds` rounds, alternated, in one process), the batches `vtx train`
+makes:
   - buckets: `pipeline.train_batches(...).as_numpy_iterator()` (tf.data, prefetched on its own
-    threads, so this measures what the training thread waits for);
-  - packed: `packing.packed_batches` (packed into rows and built on the training thread, with
-    array operations over each batch's tokens; before 1c103c7 they were built pair by pair,
-    docs/benchmarks.md has both).
+    threads, so this measures what the reading thread waits for);
+  - packed: `packing.packed_batches` (packed into rows and built on the reading thread, with
+    array operations over each batch's tokens and one `os.pread` per run of close pairs; before
+    1c103c7 they were built pair by pair, docs/benchmarks.md has both).
 Each line gives batches/s and the real target tokens/s the host can feed, to set against the
 device's update rate (an H100 trained base at 8192 tokens at 250,233 tok/s, docs/benchmarks.md).
 Choose shapes as `vtx train` does (`--jit`: multiples of 8, the packing for XLA).
