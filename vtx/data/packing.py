@@ -252,8 +252,8 @@ def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.
 
 class _Split:
     """A split's pairs, read from its shards: lengths in memory, tokens read by `os.pread` from
-    descriptors opened once; each shard's size checked against its index at the start and
-    before each batch that reads it, and a read past its end (a cut made in between) named.
+    descriptors opened once; each shard's size checked against its index before each batch
+    that reads it, and a read past its end (a cut made in between) named.
 
     Not memory maps: reading a page past a mapped file's end kills the process by SIGBUS,
     without a word, and a check of the size before each batch still left the reads after it
@@ -271,7 +271,6 @@ class _Split:
             self._descriptors.append(os.open(path, os.O_RDONLY))
             self._files.append((path, Path(f"{prefix}.idx"),
                                 int(both.sum()) * self.dtype.itemsize))
-            self._check_sizes([index])
             ends = np.cumsum(both.reshape(-1)).reshape(2, -1)
             starts.append(ends - both)
             lengths.append(both)
@@ -329,9 +328,9 @@ class _Split:
         # os.pread and a join: ~1 us a read on a 2-core AMD EPYC, os.preadv into one buffer ~2.
         chunks = [os.pread(self._descriptors[which], length, offset)
                   for which, offset, length in runs]
-        for at, (which, offset, length) in enumerate(runs):
-            if len(chunks[at]) < length:
-                chunks[at] = self._read_on(which, chunks[at], offset, length)
+        if sum(map(len, chunks)) < int(sizes.sum()) * item:  # a short read: find it
+            chunks = [self._read_on(which, chunk, offset, length)
+                      for chunk, (which, offset, length) in zip(chunks, runs)]
         buffer = np.frombuffer(b"".join(chunks), self.dtype)
         run = np.cumsum(new_run) - 1
         at = np.empty(len(order), np.int64)
@@ -352,9 +351,9 @@ class _Split:
                 raise self._changed(which)
 
     def _read_on(self, which: int, chunk: bytes, offset: int, length: int) -> bytes:
-        """`length` bytes of shard `which` from `offset`, of which a first read gave `chunk`,
-        fewer: at the shard's end (cut short between `_check_sizes` and the read), or (where a
-        file system allows it) a read cut short.
+        """`length` bytes of shard `which` from `offset`, of which a first read gave `chunk`
+        (as is when whole; else fewer: at the shard's end, cut short between `_check_sizes` and
+        the read, or, where a file system allows it, a read cut short).
 
         Raises:
             DataError: the shard ends before (named).
