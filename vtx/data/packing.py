@@ -50,7 +50,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -250,6 +250,14 @@ def pack_rows(source_lengths: np.ndarray, target_lengths: np.ndarray, order: np.
     return rows + packer.flush()
 
 
+class _Shard(NamedTuple):
+    """An open shard of a split: its token file's descriptor and the size its index counts."""
+    descriptor: int
+    path: Path  # the .bin
+    index: Path  # the .idx
+    size: int  # bytes
+
+
 class _Split:
     """A split's pairs, read from its shards: lengths in memory, tokens read by `os.pread` from
     descriptors opened once; each shard's size checked against its index before each batch
@@ -263,14 +271,14 @@ class _Split:
         data_dir = Path(data_dir)
         meta = pipeline.load_meta(data_dir)
         self.dtype = np.dtype(meta["token_dtype"])
-        self._files, self._descriptors, shard, starts, lengths = [], [], [], [], []
+        self._shards: list[_Shard] = []
+        shard, starts, lengths = [], [], []
         for index, entry in enumerate(pipeline._split_meta(meta, split)["shards"]):
             prefix = data_dir / entry["name"]
             path = Path(f"{prefix}.bin")
             both = np.fromfile(f"{prefix}.idx", np.int32).reshape(2, -1).astype(np.int64)
-            self._descriptors.append(os.open(path, os.O_RDONLY))
-            self._files.append((path, Path(f"{prefix}.idx"),
-                                int(both.sum()) * self.dtype.itemsize))
+            self._shards.append(_Shard(os.open(path, os.O_RDONLY), path, Path(f"{prefix}.idx"),
+                                       int(both.sum()) * self.dtype.itemsize))
             ends = np.cumsum(both.reshape(-1)).reshape(2, -1)
             starts.append(ends - both)
             lengths.append(both)
@@ -280,8 +288,8 @@ class _Split:
         self.lengths = np.concatenate(lengths, axis=1) if lengths else np.zeros((2, 0), np.int64)
 
     def __del__(self):
-        for descriptor in getattr(self, "_descriptors", ()):
-            os.close(descriptor)
+        for shard in getattr(self, "_shards", ()):
+            os.close(shard.descriptor)
 
     def __len__(self) -> int:
         return len(self.shard)
@@ -326,7 +334,7 @@ class _Split:
         runs = list(zip(shard[first].tolist(), (run_start * item).tolist(),
                         (sizes * item).tolist()))
         # os.pread and a join: ~1 us a read on a 2-core AMD EPYC, os.preadv into one buffer ~2.
-        chunks = [os.pread(self._descriptors[which], length, offset)
+        chunks = [os.pread(self._shards[which].descriptor, length, offset)
                   for which, offset, length in runs]
         if sum(map(len, chunks)) < int(sizes.sum()) * item:  # a short read: find it
             chunks = [self._read_on(which, chunk, offset, length)
@@ -347,7 +355,8 @@ class _Split:
             DataError: a shard of another size (named).
         """
         for which in shards:
-            if os.fstat(self._descriptors[which]).st_size != self._files[which][2]:
+            shard = self._shards[which]
+            if os.fstat(shard.descriptor).st_size != shard.size:
                 raise self._changed(which)
 
     def _read_on(self, which: int, chunk: bytes, offset: int, length: int) -> bytes:
@@ -359,18 +368,19 @@ class _Split:
             DataError: the shard ends before (named).
         """
         while len(chunk) < length:
-            more = os.pread(self._descriptors[which], length - len(chunk), offset + len(chunk))
+            more = os.pread(self._shards[which].descriptor, length - len(chunk),
+                             offset + len(chunk))
             if not more:
                 raise self._changed(which)
             chunk += more
         return chunk
 
     def _changed(self, which: int) -> DataError:
-        path, index, size = self._files[which]
-        now = os.fstat(self._descriptors[which]).st_size
-        return DataError(f"{path} holds {now:,} bytes where {index} counts {size:,}: cut short "
-                         f"or rewritten since training opened it (a copy over it, a full disk); "
-                         f"run `vtx preprocess` again")
+        shard = self._shards[which]
+        now = os.fstat(shard.descriptor).st_size
+        return DataError(f"{shard.path} holds {now:,} bytes where {shard.index} counts "
+                         f"{shard.size:,}: cut short or rewritten since training opened it (a "
+                         f"copy over it, a full disk); run `vtx preprocess` again")
 
 
 def _epoch_batches(split: _Split, shapes: list[Shape], seed: int, epoch: int,

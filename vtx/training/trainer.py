@@ -72,18 +72,6 @@ def _nonfinite(grads) -> tf.Tensor:
                          tf.float32)
 
 
-def _computed_once(flag) -> tf.Tensor:
-    """`flag` (a boolean scalar), through a square root XLA computes once. Without it, XLA's
-    fusion copies the scalar operations behind it (with one replica: the gradients' sums added
-    one by one, `_nonfinite`) into every fusion that reads it, each weight's and moment's
-    selection in `FusedAdam.apply_if`: the quick start's update held 126,328 instructions after
-    XLA:CPU's optimisations (24,398 with a branch) and compiled in twice the time. XLA removes
-    optimisation barriers before fusion, and its algebraic simplifier turns a reduction of
-    stacked scalars back into additions; fusion does not copy an expensive operation (a square
-    root) into a consumer that reads its element more than once (the selection's broadcast)."""
-    return tf.sqrt(tf.cast(flag, tf.float32)) > 0.5  # sqrt(0) = 0, sqrt(1) = 1
-
-
 def _any_shape(value) -> tf.TypeSpec:
     """The type of `value` (an array, tensor or distributed value) with every dimension unknown."""
     spec = getattr(value, "_type_spec", None)  # a distributed value's (PerReplicaSpec)
@@ -314,7 +302,7 @@ class Trainer(TrainingLoop):
         ok = tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
                                                   nonfinite_grads == 0))
         if self._select_skip:
-            self.strategy.run(self._apply_replica_if, args=(grads, _computed_once(ok)))
+            self.strategy.run(self._apply_replica_if, args=(grads, ok))
         else:
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
