@@ -421,7 +421,7 @@ def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,
                 "target": tokens[starts[count + i]:ends[count + i]],
                 "index": first_index + i}
 
-    return tf.data.Dataset.from_tensor_slices(order).map(pair)
+    return tf.data.Dataset.from_tensor_slices(order).map(_plain(pair))
 
 
 def _pairs(data_dir: Path, meta: dict, split: str, seed: int | None, epoch: int) -> tf.data.Dataset:
@@ -520,19 +520,19 @@ def _bucketed(pairs: tf.data.Dataset, longest: int, max_tokens: int, boundaries:
     bucket's short last batch is filled up with all-pad rows (no loss, no gradient)."""
     boundaries = _checked_boundaries(longest, max_tokens, boundaries)
     batch_sizes = [rows for rows, _, _ in batch_shapes(max_tokens, boundaries)]
-    batches = pairs.map(_add_bos_eos).bucket_by_sequence_length(
-        lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"])),
+    batches = pairs.map(_plain(_add_bos_eos)).bucket_by_sequence_length(
+        _plain(lambda pair: tf.maximum(tf.size(pair["source"]), tf.size(pair["target_in"]))),
         # bucket i holds lengths in [boundaries[i-1] + 1, boundaries[i]], padded to boundaries[i]
         bucket_boundaries=[length + 1 for length in boundaries],
         bucket_batch_sizes=batch_sizes + [1],  # the last bucket (too long) stays empty
         pad_to_bucket_boundary=True, padding_values={"source": PAD_ID, "target_in": PAD_ID,
                                                      "target_out": PAD_ID, "index": np.int64(-1)})
-    batches = batches.map(lambda batch: _fill_rows(batch, max_tokens))
+    batches = batches.map(_plain(lambda batch: _fill_rows(batch, max_tokens)))
     if sides is None:
         return batches
     if len(sides) != len(boundaries):
         raise ValueError(f"{len(sides)} side lengths for {len(boundaries)} bucket boundaries")
-    return batches.map(lambda batch: _cut_sides(batch, boundaries, sides))
+    return batches.map(_plain(lambda batch: _cut_sides(batch, boundaries, sides)))
 
 
 def _cut_sides(batch: dict, boundaries: list[int], sides: list[tuple[int, int]]) -> dict:
@@ -565,6 +565,13 @@ def _fill_rows(batch: dict, max_tokens: int) -> dict:
     return filled
 
 
+def _plain(function):
+    """`function` for tf.data to trace as it is written, without AutoGraph (which tf.data
+    applies by default): these functions hold no Python control flow on tensors, and AutoGraph
+    parses and rewrites the source of each, and of every function it calls, at each trace."""
+    return tf.autograph.experimental.do_not_convert(function)
+
+
 def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
     options = tf.data.Options()
     options.deterministic = True
@@ -593,8 +600,8 @@ def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 
     boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
     batches = _bucketed(_pairs(data_dir, meta, split, seed, epoch), longest, max_tokens,
                         boundaries, side_lengths)
-    batches = batches.map(lambda batch: {key: batch[key]
-                                         for key in ("source", "target_in", "target_out")})
+    batches = batches.map(_plain(lambda batch: {key: batch[key]
+                                                for key in ("source", "target_in", "target_out")}))
     return _deterministic(batches.shard(num_shards, shard_index).skip(skip_batches))
 
 

@@ -97,8 +97,11 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
 
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
+    # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
+    # their source made the trace ~4x longer (quick start's model: 4.74 s, 1.19 s without;
+    # benchmarks/trace_time.py): every `vtx translate` and BLEU or F1 validation starts sooner.
     return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)],
-                       jit_compile=jit_compile or None)
+                       jit_compile=jit_compile or None, autograph=False)
 
 
 def search_for(model: Transformer, options: DecodeOptions,

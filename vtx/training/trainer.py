@@ -208,16 +208,20 @@ class Trainer(TrainingLoop):
         # oldest first (at most two are in flight; the bound keeps callers that never count,
         # such as benchmarks, from growing it).
         self.launched_lengths: collections.deque = collections.deque(maxlen=4)
+        # Every program traced without AutoGraph: none holds Python control flow on tensors,
+        # and AutoGraph parsed and rewrote the source of each function it traced through at the
+        # run's start: the quick start's update traced in 5.23 s with it, 3.53 s without
+        # (benchmarks/trace_time.py, Zen 3).
         gradient_fn = self._replica_gradients
         whole_update_jit = train_config.jit_compile and self.strategy.num_replicas_in_sync == 1
         if train_config.jit_compile and not whole_update_jit:
-            gradient_fn = tf.function(gradient_fn, jit_compile=True)
+            gradient_fn = tf.function(gradient_fn, jit_compile=True, autograph=False)
         self._gradient_fn = gradient_fn
         self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True,
-                                       jit_compile=whole_update_jit or None)
+                                       autograph=False, jit_compile=whole_update_jit or None)
         # The last micro-batch of an update, the check of its loss and the Adam step (or the
         # skip of a non-finite update) are one program; on one device XLA compiles all of it.
-        self._update = tf.function(self._update_impl, reduce_retracing=True,
+        self._update = tf.function(self._update_impl, reduce_retracing=True, autograph=False,
                                    jit_compile=whole_update_jit or None)
         # An XLA program skips a non-finite update by selection (`FusedAdam.apply_if`), not by
         # a branch: XLA on a GPU runs a conditional by copying its predicate to the host and
@@ -228,8 +232,8 @@ class Trainer(TrainingLoop):
         # keeps Keras's branches.
         self._select_skip = whole_update_jit and not isinstance(
             self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True)
-        self._reset = tf.function(self._reset_impl)
+        self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
+        self._reset = tf.function(self._reset_impl, autograph=False)
         # The update's and the accumulation's programs traced for batches of any shape
         # (`_trace_for_any_shape`), called directly: through the `tf.function` every call hashed
         # the function's type, each of its ~760 captured variables included (base), to find the
