@@ -35,6 +35,7 @@ ENTRY %main.5 (Arg_0.1: f32[3]) -> f32[3] {
     assert compile_split.hlo_instructions(text) == 4
 
 
+@pytest.mark.slow
 def test_it_prints_each_shape_split_and_dropout_adds_instructions(capsys):
     counts, conditionals = {}, {}
     for dropout, skip in (("0.1", "selection"), ("0", "selection"), ("0", "branch")):

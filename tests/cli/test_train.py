@@ -19,6 +19,7 @@ def vtx(*args, timeout=300):
     return subprocess.run([VTX, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_preprocess_train_average_translate_end_to_end(multi30k_small, tmp_path):
     data, save = multi30k_small / "data", tmp_path / "run"
     result = vtx("train", data, "--save-dir", save, "--max-steps", 20, "--save-interval-steps", 5,
@@ -162,6 +163,7 @@ def test_changing_the_model_on_an_existing_save_dir_is_refused(multi30k_small, t
             f"use a new --save-dir or the same model flags") in result.stderr
 
 
+@pytest.mark.slow
 def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_small, tmp_path):
     cache, save = tmp_path / "xla", tmp_path / "run"
     # One layer: XLA compiles it in about half the time of tiny's two; nothing checked here
@@ -199,6 +201,7 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
             f"{save / 'config.json'} is not a directory") in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(multi30k_small,
                                                                              tmp_path):
     from vtx.data import pipeline
@@ -253,6 +256,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
         "bucket_boundaries"] == multiples
 
 
+@pytest.mark.slow
 def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(multi30k_small,
                                                                            tmp_path):
     """`--pack`: one batch shape (one compiled program with --jit); a resumed run keeps packing
@@ -305,6 +309,7 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     assert compiled == set(shapes)  # its shapes, and no bucket's
 
 
+@pytest.mark.slow
 def test_profile_traces_the_updates_named_and_says_where(multi30k_small, tmp_path):
     """`--profile FIRST:LAST` writes a TensorFlow profiler trace that TensorBoard's profile
     plugin reads; a run that stops before LAST writes what it traced and says so."""

@@ -56,6 +56,7 @@ def test_tiny_learns_to_reverse_50_pairs(tmp_path):
     assert len(losses) == 4 and losses[-1] < losses[0] / 5
 
 
+@pytest.mark.slow
 def test_one_and_eight_replicas_train_the_same_model(tmp_path):
     # Side by side: each spends most of its time tracing in Python, on one core.
     one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 8, wait=False)
@@ -67,6 +68,7 @@ def test_one_and_eight_replicas_train_the_same_model(tmp_path):
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_packed_batches_on_two_replicas_train_as_two_micro_batches_on_one(tmp_path):
     one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 2, "--pack",
                  wait=False)
@@ -78,6 +80,7 @@ def test_packed_batches_on_two_replicas_train_as_two_micro_batches_on_one(tmp_pa
         np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_batches_read_ahead_onto_each_replicas_device_train_the_same_model(tmp_path):
     """`fit` reads batches ahead on a thread and places each on its replica's device (a GPU's
     update then waits for no copy), as int64 (int32 tensors of a GPU live in the host's memory):
@@ -93,6 +96,7 @@ def test_batches_read_ahead_onto_each_replicas_device_train_the_same_model(tmp_p
         np.testing.assert_array_equal(a, b)  # bit for bit
 
 
+@pytest.mark.slow
 def test_run_killed_with_sigkill_resumes_to_the_same_weights(tmp_path):
     steps = ("--max-steps", 16, "--dropout", 0.1, "--save-every", 3)
     straight = driver(tmp_path / "straight", *steps, wait=False)  # side by side with the victim

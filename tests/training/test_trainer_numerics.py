@@ -74,6 +74,7 @@ class _Repeat:
 
 
 @pytest.mark.parametrize("update_freq", [1, 2])
+@pytest.mark.slow
 def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
     graph_losses, graph_weights = first_two_losses_and_weights(
         make_trainer(tmp_path / "graph", ONE_LAYER, update_freq=update_freq))
@@ -86,6 +87,7 @@ def test_xla_compiled_updates_equal_graph_updates(tmp_path, update_freq):
 
 
 @pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+@pytest.mark.slow
 def test_the_compiled_update_holds_no_conditional(tmp_path, precision):
     """XLA on a GPU runs a conditional by copying its predicate to the host and waiting for the
     device (XLA's ConditionalThunk): the host could not launch the next update while the device
@@ -106,6 +108,7 @@ def test_the_compiled_update_holds_no_conditional(tmp_path, precision):
     assert len(scalar_adds) < 10 * len(trainer.model.trainable_variables), len(scalar_adds)
 
 
+@pytest.mark.slow
 def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(tmp_path):
     """One shape at a time, or several at once (threads, as on a GPU machine's CPU cores): every
     shape is compiled and named, and the first real updates after it (on the first shape's
@@ -283,6 +286,7 @@ def test_a_packed_batch_gives_the_gradient_of_the_same_pairs_bucketed(tmp_path, 
 
 
 @pytest.mark.parametrize("precision, update_freq", [("mixed_float16", 1), ("float32", 2)])
+@pytest.mark.slow
 def test_gradients_non_finite_on_one_replica_skip_the_update_on_all(tmp_path, precision,
                                                                     update_freq):
     """Two replicas, the second one's gradients infinite (float16's overflow): the update is

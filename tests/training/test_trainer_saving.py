@@ -477,6 +477,7 @@ def _launches_before_read(events: list[str], step: int) -> bool:
 
 
 @pytest.mark.parametrize("update_freq,jit", [(1, False), (2, False), (1, True)])
+@pytest.mark.slow
 def test_a_run_resumed_at_any_step_ends_on_exactly_the_weights_of_the_straight_run(
         tmp_path, update_freq, jit):
     """Batches of every shape (here each padded to its own longest pair) run through one traced

@@ -50,6 +50,7 @@ def random_parser(shared_data, tmp_path_factory):
     return write_random_parser(folder, files), files
 
 
+@pytest.mark.slow
 def test_f1_scorer_equals_vtx_parse_with_gold_constrained_or_not(random_parser, tmp_path):
     from vtx.inference.parse import parse_lines, read_gold
     from vtx.inference.decoding import DecodeOptions
@@ -183,6 +184,7 @@ class StoppedOnce(ScriptedScorer):
 
 
 @pytest.mark.parametrize("during", ["decoding", "update"])
+@pytest.mark.slow
 def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_validates_when_resumed(
         tmp_path, during):
     """BLEU/F1 decoding can outlast a scheduler's grace period: a stop signal received during it
