@@ -439,6 +439,7 @@ def _pairs(data_dir: Path, meta: dict, split: str, seed: int | None, epoch: int)
         tf.constant(first_index[order], tf.int64, shape=[len(shards)]),
         tf.constant(shard_seeds[order], tf.int64, shape=[len(shards), 2])))
 
+    @_plain
     def read(prefix, first, shard_seed):
         return _read_shard(prefix, first, shard_seed, dtype, shuffle=seed is not None)
 
