@@ -13,13 +13,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("VTX_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
-def pytest_collection_modifyitems(config, items):
-    """The tests marked slow (~30 s or more each on a 2-core CPU) first, the rest in their order:
-    the two processes of `tests/run.sh` (pytest-xdist) take tests in the collection's order, so
-    a long test collected last kept one process busy while the other had nothing left."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Path of ../shared/data (or $VTX_SHARED_DATA); fails loudly when it is missing."""
