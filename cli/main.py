@@ -33,18 +33,27 @@ class Vtx(click.Group):
         # cleanups run, so an output's hidden temporary is removed (Python's default ended the
         # process on the spot and left it, full size, for good). `vtx train` sets its own.
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+        previous = {signum: signal.signal(signum, handler) for signum, handler in
+                    ((signal.SIGTERM, _terminate), (signal.SIGINT, _interrupt))} \
+            if main_thread else {}
+        _received.clear()
         try:
             return self._invoke(ctx)
         except KeyboardInterrupt:
             # Raised through the command, so its cleanups (an output's hidden temporary) have
             # run. SystemExit passes click's standalone main, which would make this an Abort.
-            command = f"vtx {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "vtx"
-            click.echo(f"{command}: interrupted (SIGINT)", err=True)
-            sys.exit(128 + signal.SIGINT)
+            _interrupted(ctx, signal.SIGINT)
+        except Exception:
+            # A signal's exception raised where a library catches everything and fails another
+            # way: Keras's `ops.shape` has a bare `except:`, so a SIGTERM landing there while
+            # `vtx translate` traced its search ended as "Error: ... None values not supported",
+            # exit 1. The cleanups ran as the error went up; the exit is the signal's.
+            if _received:
+                _interrupted(ctx, _received[-1])
+            raise
         finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def _invoke(self, ctx: click.Context):
         try:
@@ -59,8 +68,27 @@ class Vtx(click.Group):
             raise click.ClickException(str(error)) from error
 
 
+# The signals whose handler raised in the running command (`_terminate`, `_interrupt`).
+_received: list[int] = []
+
+
 def _terminate(signum: int, frame) -> None:
+    _received.append(signum)
     raise SystemExit(128 + signum)
+
+
+def _interrupt(signum: int, frame) -> None:
+    """Python's own SIGINT handling (KeyboardInterrupt), the signal noted."""
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+def _interrupted(ctx: click.Context, signum: int) -> None:
+    """Exit as `signum` ended the command: SIGINT says so in one line (click said "Aborted!")."""
+    if signum == signal.SIGINT:
+        command = f"vtx {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "vtx"
+        click.echo(f"{command}: interrupted (SIGINT)", err=True)
+    sys.exit(128 + signum)
 
 
 def _closed_pipe(error: BaseException | None) -> bool:

@@ -645,3 +645,42 @@ def test_sigterm_mid_output_leaves_neither_the_output_nor_its_temporary(tmp_path
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr.decode()[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+SWALLOWED_AT_TRACE = """
+import signal, sys
+import vtx.inference.model_search as model_search
+
+def swallowing(*args, **kwargs):  # as Keras's ops.shape: a bare except around a TF call
+    try:
+        signal.raise_signal(getattr(signal, sys.argv[1]))  # the handler raises here
+    except:  # noqa: E722
+        pass
+    raise ValueError("Tried to convert 'shape' to a tensor and failed. Error: None values not "
+                     "supported.")
+
+model_search.make_search_fn = swallowing
+from vtx_cli.main import main
+main(sys.argv[2:], prog_name="vtx")
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_signal_a_library_swallowed_still_ends_the_command_as_that_signal(tmp_path, name):
+    """A SIGTERM landing in Keras's `ops.shape` (a bare `except:`) while `vtx translate` traced
+    its search was swallowed there and surfaced as "Error: ... None values not supported", exit
+    1. The exit is the signal's, with the output's cleanups run."""
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "in.en").write_text("A dog runs in the park .\n")
+    result = subprocess.run([sys.executable, "-c", SWALLOWED_AT_TRACE, name, "translate",
+                             "--checkpoint", str(FIXTURE_MODEL), "--input", "in.en",
+                             "--output", "out.de"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    signum = getattr(signal, name)
+    assert result.returncode == 128 + signum, result.stderr[-2000:]
+    assert "None values" not in result.stderr and "Traceback" not in result.stderr
+    assert ("vtx translate: interrupted (SIGINT)" in result.stderr) == (name == "SIGINT")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
