@@ -14,6 +14,7 @@ import threading
 try:
     import click
 
+    from vtx import stop
     from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess,
                          score_trees, train, translate)
 except KeyboardInterrupt:
@@ -33,12 +34,11 @@ class Vtx(click.Group):
         # cleanups run, so an output's hidden temporary is removed (Python's default ended the
         # process on the spot and left it, full size, for good). `vtx train` sets its own.
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = {signum: signal.signal(signum, handler) for signum, handler in
-                    ((signal.SIGTERM, _terminate), (signal.SIGINT, _interrupt))} \
-            if main_thread else {}
-        _received.clear()
+        previous = {signum: signal.signal(signum, _stop) for signum in
+                    (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+        stop.clear()
         try:
-            return self._invoke(ctx)
+            result = self._invoke(ctx)
         except KeyboardInterrupt:
             # Raised through the command, so its cleanups (an output's hidden temporary) have
             # run. SystemExit passes click's standalone main, which would make this an Abort.
@@ -48,12 +48,16 @@ class Vtx(click.Group):
             # way: Keras's `ops.shape` has a bare `except:`, so a SIGTERM landing there while
             # `vtx translate` traced its search ended as "Error: ... None values not supported",
             # exit 1. The cleanups ran as the error went up; the exit is the signal's.
-            if _received:
-                _interrupted(ctx, _received[-1])
+            if stop.noted() is not None:
+                _interrupted(ctx, stop.noted())
             raise
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+        # Swallowed where no output was on its way (`vtx.stop`): the exit is still the signal's.
+        if stop.noted() is not None:
+            _interrupted(ctx, stop.noted())
+        return result
 
     def _invoke(self, ctx: click.Context):
         try:
@@ -68,19 +72,11 @@ class Vtx(click.Group):
             raise click.ClickException(str(error)) from error
 
 
-# The signals whose handler raised in the running command (`_terminate`, `_interrupt`).
-_received: list[int] = []
-
-
-def _terminate(signum: int, frame) -> None:
-    _received.append(signum)
-    raise SystemExit(128 + signum)
-
-
-def _interrupt(signum: int, frame) -> None:
-    """Python's own SIGINT handling (KeyboardInterrupt), the signal noted."""
-    _received.append(signum)
-    raise KeyboardInterrupt
+def _stop(signum: int, frame) -> None:
+    """Noted, then raised: KeyboardInterrupt for SIGINT (Python's own), SystemExit(128 + signum)
+    for SIGTERM; raised again wherever an output is on its way should a library swallow it."""
+    stop.note(signum)
+    stop.check()
 
 
 def _interrupted(ctx: click.Context, signum: int) -> None:

@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
+from vtx import stop
+
 
 class OutputExistsError(FileExistsError):
     """The output is an existing regular file and replacing it was not asked for."""
@@ -99,6 +101,7 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
             finally:
                 with errors_named(path):
                     handle.close()
+            stop.check()  # a signal whose exception a library swallowed: not completed
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
@@ -310,6 +313,7 @@ def replaced_on_success(path: str | Path, fsync: bool = False) -> Iterator[Path]
                 if fsync and tmp.is_file():
                     with open(tmp, "rb") as handle:
                         os.fsync(handle.fileno())
+                stop.check()
                 _put_in_place(tmp, path)
         finally:
             _remove(tmp)

@@ -684,3 +684,44 @@ def test_a_signal_a_library_swallowed_still_ends_the_command_as_that_signal(tmp_
     assert "None values" not in result.stderr and "Traceback" not in result.stderr
     assert ("vtx translate: interrupted (SIGINT)" in result.stderr) == (name == "SIGINT")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+SWALLOWED_AND_GONE_ON = """
+import signal, sys
+import vtx.inference.model_search as model_search
+
+made = model_search.make_search_fn
+
+def swallowing(*args, **kwargs):  # the bare except, then a search traced as if nothing happened
+    try:
+        signal.raise_signal(getattr(signal, sys.argv[1]))
+    except:  # noqa: E722
+        pass
+    return made(*args, **kwargs)
+
+model_search.make_search_fn = swallowing
+from vtx_cli.main import main
+main(sys.argv[2:], prog_name="vtx")
+"""
+
+
+@pytest.mark.parametrize("name,to_file", [("SIGTERM", True), ("SIGINT", False)])
+def test_a_signal_swallowed_where_the_command_goes_on_ends_it_before_any_output(tmp_path, name,
+                                                                                to_file):
+    """On CI a `vtx translate` SIGTERM'd while tracing its search did not end in 120 s: the
+    exception was swallowed and the search traced on, and it went on translating. It ends at its
+    first line of output now, none written, the output's temporary removed."""
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "in.en").write_text("A dog runs in the park .\n" * 3)
+    output = ["--output", "out.de"] if to_file else []
+    result = subprocess.run([sys.executable, "-c", SWALLOWED_AND_GONE_ON, name, "translate",
+                             "--checkpoint", str(FIXTURE_MODEL), "--input", "in.en",
+                             "--buffer-size", "1", *output], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 128 + getattr(signal, name), result.stderr[-2000:]
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert ("vtx translate: interrupted (SIGINT)" in result.stderr) == (name == "SIGINT")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]

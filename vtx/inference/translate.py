@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from vtx import atomic, checkpoints
+from vtx import atomic, checkpoints, stop
 from vtx.config import ModelConfig
 from vtx.data.text import DataError, count_lines, decode_line, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
@@ -316,6 +316,7 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False, force: b
         name = path or "standard output"  # named in a write's error (a full disk says none)
 
         def write(line: str) -> None:
+            stop.check()  # a signal whose exception a library swallowed ends it here
             with atomic.errors_named(name):
                 handle.write(line + "\n")
                 if flush_each_line:
