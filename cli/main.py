@@ -54,9 +54,10 @@ class Vtx(click.Group):
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            noted = stop.claim()  # not left to a later command in this process
         # Swallowed where no output was on its way (`vtx.stop`): the exit is still the signal's.
-        if stop.noted() is not None:
-            _interrupted(ctx, stop.noted())
+        if noted is not None:
+            _interrupted(ctx, noted)
         return result
 
     def _invoke(self, ctx: click.Context):

@@ -8,8 +8,9 @@ ending. So the places every command's output passes, a line written and an outpu
 in place (`vtx.atomic`), call `check()`, which raises the signal's exception again: a signal
 never lets an output be completed, whatever swallowed its first exception.
 
-Nothing is noted outside the command line (a library user's own handlers are left alone), and
-`vtx train` keeps its own: a stop there ends the run at an update with a checkpoint.
+Nothing is noted outside the command line (a library user's own handlers are left alone). `vtx
+train` sets its own while it trains (a stop ends the run at an update, with a checkpoint), and
+takes over one noted before (`claim`): a SIGTERM swallowed during its start stops it there too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ def noted() -> int | None:
 
 def clear() -> None:
     _noted.clear()
+
+
+def claim() -> int | None:
+    """The noted signal (or None), now the caller's to honour: cleared, so that `check` lets the
+    caller's own ending (a checkpoint) be written."""
+    signum = noted()
+    clear()
+    return signum
 
 
 def check() -> None:

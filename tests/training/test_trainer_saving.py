@@ -16,6 +16,7 @@ from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import atomic
 from vtx import config
 from vtx import checkpoints
+from vtx import stop
 from vtx.training.schedule import paper_learning_rate
 from vtx.training.trainer import (Trainer, effective_batch_warning, precision_warning,
                                   schedule_warning, smoothing_warning)
@@ -182,6 +183,22 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
     assert validations == [2, 4] and trainer.step == 4
     assert "stopping at step 4, saved: received signal 15 (SIGTERM)" in lines
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 4
+
+
+def test_a_stop_signal_swallowed_before_the_run_stops_it_at_its_first_update_saved(tmp_path):
+    """A SIGTERM during `vtx train`'s start whose exception a library swallowed (`vtx.stop`): the
+    run stops as for one received in the loop, its update saved. Before, it trained on, and the
+    first checkpoint's write raised the signal's exit again: the updates since start lost."""
+    lines = []
+    trainer = make_trainer(tmp_path, lines, max_steps=100, save_interval_steps=3)
+    stop.note(signal.SIGTERM)  # as the command line's handler does, before its exception
+    try:
+        assert trainer.fit(epoch_maker(PAIRS, 4)) == signal.SIGTERM
+    finally:
+        stop.clear()
+    assert trainer.step == 1
+    assert "stopping at step 1, saved: received signal 15 (SIGTERM)" in lines
+    assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 1
 
 
 @pytest.mark.parametrize("compile_workers", [1, 2])

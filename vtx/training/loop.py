@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from vtx import atomic, checkpoints
+from vtx import atomic, checkpoints, stop
 from vtx.inference.translate import SearchInterrupted
 from vtx.training.distribute import peer_failure
 from vtx.training.progress import Progress
@@ -117,6 +117,9 @@ class TrainingLoop:
         if self.prefetch:
             stream = PrefetchedStream(stream, self.place_batch, self.prefetch)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        # A signal before these handlers whose exception a library swallowed (`vtx.stop`) stops
+        # the run as one received now: at its first update, saved.
+        self._stop_signal = self._stop_signal or stop.claim()
         try:
             if self.config.jit_compile and shapes:
                 # Before the progress clock starts: compiling is not training (tokens/s, ETA).
