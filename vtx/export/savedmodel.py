@@ -53,7 +53,9 @@ class TranslateModule(tf.Module):
         self._max_positions = model.config.max_positions
         self._search = search_for(model, dataclasses.replace(options, nbest=1,
                                                              jit_compile=False))
-        self.translate = tf.function(self._translate,
+        # Without AutoGraph, as vtx's other programs: no Python control flow on tensors here
+        # either (the search calls tf.while_loop itself), and its rewrite was most of the trace.
+        self.translate = tf.function(self._translate, autograph=False,
                                      input_signature=[tf.TensorSpec([None], tf.string)])
 
     def _source_ids(self, lines: tf.Tensor) -> tf.Tensor:
