@@ -36,7 +36,6 @@ class Vtx(click.Group):
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {signum: signal.signal(signum, _stop) for signum in
                     (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
-        stop.clear()
         try:
             result = self._invoke(ctx)
         except KeyboardInterrupt:
@@ -48,8 +47,8 @@ class Vtx(click.Group):
             # way: Keras's `ops.shape` has a bare `except:`, so a SIGTERM landing there while
             # `vtx translate` traced its search ended as "Error: ... None values not supported",
             # exit 1. The cleanups ran as the error went up; the exit is the signal's.
-            if stop.noted() is not None:
-                _interrupted(ctx, stop.noted())
+            if (signum := stop.noted()) is not None:
+                _interrupted(ctx, signum)
             raise
         finally:
             for signum, handler in previous.items():

@@ -17,37 +17,33 @@ from __future__ import annotations
 
 import signal
 
-_noted: list[int] = []
+_noted: int | None = None
 
 
 def note(signum: int) -> None:
     """`signum` asked the running command to stop."""
-    _noted.append(signum)
+    global _noted
+    _noted = signum
 
 
 def noted() -> int | None:
-    """The last signal noted since `clear`, or None."""
-    return _noted[-1] if _noted else None
-
-
-def clear() -> None:
-    _noted.clear()
+    """The last signal noted since `claim`, or None."""
+    return _noted
 
 
 def claim() -> int | None:
     """The noted signal (or None), now the caller's to honour: cleared, so that `check` lets the
     caller's own ending (a checkpoint) be written."""
-    signum = noted()
-    clear()
+    global _noted
+    signum, _noted = _noted, None
     return signum
 
 
 def check() -> None:
     """Raise the exception of a noted signal: KeyboardInterrupt for SIGINT (as Python's own
     handler), SystemExit(128 + signum) for the others; nothing when none was noted."""
-    signum = noted()
-    if signum is None:
+    if _noted is None:
         return
-    if signum == signal.SIGINT:
+    if _noted == signal.SIGINT:
         raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
+    raise SystemExit(128 + _noted)

@@ -119,7 +119,8 @@ class TrainingLoop:
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         # A signal before these handlers whose exception a library swallowed (`vtx.stop`) stops
         # the run as one received now: at its first update, saved.
-        self._stop_signal = self._stop_signal or stop.claim()
+        claimed = stop.claim()
+        self._stop_signal = self._stop_signal or claimed
         try:
             if self.config.jit_compile and shapes:
                 # Before the progress clock starts: compiling is not training (tokens/s, ETA).
