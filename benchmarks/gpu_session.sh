@@ -16,7 +16,10 @@
 #   selection made base's compile ~3x slower (Zen 3: 36-43 s a shape before it, 114-128 s
 #   after) until its flag was computed once (2026-11-29: 46.5 s, the branch 41.4;
 #   docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s, and
-#   part skip's two first calls against each other.
+#   part skip's two first calls against each other. Also since (2026-11-29): the weight's Adam
+#   step reads the stored moments, so XLA no longer copies every moment before the update (XLA:CPU:
+#   base's layout 535 copies an update -> 29; base at 256 tokens 1.12x): read the profiles'
+#   "copies and transposes" (3.28 ms, 762 copies an update on 2026-11-27, with the branch).
 #
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
 #              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
