@@ -228,10 +228,10 @@ class Trainer(TrainingLoop):
         # waiting for the device (its ConditionalThunk), so the host could not launch the next
         # update while the device computed this one (an H200 busy 14.0 ms of a 25.8 ms update,
         # base at 8192 tokens). Without XLA the branch stays: it runs Adam as one fused kernel
-        # a variable, where the selection would be ~10 operations each. float16's loss scaling
-        # keeps Keras's branches.
-        self._select_skip = whole_update_jit and not isinstance(
-            self.optimizer, keras.optimizers.LossScaleOptimizer)
+        # a variable, where the selection would be ~10 operations each. float16's loss scale
+        # (Keras's LossScaleOptimizer, whose own `apply` branches twice) is then kept by
+        # selection too (`_loss_scale_by_selection`).
+        self._select_skip = whole_update_jit
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
         self._reset = tf.function(self._reset_impl, autograph=False)
         # The update's and the accumulation's programs traced for batches of any shape
@@ -307,6 +307,9 @@ class Trainer(TrainingLoop):
                                                   nonfinite_grads == 0))
         if self._select_skip:
             self.strategy.run(self._apply_replica_if, args=(grads, ok))
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                self._loss_scale_by_selection(ok, tf.logical_and(
+                    apply, tf.math.is_finite(totals[0])) & (nonfinite_grads > 0))
         else:
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
@@ -352,7 +355,27 @@ class Trainer(TrainingLoop):
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
 
     def _apply_replica_if(self, grads, ok):
-        self.optimizer.apply_if(ok, grads, self.model.trainable_variables)
+        optimizer = self.optimizer
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            # Unscaled as Keras's LossScaleOptimizer does before its inner optimizer's step.
+            grads = [keras.ops.divide(grad, optimizer.dynamic_scale) for grad in grads]
+            optimizer = optimizer.inner_optimizer
+        optimizer.apply_if(ok, grads, self.model.trainable_variables)
+
+    def _loss_scale_by_selection(self, ok, overflowed):
+        """Keras's dynamic loss scaling (LossScaleOptimizer.apply, `_skip`) without its branches:
+        a step taken (`ok`) counts towards the scale's growth, doubling it and restarting the
+        count at the `dynamic_growth_steps`-th; an overflow halves it and restarts the count;
+        an update not applied (or of a non-finite loss) leaves both."""
+        optimizer = self.optimizer
+        count, scale = (tf.identity(v.value) for v in (optimizer.step_counter,
+                                                          optimizer.dynamic_scale))
+        grow = ok & tf.equal(count, optimizer.dynamic_growth_steps - 1)
+        zero = tf.zeros_like(count)
+        optimizer.step_counter.assign(
+            tf.where(grow | overflowed, zero, tf.where(ok, count + 1, count)))
+        optimizer.dynamic_scale.assign(
+            tf.where(grow, scale * 2.0, tf.where(overflowed, scale * 0.5, scale)))
 
     def _reset_impl(self):
         self.strategy.run(self._zero_accumulators)
