@@ -87,8 +87,9 @@
 # parts pipeline resume synthetic inline.) Check any other command on this CPU first: a typo
 # costs the device time it took to stage.
 #
-# PARTS picks the parts and their order (default "pipeline synthetic skip big packed autotune
-# nojit resume inline trace"; resume and inline need pipeline's run). The machine stays warm 30 s
+# PARTS picks the parts and their order (default "big pipeline synthetic packed skip autotune
+# nojit resume inline trace": big first, the one GPU target not met; resume and inline need
+# pipeline's run). The machine stays warm 30 s
 # after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
 # first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip) and TRACE_FLAGS (trace)
 # are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
@@ -116,7 +117,7 @@ read -ra skip_flags <<< "${SKIP_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-read -ra parts <<< "${PARTS:-pipeline synthetic skip big packed autotune nojit resume inline trace}"
+read -ra parts <<< "${PARTS:-big pipeline synthetic packed skip autotune nojit resume inline trace}"
 for name in "${parts[@]}"; do
   case $name in
     pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace) ;;
