@@ -111,7 +111,7 @@ class FusedAdam(keras.optimizers.Adam):
         The weight's step reads the moments as stored (selected), not the new values before the
         selection: from those, XLA's fusion recomputed each new moment inside the weight's fusion,
         from the old moment, which the moment's own fusion overwrites in place, so XLA copied
-        every moment first (base: 506 copies of 2 x 63M floats an update; base at 256 tokens on
+        every moment first (base: 506 copies, 2 x 63M floats, an update; base at 256 tokens on
         XLA:CPU, Intel Xeon model 207: 456-461 -> 516 tok/s). Where the step is skipped the weight
         is kept by its own selection, as before."""
         scalars_on = {}  # device -> (alpha, 1 - beta_1, 1 - beta_2, epsilon)

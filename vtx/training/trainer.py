@@ -305,15 +305,15 @@ class Trainer(TrainingLoop):
         iterations = tf.identity(self.optimizer.iterations.value)
         ok = tf.logical_and(apply, tf.logical_and(tf.reduce_all(tf.math.is_finite(totals)),
                                                   nonfinite_grads == 0))
+        # Float16's overflow: a finite loss whose gradients are not (see `_skip`).
+        overflowed = tf.logical_and(apply, tf.math.is_finite(totals[0])) & (nonfinite_grads > 0)
         if self._select_skip:
             self.strategy.run(self._apply_replica_if, args=(grads, ok))
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-                self._loss_scale_by_selection(ok, tf.logical_and(
-                    apply, tf.math.is_finite(totals[0])) & (nonfinite_grads > 0))
+                self._loss_scale_by_selection(ok, overflowed)
         else:
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
-                    lambda: self._skip(tf.logical_and(apply, tf.math.is_finite(totals[0]))
-                                       & (nonfinite_grads > 0)))
+                    lambda: self._skip(overflowed))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
         scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
         scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
