@@ -66,6 +66,9 @@
 #              --no-jit). H200, 2026-11-27: float32 98,351 tok/s; bfloat16 not reached
 #   trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
 #              against an exact one (1.016 under XLA on a Zen 4 CPU; 0.966 on the H200)
+#   float16    synthetic's run (no profile, at most 2 in flight) in mixed_float16, whose loss
+#              scale is kept by selection since 2026-11-29 (4 conditionals before): its tok/s
+#              against synthetic's bfloat16 (GPUs without bfloat16 train in float16)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
@@ -88,8 +91,8 @@
 # costs the device time it took to stage.
 #
 # PARTS picks the parts and their order (default "big pipeline synthetic packed skip autotune
-# nojit resume inline trace": big first, the one GPU target not met; resume and inline need
-# pipeline's run). The machine stays warm 30 s
+# nojit resume inline trace float16": big first, the one GPU target not met; resume and inline
+# need pipeline's run). The machine stays warm 30 s
 # after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
 # first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip) and TRACE_FLAGS (trace)
 # are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
@@ -117,12 +120,13 @@ read -ra skip_flags <<< "${SKIP_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-read -ra parts <<< "${PARTS:-big pipeline synthetic packed skip autotune nojit resume inline trace}"
+default_parts="big pipeline synthetic packed skip autotune nojit resume inline trace float16"
+read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace) ;;
+    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace|float16) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic skip inline" \
-         "packed big autotune nojit trace)" >&2; exit 2 ;;
+         "packed big autotune nojit trace float16)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -253,6 +257,12 @@ do_nojit() {
       --no-jit --precision "$precision" --steps 20 --no-reference "${train_flags[@]}"
     grep -A1 "^arch " "$out/nojit_$precision.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
   done
+}
+
+do_float16() {
+  part float16 150 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
+    --steps 500 --no-reference --in-flight 2 --precision mixed_float16 "${train_flags[@]}"
+  grep -A1 "^arch " "$out/float16.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
 }
 
 do_trace() {

@@ -13,7 +13,8 @@ target tokens of B x L, L = `--length`, no padding), one child process each:
   flight): what reading each update costs.
 * torch: `benchmarks/torch_reference.py` (the same model on torch.nn) on the same device, bf16
   autocast for mixed_bfloat16, `Adam(fused=True)` on a GPU, the same updates back to back,
-  synchronised at the end.
+  synchronised at the end. None for mixed_float16 (vtx's loss-scaled float16, for GPUs without
+  bfloat16): `--no-reference`.
 
 MFU = tok/s x 6 x parameters (encoder, decoder and the shared embedding that is also the
 output projection) / `--peak-tflops` (989: the H100 SXM's dense bf16 peak); attention's own
@@ -267,7 +268,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=30, help="timed updates")
     parser.add_argument("--warmup", type=int, default=5, help="untimed updates after compiling")
     parser.add_argument("--precision", default="mixed_bfloat16",
-                        choices=("float32", "mixed_bfloat16"))
+                        choices=("float32", "mixed_bfloat16", "mixed_float16"))
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
@@ -311,6 +312,9 @@ def parse_args(argv=None):
                      f">= 2 tokens")
     if args.packed > 1 and args.reference:
         parser.error("--packed goes with --no-reference (the torch reference does not pack)")
+    if args.precision == "mixed_float16" and args.reference:
+        parser.error("--precision mixed_float16 goes with --no-reference (the torch reference "
+                     "has no float16 loss scaling)")
     if args.profile_steps < 1:
         parser.error(f"--profile-steps must be >= 1, got {args.profile_steps}")
     return args

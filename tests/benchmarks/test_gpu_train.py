@@ -38,6 +38,8 @@ def test_packed_and_in_flight_values_are_checked():
     for flags, said in ((["--packed", "3"], "--packed 3 must divide --length 16"),
                         (["--packed", "16"], "pairs of >= 2 tokens"),
                         (["--packed", "2"], "--packed goes with --no-reference"),
+                        (["--precision", "mixed_float16"],
+                         "--precision mixed_float16 goes with --no-reference"),
                         (["--in-flight", "0,x"], "--in-flight 0,x: whole numbers"),
                         (["--in-flight", "2,-1"], "--in-flight 2,-1: no value below 0"),
                         (["--prefetch", "2,y"], "--prefetch 2,y: whole numbers"),
