@@ -110,7 +110,7 @@ def test_the_compiled_update_holds_no_conditional_nor_copies_of_its_state(tmp_pa
     # Nor does it copy the optimizer's moments before overwriting them (XLA did while the
     # weight's fusion recomputed the new moments from the old: every moment, twice the weights'
     # elements, were copied at every update, 2 x 63M floats for base). What is left: a few
-    # vectors of the model's width (the layer norms' in float16) and scalars.
+    # vectors of the model's width (in float16) and scalars.
     copied = sum(int(np.prod([int(n) for n in shape.split(",") if n]))
                  for shape in re.findall(r"= \w+\[([\d,]*)\]\S* copy\(%arg", optimized))
     weights = sum(int(np.prod(v.shape)) for v in trainer.model.trainable_variables)
@@ -222,7 +222,7 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
         states = []
         for update in range(4):
             if update == 1:
-                optimizer.dynamic_scale.assign(1.0)  # they do not
+                optimizer.dynamic_scale.assign(2.0 ** 10)  # they do not
             totals = trainer.train_update(_Repeat(batch))
             states.append((int(totals[3]), float(totals[4]), int(optimizer.step_counter.numpy()),
                            int(optimizer.iterations.numpy())))
@@ -231,10 +231,13 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
                     np.testing.assert_array_equal(a.numpy(), b)
         # (stepped, scale after, growth count, Adam's steps): overflow; step; step and growth;
         # step.
-        assert states == [(0, 2.0 ** 39, 0, 0), (1, 1.0, 1, 1), (1, 2.0, 0, 2), (1, 2.0, 1, 3)]
+        assert states == [(0, 2.0 ** 39, 0, 0), (1, 2.0 ** 10, 1, 1), (1, 2.0 ** 11, 0, 2),
+                          (1, 2.0 ** 11, 1, 3)]
         seen.append([np.asarray(v.numpy()) for v in trainer.model.trainable_variables])
+    # Equal to float16's rounding (the programs may fuse their passes differently); gradients
+    # left scaled (Adam would see them grow 2x at the growth) differ by more.
     for a, b in zip(*seen):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_the_advice_at_the_loss_scale_floor_can_be_followed(tmp_path):
