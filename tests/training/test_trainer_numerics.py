@@ -234,10 +234,11 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
         assert states == [(0, 2.0 ** 39, 0, 0), (1, 2.0 ** 10, 1, 1), (1, 2.0 ** 11, 0, 2),
                           (1, 2.0 ** 11, 1, 3)]
         seen.append([np.asarray(v.numpy()) for v in trainer.model.trainable_variables])
-    # Equal to float16's rounding (the programs may fuse their passes differently); gradients
-    # left scaled (Adam would see them grow 2x at the growth) differ by more.
+    # Equal up to float16's rounding, should the two programs fuse their passes differently on
+    # another CPU (0.0 apart on an Intel Xeon model 207); gradients left scaled (Adam would see
+    # them grow 2x at the growth) are 4.8e-3 apart.
     for a, b in zip(*seen):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+        np.testing.assert_allclose(a, b, atol=1e-4)
 
 
 def test_the_advice_at_the_loss_scale_floor_can_be_followed(tmp_path):

@@ -232,6 +232,7 @@ class Trainer(TrainingLoop):
         # (Keras's LossScaleOptimizer, whose own `apply` branches twice) is then kept by
         # selection too (`_loss_scale_by_selection`).
         self._select_skip = whole_update_jit
+        self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
         self._reset = tf.function(self._reset_impl, autograph=False)
         # The update's and the accumulation's programs traced for batches of any shape
@@ -309,14 +310,14 @@ class Trainer(TrainingLoop):
         overflowed = tf.logical_and(apply, tf.math.is_finite(totals[0])) & (nonfinite_grads > 0)
         if self._select_skip:
             self.strategy.run(self._apply_replica_if, args=(grads, ok))
-            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            if self._loss_scaled:
                 self._loss_scale_by_selection(ok, overflowed)
         else:
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(overflowed))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
-        scale = getattr(self.optimizer, "dynamic_scale", None)  # float16's loss scaling
-        scale = tf.cast(tf.identity(scale.value), tf.float32) if scale is not None else 1.0
+        scale = (tf.cast(tf.identity(self.optimizer.dynamic_scale.value), tf.float32)
+                 if self._loss_scaled else 1.0)
         if self.config.update_freq > 1:
             self.strategy.run(self._zero_accumulators)
         return tf.concat([totals[:3], tf.stack([stepped, scale, nonfinite_grads])], 0)
@@ -324,7 +325,7 @@ class Trainer(TrainingLoop):
     def _skip(self, overflowed):
         """A skipped update: when `overflowed` (float16 gradients of a finite loss) and the loss
         is scaled, the scale is halved and its growth count restarts (Keras's rule)."""
-        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+        if self._loss_scaled:
             def halve():
                 self.optimizer.step_counter.assign(0)
                 self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
@@ -356,7 +357,7 @@ class Trainer(TrainingLoop):
 
     def _apply_replica_if(self, grads, ok):
         optimizer = self.optimizer
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        if self._loss_scaled:
             # Unscaled as Keras's LossScaleOptimizer does before its inner optimizer's step.
             grads = [keras.ops.divide(grad, optimizer.dynamic_scale) for grad in grads]
             optimizer = optimizer.inner_optimizer
