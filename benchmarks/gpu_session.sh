@@ -69,6 +69,14 @@
 #   float16    synthetic's run (no profile, at most 2 in flight) in mixed_float16, whose loss
 #              scale is kept by selection since 2026-11-29 (4 conditionals before): its tok/s
 #              against synthetic's bfloat16 (GPUs without bfloat16 train in float16)
+#   replicas   host_time.py on 2 replicas, the GPU split into two logical ones (the update of
+#              several GPUs: not one XLA program), base's 253 variables at width 16 (the host's
+#              cost) and 512: the update's median ms with the skip by selection, each replica's
+#              Adam one XLA program (vtx's since 2026-11-29), then by TensorFlow's `If` around
+#              Adam (--skip branch, before), whose predicate the host reads: the host waited for
+#              the gradients before launching Adam, a kernel a variable and replica. Intel Xeon
+#              model 207 (2 logical CPUs, no wait to remove there): the selection 1.3x slower
+#              at width 16 (15.4-16.1 ms against 11.6-12.1), 1.04x at 512 (229-231 against 219-222)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
@@ -90,17 +98,18 @@
 # parts pipeline resume synthetic inline.) Check any other command on this CPU first: a typo
 # costs the device time it took to stage.
 #
-# PARTS picks the parts and their order (default "big pipeline synthetic packed skip autotune
-# nojit resume inline trace float16": big first, the one GPU target not met; resume and inline
-# need pipeline's run). The machine stays warm 30 s
+# PARTS picks the parts and their order (default "big pipeline synthetic replicas packed skip
+# autotune nojit resume inline trace float16": big first, the one GPU target not met; resume and
+# inline need pipeline's run). The machine stays warm 30 s
 # after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
-# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip) and TRACE_FLAGS (trace)
-# are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
+# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip), TRACE_FLAGS (trace)
+# and HOST_FLAGS (replicas) are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
 # script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
 #   SKIP_FLAGS="--device cpu --arch tiny --shapes 8x6 --precision float32" \
+#   HOST_FLAGS="--device cpu --layers 1 --steps 3 --rounds 1" \
 #   bash benchmarks/gpu_session.sh /tmp/m30k 600
 set -uo pipefail
 data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
@@ -117,16 +126,18 @@ read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
 read -ra skip_flags <<< "${SKIP_FLAGS:-}"
+read -ra host_flags <<< "${HOST_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-default_parts="big pipeline synthetic packed skip autotune nojit resume inline trace float16"
+default_parts="big pipeline synthetic replicas packed skip autotune nojit resume inline"
+default_parts+=" trace float16"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace|float16) ;;
+    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace|float16|replicas) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic skip inline" \
-         "packed big autotune nojit trace float16)" >&2; exit 2 ;;
+         "packed big autotune nojit trace float16 replicas)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -221,6 +232,13 @@ do_skip() {
     --shapes 64x32 --precision mixed_bfloat16 --skip "$skip" "${@:2}" || exit; done' \
     "$python" "$here" "${skip_flags[@]}"
   grep -E "skipped by|first call" "$out/skip.log" 2>/dev/null | tee -a "$summary"
+}
+
+do_replicas() {
+  part replicas 200 bash -c 'for width in 16 512; do for skip in selection branch; do
+    "$0" "$1/host_time.py" --device gpu --replicas 2 --layers 6 --width "$width" \
+      --skip "$skip" "${@:2}" || exit; done; done' "$python" "$here" "${host_flags[@]}"
+  grep -E "trainable variables|update median" "$out/replicas.log" 2>/dev/null | tee -a "$summary"
 }
 
 do_big() {

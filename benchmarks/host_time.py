@@ -9,6 +9,14 @@ calling thread) it is the whole update.
     python benchmarks/host_time.py --layers 1            # 43 variables
     python benchmarks/host_time.py --layers 6 --profile /tmp/host_prof   # where the time goes
     python benchmarks/host_time.py --layers 6 --tf-function-too   # the call as before 2026-11-28
+    python benchmarks/host_time.py --layers 6 --replicas 2 --skip branch   # as before 2026-11-29
+
+`--replicas N`: the update on N replicas (MirroredStrategy) of one device split into N logical
+ones (a GPU's into N of `--memory-mb` each, its sums by ReductionToOneDevice: NCCL needs distinct
+GPUs). With several replicas the update is not one XLA program; `--skip branch` skips a
+non-finite update by a `tf.cond` around Adam, as vtx did there until 2026-11-29 (TensorFlow's
+`If` reads its predicate on the host: on a GPU the host waits for the gradients before it
+launches Adam), `--skip selection` (vtx's) by selection, each replica's Adam one XLA program.
 
 Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
 with `--tf-function-too`, each round then times the same updates called through the
@@ -41,13 +49,28 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=25, help="events listed with --profile")
     parser.add_argument("--tf-function-too", action="store_true",
                         help="each round, also the updates called through the tf.function")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="replicas, on logical devices of the one --device")
+    parser.add_argument("--memory-mb", type=int, default=4096,
+                        help="each logical GPU's memory with --device gpu --replicas N > 1")
+    parser.add_argument("--skip", choices=("selection", "branch"), default="selection",
+                        help="how a non-finite update is skipped under XLA (see above)")
     args = parser.parse_args(argv)
-    for name in ("layers", "width", "steps", "rounds", "top"):
+    for name in ("layers", "width", "steps", "rounds", "top", "replicas", "memory_mb"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
     import numpy as np
     import tensorflow as tf
+
+    kind = args.device.upper()
+    if args.replicas > 1:  # before TensorFlow starts its devices
+        physical = tf.config.list_physical_devices(kind)
+        if not physical:
+            sys.exit(f"host_time.py: --device {args.device}: TensorFlow sees no {kind}")
+        split = tf.config.LogicalDeviceConfiguration(
+            memory_limit=args.memory_mb if kind == "GPU" else None)
+        tf.config.set_logical_device_configuration(physical[0], [split] * args.replicas)
 
     from vtx import config
     from vtx.training.stream import BatchStream, PrefetchedStream
@@ -57,19 +80,25 @@ def main(argv=None) -> None:
                           num_heads=2, num_layers=args.layers, dropout=0.0)
     train = config.TrainConfig(max_tokens=64, precision="float32", jit_compile=args.jit,
                                validate_interval_steps=0)
-    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
+    devices = [f"/{args.device}:{i}" for i in range(args.replicas)]
+    sums = (tf.distribute.ReductionToOneDevice() if kind == "GPU" and args.replicas > 1
+            else None)
     batch = {key: np.random.default_rng(0).integers(3, 64, (8, 8)).astype(np.int32)
              for key in ("source", "target_in", "target_out")}
     with tempfile.TemporaryDirectory() as save_dir:
         trainer = Trainer(model, train, save_dir, log=lambda _: None,
-                          strategy=tf.distribute.MirroredStrategy([device]))
+                          strategy=tf.distribute.MirroredStrategy(devices, sums))
+        if args.skip == "branch":  # read as the update is traced (the first update, below)
+            trainer._select_skip = False
         stream = PrefetchedStream(BatchStream(lambda epoch, skip: [batch] * 10**6),
                                   trainer.place_batch, 2)
         try:
             for _ in range(5):
                 trainer.read_update(trainer.start_update(stream))
             print(f"{len(trainer.model.trainable_variables)} trainable variables, "
-                  f"{'XLA' if args.jit else 'no XLA'} on {device}", flush=True)
+                  f"{'XLA' if args.jit else 'no XLA'} on {', '.join(devices)}, a non-finite "
+                  f"update skipped by {'selection' if trainer._select_skip else 'branch'}",
+                  flush=True)
             program = trainer._update_program
             for _ in range(args.rounds):
                 trainer._update_program = program

@@ -49,7 +49,8 @@ def run_session(tmp_path, budget: int, parts: str | None = None) -> subprocess.C
 def test_the_default_parts_are_the_headers_in_its_order_and_the_logs_end_in_one_archive(tmp_path):
     done = run_session(tmp_path, budget=0)  # every part skipped: nothing is trained
     assert done.returncode == 0, done.stderr
-    header = " ".join(line.lstrip("# ") for line in SCRIPT.read_text().splitlines()[:100])
+    header = " ".join(line.lstrip("# ") for line in
+                      SCRIPT.read_text().split("\nset -uo pipefail")[0].splitlines())
     documented = re.search(r'PARTS picks the parts and their order \(default "([^"]+)"',
                            header).group(1).split()
     skipped = re.findall(r"^== (\w+): skipped", done.stdout, re.M)

@@ -28,7 +28,19 @@ def test_tf_function_too_times_the_same_updates_called_both_ways():
                           re.M)) == 2, out
 
 
+def test_replicas_split_the_device_and_the_skip_is_chosen():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--layers", "1", "--steps", "3",
+                          "--rounds", "1", "--replicas", "2", "--skip", "branch"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert ("43 trainable variables, XLA on /cpu:0, /cpu:1, a non-finite update skipped by "
+            "branch") in out, out
+    assert len(re.findall(r"^update median [\d.]+ ms$", out, re.M)) == 1, out
+
+
 def test_a_count_below_1_is_refused():
     done = subprocess.run([sys.executable, str(SCRIPT), "--steps", "0"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "--steps must be >= 1, got 0" in done.stderr
+    done = subprocess.run([sys.executable, str(SCRIPT), "--replicas", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "--replicas must be >= 1, got 0" in done.stderr

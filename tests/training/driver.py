@@ -2,7 +2,7 @@
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
         [--dropout P] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
-        [--prefetch K] [--show-placement]
+        [--prefetch K] [--show-placement] [--jit]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--show-placement", action="store_true",
                         help="print the devices of the first update's batches")
     parser.add_argument("--precision", default="float32")
+    parser.add_argument("--jit", action="store_true", help="XLA (--jit of vtx train)")
     parser.add_argument("--cpu-flags", help="this CPU's flags as `auto` reads them (mocked)")
     parser.add_argument("--bf16-speedup", type=float,
                         help="what `auto`'s timing of bfloat16 against float32 returns (stubbed)")
@@ -65,7 +66,7 @@ def main() -> None:
         precision.matmul_speedup = lambda rows, inner, outer: (
             args.bf16_speedup, 0.004, 0.004 / args.bf16_speedup)
     train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision,
-                                      update_freq=args.update_freq,
+                                      update_freq=args.update_freq, jit_compile=args.jit,
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
                                       validate_interval_steps=1 if args.scores else 0,
                                       best_checkpoint_metric="bleu" if args.scores else "loss",

@@ -1,11 +1,12 @@
 """Updates on two replicas (logical CPU devices, set before TensorFlow starts: its own process)
 whose second replica's gradients are made infinite, as float16's overflow makes them.
 
-    python -m tests.training.overflow_driver SAVE_DIR PRECISION UPDATE_FREQ
+    python -m tests.training.overflow_driver SAVE_DIR PRECISION UPDATE_FREQ [jit]
 
 Prints one JSON line about the first update (what was stepped, the loss scale before and after,
-whether the weights and optimizer state are unchanged and finite), then trains with the
-overflow on every update and prints the TrainingError that stops it (`error: ...`).
+whether the weights and optimizer state are unchanged and finite, how many conditionals the
+update's graph holds), then trains with the overflow on every update and prints the
+TrainingError that stops it (`error: ...`). `jit`: under XLA (`vtx train --jit`).
 """
 
 import json
@@ -14,6 +15,7 @@ import sys
 
 def main() -> None:
     save_dir, precision, update_freq = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    jit = sys.argv[4:] == ["jit"]
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -30,7 +32,8 @@ def main() -> None:
     lines = []
     trainer = Trainer(config.preset("tiny", vocab_size=20, dropout=0.0),
                       config.TrainConfig(max_steps=100, precision=precision,
-                                         update_freq=update_freq, save_interval_minutes=0,
+                                         update_freq=update_freq, jit_compile=jit,
+                                         save_interval_minutes=0,
                                          validate_interval_steps=0, max_nonfinite_in_a_row=3),
                       save_dir, strategy=make_strategy(["/cpu:0", "/cpu:1"]), log=lines.append)
     gradients = trainer._gradient_fn
@@ -67,6 +70,7 @@ def main() -> None:
         "iterations": int(trainer.optimizer.iterations.numpy()),
         "unchanged": all(np.array_equal(a, b) for a, b in zip(before, after)),
         "finite": all(np.isfinite(a).all() for a in after if a.dtype.kind == "f"),
+        "conditionals": conditionals(trainer._update_program.graph.as_graph_def()),
     }), flush=True)
     if scale is not None:
         scale.assign(2.0 ** -10)  # fewer halvings to the floor
@@ -76,6 +80,14 @@ def main() -> None:
     except TrainingError as error:
         print(f"error: {error}")
     print(f"logged: {lines[-1]}")
+
+
+def conditionals(graph) -> int:
+    """The `If` operations of a GraphDef and of the functions it calls (each a branch the host
+    decides: TensorFlow keeps their predicate in the host's memory)."""
+    nodes = list(graph.node) + [node for function in graph.library.function
+                                for node in function.node_def]
+    return sum(node.op in ("If", "StatelessIf") for node in nodes)
 
 
 if __name__ == "__main__":

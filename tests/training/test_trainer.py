@@ -69,6 +69,19 @@ def test_one_and_eight_replicas_train_the_same_model(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_replicas_under_xla_train_the_model_they_train_without(tmp_path):
+    """Under XLA each replica's Adam step is a program of its own, run on that replica's copy of
+    the variables: after 3 updates the weights are those of the same updates without XLA."""
+    steps = ("--max-steps", 3, "--devices", 2)
+    xla = driver(tmp_path / "xla", *steps, "--jit", wait=False)
+    graph = driver(tmp_path / "graph", *steps, wait=False)
+    xla, graph = finished(xla), finished(graph)
+    assert first_loss(xla) == pytest.approx(first_loss(graph), abs=1e-5)
+    for a, b in zip(final_weights(tmp_path / "xla"), final_weights(tmp_path / "graph")):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_packed_batches_on_two_replicas_train_as_two_micro_batches_on_one(tmp_path):
     one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 2, "--pack",
                  wait=False)

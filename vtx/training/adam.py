@@ -84,20 +84,49 @@ class FusedAdam(keras.optimizers.Adam):
             distribution.extended.update(variable, apply, args=(gradient, learning_rate),
                                          group=False)
 
-    def apply_if(self, ok, grads, variables) -> None:
+    def apply_if(self, ok, grads, variables, program: bool = False) -> None:
         """In a replica context: Adam on `grads` where `ok` (a boolean tensor, the same on every
         replica), else no change at all (weights, moments and `iterations` kept), without a
         branch: the step is computed either way and its results selected. Under XLA on a GPU a
         conditional (`tf.cond`) has the host read its predicate, waiting for the device to
         finish everything before it, so the host could not launch the next update while the
-        device computed this one. The same formula as `ResourceApplyAdam`'s."""
+        device computed this one. The same formula as `ResourceApplyAdam`'s.
+
+        `program`: each replica steps its own copy of every variable in one XLA program (for a
+        caller that XLA does not compile whole: several replicas, whose gradients are summed
+        between two programs). Else the step is ~10 graph operations a variable and device,
+        for a caller compiled by XLA (one replica), which makes them one program."""
         ok = _computed_once(ok)
         grads_and_vars = self._all_reduce_sum_gradients(
             [(grad, variable.value) for grad, variable in zip(grads, variables)])
-        tf.__internal__.distribute.interim.maybe_merge_call(
-            self._distributed_select_step, self._distribution_strategy, grads_and_vars,
-            self.learning_rate, ok)
+        if program:
+            if self._select_program is None:
+                self._select_program = tf.function(_select_steps, jit_compile=True,
+                                                   autograph=False)
+            # In a replica context a mirrored variable's handle is this replica's copy's: each
+            # replica steps its own copy by the same summed gradients, as `extended.update` does.
+            slots = [[_handle(variable), _handle(self._momentums[index]),
+                      _handle(self._velocities[index])]
+                     for variable, index in ((v, self._get_variable_index(v))
+                                             for _, v in grads_and_vars)]
+            self._select_program(ok, self._select_scalars(self.learning_rate),
+                                 [tf.cast(g, tf.float32) for g, _ in grads_and_vars], slots)
+        else:
+            tf.__internal__.distribute.interim.maybe_merge_call(
+                self._distributed_select_step, self._distribution_strategy, grads_and_vars,
+                self.learning_rate, ok)
         self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
+
+    _select_program = None  # `_select_steps` compiled by XLA, made at the first `program` step
+
+    def _select_scalars(self, learning_rate) -> tuple:
+        """(alpha, 1 - beta_1, 1 - beta_2, epsilon): `ResourceApplyAdam`'s step size and
+        constants for this update."""
+        kernel = self._kernel_scalars(learning_rate)
+        one = tf.constant(1.0, tf.float32)
+        alpha = (kernel["lr"] * tf.sqrt(one - kernel["beta2_power"])
+                 / (one - kernel["beta1_power"]))
+        return alpha, one - kernel["beta1"], one - kernel["beta2"], kernel["epsilon"]
 
     def _distributed_select_step(self, distribution, grads_and_vars, learning_rate, ok):
         """The update's scalars once per device, as in `_distributed_tf_update_step`. Computed
@@ -106,39 +135,42 @@ class FusedAdam(keras.optimizers.Adam):
         compiled (~1.5 ms an operation, ~12 ms a square root, on a 2-core AMD EPYC Zen 3):
         base's update for one shape compiled in 136-139 s on that CPU, now 128-131 s. XLA had
         merged the copies: the weights and moments after 3 compiled updates are bit for bit
-        those of before.
-
-        The weight's step reads the moments as stored (selected), not the new values before the
-        selection: from those, XLA's fusion recomputed each new moment inside the weight's fusion,
-        from the old moment, which the moment's own fusion overwrites in place, so XLA copied
-        every moment first (base: 506 copies, 2 x 63M floats, an update; base at 256 tokens on
-        XLA:CPU, Intel Xeon model 207: 456-461 -> 516 tok/s). Where the step is skipped the weight
-        is kept by its own selection, as before."""
-        scalars_on = {}  # device -> (alpha, 1 - beta_1, 1 - beta_2, epsilon)
-
-        def scalars(learning_rate):
-            kernel = self._kernel_scalars(learning_rate)
-            one = tf.constant(1.0, tf.float32)
-            alpha = (kernel["lr"] * tf.sqrt(one - kernel["beta2_power"])
-                     / (one - kernel["beta1_power"]))
-            return alpha, one - kernel["beta1"], one - kernel["beta2"], kernel["epsilon"]
+        those of before."""
+        scalars_on = {}  # device -> `_select_scalars`
 
         def apply(variable, gradient, learning_rate, ok):
             if variable.device not in scalars_on:
-                scalars_on[variable.device] = scalars(learning_rate)
-            alpha, mix_1, mix_2, epsilon = scalars_on[variable.device]
+                scalars_on[variable.device] = self._select_scalars(learning_rate)
             index = self._get_variable_index(variable)
-            slots = [_handle(variable), _handle(self._momentums[index]),
-                     _handle(self._velocities[index])]
-            weight, m, v = (tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32)
-                            for h in slots)
-            gradient = tf.cast(gradient, tf.float32)
-            new_m = tf.where(ok, m + (gradient - m) * mix_1, m)
-            new_v = tf.where(ok, v + (tf.square(gradient) - v) * mix_2, v)
-            new_weight = tf.where(ok, weight - new_m * alpha / (tf.sqrt(new_v) + epsilon), weight)
-            return tf.group(*[tf.raw_ops.AssignVariableOp(resource=h, value=new)
-                              for h, new in zip(slots, (new_weight, new_m, new_v))])
+            return _select_step(ok, scalars_on[variable.device], tf.cast(gradient, tf.float32),
+                                [_handle(variable), _handle(self._momentums[index]),
+                                 _handle(self._velocities[index])])
 
         for gradient, variable in grads_and_vars:
             distribution.extended.update(variable, apply, args=(gradient, learning_rate, ok),
                                          group=False)
+
+
+def _select_step(ok, scalars, gradient, slots):
+    """Adam's step of one variable where `ok`, else no change: `slots` are the resource handles
+    of the weight and its two moments (float32), `scalars` `FusedAdam._select_scalars`'s.
+
+    The weight's step reads the moments as stored (selected), not the new values before the
+    selection: from those, XLA's fusion recomputed each new moment inside the weight's fusion,
+    from the old moment, which the moment's own fusion overwrites in place, so XLA copied every
+    moment first (base: 506 copies, 2 x 63M floats, an update; base at 256 tokens on XLA:CPU,
+    Intel Xeon model 207: 456-461 -> 516 tok/s). Where the step is skipped the weight is kept
+    by its own selection, as before."""
+    alpha, mix_1, mix_2, epsilon = scalars
+    weight, m, v = (tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32) for h in slots)
+    new_m = tf.where(ok, m + (gradient - m) * mix_1, m)
+    new_v = tf.where(ok, v + (tf.square(gradient) - v) * mix_2, v)
+    new_weight = tf.where(ok, weight - new_m * alpha / (tf.sqrt(new_v) + epsilon), weight)
+    return tf.group(*[tf.raw_ops.AssignVariableOp(resource=h, value=new)
+                      for h, new in zip(slots, (new_weight, new_m, new_v))])
+
+
+def _select_steps(ok, scalars, gradients, slots) -> None:
+    """`_select_step` of every variable (`slots`: each one's three handles), as one program."""
+    for gradient, handles in zip(gradients, slots):
+        _select_step(ok, scalars, gradient, handles)

@@ -3,7 +3,8 @@ and the collectives by which the workers of a run agree.
 
 Facts measured with Keras 3.15 / TF 2.21: `model.fit` fails under MultiWorkerMirroredStrategy
 (keras-team/keras#20585) and `jit_compile` inside `fit` fails under MirroredStrategy, so vtx trains
-with its own loop (`strategy.run`), XLA only on the per-replica gradient function.
+with its own loop (`strategy.run`); with several replicas XLA compiles each replica's gradients and
+each replica's Adam step (`FusedAdam.apply_if`), the sum of the gradients between them.
 """
 
 from __future__ import annotations

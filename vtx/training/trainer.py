@@ -223,15 +223,18 @@ class Trainer(TrainingLoop):
         # skip of a non-finite update) are one program; on one device XLA compiles all of it.
         self._update = tf.function(self._update_impl, reduce_retracing=True, autograph=False,
                                    jit_compile=whole_update_jit or None)
-        # An XLA program skips a non-finite update by selection (`FusedAdam.apply_if`), not by
+        # Under XLA a non-finite update is skipped by selection (`FusedAdam.apply_if`), not by
         # a branch: XLA on a GPU runs a conditional by copying its predicate to the host and
         # waiting for the device (its ConditionalThunk), so the host could not launch the next
         # update while the device computed this one (an H200 busy 14.0 ms of a 25.8 ms update,
-        # base at 8192 tokens). Without XLA the branch stays: it runs Adam as one fused kernel
-        # a variable, where the selection would be ~10 operations each. float16's loss scale
-        # (Keras's LossScaleOptimizer, whose own `apply` branches twice) is then kept by
-        # selection too (`_loss_scale_by_selection`).
-        self._select_skip = whole_update_jit
+        # base at 8192 tokens); so does TensorFlow's own `If` (several replicas: the update is
+        # not one XLA program), whose predicate lives in the host's memory. With several
+        # replicas each one's Adam step is then one XLA program of its own. Without XLA the
+        # branch stays: it runs Adam as one fused kernel a variable, where the selection would
+        # be ~10 operations each. float16's loss scale (Keras's LossScaleOptimizer, whose own
+        # `apply` branches twice) is then kept by selection too (`_loss_scale_by_selection`).
+        self._select_skip = train_config.jit_compile
+        self._adam_program = train_config.jit_compile and not whole_update_jit
         self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
         self._reset = tf.function(self._reset_impl, autograph=False)
@@ -361,7 +364,8 @@ class Trainer(TrainingLoop):
             # Unscaled as Keras's LossScaleOptimizer does before its inner optimizer's step.
             grads = [keras.ops.divide(grad, optimizer.dynamic_scale) for grad in grads]
             optimizer = optimizer.inner_optimizer
-        optimizer.apply_if(ok, grads, self.model.trainable_variables)
+        optimizer.apply_if(ok, grads, self.model.trainable_variables,
+                           program=self._adam_program)
 
     def _loss_scale_by_selection(self, ok, overflowed):
         """Keras's dynamic loss scaling (LossScaleOptimizer.apply, `_skip`) without its branches:
