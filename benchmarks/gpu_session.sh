@@ -75,8 +75,9 @@
 #              Adam one XLA program (vtx's since 2026-11-29), then by TensorFlow's `If` around
 #              Adam (--skip branch, before), whose predicate the host reads: the host waited for
 #              the gradients before launching Adam, a kernel a variable and replica. Intel Xeon
-#              model 207 (2 logical CPUs, no wait to remove there): the selection 1.3x slower
-#              at width 16 (15.4-16.1 ms against 11.6-12.1), 1.04x at 512 (229-231 against 219-222)
+#              model 207 (2 logical CPUs, no wait to remove there): the selection 1.22-1.38x
+#              slower at width 16 (16.1-17.3 ms against 12.6-13.1), 1.02-1.06x at 512 (233-237
+#              ms against 224-228)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
