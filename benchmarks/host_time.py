@@ -13,10 +13,12 @@ calling thread) it is the whole update.
 
 `--replicas N`: the update on N replicas (MirroredStrategy) of one device split into N logical
 ones (a GPU's into N of `--memory-mb` each, its sums by ReductionToOneDevice: NCCL needs distinct
-GPUs). With several replicas the update is not one XLA program; `--skip branch` skips a
-non-finite update by a `tf.cond` around Adam, as vtx did there until 2026-11-29 (TensorFlow's
-`If` reads its predicate on the host: on a GPU the host waits for the gradients before it
-launches Adam), `--skip selection` (vtx's) by selection, each replica's Adam one XLA program.
+GPUs). With several replicas the update is not one XLA program; `--skip branch` times it as
+vtx ran there until 2026-11-29: a non-finite update skipped by a `tf.cond` around Adam
+(TensorFlow's `If` reads its predicate on the host: on a GPU the host waits for the gradients
+before it launches Adam), the gradients weighed and checked outside XLA, an operation a variable;
+`--skip selection` (vtx's): by selection, each replica's weighing and check in its gradients'
+XLA program and its Adam step one XLA program.
 
 Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
 with `--tf-function-too`, each round then times the same updates called through the
@@ -90,6 +92,10 @@ def main(argv=None) -> None:
                           strategy=tf.distribute.MirroredStrategy(devices, sums))
         if args.skip == "branch":  # read as the update is traced (the first update, below)
             trainer._select_skip = False
+            if trainer._weighted_program is not None:  # several replicas: gradients as before
+                trainer._weighted_program = None
+                trainer._gradient_fn = tf.function(trainer._replica_gradients, jit_compile=True,
+                                                   autograph=False)
         stream = PrefetchedStream(BatchStream(lambda epoch, skip: [batch] * 10**6),
                                   trainer.place_batch, 2)
         try:

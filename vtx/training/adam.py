@@ -16,6 +16,8 @@ The optimizer's variables, their order and the checkpoint format are Keras's Ada
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -84,40 +86,44 @@ class FusedAdam(keras.optimizers.Adam):
             distribution.extended.update(variable, apply, args=(gradient, learning_rate),
                                          group=False)
 
-    def apply_if(self, ok, grads, variables, program: bool = False) -> None:
+    def apply_if(self, ok, grads, variables) -> None:
         """In a replica context: Adam on `grads` where `ok` (a boolean tensor, the same on every
         replica), else no change at all (weights, moments and `iterations` kept), without a
         branch: the step is computed either way and its results selected. Under XLA on a GPU a
         conditional (`tf.cond`) has the host read its predicate, waiting for the device to
         finish everything before it, so the host could not launch the next update while the
-        device computed this one. The same formula as `ResourceApplyAdam`'s.
-
-        `program`: each replica steps its own copy of every variable in one XLA program (for a
-        caller that XLA does not compile whole: several replicas, whose gradients are summed
-        between two programs). Else the step is ~10 graph operations a variable and device,
-        for a caller compiled by XLA (one replica), which makes them one program."""
+        device computed this one. The same formula as `ResourceApplyAdam`'s. ~10 graph
+        operations a variable and device: for a caller compiled by XLA (one replica), which
+        makes them one program."""
         ok = _computed_once(ok)
         grads_and_vars = self._all_reduce_sum_gradients(
             [(grad, variable.value) for grad, variable in zip(grads, variables)])
-        if program:
-            if self._select_program is None:
-                self._select_program = tf.function(_select_steps, jit_compile=True,
-                                                   autograph=False)
-            # In a replica context a mirrored variable's handle is this replica's copy's: each
-            # replica steps its own copy by the same summed gradients, as `extended.update` does.
-            slots = [[_handle(variable), _handle(self._momentums[index]),
-                      _handle(self._velocities[index])]
-                     for variable, index in ((v, self._get_variable_index(v))
-                                             for _, v in grads_and_vars)]
-            self._select_program(ok, self._select_scalars(self.learning_rate),
-                                 [tf.cast(g, tf.float32) for g, _ in grads_and_vars], slots)
-        else:
-            tf.__internal__.distribute.interim.maybe_merge_call(
-                self._distributed_select_step, self._distribution_strategy, grads_and_vars,
-                self.learning_rate, ok)
+        tf.__internal__.distribute.interim.maybe_merge_call(
+            self._distributed_select_step, self._distribution_strategy, grads_and_vars,
+            self.learning_rate, ok)
         self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
 
-    _select_program = None  # `_select_steps` compiled by XLA, made at the first `program` step
+    def apply_flat_if(self, ok, gradients, variables, scale, start: int = 0) -> None:
+        """`apply_if` for a caller that XLA does not compile whole (several replicas): in a
+        replica context, each replica steps its own copy of every variable in one XLA program.
+        `gradients`: one float32 buffer, from its element `start` the variables' gradients
+        flattened one after another, already summed across replicas (not summed here),
+        multiplied by `scale` (a float32 scalar) in the program."""
+        if self._select_program is None:
+            self._select_program = tf.function(_select_steps, jit_compile=True, autograph=False)
+        # In a replica context a mirrored variable's handle is this replica's copy's: each
+        # replica steps its own copy by the same summed gradients, as `extended.update` does.
+        slots, shapes = [], []
+        for variable in variables:
+            index = self._get_variable_index(variable.value)
+            slots.append([_handle(variable), _handle(self._momentums[index]),
+                          _handle(self._velocities[index])])
+            shapes.append(tuple(variable.shape))
+        self._select_program(ok, self._select_scalars(self.learning_rate), scale, gradients,
+                             slots, tuple(shapes), start)
+        self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
+
+    _select_program = None  # `_select_steps` compiled by XLA, made at the first `apply_flat_if`
 
     def _select_scalars(self, learning_rate) -> tuple:
         """(alpha, 1 - beta_1, 1 - beta_2, epsilon): `ResourceApplyAdam`'s step size and
@@ -170,7 +176,13 @@ def _select_step(ok, scalars, gradient, slots):
                       for h, new in zip(slots, (new_weight, new_m, new_v))])
 
 
-def _select_steps(ok, scalars, gradients, slots) -> None:
-    """`_select_step` of every variable (`slots`: each one's three handles), as one program."""
-    for gradient, handles in zip(gradients, slots):
+def _select_steps(ok, scalars, scale, gradients, slots, shapes, start: int) -> None:
+    """`_select_step` of every variable (`slots`: each one's three handles; `shapes`: each
+    one's shape) by its gradient, read from the flat buffer `gradients` from element `start`
+    on, times `scale`."""
+    offset = start
+    for handles, shape in zip(slots, shapes):
+        size = math.prod(shape)
+        gradient = tf.reshape(gradients[offset:offset + size], shape) * scale
         _select_step(ok, scalars, gradient, handles)
+        offset += size

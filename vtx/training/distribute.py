@@ -3,8 +3,9 @@ and the collectives by which the workers of a run agree.
 
 Facts measured with Keras 3.15 / TF 2.21: `model.fit` fails under MultiWorkerMirroredStrategy
 (keras-team/keras#20585) and `jit_compile` inside `fit` fails under MirroredStrategy, so vtx trains
-with its own loop (`strategy.run`); with several replicas XLA compiles each replica's gradients and
-each replica's Adam step (`FusedAdam.apply_if`), the sum of the gradients between them.
+with its own loop (`strategy.run`); with several replicas XLA compiles each replica's gradients
+(one buffer with its loss sums) and each replica's Adam step (`FusedAdam.apply_flat_if`), the
+buffers summed across replicas between them (`Trainer._last_micro_batch`).
 """
 
 from __future__ import annotations

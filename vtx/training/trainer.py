@@ -169,14 +169,27 @@ class Trainer(TrainingLoop):
         self._profiler = (StepProfiler(profile, tensorboard_dir or self.save_dir / "profile", log)
                           if profile and self.topology.is_chief else None)
         keras.utils.set_random_seed(train_config.seed)
+        whole_update_jit = train_config.jit_compile and self.strategy.num_replicas_in_sync == 1
+        # With several replicas under XLA the update is two programs on each device: the
+        # micro-batch's gradients, weighed by its tokens, as one buffer with the loss sums
+        # (`_weighted_gradients`), then after one sum of the buffers across replicas and one
+        # check of it, Adam's step (`FusedAdam.apply_flat_if`), which divides by the update's
+        # tokens. Outside XLA the check, the weighing, float16's unscaling, the sum's packing and
+        # Adam were each an operation a variable and replica, launched by the host: 2,510 an
+        # update of base's 253 variables on 2 replicas, 44 now (host_time.py --replicas 2).
+        self._adam_program = train_config.jit_compile and not whole_update_jit
         with self.strategy.scope():
             self.model = transformer.build(model_config, dtype=train_config.precision)
             self.optimizer = make_optimizer(model_config, train_config)
             self.optimizer.build(self.model.trainable_variables)
-            # The sums of an update's micro-batches before its last (none with update_freq 1).
+            # The sums of an update's micro-batches before its last (none with update_freq 1);
+            # with several replicas under XLA one buffer (`_weighted_gradients`).
             accumulate = train_config.update_freq > 1
-            self._accumulators = [self._local_variable(v.shape) for v in
-                                  self.model.trainable_variables] if accumulate else []
+            buffer = 4 + sum(v.shape.num_elements() for v in self.model.trainable_variables)
+            self._accumulators = ([] if not accumulate else
+                                  [self._local_variable((buffer,))] if self._adam_program else
+                                  [self._local_variable(v.shape) for v in
+                                   self.model.trainable_variables])
             self._sums = self._local_variable((3,))  # loss, nll, tokens
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
@@ -212,11 +225,9 @@ class Trainer(TrainingLoop):
         # and AutoGraph parsed and rewrote the source of each function it traced through at the
         # run's start: the quick start's update traced in 5.23 s with it, 3.53 s without
         # (benchmarks/trace_time.py, Zen 3).
-        gradient_fn = self._replica_gradients
-        whole_update_jit = train_config.jit_compile and self.strategy.num_replicas_in_sync == 1
-        if train_config.jit_compile and not whole_update_jit:
-            gradient_fn = tf.function(gradient_fn, jit_compile=True, autograph=False)
-        self._gradient_fn = gradient_fn
+        self._gradient_fn = self._replica_gradients  # looked up as it is traced
+        self._weighted_program = (tf.function(self._weighted_gradients, jit_compile=True,
+                                              autograph=False) if self._adam_program else None)
         self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True,
                                        autograph=False, jit_compile=whole_update_jit or None)
         # The last micro-batch of an update, the check of its loss and the Adam step (or the
@@ -234,7 +245,6 @@ class Trainer(TrainingLoop):
         # be ~10 operations each. float16's loss scale (Keras's LossScaleOptimizer, whose own
         # `apply` branches twice) is then kept by selection too (`_loss_scale_by_selection`).
         self._select_skip = train_config.jit_compile
-        self._adam_program = train_config.jit_compile and not whole_update_jit
         self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
         self._reset = tf.function(self._reset_impl, autograph=False)
@@ -267,6 +277,21 @@ class Trainer(TrainingLoop):
         grads = tape.gradient(scaled, self.model.trainable_variables)
         return tf.stack([loss_sum, nll_sum, tokens]), grads
 
+    def _weighted_gradients(self, batch, earlier=None):
+        """One float32 buffer: this replica's [loss, nll, tokens] sums, 0.0 (the place of the
+        update's non-finite flag, `_last_micro_batch`), then its gradients as sums over its
+        tokens (each the per-token mean's gradient times the tokens), flattened one variable
+        after another. `earlier`: the buffer of the update's earlier micro-batches, added."""
+        sums, grads = self._gradient_fn(batch)
+        weighted = [tf.reshape(_float32(grad) * sums[2], [-1]) for grad in grads]
+        if earlier is not None:
+            sums, offset = sums + earlier[:3], 4
+            for index, variable in enumerate(self.model.trainable_variables):
+                size = variable.shape.num_elements()
+                weighted[index] += earlier[offset:offset + size]
+                offset += size
+        return tf.concat([sums, [0.0]] + weighted, 0)
+
     def _logits(self, batch, training: bool, real_only: bool = True):
         """(logits [N, V] float32, labels [N]). `real_only`: only the N real target positions
         are projected onto the vocabulary, the largest product and tensor of a step (a batch's
@@ -286,6 +311,9 @@ class Trainer(TrainingLoop):
 
     def _accumulate_impl(self, batch):
         def replica(batch):
+            if self._weighted_program is not None:
+                self._accumulators[0].assign_add(self._weighted_program(batch))
+                return
             sums, grads = self._gradient_fn(batch)
             for accumulator, grad in zip(self._accumulators, grads):
                 accumulator.assign_add(_float32(grad) * sums[2])
@@ -312,10 +340,14 @@ class Trainer(TrainingLoop):
         # Float16's overflow: a finite loss whose gradients are not (see `_skip`).
         overflowed = tf.logical_and(apply, tf.math.is_finite(totals[0])) & (nonfinite_grads > 0)
         if self._select_skip:
-            self.strategy.run(self._apply_replica_if, args=(grads, ok))
+            # Several replicas under XLA: their gradients are one buffer of token sums, divided
+            # by the update's tokens in Adam's program (see `_last_micro_batch`).
+            per_token = (1.0 / tf.maximum(totals[2], 1.0) if self._weighted_program is not None
+                         else None)
+            self.strategy.run(self._apply_replica_if, args=(grads, ok, per_token))
             if self._loss_scaled:
                 self._loss_scale_by_selection(ok, overflowed)
-        else:
+        else:  # without XLA (benchmarks: also vtx's way with several replicas before 2026-11-29)
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(overflowed))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
@@ -340,10 +372,20 @@ class Trainer(TrainingLoop):
         number of replicas whose gradients are not finite, this replica's share of the update's
         gradients: its sums over tokens / all the update's tokens). With `update_freq` 1 the
         gradients go straight to Adam: no accumulator is written, read or cleared (three passes
-        over the model's size saved)."""
+        over the model's size saved). With several replicas under XLA (`_adam_program`) the
+        gradients are the update's sums over tokens, one flat buffer (`_weighted_gradients`),
+        summed across replicas with the totals in one collective; Adam's program divides."""
+        context = tf.distribute.get_replica_context()
+        if self._weighted_program is not None:
+            earlier = self._accumulators[0].read_value() if self._accumulators else None
+            summed = context.all_reduce(SUM, self._weighted_program(batch, earlier))
+            # Checked once summed: a non-finite element of any replica's makes the sum's (each
+            # replica's check in its program took base's layout at width 512 40 ms more an
+            # update on XLA:CPU, whose reductions are slow). The gradients are read from [4:] in
+            # Adam's program: a slice here would copy them.
+            return tf.concat([summed[:3], [_nonfinite([summed])]], 0), summed
         sums, grads = self._gradient_fn(batch)
         grads = [_float32(grad) for grad in grads]
-        context = tf.distribute.get_replica_context()
         if self.config.update_freq == 1:
             totals = context.all_reduce(SUM, tf.concat([sums, [_nonfinite(grads)]], 0))
             share = sums[2] / tf.maximum(totals[2], 1.0)  # in [0, 1]: finite grads stay finite
@@ -358,14 +400,24 @@ class Trainer(TrainingLoop):
     def _apply_replica(self, grads):
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
 
-    def _apply_replica_if(self, grads, ok):
+    def _apply_replica_if(self, grads, ok, per_token=None):
+        """Adam where `ok`. `per_token`: with several replicas under XLA, `grads` is the flat
+        buffer of the update's totals and summed gradients (`_last_micro_batch`), these
+        multiplied by this
+        (1 / the update's tokens) in Adam's program (`FusedAdam.apply_flat_if`)."""
         optimizer = self.optimizer
         if self._loss_scaled:
             # Unscaled as Keras's LossScaleOptimizer does before its inner optimizer's step.
-            grads = [keras.ops.divide(grad, optimizer.dynamic_scale) for grad in grads]
+            if per_token is None:
+                grads = [keras.ops.divide(grad, optimizer.dynamic_scale) for grad in grads]
+            else:
+                per_token = per_token / tf.cast(optimizer.dynamic_scale.value, tf.float32)
             optimizer = optimizer.inner_optimizer
-        optimizer.apply_if(ok, grads, self.model.trainable_variables,
-                           program=self._adam_program)
+        if per_token is None:
+            optimizer.apply_if(ok, grads, self.model.trainable_variables)
+        else:
+            optimizer.apply_flat_if(ok, grads, self.model.trainable_variables, per_token,
+                                    start=4)
 
     def _loss_scale_by_selection(self, ok, overflowed):
         """Keras's dynamic loss scaling (LossScaleOptimizer.apply, `_skip`) without its branches:
