@@ -71,13 +71,12 @@
 #              against synthetic's bfloat16 (GPUs without bfloat16 train in float16)
 #   replicas   host_time.py on 2 replicas, the GPU split into two logical ones (the update of
 #              several GPUs: not one XLA program), base's 253 variables at width 16 (the host's
-#              cost) and 512: the update's median ms with the skip by selection, each replica's
-#              Adam one XLA program (vtx's since 2026-11-29), then by TensorFlow's `If` around
-#              Adam (--skip branch, before), whose predicate the host reads: the host waited for
-#              the gradients before launching Adam, a kernel a variable and replica. Intel Xeon
-#              model 207 (2 logical CPUs, no wait to remove there): the selection 1.22-1.38x
-#              slower at width 16 (16.1-17.3 ms against 12.6-13.1), 1.02-1.06x at 512 (233-237
-#              ms against 224-228)
+#              cost) and 512: the update's median ms as vtx runs it since 2026-11-29 (two XLA
+#              programs a replica, 44 host operations an update, no branch), then as before
+#              (--skip branch: 2,510 operations, Adam inside TensorFlow's `If`, whose predicate
+#              the host reads: it waited for the gradients before launching Adam). Intel Xeon
+#              model 207 (2 logical CPUs, no wait to remove there): 1.01-1.16x slower at width
+#              16 (13.6-14.4 ms against 12.4-13.5), 1.04-1.07x at 512 (235-236 against 222-227)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,

@@ -17,8 +17,8 @@ GPUs). With several replicas the update is not one XLA program; `--skip branch` 
 vtx ran there until 2026-11-29: a non-finite update skipped by a `tf.cond` around Adam
 (TensorFlow's `If` reads its predicate on the host: on a GPU the host waits for the gradients
 before it launches Adam), the gradients weighed and checked outside XLA, an operation a variable;
-`--skip selection` (vtx's): by selection, each replica's weighing and check in its gradients'
-XLA program and its Adam step one XLA program.
+`--skip selection` (vtx's): by selection, each replica's gradients weighed into one buffer in
+their XLA program, the buffers summed and checked once, each replica's Adam step one XLA program.
 
 Prints the median milliseconds of an update (launched and read) over `--steps`, `--rounds` times;
 with `--tf-function-too`, each round then times the same updates called through the
