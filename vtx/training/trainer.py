@@ -374,7 +374,8 @@ class Trainer(TrainingLoop):
         gradients go straight to Adam: no accumulator is written, read or cleared (three passes
         over the model's size saved). With several replicas under XLA (`_adam_program`) the
         gradients are the update's sums over tokens, one flat buffer (`_weighted_gradients`),
-        summed across replicas with the totals in one collective; Adam's program divides."""
+        summed across replicas with the totals in one collective (Adam's program divides), and
+        the count of replicas with non-finite gradients is 1 where any has them."""
         context = tf.distribute.get_replica_context()
         if self._weighted_program is not None:
             earlier = self._accumulators[0].read_value() if self._accumulators else None
@@ -402,9 +403,8 @@ class Trainer(TrainingLoop):
 
     def _apply_replica_if(self, grads, ok, per_token=None):
         """Adam where `ok`. `per_token`: with several replicas under XLA, `grads` is the flat
-        buffer of the update's totals and summed gradients (`_last_micro_batch`), these
-        multiplied by this
-        (1 / the update's tokens) in Adam's program (`FusedAdam.apply_flat_if`)."""
+        buffer of the update's totals and summed gradients (`_last_micro_batch`), the gradients
+        multiplied by it (1 / the update's tokens) in Adam's program (`apply_flat_if`)."""
         optimizer = self.optimizer
         if self._loss_scaled:
             # Unscaled as Keras's LossScaleOptimizer does before its inner optimizer's step.
