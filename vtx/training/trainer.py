@@ -177,19 +177,18 @@ class Trainer(TrainingLoop):
         # tokens. Outside XLA the check, the weighing, float16's unscaling, the sum's packing and
         # Adam were each an operation a variable and replica, launched by the host: 2,510 an
         # update of base's 253 variables on 2 replicas, 44 now (host_time.py --replicas 2).
-        self._adam_program = train_config.jit_compile and not whole_update_jit
+        programs = train_config.jit_compile and not whole_update_jit
         with self.strategy.scope():
             self.model = transformer.build(model_config, dtype=train_config.precision)
             self.optimizer = make_optimizer(model_config, train_config)
             self.optimizer.build(self.model.trainable_variables)
             # The sums of an update's micro-batches before its last (none with update_freq 1);
             # with several replicas under XLA one buffer (`_weighted_gradients`).
-            accumulate = train_config.update_freq > 1
-            buffer = 4 + sum(v.shape.num_elements() for v in self.model.trainable_variables)
-            self._accumulators = ([] if not accumulate else
-                                  [self._local_variable((buffer,))] if self._adam_program else
-                                  [self._local_variable(v.shape) for v in
-                                   self.model.trainable_variables])
+            variables = self.model.trainable_variables
+            self._accumulators = (
+                [] if train_config.update_freq == 1 else
+                [self._local_variable((4 + sum(v.shape.num_elements() for v in variables),))]
+                if programs else [self._local_variable(v.shape) for v in variables])
             self._sums = self._local_variable((3,))  # loss, nll, tokens
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
@@ -227,7 +226,7 @@ class Trainer(TrainingLoop):
         # (benchmarks/trace_time.py, Zen 3).
         self._gradient_fn = self._replica_gradients  # looked up as it is traced
         self._weighted_program = (tf.function(self._weighted_gradients, jit_compile=True,
-                                              autograph=False) if self._adam_program else None)
+                                              autograph=False) if programs else None)
         self._accumulate = tf.function(self._accumulate_impl, reduce_retracing=True,
                                        autograph=False, jit_compile=whole_update_jit or None)
         # The last micro-batch of an update, the check of its loss and the Adam step (or the
@@ -372,7 +371,7 @@ class Trainer(TrainingLoop):
         number of replicas whose gradients are not finite, this replica's share of the update's
         gradients: its sums over tokens / all the update's tokens). With `update_freq` 1 the
         gradients go straight to Adam: no accumulator is written, read or cleared (three passes
-        over the model's size saved). With several replicas under XLA (`_adam_program`) the
+        over the model's size saved). With several replicas under XLA (`_weighted_program`) the
         gradients are the update's sums over tokens, one flat buffer (`_weighted_gradients`),
         summed across replicas with the totals in one collective (Adam's program divides), and
         the count of replicas with non-finite gradients is 1 where any has them."""
