@@ -25,6 +25,12 @@ conditional costs a host wait an update instead.
     python benchmarks/compile_split.py --arch base --shapes 64x32,128x16,32x64 --hlo
     python benchmarks/compile_split.py --arch tiny --shapes 16x8 --device cpu --hlo   # anywhere
     python benchmarks/compile_split.py --arch base --shapes 64x32 --skip branch   # vs selection
+    python benchmarks/compile_split.py --arch base --shapes 8x8,16x8 --device cpu --replicas 2
+
+`--replicas N`: N replicas (MirroredStrategy) on the one `--device` split into N logical ones
+(as `host_time.py`'s). Then the update is not one XLA program: each replica's gradients are one,
+its Adam step another (compiled once for every shape, so at the first shape's first call), each
+compiled for each device.
 
 Figures, not a test: run it with nothing else on the machine, and name the machine.
 """
@@ -38,6 +44,7 @@ import sys
 import tempfile
 import time
 
+from host_time import split_device
 from train_throughput import model_config_for
 
 
@@ -78,7 +85,17 @@ def main(argv=None) -> None:
     parser.add_argument("--exact-first", action="store_true",
                         help="no general trace first: the first shape gets an exact trace (as "
                              "TensorFlow's reduce_retracing alone; vtx before 2026-11-27)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="replicas, on logical devices of the one --device")
+    parser.add_argument("--memory-mb", type=int, default=4096,
+                        help="each logical GPU's memory with --device gpu --replicas N > 1")
     args = parser.parse_args(argv)
+    for name in ("replicas", "memory_mb"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.hlo and args.replicas > 1:
+        parser.error("--hlo needs --replicas 1: with several replicas the update is not one "
+                     "XLA program")
 
     import numpy as np
     import tensorflow as tf
@@ -91,14 +108,18 @@ def main(argv=None) -> None:
         model_config = dataclasses.replace(model_config, dropout=args.dropout)
     train_config = TrainConfig(precision=args.precision, jit_compile=True,
                                validate_interval_steps=0, save_interval_minutes=0)
-    device = "/gpu:0" if args.device == "gpu" else "/cpu:0"
-    print(f"{args.arch} (P_drop {model_config.dropout}), {args.precision}, XLA on {device}, "
-          f"a non-finite update skipped by {args.skip}", flush=True)
+    devices, sums = split_device("compile_split.py", args.device, args.replicas, args.memory_mb)
+    print(f"{args.arch} (P_drop {model_config.dropout}), {args.precision}, XLA on "
+          f"{', '.join(devices)}, a non-finite update skipped by {args.skip}", flush=True)
     with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
-        trainer = Trainer(model_config, train_config, save_dir,
-                          strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
+        trainer = Trainer(model_config, train_config, save_dir, log=lambda _: None,
+                          strategy=tf.distribute.MirroredStrategy(devices, sums))
         if args.skip == "branch":  # read as the update is traced (below)
             trainer._select_skip = False
+            if trainer._weighted_program is not None:  # several replicas: as host_time.py's
+                trainer._weighted_program = None
+                trainer._gradient_fn = tf.function(trainer._replica_gradients, jit_compile=True,
+                                                   autograph=False)
         off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
         if not args.exact_first:
             started = time.perf_counter()

@@ -65,14 +65,7 @@ def main(argv=None) -> None:
     import numpy as np
     import tensorflow as tf
 
-    kind = args.device.upper()
-    if args.replicas > 1:  # before TensorFlow starts its devices
-        physical = tf.config.list_physical_devices(kind)
-        if not physical:
-            sys.exit(f"host_time.py: --device {args.device}: TensorFlow sees no {kind}")
-        split = tf.config.LogicalDeviceConfiguration(
-            memory_limit=args.memory_mb if kind == "GPU" else None)
-        tf.config.set_logical_device_configuration(physical[0], [split] * args.replicas)
+    devices, sums = split_device("host_time.py", args.device, args.replicas, args.memory_mb)
 
     from vtx import config
     from vtx.training.stream import BatchStream, PrefetchedStream
@@ -82,9 +75,6 @@ def main(argv=None) -> None:
                           num_heads=2, num_layers=args.layers, dropout=0.0)
     train = config.TrainConfig(max_tokens=64, precision="float32", jit_compile=args.jit,
                                validate_interval_steps=0)
-    devices = [f"/{args.device}:{i}" for i in range(args.replicas)]
-    sums = (tf.distribute.ReductionToOneDevice() if kind == "GPU" and args.replicas > 1
-            else None)
     batch = {key: np.random.default_rng(0).integers(3, 64, (8, 8)).astype(np.int32)
              for key in ("source", "target_in", "target_out")}
     with tempfile.TemporaryDirectory() as save_dir:
@@ -125,6 +115,25 @@ def main(argv=None) -> None:
                 print(events_table(args.profile, 10, args.top))
         finally:
             stream.close()
+
+
+def split_device(script: str, device: str, replicas: int, memory_mb: int):
+    """(the devices of `replicas` replicas on the one `device` ("cpu" or "gpu"), the
+    MirroredStrategy's cross-device sums for them): with `replicas` > 1 the device split into as
+    many logical ones (a GPU's of `memory_mb` each, summed by ReductionToOneDevice: NCCL needs
+    distinct GPUs). Call it before TensorFlow starts its devices."""
+    import tensorflow as tf
+
+    kind = device.upper()
+    if replicas > 1:
+        physical = tf.config.list_physical_devices(kind)
+        if not physical:
+            sys.exit(f"{script}: --device {device}: TensorFlow sees no {kind}")
+        split = tf.config.LogicalDeviceConfiguration(
+            memory_limit=memory_mb if kind == "GPU" else None)
+        tf.config.set_logical_device_configuration(physical[0], [split] * replicas)
+    sums = tf.distribute.ReductionToOneDevice() if kind == "GPU" and replicas > 1 else None
+    return [f"/{device}:{i}" for i in range(replicas)], sums
 
 
 def time_updates(trainer, stream, steps: int) -> tuple[float, float]:

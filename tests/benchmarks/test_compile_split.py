@@ -3,6 +3,7 @@ arguments, its HLO count and what it prints (not a timed test: only that the fig
 
 import argparse
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,3 +63,27 @@ def test_conditionals_are_counted_by_opcode_not_by_name():
   %conditional_name.8 = f32[] add(f32[] %a, f32[] %b)
 """
     assert compile_split.hlo_conditionals(text) == 1
+
+
+def test_replicas_split_the_device_and_every_shape_is_printed():
+    # A process of its own: the CPU is split into logical devices before TensorFlow starts them.
+    script = Path(compile_split.__file__)
+    out = subprocess.run([sys.executable, str(script), "--arch", "tiny", "--shapes", "8x6,4x6",
+                          "--device", "cpu", "--precision", "float32", "--replicas", "2"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == ("tiny (P_drop 0.1), float32, XLA on /cpu:0, /cpu:1, a non-finite update "
+                        "skipped by selection"), out
+    for line, shape in zip(lines[2:], ("8x6", "4x6")):
+        assert re.fullmatch(shape + r": trace [\d.]+ s, first call [\d.]+ s, second [\d.]+ s; "
+                            r"before training [\d.]+ s", line), out
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--replicas", "0"], "--replicas must be >= 1, got 0"),
+    (["--replicas", "2", "--hlo"], "--hlo needs --replicas 1"),
+])
+def test_a_bad_replica_count_is_refused(capsys, flags, error):
+    with pytest.raises(SystemExit) as exit_:
+        compile_split.main(["--device", "cpu"] + flags)
+    assert exit_.value.code == 2 and error in capsys.readouterr().err

@@ -108,7 +108,13 @@ class FusedAdam(keras.optimizers.Adam):
         replica context, each replica steps its own copy of every variable in one XLA program.
         `gradients`: one float32 buffer, from its element `start` the variables' gradients
         flattened one after another, already summed across replicas (not summed here),
-        multiplied by `scale` (a float32 scalar) in the program."""
+        multiplied by `scale` (a float32 scalar) in the program.
+
+        The buffer is split into one tensor a variable before the program, by one `Split`,
+        which shares the buffer's memory where each part starts 64-byte aligned (`start` and
+        the sizes multiples of 16) and copies otherwise. Read at offsets inside the program,
+        XLA:CPU generated a kernel of its own for every variable's fusions (base's: 518 against
+        34 where same-shaped variables share one; 8.9 s to compile against 3.9 s)."""
         if self._select_program is None:
             self._select_program = tf.function(_select_steps, jit_compile=True, autograph=False)
         # In a replica context a mirrored variable's handle is this replica's copy's: each
@@ -119,8 +125,9 @@ class FusedAdam(keras.optimizers.Adam):
             slots.append([_handle(variable), _handle(self._momentums[index]),
                           _handle(self._velocities[index])])
             shapes.append(tuple(variable.shape))
-        self._select_program(ok, self._select_scalars(self.learning_rate), scale, gradients,
-                             slots, tuple(shapes), start)
+        parts = tf.split(gradients, [start] + [math.prod(shape) for shape in shapes])[1:]
+        self._select_program(ok, self._select_scalars(self.learning_rate), scale, parts, slots,
+                             tuple(shapes))
         self._iterations.assign_add(tf.cast(ok, self._iterations.dtype))
 
     _select_program = None  # `_select_steps` compiled by XLA, made at the first `apply_flat_if`
@@ -176,13 +183,8 @@ def _select_step(ok, scalars, gradient, slots):
                       for h, new in zip(slots, (new_weight, new_m, new_v))])
 
 
-def _select_steps(ok, scalars, scale, gradients, slots, shapes, start: int) -> None:
+def _select_steps(ok, scalars, scale, gradients, slots, shapes) -> None:
     """`_select_step` of every variable (`slots`: each one's three handles; `shapes`: each
-    one's shape) by its gradient, read from the flat buffer `gradients` from element `start`
-    on, times `scale`."""
-    offset = start
-    for handles, shape in zip(slots, shapes):
-        size = math.prod(shape)
-        gradient = tf.reshape(gradients[offset:offset + size], shape) * scale
-        _select_step(ok, scalars, gradient, handles)
-        offset += size
+    one's shape) by its gradient (`gradients`: each one's, flattened) times `scale`."""
+    for gradient, handles, shape in zip(gradients, slots, shapes):
+        _select_step(ok, scalars, tf.reshape(gradient, shape) * scale, handles)

@@ -59,6 +59,13 @@ def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> kera
     return optimizer
 
 
+# With several replicas under XLA, the elements before the gradients in a replica's buffer
+# (`Trainer._weighted_gradients`): its loss sums, then zeros up to 64 bytes, so that every
+# gradient whose size is a multiple of 16 starts 64-byte aligned, and TensorFlow's `Split`
+# (`FusedAdam.apply_flat_if`) hands Adam views of the buffer instead of copies.
+_HEADER = 16
+
+
 def _float32(grad) -> tf.Tensor:
     """A gradient as a dense float32 tensor (the embedding's may come as IndexedSlices)."""
     return tf.cast(tf.convert_to_tensor(grad), tf.float32)
@@ -187,7 +194,7 @@ class Trainer(TrainingLoop):
             variables = self.model.trainable_variables
             self._accumulators = (
                 [] if train_config.update_freq == 1 else
-                [self._local_variable((4 + sum(v.shape.num_elements() for v in variables),))]
+                [self._local_variable((_HEADER + sum(v.shape.num_elements() for v in variables),))]
                 if programs else [self._local_variable(v.shape) for v in variables])
             self._sums = self._local_variable((3,))  # loss, nll, tokens
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
@@ -277,19 +284,19 @@ class Trainer(TrainingLoop):
         return tf.stack([loss_sum, nll_sum, tokens]), grads
 
     def _weighted_gradients(self, batch, earlier=None):
-        """One float32 buffer: this replica's [loss, nll, tokens] sums, 0.0 (the place of the
-        update's non-finite flag, `_last_micro_batch`), then its gradients as sums over its
-        tokens (each the per-token mean's gradient times the tokens), flattened one variable
-        after another. `earlier`: the buffer of the update's earlier micro-batches, added."""
+        """One float32 buffer: its `_HEADER` elements this replica's [loss, nll, tokens] sums
+        then zeros, then its gradients as sums over its tokens (each the per-token mean's
+        gradient times the tokens), flattened one variable after another. `earlier`: the buffer
+        of the update's earlier micro-batches, added."""
         sums, grads = self._gradient_fn(batch)
         weighted = [tf.reshape(_float32(grad) * sums[2], [-1]) for grad in grads]
         if earlier is not None:
-            sums, offset = sums + earlier[:3], 4
+            sums, offset = sums + earlier[:3], _HEADER
             for index, variable in enumerate(self.model.trainable_variables):
                 size = variable.shape.num_elements()
                 weighted[index] += earlier[offset:offset + size]
                 offset += size
-        return tf.concat([sums, [0.0]] + weighted, 0)
+        return tf.concat([sums, tf.zeros([_HEADER - 3])] + weighted, 0)
 
     def _logits(self, batch, training: bool, real_only: bool = True):
         """(logits [N, V] float32, labels [N]). `real_only`: only the N real target positions
@@ -381,8 +388,7 @@ class Trainer(TrainingLoop):
             summed = context.all_reduce(SUM, self._weighted_program(batch, earlier))
             # Checked once summed: a non-finite element of any replica's makes the sum's (each
             # replica's check in its program took base's layout at width 512 40 ms more an
-            # update on XLA:CPU, whose reductions are slow). The gradients are read from [4:] in
-            # Adam's program: a slice here would copy them.
+            # update on XLA:CPU, whose reductions are slow). Adam splits off the gradients.
             return tf.concat([summed[:3], [_nonfinite([summed])]], 0), summed
         sums, grads = self._gradient_fn(batch)
         grads = [_float32(grad) for grad in grads]
@@ -416,7 +422,7 @@ class Trainer(TrainingLoop):
             optimizer.apply_if(ok, grads, self.model.trainable_variables)
         else:
             optimizer.apply_flat_if(ok, grads, self.model.trainable_variables, per_token,
-                                    start=4)
+                                    start=_HEADER)
 
     def _loss_scale_by_selection(self, ok, overflowed):
         """Keras's dynamic loss scaling (LossScaleOptimizer.apply, `_skip`) without its branches:
