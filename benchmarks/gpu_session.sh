@@ -76,7 +76,11 @@
 #              (--skip branch: 2,510 operations, Adam inside TensorFlow's `If`, whose predicate
 #              the host reads: it waited for the gradients before launching Adam). Intel Xeon
 #              model 207 (2 logical CPUs, no wait to remove there): 1.01-1.16x slower at width
-#              16 (13.6-14.4 ms against 12.4-13.5), 1.04-1.07x at 512 (235-236 against 222-227)
+#              16 (13.6-14.4 ms against 12.4-13.5), 1.04-1.07x at 512 (235-236 against 222-227).
+#              Then compile_split.py --replicas 2 (SKIP_FLAGS), base bf16 at 64x32 a replica:
+#              the first call's seconds, each replica's Adam program among them (XLA:CPU, 2
+#              logical CPUs, base at 8x8: 18.4-18.8 s, 28.8-30.2 before the buffer was split
+#              outside Adam's program)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
@@ -102,9 +106,9 @@
 # autotune nojit resume inline trace float16": big first, the one GPU target not met; resume and
 # inline need pipeline's run). The machine stays warm 30 s
 # after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
-# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip), TRACE_FLAGS (trace)
-# and HOST_FLAGS (replicas) are appended to the parts' commands (the last value of a flag wins); on a CPU, to check the
-# script itself (its figures mean nothing there):
+# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip, replicas' compile),
+# TRACE_FLAGS (trace) and HOST_FLAGS (replicas) are appended to the parts' commands (the last
+# value of a flag wins); on a CPU, to check the script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
@@ -239,6 +243,9 @@ do_replicas() {
     "$0" "$1/host_time.py" --device gpu --replicas 2 --layers 6 --width "$width" \
       --skip "$skip" "${@:2}" || exit; done; done' "$python" "$here" "${host_flags[@]}"
   grep -E "trainable variables|update median" "$out/replicas.log" 2>/dev/null | tee -a "$summary"
+  part replicas_compile 150 "$python" "$here/compile_split.py" --arch base --shapes 64x32 \
+    --precision mixed_bfloat16 --device gpu --replicas 2 "${skip_flags[@]}"
+  grep -E "XLA on|first call" "$out/replicas_compile.log" 2>/dev/null | tee -a "$summary"
 }
 
 do_big() {
