@@ -20,7 +20,7 @@ work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
-       [--ctranslate2]
+       [--jit] [--ctranslate2]
        [--ct2-max-batch-size 64]
 """
 
@@ -96,6 +96,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="calls on the same lines")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads of TensorFlow (intra-op) and CTranslate2 (intra_threads)")
+    parser.add_argument("--jit", action="store_true",
+                        help="vtx's search compiled by XLA (vtx translate --jit), once per "
+                             "padded batch shape")
     parser.add_argument("--ctranslate2", action="store_true")
     parser.add_argument("--ct2-max-batch-size", type=int, default=64,
                         help="CTranslate2's batches, in sentences (translate_lines' default)")
@@ -112,13 +115,13 @@ def main() -> None:
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, length_penalty=penalty,
-                            max_tokens=args.max_tokens, stop=args.stop)
+                            max_tokens=args.max_tokens, stop=args.stop, jit_compile=args.jit)
     translator = load_translator(args.checkpoint, options)
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
           f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
-          f"({penalty}), --stop {args.stop}, --max-tokens {args.max_tokens}, {args.threads} "
-          f"threads; CTranslate2 "
+          f"({penalty}), --stop {args.stop}, --max-tokens {args.max_tokens}, "
+          f"{'XLA' if args.jit else 'no XLA'}, {args.threads} threads; CTranslate2 "
           f"max_batch_size {args.ct2_max_batch_size}")
     count = lambda text: len(translator.vocab.encode(text))
     ours = timed_calls(lambda batch: [h[0].text if h else "" for h in

@@ -80,7 +80,12 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # attends over the positions decoded so far, not over all max_length of them; and the
         # beam search drops the sentences it has finished from the decoder's batch.
         grow = not jit_compile
-        state = model.init_state(source_ids, None if grow else max_length)
+        # With XLA the cache holds all max_length positions from the start: a beam search keeps
+        # it once per sentence, each hypothesis reading its own prefix's slots, and reorders
+        # only which slots those are (`Transformer.init_state(group=...)`), not the cache.
+        grouped = not grow and beam_size > 1
+        state = model.init_state(source_ids, None if grow else max_length,
+                                 group=beam_size if grouped else 1)
         # Weights the step would otherwise rebuild at every position: built once, here.
         step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
         if tree_pieces is not None:
@@ -93,7 +98,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,
                            nbest=nbest, stop=stop,
-                           beam_invariant=model.BEAM_INVARIANT_STATE, **common)
+                           beam_invariant=model.BEAM_INVARIANT_STATE
+                           + (model.GROUPED_STATE if grouped else ()), **common)
 
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).

@@ -76,7 +76,7 @@ class DecoderLayer(EncoderLayer):
         return self.cross_attention.project_key_value(memory)
 
     def step(self, x, index, self_keys, self_values, memory_keys, memory_values, memory_mask,
-             grow: bool = False, fused_query_key_value=None):
+             grow: bool = False, fused_query_key_value=None, grouped_visible=None):
         """One decoding position (inference: no dropout), as `call` computes it at `index`.
 
         Args:
@@ -91,6 +91,11 @@ class DecoderLayer(EncoderLayer):
                 held once, not once per beam), G = 1 otherwise.
             fused_query_key_value: the self-attention's `fused_query_key_value()`, built once
                 outside the decoding loop (built at each call when None).
+            grouped_visible: bool [B', G, M * G] for a grouped cache (self_keys, self_values
+                [B', H, M * G, K]: position t's G slots, t * G to t * G + G - 1, written by the
+                G hypotheses of step t, `Transformer.init_state(group=G)`): what each
+                hypothesis may attend to, its own prefix's slots up to `index`. This position
+                is written into slot r mod G of row r's sentence.
 
         Returns:
             (output [B, D], updated self_keys, updated self_values).
@@ -100,6 +105,22 @@ class DecoderLayer(EncoderLayer):
         query, new_keys, new_values = attention.project_rows(x, fused_query_key_value)
         new_keys = ops.cast(new_keys, self_keys.dtype)
         new_values = ops.cast(new_values, self_values.dtype)
+        if grouped_visible is not None:
+            sentences, heads, _, width = ops.shape(self_keys)
+            group = ops.shape(grouped_visible)[1]
+
+            def by_sentence(rows):  # [B' * G, H, 1, K] -> [B', H, G, K]
+                return ops.transpose(ops.reshape(rows, (sentences, group, heads, width)),
+                                     (0, 2, 1, 3))
+
+            # In place under XLA (a 5-D cache read through a reshape was copied whole a step).
+            start = (0, 0, index * group, 0)
+            self_keys = ops.slice_update(self_keys, start, by_sentence(new_keys))
+            self_values = ops.slice_update(self_values, start, by_sentence(new_values))
+            context = attention.context(by_sentence(query), self_keys, self_values,
+                                        grouped_visible)
+            return self._after_self_attention(x, context, memory_keys, memory_values,
+                                              memory_mask), self_keys, self_values
         if grow:
             self_keys = ops.concatenate([self_keys, new_keys], axis=2)
             self_values = ops.concatenate([self_values, new_values], axis=2)
@@ -110,10 +131,16 @@ class DecoderLayer(EncoderLayer):
             self_values = ops.slice_update(self_values, start, new_values)
             visible = (ops.arange(ops.shape(self_keys)[2]) <= index)[None, None, :]  # [1, 1, M]
         context = attention.context(query, self_keys, self_values, visible)
-        x = self.attention_norm(x + attention.output_rows(context))
+        return self._after_self_attention(x, context, memory_keys, memory_values,
+                                          memory_mask), self_keys, self_values
+
+    def _after_self_attention(self, x, context, memory_keys, memory_values, memory_mask):
+        """A decoding step from the self-attention's context [B or B', H, 1 or G, K] on: its
+        output projection and residual, the cross-attention and the feed-forward -> [B, D]."""
+        x = self.attention_norm(x + self.self_attention.output_rows(context))
         # A sentence's G hypotheses as G query positions over its one memory.
         cross = self.cross_attention
         query = cross.query_groups(x, ops.shape(memory_keys)[0])  # [B', H, G, K]
         context = cross.context(query, memory_keys, memory_values, memory_mask)
         x = self.cross_attention_norm(x + cross.output_rows(context))
-        return self.feed_forward_norm(x + self.feed_forward(x)), self_keys, self_values
+        return self.feed_forward_norm(x + self.feed_forward(x))
