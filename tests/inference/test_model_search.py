@@ -34,11 +34,13 @@ def padded(sources, length=None):
 
 
 def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False,
-                  fast: bool = False, **options):
+                  fast: bool = False, grouped: bool = False, **options):
     """Like `make_search_fn` (beam or greedy), with eos_slope * (position - |X|) added to the EOS
     logit of each hypothesis (|X| its source length): hypotheses end a few words past |X|. With
     `fast`, the state as `make_search_fn` has it without XLA: a growing cache, the memory held
-    once per sentence, finished sentences dropped; else all of it allocated and kept per row."""
+    once per sentence, finished sentences dropped; else all of it allocated and kept per row.
+    With `grouped` (a beam search), the self-attention cache held once per sentence too
+    (`init_state(group=beam)`), as `make_search_fn` has it."""
     eos = tf.one_hot(EOS_ID, model.config.vocab_size)  # [V]
 
     def tokens_to_logits(token_ids, state):
@@ -54,10 +56,13 @@ def biased_search(model, eos_slope: float, max_len_b: int, greedy: bool = False,
         run = greedy_search if greedy else beam_search
         if fast:
             options.update(growing=model.GROWING_STATE, drop_done=True)
-            if not greedy:
-                options.update(beam_invariant=model.BEAM_INVARIANT_STATE)
-        return run(tokens_to_logits, model.init_state(source, None if fast else max_length),
-                   source.shape[0], max_length=max_length, max_lengths=limits, **options)
+        if (fast and not greedy) or grouped:
+            options.update(beam_invariant=model.BEAM_INVARIANT_STATE
+                           + (model.GROUPED_STATE if grouped else ()))
+        state = model.init_state(source, None if fast else max_length,
+                                 group=options["beam_size"] if grouped else 1)
+        return run(tokens_to_logits, state, source.shape[0], max_length=max_length,
+                   max_lengths=limits, **options)
 
     return search
 
@@ -154,6 +159,18 @@ def test_the_fast_state_equals_the_allocated_one(model, greedy):
     assert fast.finished.numpy().all() and len(set(fast.lengths.numpy()[:, 0])) > 1
     assert int(fast.steps) == int(allocated.steps)
     assert_same_hypotheses(hypotheses(fast), hypotheses(allocated))
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["allocated", "fast"])
+def test_a_cache_held_once_per_sentence_searches_as_one_reordered_by_beam(model, fast):
+    # Hypotheses reorder at every step and sentences end at different steps (with `fast`, they
+    # leave the decoder's batch, their cache with them).
+    source = padded(SOURCES)
+    grouped = biased_search(model, 2.0, 10, fast=fast, grouped=True, beam_size=4, nbest=4)(source)
+    reordered = biased_search(model, 2.0, 10, fast=fast, beam_size=4, nbest=4)(source)
+    assert grouped.finished.numpy().all() and len(set(grouped.lengths.numpy()[:, 0])) > 1
+    assert int(grouped.steps) == int(reordered.steps)
+    assert_same_hypotheses(hypotheses(grouped), hypotheses(reordered))
 
 
 def test_memory_held_once_per_sentence_equals_memory_copied_per_beam(model):

@@ -63,25 +63,26 @@ def test_cached_decode_step_equals_full_forward_over_24_steps(model, grow):
     assert state["self_keys"][0].shape[2] == (24 if grow else 30)  # [B, H, positions, K]
 
 
-def test_a_grouped_cache_gives_each_hypothesis_the_logits_of_its_own_prefix(model):
-    """A beam search's cache held once per sentence (`init_state(group=G)`, vtx translate's
-    under XLA): hypotheses that take each other's places at every step (random parents, as a
-    search reorders them) each get the full forward's logits of their own token prefix, though
-    only their ancestors' slots are reordered, never the cache."""
+@pytest.mark.parametrize("grow", [False, True], ids=["allocated_cache", "growing_cache"])
+def test_a_grouped_cache_gives_each_hypothesis_the_logits_of_its_own_prefix(model, grow):
+    """A beam search's cache held once per sentence (`init_state(group=G)`, vtx translate's):
+    hypotheses that take each other's places at every step (random parents, as a search
+    reorders them) each get the full forward's logits of their own token prefix, though only
+    their ancestors' slots are reordered, never the cache."""
     group, rows = 3, 6  # 2 sentences
     src = random_ids((2, 7))
     src[1, 5:] = PAD_ID
-    state = model.init_state(src, max_length=12, group=group)
+    state = model.init_state(src, max_length=None if grow else 12, group=group)
     state["ancestors"] = np.repeat(np.asarray(state["ancestors"]), group, axis=0)  # a row each
     sources, prefixes = np.repeat(src, group, axis=0), np.full((rows, 1), BOS_ID, "int32")
     for t in range(10):
-        logits, state = model.decode_step(prefixes[:, -1], state)
+        logits, state = model.decode_step(prefixes[:, -1], state, grow=grow)
         full = np.asarray(model((sources, prefixes)))[:, t]
         assert np.abs(np.asarray(logits) - full).max() < 1e-4, t
         parents = np.arange(rows) // group * group + RNG.integers(0, group, rows)
         state["ancestors"] = np.asarray(state["ancestors"])[parents]
         prefixes = np.concatenate([prefixes[parents], random_ids((rows, 1))], axis=1)
-    assert state["self_keys"][0].shape == (2, model.config.num_heads, 12 * group,
+    assert state["self_keys"][0].shape == (2, model.config.num_heads, (10 if grow else 12) * group,
                                            model.config.head_dim)
 
 

@@ -113,10 +113,13 @@ class DecoderLayer(EncoderLayer):
                 return ops.transpose(ops.reshape(rows, (sentences, group, heads, width)),
                                      (0, 2, 1, 3))
 
-            # In place under XLA (a 5-D cache read through a reshape was copied whole a step).
-            start = (0, 0, index * group, 0)
-            self_keys = ops.slice_update(self_keys, start, by_sentence(new_keys))
-            self_values = ops.slice_update(self_values, start, by_sentence(new_values))
+            if grow:
+                self_keys = ops.concatenate([self_keys, by_sentence(new_keys)], axis=2)
+                self_values = ops.concatenate([self_values, by_sentence(new_values)], axis=2)
+            else:  # in place under XLA (a 5-D cache read through a reshape was copied whole)
+                start = (0, 0, index * group, 0)
+                self_keys = ops.slice_update(self_keys, start, by_sentence(new_keys))
+                self_values = ops.slice_update(self_values, start, by_sentence(new_values))
             context = attention.context(by_sentence(query), self_keys, self_values,
                                         grouped_visible)
             return self._after_self_attention(x, context, memory_keys, memory_values,

@@ -123,8 +123,9 @@ class Transformer(keras.Model):
     # beam search keeps them at B rows (`beam_search(beam_invariant=...)`), never copying them per
     # beam nor reordering them.
     BEAM_INVARIANT_STATE = ("memory_mask", "memory_keys", "memory_values")
-    # Entries that gain one position per `decode_step(grow=True)` (axis 2).
-    GROWING_STATE = ("self_keys", "self_values")
+    # Entries that gain one position per `decode_step(grow=True)` (axis 2; a grouped cache's
+    # `ancestors`, axis 1).
+    GROWING_STATE = ("self_keys", "self_values", "ancestors")
     # With `init_state(group=G)`, entries held once per sentence for its G hypotheses, never
     # reordered (beam-invariant to a search): the self-attention cache, each position's G slots
     # written by the G hypotheses of that step; each hypothesis reads its ancestors' slots.
@@ -139,16 +140,19 @@ class Transformer(keras.Model):
                 shapes XLA needs; `decode_step` writes one position a step); None: the cache
                 starts empty and `decode_step(grow=True)` appends to it, so that each step reads
                 and copies only the positions decoded so far.
-            group: G > 1 (with `max_length`): the cache of a beam search of G hypotheses a
-                sentence, not reordered as hypotheses change (`GROUPED_STATE`): per layer
-                `self_keys`/`self_values` [B, H, M * G, K], position t's G slots (t * G to
-                t * G + G - 1) written by the G hypotheses of step t, and `ancestors` int32 [B, M] (a search makes it [B * G,
-                M], a row a hypothesis): the slot of each position that the hypothesis's own
-                prefix wrote. A search then reorders `ancestors` (M integers a hypothesis) at
-                each step instead of the cache (2 x L x H x M x K numbers a hypothesis, read and
-                written: under XLA, where the cache holds all M positions from the start, the
-                gather and a copy of it were the largest costs of a step after the matrix
-                products).
+            group: G > 1: the cache of a beam search of G hypotheses a sentence, held once
+                per sentence and not reordered as hypotheses change (`GROUPED_STATE`): per
+                layer `self_keys`/`self_values` [B, H, M * G, K] (growing as the plain cache
+                does when `max_length` is None), position t's G slots (t * G to t * G + G - 1)
+                written by the G hypotheses of step t, and `ancestors` int32 [B, M] (a search
+                makes it [B * G, M], a row a hypothesis): the slot of each position that the
+                hypothesis's own prefix wrote. A search then reorders `ancestors` (M integers a
+                hypothesis) at each step instead of the cache (2 x L x H x M x K numbers a
+                hypothesis, read and written: under XLA, where the cache holds all M positions
+                from the start, its gather and a copy of it were the largest costs of a step
+                after the matrix products). Each hypothesis attends over its sentence's M * G
+                slots, those of other prefixes masked: G times the scores of a plain cache
+                (against K numbers a slot read either way).
 
         Returns:
             dict with `index` (int32 scalar, next position), `memory_mask` [B, 1, S], and per
@@ -156,18 +160,16 @@ class Transformer(keras.Model):
             [B, H, M, K] (zeros, filled one position per `decode_step`; [B, H, 0, K] when
             growing; see `group`).
         """
-        if group > 1 and max_length is None:
-            raise ValueError("a grouped cache (group > 1) needs max_length")
         memory, memory_mask = self.encode(source_ids)
         batch = ops.shape(source_ids)[0]
         cache_shape = (batch, self.config.num_heads, 0 if max_length is None else max_length,
                        self.config.head_dim)
         if group > 1:  # position t's slots: t * G to t * G + G - 1
-            cache_shape = cache_shape[:2] + (max_length * group,) + cache_shape[3:]
+            cache_shape = cache_shape[:2] + (cache_shape[2] * group,) + cache_shape[3:]
         state = {"index": ops.zeros((), "int32"), "memory_mask": memory_mask,
                  "memory_keys": [], "memory_values": [], "self_keys": [], "self_values": []}
         if group > 1:
-            state["ancestors"] = ops.zeros((batch, max_length), "int32")
+            state["ancestors"] = ops.zeros((batch, cache_shape[2] // group), "int32")
         for layer in self.decoder_layers:
             keys, values = layer.project_memory(memory)
             state["memory_keys"].append(keys)
@@ -204,8 +206,8 @@ class Transformer(keras.Model):
         new_state = {**state, "index": index + 1}
         visible = None
         if "ancestors" in state:  # a grouped cache (`init_state(group=G)`)
-            group = ops.shape(state["self_keys"][0])[2] // ops.shape(state["ancestors"])[1]
-            ancestors, visible = _grouped_visibility(state["ancestors"], index, group)
+            group = ops.shape(state["ancestors"])[0] // ops.shape(state["memory_mask"])[0]
+            ancestors, visible = _grouped_visibility(state["ancestors"], index, group, grow)
             new_state["ancestors"] = ancestors
         for i, layer in enumerate(self.decoder_layers):
             x, keys, values = layer.step(x, index, state["self_keys"][i], state["self_values"][i],
@@ -226,16 +228,20 @@ class Transformer(keras.Model):
         return cls(model_config, **config)
 
 
-def _grouped_visibility(ancestors, index, group: int):
+def _grouped_visibility(ancestors, index, group, grow: bool):
     """A grouped cache's step (`Transformer.init_state(group=G)`): (the hypotheses' ancestors
-    with position `index` written, each hypothesis in its own slot there (row r: r mod G), what
-    each hypothesis sees of its sentence's cache: bool [B, G, M * G], True at (position t, slot
-    g) where t <= index and its prefix wrote slot g at t)."""
-    rows, positions = ops.shape(ancestors)[0], ops.shape(ancestors)[1]
-    own = ops.cast(ops.arange(rows) % group, "int32")[:, None]  # [N, 1]
-    ancestors = ops.slice_update(ancestors, (0, index), own)
-    visible = ops.logical_and(ancestors[:, :, None] == ops.arange(group, dtype="int32"),
-                              (ops.arange(positions) <= index)[None, :, None])  # [N, M, G]
+    with position `index` written (appended when `grow`), each hypothesis in its own slot there
+    (row r: r mod G), what each hypothesis sees of its sentence's cache: bool [B, G, M * G],
+    True at (position t, slot g) where t <= index and its own prefix wrote slot g at t)."""
+    own = ops.cast(ops.arange(ops.shape(ancestors)[0]) % group, "int32")[:, None]  # [N, 1]
+    if grow:
+        ancestors = ops.concatenate([ancestors, own], axis=1)
+    else:
+        ancestors = ops.slice_update(ancestors, (0, index), own)
+    positions = ops.shape(ancestors)[1]
+    visible = ancestors[:, :, None] == ops.arange(group, dtype="int32")  # [N, M, G]
+    if not grow:  # the allocated positions after this one: not written yet
+        visible = ops.logical_and(visible, (ops.arange(positions) <= index)[None, :, None])
     return ancestors, ops.reshape(visible, (-1, group, positions * group))
 
 
