@@ -81,6 +81,13 @@
 #              the first call's seconds, each replica's Adam program among them (XLA:CPU, 2
 #              logical CPUs, base at 8x8: 18.4-18.8 s, 28.8-30.2 before the buffer was split
 #              outside Adam's program)
+#   decode     translate_speed.py on pipeline's last checkpoint (base after its minute),
+#              the first 512 lines of DATA_DIR/test.en (Multi30k test_2016, English: staged
+#              below), beam 4, with XLA then without: since 2026-11-29 a beam's self-attention
+#              cache is held once per sentence and never reordered (XLA:CPU, the quick start's
+#              model, 128 lines: steady 2.52-2.55 s against 3.73-3.75 s before; without XLA
+#              1.03x); on a GPU the gather and copy it removed were memory passes the size of
+#              the cache a step. DECODE_FLAGS are appended (e.g. --limit, --max-tokens)
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
 # the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
@@ -91,7 +98,8 @@
 # Device time is scarce (15 minutes a task in all, the machine's start and the staging
 # included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
 # and the data: `vtx preprocess -s en -t de --trainpref ../shared/data/multi30k/train
-# --validpref ../shared/data/multi30k/val --destdir .gpu/m30k --vocab-size 8000` (2.4 MB). Then
+# --validpref ../shared/data/multi30k/val --destdir .gpu/m30k --vocab-size 8000` (2.4 MB) and
+# `zcat ../shared/data/multi30k/test_2016_flickr.en.gz > .gpu/m30k/test.en` (part decode). Then
 # with the device tool, back to back: one call per part .gpu/wNN but the last (command `mkdir -p
 # /root/stash && mv .gpu/wNN/* /root/stash/`, carry [".gpu/wNN"]; 11 parts on 2026-11-26, w00-w09
 # of 52 MB, w10 of 38 MB, 48 MB with CUPTI), then the last part with this (carry [".gpu/wLAST",
@@ -103,17 +111,18 @@
 # costs the device time it took to stage.
 #
 # PARTS picks the parts and their order (default "big pipeline synthetic replicas packed skip
-# autotune nojit resume inline trace float16": big first, the one GPU target not met; resume and
-# inline need pipeline's run). The machine stays warm 30 s
+# autotune nojit resume inline trace float16 decode": big first, the one GPU target not met;
+# resume, inline and decode need pipeline's run). The machine stays warm 30 s
 # after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
 # first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip, replicas' compile),
-# TRACE_FLAGS (trace) and HOST_FLAGS (replicas) are appended to the parts' commands (the last
-# value of a flag wins); on a CPU, to check the script itself (its figures mean nothing there):
+# TRACE_FLAGS (trace), HOST_FLAGS (replicas) and DECODE_FLAGS (decode) are appended to the
+# parts' commands (the last value of a flag wins); on a CPU, to check the script itself (its
+# figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
 #   SKIP_FLAGS="--device cpu --arch tiny --shapes 8x6 --precision float32" \
-#   HOST_FLAGS="--device cpu --layers 1 --steps 3 --rounds 1" \
+#   HOST_FLAGS="--device cpu --layers 1 --steps 3 --rounds 1" DECODE_FLAGS="--limit 16" \
 #   bash benchmarks/gpu_session.sh /tmp/m30k 600
 set -uo pipefail
 data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
@@ -131,17 +140,19 @@ read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
 read -ra trace_flags <<< "${TRACE_FLAGS:-}"
 read -ra skip_flags <<< "${SKIP_FLAGS:-}"
 read -ra host_flags <<< "${HOST_FLAGS:-}"
+read -ra decode_flags <<< "${DECODE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
 default_parts="big pipeline synthetic replicas packed skip autotune nojit resume inline"
-default_parts+=" trace float16"
+default_parts+=" trace float16 decode"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
     pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace|float16|replicas) ;;
+    decode) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic skip inline" \
-         "packed big autotune nojit trace float16 replicas)" >&2; exit 2 ;;
+         "packed big autotune nojit trace float16 replicas decode)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -288,6 +299,19 @@ do_float16() {
   part float16 150 "$python" "$here/gpu_train.py" --archs base --tokens 8192 --vocab 8000 \
     --steps 500 --no-reference --in-flight 2 --precision mixed_float16 "${train_flags[@]}"
   grep -A1 "^arch " "$out/float16.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
+}
+
+do_decode() {
+  local checkpoint
+  checkpoint=$(ls "$RUN"/checkpoint_[0-9]*.npz 2>/dev/null | sort | tail -n 1)
+  if [ -z "$checkpoint" ] || [ ! -f "$data/test.en" ]; then
+    note "== decode: skipped, it needs pipeline's checkpoint in $RUN and $data/test.en"
+    return 0
+  fi
+  part decode 240 bash -c 'for jit in --jit --no-jit; do "$0" "$1/translate_speed.py" \
+    --checkpoint "$2" --input "$3" --limit 512 --repeat 3 "$jit" "${@:4}" || exit; done' \
+    "$python" "$here" "$checkpoint" "$data/test.en" "${decode_flags[@]}"
+  grep -E "parameters|steady" "$out/decode.log" 2>/dev/null | tee -a "$summary"
 }
 
 do_trace() {

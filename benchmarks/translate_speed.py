@@ -20,7 +20,7 @@ work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
-       [--jit] [--ctranslate2]
+       [--jit | --no-jit] [--ctranslate2]
        [--ct2-max-batch-size 64]
 """
 
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="calls on the same lines")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads of TensorFlow (intra-op) and CTranslate2 (intra_threads)")
-    parser.add_argument("--jit", action="store_true",
+    parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
     parser.add_argument("--ctranslate2", action="store_true")

@@ -65,6 +65,7 @@ def test_conditionals_are_counted_by_opcode_not_by_name():
     assert compile_split.hlo_conditionals(text) == 1
 
 
+@pytest.mark.slow
 def test_replicas_split_the_device_and_every_shape_is_printed():
     # A process of its own: the CPU is split into logical devices before TensorFlow starts them.
     script = Path(compile_split.__file__)
