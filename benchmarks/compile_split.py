@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 
-from host_time import split_device
+from host_time import skip_by_branch, split_device
 from train_throughput import model_config_for
 
 
@@ -115,11 +115,7 @@ def main(argv=None) -> None:
         trainer = Trainer(model_config, train_config, save_dir, log=lambda _: None,
                           strategy=tf.distribute.MirroredStrategy(devices, sums))
         if args.skip == "branch":  # read as the update is traced (below)
-            trainer._select_skip = False
-            if trainer._weighted_program is not None:  # several replicas: as host_time.py's
-                trainer._weighted_program = None
-                trainer._gradient_fn = tf.function(trainer._replica_gradients, jit_compile=True,
-                                                   autograph=False)
+            skip_by_branch(trainer)
         off = tf.constant(False)  # Adam off: the all-pad pass of Trainer.compile_shapes
         if not args.exact_first:
             started = time.perf_counter()

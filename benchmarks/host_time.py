@@ -81,11 +81,7 @@ def main(argv=None) -> None:
         trainer = Trainer(model, train, save_dir, log=lambda _: None,
                           strategy=tf.distribute.MirroredStrategy(devices, sums))
         if args.skip == "branch":  # read as the update is traced (the first update, below)
-            trainer._select_skip = False
-            if trainer._weighted_program is not None:  # several replicas: gradients as before
-                trainer._weighted_program = None
-                trainer._gradient_fn = tf.function(trainer._replica_gradients, jit_compile=True,
-                                                   autograph=False)
+            skip_by_branch(trainer)
         stream = PrefetchedStream(BatchStream(lambda epoch, skip: [batch] * 10**6),
                                   trainer.place_batch, 2)
         try:
@@ -115,6 +111,19 @@ def main(argv=None) -> None:
                 print(events_table(args.profile, 10, args.top))
         finally:
             stream.close()
+
+
+def skip_by_branch(trainer) -> None:
+    """Make `trainer`'s update, when traced, skip a non-finite step by a branch as vtx did under
+    XLA before 2026-11-27 (one replica) and 2026-11-29 (several: each replica's gradients one XLA
+    program, weighed, checked and applied outside XLA)."""
+    import tensorflow as tf
+
+    trainer._select_skip = False
+    if trainer._weighted_program is not None:  # several replicas
+        trainer._weighted_program = None
+        trainer._gradient_fn = tf.function(trainer._replica_gradients, jit_compile=True,
+                                           autograph=False)
 
 
 def split_device(script: str, device: str, replicas: int, memory_mb: int):

@@ -90,7 +90,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # (`Transformer.init_state(group=...)`), not the cache. Each hypothesis then scores
         # beam_size times the slots: under XLA, whose cache holds all max_length positions from
         # the start, the quick start's model decoded 1.47x faster at beam 4 and 1.17x at beam
-        # 21 on XLA:CPU; without XLA 1.03x at beam 4, 1.00x at 8, 0.95x at 21 (an Intel Xeon;
+        # 21 on XLA:CPU; without XLA 1.03x at beam 4, 0.99x at 8, 0.95x at 21 (an Intel Xeon;
         # docs/benchmarks.md).
         grouped = beam_size > 1 and (not grow or beam_size <= GROUPED_BEAM_WITHOUT_XLA)
         state = model.init_state(source_ids, None if grow else max_length,

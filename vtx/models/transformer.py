@@ -162,14 +162,13 @@ class Transformer(keras.Model):
         """
         memory, memory_mask = self.encode(source_ids)
         batch = ops.shape(source_ids)[0]
-        cache_shape = (batch, self.config.num_heads, 0 if max_length is None else max_length,
-                       self.config.head_dim)
-        if group > 1:  # position t's slots: t * G to t * G + G - 1
-            cache_shape = cache_shape[:2] + (cache_shape[2] * group,) + cache_shape[3:]
+        positions = 0 if max_length is None else max_length
+        # A grouped cache holds position t's G slots at t * G to t * G + G - 1.
+        cache_shape = (batch, self.config.num_heads, positions * group, self.config.head_dim)
         state = {"index": ops.zeros((), "int32"), "memory_mask": memory_mask,
                  "memory_keys": [], "memory_values": [], "self_keys": [], "self_values": []}
         if group > 1:
-            state["ancestors"] = ops.zeros((batch, cache_shape[2] // group), "int32")
+            state["ancestors"] = ops.zeros((batch, positions), "int32")
         for layer in self.decoder_layers:
             keys, values = layer.project_memory(memory)
             state["memory_keys"].append(keys)
