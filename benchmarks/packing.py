@@ -42,7 +42,8 @@ def main() -> None:
     from vtx import config
     from vtx.data import packing, pipeline
     from vtx.training.stream import BatchStream
-    from vtx.training.trainer import Trainer, format_shape
+    from vtx.training.compiling import format_shape
+    from vtx.training.trainer import Trainer
 
     data = args.data_dir
     model_config = config.preset("base", vocab_size=pipeline.vocab_size(data), num_layers=3,

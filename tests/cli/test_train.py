@@ -205,7 +205,7 @@ def test_jit_compiles_every_batch_shape_first_and_keeps_the_programs(multi30k_sm
 def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(multi30k_small,
                                                                              tmp_path):
     from vtx.data import pipeline
-    from vtx.training.trainer import format_shape
+    from vtx.training.compiling import format_shape
 
     data, save = multi30k_small / "data", tmp_path / "run"
 
@@ -270,7 +270,7 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     straight = vtx("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6, "--pack",
                    *common)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    from vtx.training.trainer import format_shape
+    from vtx.training.compiling import format_shape
 
     said = next(line for line in straight.stderr.splitlines()
                 if line.startswith("training batches packed (--pack/--no-pack choose)"))

@@ -15,7 +15,8 @@ from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
 from vtx.training.loop import TrainingError
 from vtx.training.loss import label_smoothed_loss
-from vtx.training.trainer import Trainer, compile_workers
+from vtx.training.compiling import compile_workers
+from vtx.training.trainer import Trainer
 
 TINY = config.preset("tiny", vocab_size=20, dropout=0.0)
 # For the tests that compile with XLA: what they check does not depend on the depth, and XLA

@@ -18,8 +18,9 @@ from vtx import config
 from vtx import checkpoints
 from vtx import stop
 from vtx.training.schedule import paper_learning_rate
-from vtx.training.trainer import (Trainer, effective_batch_warning, precision_warning,
-                                  schedule_warning, smoothing_warning)
+from vtx.training.checkpointing import (effective_batch_warning, precision_warning,
+                                        schedule_warning, smoothing_warning)
+from vtx.training.trainer import Trainer
 
 PAIRS = make_pairs(16, 20)
 

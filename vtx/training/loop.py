@@ -1,9 +1,10 @@
 """The training loop of `Trainer`: updates, validation, checkpoint cadence, time budget, signals.
 
-`TrainingLoop` is the half of `vtx.training.trainer.Trainer` that runs on the host: it launches
+`TrainingLoop` is the part of `vtx.training.trainer.Trainer` that runs on the host: it launches
 the compiled updates (`start_update`), reads their sums (`read_update`), counts steps, skips and
-divergence, validates, saves (`save`) and stops. The compiled step functions, the model and its
-checkpoint format live in `trainer.py`; the cross-worker collectives in `distribute.py`.
+divergence, validates, saves (`save`) and stops. The compiled step functions and the model live
+in `trainer.py`, what a checkpoint holds and how a run resumes in `checkpointing.py` (the file
+format: `vtx.checkpoints`), the cross-worker collectives in `distribute.py`.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
            eval_metric, eval_options, prefetch, profile) -> int | None:
     from vtx.data import pipeline
-    from vtx.training.trainer import Trainer, format_shape
+    from vtx.training.compiling import format_shape
+    from vtx.training.trainer import Trainer
 
     save_dir = Path(save_dir)
     model_config = resolve_model_config(data_dir, arch, overrides)  # names a missing meta.json
@@ -263,7 +264,7 @@ def _packing(data_dir, train_config: TrainConfig, model_config: ModelConfig,
                                       and not train_config.jit_compile):
         return None
     from vtx.data import packing, pipeline
-    from vtx.training.trainer import format_shape
+    from vtx.training.compiling import format_shape
 
     step = pipeline.shape_policy(train_config.jit_compile)["step"]
     sides = pipeline.side_lengths_for(data_dir, splits, boundaries, step)
@@ -283,7 +284,7 @@ def _resumed_packing(trainer, packed: list[tuple[int, int, int]] | None,
     """The training batches' packing, recorded in the trainer's checkpoints: a resumed run keeps
     its checkpoint's (packed rows of its shapes, or buckets), so that its data position names
     the same batches whatever the flags."""
-    from vtx.training.trainer import format_shape
+    from vtx.training.compiling import format_shape
 
     def said(shapes):
         return ("packed rows " + " + ".join(format_shape(shape) for shape in shapes) if shapes

@@ -1,0 +1,366 @@
+"""The trainer's checkpoints: what one holds, writing it, loading it back with its checks and
+warnings, and resuming a run from the newest one that loads (damaged ones set aside).
+
+`Checkpointing` is the part of `vtx.training.trainer.Trainer` that reads and writes its state; the
+file format is `vtx.checkpoints`; when checkpoints are written is `loop.py`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from vtx import checkpoints
+from vtx.config import TrainConfig
+from vtx.data.text import DataError
+from vtx.data.vocab import Vocabulary, differing_pieces
+from vtx.errors import disk_full
+from vtx.training.loop import TrainingError
+from vtx.training.precision import AUTO
+from vtx.training.schedule import paper_learning_rate
+from vtx.training.stream import BatchStream
+
+
+def recorded_precision(save_dir) -> tuple[str, str] | None:
+    """(precision, checkpoint) recorded by the newest checkpoint of `save_dir` whose meta reads."""
+    for path in reversed(checkpoints.list_checkpoints(save_dir)):
+        meta = checkpoints.read_meta(path)
+        if meta and isinstance(meta.get("train_config"), dict):
+            precision = meta["train_config"].get("precision")
+            return (precision, str(path)) if isinstance(precision, str) else None
+    return None
+
+
+class Checkpointing:
+    """`Trainer`'s checkpoints: `save` writes its model, optimizer and run state (`_meta`),
+    `restore` loads one after checking that it fits this run, `resume` the newest that loads."""
+
+    def _meta(self) -> dict:
+        return {"step": self.step, "positions": [list(p) for p in self.positions],
+                "skipped": self.skipped, "diverged": self.diverged,
+                "best_valid": self.best_valid,
+                "best_score": self.best_score, "validations_since_best": self.since_best,
+                "best_step": self.best_step,
+                "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
+                "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
+                "num_workers": self.topology.num_workers,
+                "num_replicas": self.strategy.num_replicas_in_sync,
+                "bucket_boundaries": self.bucket_boundaries,
+                "validation_pending": self.validation_pending,
+                "packed_shapes": ([list(shape) for shape in self.packed_shapes]
+                                  if self.packed_shapes else None),
+                "training_data": self.training_data}
+
+    def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
+        """Every worker's stream position (a collective when there are several workers)."""
+        return [(int(e), int(o)) for e, o in self.collectives.gather(np.array(stream.position))]
+
+    def save(self, stream: BatchStream) -> Path | None:
+        """Write checkpoint_<step>.npz (chief only) and prune to `keep_last`."""
+        self.positions = self._gather_positions(stream)
+        if not self.topology.is_chief:
+            return None
+        path = checkpoints.checkpoint_path(self.save_dir, self.step)
+        try:
+            checkpoints.save(path, checkpoints.Checkpoint(
+                model=[np.asarray(v.numpy()) for v in self.model.variables],
+                optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables],
+                meta=self._meta(), vocab=self.vocab))
+        except OSError as error:
+            if not disk_full(error):
+                raise
+            kept = checkpoints.list_checkpoints(self.save_dir)
+            newest = f"the newest kept is {kept[-1].name}" if kept else "none is kept yet"
+            raise TrainingError(
+                f"the disk of {self.save_dir} has no room (full, or over a quota): step "
+                f"{self.step}'s checkpoint could not be written ({error}); {newest}: free space "
+                f"there (--keep-last keeps fewer checkpoints) and run again, which resumes from "
+                f"the newest") from error
+        if self.config.keep_last:
+            for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
+                old.unlink(missing_ok=True)
+        return path
+
+    def restore(self, path) -> None:
+        """Load weights, optimizer state, RNG state, step and data positions from `path`.
+
+        Raises:
+            TrainingError: the checkpoint is of another architecture or worker count, or was
+                trained on another vocabulary than this run's.
+        """
+        checkpoint = checkpoints.load(path)
+        try:
+            checkpoints.check_architecture(self.model_config.to_dict(),
+                                           checkpoint.meta.get("model_config"), path,
+                                           "use another --save-dir")
+        except checkpoints.ArchitectureError as error:
+            raise TrainingError(str(error)) from error
+        self._check_vocabulary(path, checkpoint.vocab)
+        saved_workers = checkpoint.meta.get("num_workers", 1)
+        if saved_workers != self.topology.num_workers:
+            # Each worker's data position is in the checkpoint: another count has none to take.
+            raise TrainingError(
+                f"{path} was written by {_count(saved_workers, 'worker')}, this run has "
+                f"{_count(self.topology.num_workers, 'worker')}: resume with "
+                f"{_count(saved_workers, 'worker')} (TF_CONFIG's cluster), or use another "
+                f"--save-dir")
+        saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
+        for variables, arrays in ((self.model.variables, checkpoint.model),
+                                  (self.optimizer.variables, checkpoint.optimizer)):
+            if [tuple(v.shape) for v in variables] != [a.shape for a in arrays]:
+                if saved_precision and saved_precision != self.config.precision:
+                    # mixed_float16's loss scaling adds optimizer variables the others lack
+                    raise TrainingError(
+                        f"{path} was trained with --precision {saved_precision}, this run has "
+                        f"{self.config.precision}, whose optimizer state differs: resume with "
+                        f"--precision {saved_precision}, or use another --save-dir")
+                raise TrainingError(f"{path}: variable shapes do not match this model")
+            for variable, array in zip(variables, arrays):
+                variable.assign(array)
+        meta = checkpoint.meta
+        self.step, self.skipped = meta["step"], meta.get("skipped", 0)
+        self.diverged = meta.get("diverged", 0)
+        self.best_valid = meta.get("best_valid", math.inf)
+        self.best_score = meta.get("best_score")
+        self.best_step = meta.get("best_step")
+        self.since_best = meta.get("validations_since_best", 0)
+        self.elapsed_before = meta.get("elapsed_seconds", 0.0)
+        self.positions = [tuple(p) for p in meta["positions"]]
+        self.bucket_boundaries = meta.get("bucket_boundaries")
+        self.validation_pending = meta.get("validation_pending", False)
+        packed = meta.get("packed_shapes")
+        self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
+        if self.vocab is None:
+            self.vocab = checkpoint.vocab
+        if warning := self._reordered_data_warning(meta.get("train_config") or {},
+                                                   meta.get("training_data")):
+            self.log(warning)
+        if warning := smoothing_warning(meta.get("train_config") or {}, self.config,
+                                        self.best_valid, self.best_step):
+            self.log(warning)
+        if warning := schedule_warning(meta.get("train_config") or {}, self.config,
+                                       self.model_config.d_model, self.step):
+            self.log(warning)
+        if warning := precision_warning(meta.get("train_config") or {}, self.requested_precision,
+                                        self.config.precision):
+            self.log(warning)
+        saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
+        if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
+                                              self.strategy.num_replicas_in_sync,
+                                              self.config.update_freq):
+            self.log(warning)
+
+    def _check_vocabulary(self, path, saved: bytes | None) -> None:
+        """Refuse a checkpoint trained on other pieces than this run's vocabulary (a data
+        directory preprocessed again, or another one): of the same size, it would load and
+        train on, each embedding read as another piece's, and write the new vocabulary into
+        the next checkpoints, where nothing could tell any more.
+
+        Raises:
+            TrainingError: the pieces differ (the first differing id named).
+            checkpoints.CheckpointError: the checkpoint's vocabulary does not load (damaged).
+        """
+        if saved is None or self.vocab is None or saved == self.vocab:
+            return
+        try:
+            before = Vocabulary.from_bytes(saved, f"the vocabulary in {path}")
+        except DataError as error:
+            raise checkpoints.CheckpointError(str(error)) from None
+        now = Vocabulary.from_bytes(self.vocab, "this run's vocabulary")
+        differ = differing_pieces(before, now)
+        if not differ:  # the same pieces serialized otherwise: the ids mean the same
+            return
+        first, a, b = differ[0]
+        raise TrainingError(
+            f"{path} was trained on another vocabulary than this run's data directory's "
+            f"spm.model: {len(differ)} of {max(before.size, now.size)} ids name other pieces "
+            f"(id {first}: {a!r} there, {b!r} here), so its embeddings would be read as other "
+            f"pieces' (a data directory preprocessed again gets another vocabulary from other "
+            f"text or flags); train on the data directory it was trained on, or use another "
+            f"--save-dir")
+
+    def _reordered_data_warning(self, saved: dict, saved_data: dict | None) -> str | None:
+        """A warning when this run's flags order the data otherwise than those of the run that
+        saved the restored checkpoint while its data position is inside an epoch: --seed shuffles
+        the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
+        shapes). The position counts batches, so it then names other ones (as in fairseq).
+        So it does when the data directory holds other training pairs than the checkpoint's
+        run had (`pipeline.training_data`): the same vocabulary over other text loads (more
+        data, or the wrong directory). A saved position is inside its epoch unless no update
+        was made (the epoch moves on when its next batch is asked for)."""
+        flags = [("seed", "--seed")]
+        if not self.packed_shapes:
+            flags.append(("max_tokens", "--max-tokens"))
+        changed = [f"{flag} {getattr(self.config, key)} (the checkpoint's run: {saved[key]})"
+                   for key, flag in flags
+                   if key in saved and saved[key] != getattr(self.config, key)]
+        now = self.training_data
+        if saved_data and now and saved_data != now:
+            counts = [(data["pairs"], data["target_tokens"]) for data in (now, saved_data)]
+            how = ("the same counts, other lengths or another order" if counts[0] == counts[1]
+                   else f"the checkpoint's run: {counts[1][0]:,} and {counts[1][1]:,}")
+            changed.append(f"other training pairs ({counts[0][0]:,} pairs, {counts[0][1]:,} "
+                           f"target tokens; {how})")
+        inside = [(worker, position) for worker, position in enumerate(self.positions)
+                  if position[1]]
+        if not changed or not inside:
+            return None
+        worker, (epoch, offset) = inside[0]
+        whose = f" of worker {worker}" if len(self.positions) > 1 else ""
+        return (f"warning: resumed with {' and '.join(changed)}: the data position (epoch "
+                f"{epoch}, batch {offset}{whose}) now counts the batches of another order, so "
+                f"until epoch {epoch} ends some pairs come again and others not at all; the "
+                f"checkpoint's values resume exactly")
+
+    def resume(self) -> None:
+        """Restore the newest checkpoint of `save_dir` that loads, setting damaged ones aside.
+
+        Writes nothing else, so a caller can check a save dir before writing into it; `fit` calls
+        it when it has not been called.
+
+        With several workers (one collective) every one must have resumed at the same step: only
+        the chief writes checkpoints, into its own `save_dir`.
+
+        Raises:
+            TrainingError: a loadable checkpoint is of another architecture or worker count, or
+                the workers resumed at different steps.
+        """
+        self._resumed = True
+        self._resume_newest()
+        if self.topology.num_workers > 1:
+            steps = [int(step) for step in self.collectives.every_worker(self.step)]
+            if len(set(steps)) > 1:
+                raise TrainingError(
+                    "the workers resumed at different steps ("
+                    + ", ".join(f"worker {i}: {step}" for i, step in enumerate(steps))
+                    + f"; this is worker {self.topology.worker_index}, --save-dir "
+                    f"{self.save_dir}): only the chief (worker 0) writes checkpoints, into its "
+                    f"--save-dir; give every worker the same --save-dir on a shared "
+                    f"filesystem, or copy the chief's newest checkpoint_*.npz into each "
+                    f"worker's --save-dir before resuming")
+
+    def _resume_newest(self) -> None:
+        existing = checkpoints.list_checkpoints(self.save_dir)
+        for path in reversed(existing):
+            try:
+                self.restore(path)
+            except checkpoints.CheckpointError as error:
+                self._set_aside(path, error)
+                continue
+            except FileNotFoundError:
+                if path.exists():
+                    raise
+                # Listed, then gone before it was opened: workers sharing the save dir list it
+                # at once, and the chief sets a damaged one aside. `resume` still checks that
+                # every worker ends at the same step.
+                self.log(f"skipped {path}: it was set aside or removed meanwhile (by the chief?), "
+                         f"trying the one before")
+                continue
+            self.log(f"resumed from {path} at step {self.step}")
+            self.resumed_from = path
+            return
+        if existing:
+            self.log(f"no checkpoint of {self.save_dir} loads: starting from step 0")
+
+    def _set_aside(self, path: Path, error: checkpoints.CheckpointError) -> None:
+        if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)
+            self.log(f"skipped {path}: {error}")
+            return
+        target = checkpoints.set_aside(path)
+        self.log(f"skipped {path}, renamed to {target.name} (kept, not resumed from again): "
+                 f"{error}")
+
+
+def effective_batch_warning(path, saved_replicas: int | None, saved_update_freq: int,
+                            replicas: int, update_freq: int) -> str | None:
+    """A warning when a checkpoint's run made its updates of another number of batches than
+    this run (replicas x --update-freq; each batch up to --max-tokens): the effective batch, for
+    which the learning rate and Adam's averages were chosen, changes. None when the numbers
+    agree, or for a checkpoint that does not record its replicas (written before it was kept)."""
+    if not isinstance(saved_replicas, int):
+        return None
+    before, now = saved_replicas * saved_update_freq, replicas * update_freq
+    if before == now:
+        return None
+    how = f"{max(before, now) / min(before, now):.3g}x {'smaller' if now < before else 'larger'}"
+    keep = (f"set --update-freq {before // replicas} to keep it" if before % replicas == 0
+            else f"no --update-freq keeps it on {_count(replicas, 'replica')}")
+    return (f"warning: {path} was trained with {_count(saved_replicas, 'replica')} x "
+            f"--update-freq {saved_update_freq} = {before} batches an update; this run has "
+            f"{replicas} x {update_freq} = {now}: the effective batch is {how}; {keep}")
+
+
+def smoothing_warning(saved: dict, config: TrainConfig, best_valid: float,
+                      best_step: int | None) -> str | None:
+    """A warning when a run that keeps checkpoint_best by validation loss resumes with another
+    --label-smoothing than its checkpoint's run: that loss is label-smoothed, so the best one
+    so far, which each validation (and --patience) is judged against, was measured with the
+    other smoothing, and a lower or higher one makes a new best of a worse model, or none of a
+    better. None when nothing is compared: another metric, or no validation yet."""
+    before = saved.get("label_smoothing")
+    if (before is None or before == config.label_smoothing
+            or config.best_checkpoint_metric != "loss" or not math.isfinite(best_valid)):
+        return None
+    judged = ("checkpoint_best and --patience judge" if config.patience
+              else "checkpoint_best judges")
+    return (f"warning: resumed with --label-smoothing {config.label_smoothing:g} (the "
+            f"checkpoint's run: {before:g}): the validation loss is label-smoothed, so the best "
+            f"so far ({best_valid:.3f} at step {best_step}), by which {judged} each validation, "
+            f"was measured with the other smoothing (the nll does not depend on it); keep "
+            f"--label-smoothing {before:g} or use another --save-dir")
+
+
+def schedule_warning(saved: dict, config: TrainConfig, d_model: int, step: int) -> str | None:
+    """A warning when a run resumes with another --warmup-steps or --lr-scale than its
+    checkpoint's run: the learning-rate schedule (`paper_learning_rate`) changes at once, at
+    the next update (number `step` + 1), from the checkpoint's rate to this run's. None when
+    the flags agree, when both schedules give the same rates from there on (another warmup
+    once both warmups are over), or for a checkpoint that does not record them."""
+    flags = (("warmup_steps", "--warmup-steps"), ("lr_scale", "--lr-scale"))
+    changed = [(key, flag) for key, flag in flags
+               if key in saved and saved[key] != getattr(config, key)]
+    if not changed:
+        return None
+    before = {key: saved.get(key, getattr(config, key)) for key, _ in flags}
+    rates = [float(paper_learning_rate(step + 1, d_model, schedule["warmup_steps"],
+                                       schedule["lr_scale"]))
+             for schedule in (before, {key: getattr(config, key) for key, _ in flags})]
+    if rates[0] == rates[1]:  # both warmups over: the schedules agree from here on
+        return None
+    how = f"{max(rates) / min(rates):.3g}x {'higher' if rates[1] > rates[0] else 'lower'}"
+    return ("warning: resumed with "
+            + " and ".join(f"{flag} {getattr(config, key):g} (the checkpoint's run: "
+                           f"{saved[key]:g})" for key, flag in changed)
+            + f": the learning rate of the next update (step {step + 1}) is {rates[1]:.3g}, "
+            f"{how} than the checkpoint's schedule's {rates[0]:.3g}; keep "
+            + " ".join(f"{flag} {saved[key]:g}" for key, flag in changed)
+            + " to go on with it")
+
+
+def precision_warning(saved: dict, requested: str, precision: str) -> str | None:
+    """A warning when a run resumes in another precision than its checkpoint's run trained in:
+    float32 and mixed_bfloat16, whose optimizer states agree, so that `restore` loads one into
+    the other (mixed_float16's loss scale makes it refuse the others). The weights and Adam's
+    moments are float32 in both and load as saved; what changes is every update from here on,
+    whose layers compute (forward and backward) in the other type. `precision` is what this run
+    trains in, `requested` its --precision: `auto` keeps the checkpoint's precision only where
+    it would time bfloat16, and elsewhere chooses by the hardware (a GPU, AMX) as for a new
+    run. None when the precisions agree, or for a checkpoint that does not record its own."""
+    before = saved.get("precision")
+    if before in (None, AUTO) or before == precision:
+        return None
+    given = (f"--precision auto, which chose {precision} here" if requested == AUTO
+             else f"--precision {precision}")
+    computes = {name: name.removeprefix("mixed_") for name in (before, precision)}
+    return (f"warning: resumed with {given} (the checkpoint's run: {before}): the weights and "
+            f"Adam's state load as saved (float32 in both), but from the next update on the "
+            f"layers compute in {computes[precision]} instead of {computes[before]}, so the run "
+            f"does not go on as its checkpoint's would; --precision {before} trains on as the "
+            f"checkpoint's run did")
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 worker`, `2 workers`."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
