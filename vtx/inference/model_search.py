@@ -17,9 +17,9 @@ from vtx.inference.decoding import DecodeOptions
 from vtx.models.transformer import Transformer
 
 
-# The widest beam whose search keeps one self-attention cache per sentence without XLA (see
-# `make_search_fn`); with XLA every beam search does.
-GROUPED_BEAM_WITHOUT_XLA = 8
+# The widest beams whose search keeps one self-attention cache per sentence, without and with
+# XLA (see `make_search_fn`); wider beams reorder a cache per hypothesis.
+GROUPED_BEAM_WITHOUT_XLA, GROUPED_BEAM_WITH_XLA = 8, 32
 
 
 def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
@@ -89,10 +89,11 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # reading the slots its own prefix wrote, and reorders which slots those are
         # (`Transformer.init_state(group=...)`), not the cache. Each hypothesis then scores
         # beam_size times the slots: under XLA, whose cache holds all max_length positions from
-        # the start, the quick start's model decoded 1.47x faster at beam 4 and 1.17x at beam
-        # 21 on XLA:CPU; without XLA 1.03x at beam 4, 0.99x at 8, 0.95x at 21 (an Intel Xeon;
-        # docs/benchmarks.md).
-        grouped = beam_size > 1 and (not grow or beam_size <= GROUPED_BEAM_WITHOUT_XLA)
+        # the start, the quick start's model decoded 1.47x faster at beam 4, 1.16x at 21, 1.09x
+        # at 32, 0.97x at 48 and 0.77x at 64 on XLA:CPU; without XLA 1.03x at beam 4, 0.99x at
+        # 8, 0.95x at 21 (an Intel Xeon; docs/benchmarks.md).
+        widest = GROUPED_BEAM_WITHOUT_XLA if grow else GROUPED_BEAM_WITH_XLA
+        grouped = 1 < beam_size <= widest
         state = model.init_state(source_ids, None if grow else max_length,
                                  group=beam_size if grouped else 1)
         # Weights the step would otherwise rebuild at every position: built once, here.
