@@ -45,6 +45,7 @@ from vtx.training.profile import StepProfiler
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream, PrefetchedStream
 
+
 def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
     """Adam(0.9, 0.98, 1e-9) on the paper's schedule; loss-scaled for float16."""
     schedule = TransformerSchedule(model_config.d_model, train_config.warmup_steps,
