@@ -15,7 +15,8 @@ import tensorflow as tf
 from vtx.config import EOS_ID, PAD_ID, TINY
 from vtx.inference.beam_search import beam_search, greedy_search
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.model_search import make_search_fn, output_length_limits
+from vtx.inference.model_search import (GROUPED_BEAM_WITH_XLA, make_search_fn,
+                                        output_length_limits)
 from vtx.models import transformer
 
 # Three sources of different lengths; PAD_ID-padded to one batch.
@@ -202,10 +203,11 @@ def test_the_same_input_twice_gives_the_same_output(model):
 
 
 @pytest.mark.slow
-def test_xla_compiled_search_equals_the_graph_search(model):
+@pytest.mark.parametrize("beam", [3, GROUPED_BEAM_WITH_XLA + 1])  # the cache per sentence, or not
+def test_xla_compiled_search_equals_the_graph_search(model, beam):
     source = padded(SOURCES)
-    graph = make_search_fn(model, beam_size=3, nbest=2, max_len_b=6)(source)
-    xla = make_search_fn(model, beam_size=3, nbest=2, max_len_b=6, jit_compile=True)(source)
+    graph = make_search_fn(model, beam_size=beam, nbest=2, max_len_b=6)(source)
+    xla = make_search_fn(model, beam_size=beam, nbest=2, max_len_b=6, jit_compile=True)(source)
     assert_same_hypotheses(hypotheses(xla), hypotheses(graph))
 
 
