@@ -67,6 +67,7 @@ def test_input_and_output_files(checkpoint, dev, tmp_path):
     assert len(output.read_text().splitlines()) == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trees.txt"]
     assert "Summary" not in result.stderr  # no --gold, no score
+    assert "parsed 5 lines in " in result.stderr
 
 
 def test_missing_checkpoint_is_named(tmp_path):

@@ -21,6 +21,9 @@ def test_issue_example_prints_three_lines_the_second_empty(trained_checkpoint):
     lines = result.stdout.decode().split("\n")
     assert len(lines) == 4 and lines[3] == ""
     assert lines[0] and lines[1] == "" and lines[2]
+    # The summary, on standard error: the empty line counted, its empty output no word.
+    words = len(lines[0].split()) + len(lines[2].split())
+    assert f"translated 3 lines ({words} words out) in " in result.stderr.decode()
 
 
 def test_reference_prints_sacrebleu_score_and_signature(trained_checkpoint, multi30k_small, tmp_path):

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
+from vtx.inference.progress import DecodingProgress
 from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
                                      open_source, output_sink, read_lines)
 from vtx.parsing import evalb
@@ -129,9 +130,11 @@ def parse_lines(translator: Translator, lines: Sequence[str],
 
 def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[str], None],
                  buffer_size: int, gold: Sequence[Tree | None] | None = None,
-                 warn: Callable[[str], None] = lambda message: None) -> ParseReport:
+                 warn: Callable[[str], None] = lambda message: None,
+                 progress: DecodingProgress | None = None) -> ParseReport:
     """`parse_lines` over `buffer_size` lines at a time, writing each chunk's trees (one line
-    each, an empty line for an empty input line) as soon as it is parsed.
+    each, an empty line for an empty input line) as soon as it is parsed; `progress` is told of
+    each chunk done, and finished at the end.
 
     Raises:
         ValueError: `gold` is given with a length other than `len(lines)`.
@@ -148,6 +151,10 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
         total.trees += chunk.trees
         total.repairs += chunk.repairs
         total.repaired_trees += chunk.repaired_trees
+        if progress:
+            progress.update(len(chunk.trees))
+    if progress:
+        progress.finish()
     return total
 
 
@@ -191,7 +198,8 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     log(f"checkpoint: {path}")
     with output_sink(output_path, force=force) as write:
-        report = parse_stream(translator, lines, write, buffer_size, gold, warn)
+        report = parse_stream(translator, lines, write, buffer_size, gold, warn,
+                              DecodingProgress(log, "parsed", len(lines), words=False))
     log(report.repair_summary())
     scores = _score(gold, report.trees, gold_path, output_path) if gold is not None else None
     return ParsedFile(path, report, scores)

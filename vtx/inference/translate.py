@@ -25,6 +25,7 @@ from vtx.data.text import DataError, count_lines, decode_line, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
+from vtx.inference.progress import DecodingProgress, lines_in_file
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
@@ -241,15 +242,16 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
 
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
-                     buffer_size: int) -> list[str]:
+                     buffer_size: int, progress: DecodingProgress | None = None) -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist). Returns the best
-    hypotheses' texts."""
+    hypotheses' texts; `progress` is told of each chunk done, and finished at the end."""
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
+        done = len(best)
         for hypotheses in translator.translate(chunk, number):
             best.append(hypotheses[0].text if hypotheses else "")
             if translator.options.nbest == 1:
@@ -259,6 +261,10 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
             for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
                 write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
         number += len(chunk)
+        if progress:
+            progress.update(len(chunk), best[done:])
+    if progress:
+        progress.finish()
     return best
 
 
@@ -353,9 +359,11 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         translator = load_translator(path, options, warn)
         log(f"checkpoint: {path}")
+        progress = DecodingProgress(log, "translated", lines_in_file(input_path) if input_path
+                                    else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size)
+                                    write, buffer_size, progress)
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,

@@ -1,0 +1,66 @@
+"""Progress lines of `vtx translate` and `vtx parse` (a fake clock: no timing)."""
+
+import gzip
+import os
+
+import pytest
+
+from vtx.inference.progress import DecodingProgress, lines_in_file
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_line_at_most_every_interval_with_the_share_done_and_the_time_left():
+    clock, said = Clock(), []
+    progress = DecodingProgress(said.append, "translated", total=1000, interval=10, clock=clock)
+    clock.now += 4
+    progress.update(100, ["ein Hund"] * 100)
+    assert said == []  # under the interval
+    clock.now += 16  # 20 s for 200 lines: 10 lines/s, 800 left
+    progress.update(100, ["zwei Hunde laufen"] * 100)
+    assert said == ["translated 200 of 1,000 lines (20%) in 0:00:20: 10.0 lines/s, "
+                    "about 0:01:20 left"]
+    clock.now += 5
+    progress.update(100, [""] * 100)
+    assert len(said) == 1
+    clock.now += 55  # 80 s in all
+    progress.update(700, ["x"] * 700)  # all done: the summary says it, not a progress line
+    progress.finish()
+    assert said[1:] == ["translated 1,000 lines (1,200 words out) in 80.0 s: 12.5 lines/s, "
+                        "15 words/s"]
+
+
+def test_a_stream_of_unknown_length_gets_rates_without_a_share_and_lines_without_words():
+    clock, said = Clock(), []
+    progress = DecodingProgress(said.append, "parsed", words=False, interval=10, clock=clock)
+    clock.now += 12
+    progress.update(6)
+    clock.now += 3
+    progress.finish()
+    assert said == ["parsed 6 lines in 0:00:12: 0.5 lines/s", "parsed 6 lines in 15.0 s: "
+                    "0.4 lines/s"]
+
+
+def test_lines_in_file_counts_as_the_input_is_read(tmp_path):
+    plain = tmp_path / "a.en"
+    plain.write_bytes(b"one\n\nthree")  # a last line without its newline is read too
+    assert lines_in_file(plain) == 3
+    packed = tmp_path / "a.en.gz"
+    packed.write_bytes(gzip.compress(b"one\ntwo\n"))
+    assert lines_in_file(packed) == 2
+    damaged = tmp_path / "b.en.gz"
+    damaged.write_bytes(gzip.compress(b"one\ntwo\n" * 100)[:30])
+    assert lines_in_file(damaged) is None  # the reading of the lines names the damage
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_not_read_ahead_to_count_its_lines(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert lines_in_file(fifo) is None  # returns at once: opening it would wait for a writer

@@ -1,0 +1,86 @@
+"""Progress of a long `vtx translate` or `vtx parse`: lines done, their rate and the time left,
+at most one line every `interval` seconds as batches of lines finish, and a summary at the end
+(as fairseq-generate's "Translated N sentences (T tokens) in S s").
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+from vtx.data.text import count_lines, open_binary
+from vtx.training.progress import format_duration
+
+INTERVAL_SECONDS = 10.0
+
+
+class DecodingProgress:
+    """Counts the lines (and output words) done and tells `log` about them.
+
+    Args:
+        log: receives the lines (the command's standard error).
+        verb: what is done to a line ("translated", "parsed").
+        total: the lines to do, when known (an input file), for the share done and the time
+            left; None for a stream.
+        words: whether the summary gives the output's words (whitespace-separated).
+        interval: the least seconds between two progress lines.
+        clock: seconds from an arbitrary origin (tests pass a fake one).
+    """
+
+    def __init__(self, log: Callable[[str], None], verb: str, total: int | None = None,
+                 words: bool = True, interval: float = INTERVAL_SECONDS,
+                 clock: Callable[[], float] = time.monotonic):
+        self.log, self.verb, self.total, self.interval, self.clock = (log, verb, total,
+                                                                      interval, clock)
+        self.lines, self.words = 0, 0 if words else None
+        self.started = self.last = clock()
+
+    def update(self, lines: int, outputs: list[str] = ()) -> None:
+        """`lines` more lines done, `outputs` their best outputs (for the word count)."""
+        self.lines += lines
+        if self.words is not None:
+            self.words += sum(len(text.split()) for text in outputs)
+        now = self.clock()
+        if now - self.last >= self.interval and (self.total is None or self.lines < self.total):
+            self.last = now
+            self.log(self._progress_line(now - self.started))
+
+    def _progress_line(self, elapsed: float) -> str:
+        rate = self.lines / max(elapsed, 1e-9)
+        if self.total is None:
+            return (f"{self.verb} {_lines(self.lines)} in {format_duration(elapsed)}: "
+                    f"{rate:.1f} lines/s")
+        left = (self.total - self.lines) / max(rate, 1e-9)
+        return (f"{self.verb} {self.lines:,} of {_lines(self.total)} "
+                f"({100 * self.lines // max(self.total, 1)}%) in {format_duration(elapsed)}: "
+                f"{rate:.1f} lines/s, about {format_duration(left)} left")
+
+    def finish(self) -> None:
+        """The summary: lines, output words, seconds and rates."""
+        elapsed = self.clock() - self.started
+        words = f" ({self.words:,} words out)" if self.words is not None else ""
+        rates = f"{self.lines / max(elapsed, 1e-9):.1f} lines/s"
+        if self.words is not None:
+            rates += f", {self.words / max(elapsed, 1e-9):,.0f} words/s"
+        self.log(f"{self.verb} {_lines(self.lines)}{words} in {elapsed:.1f} s: {rates}")
+
+
+def _lines(count: int) -> str:
+    return f"{count:,} line{'' if count == 1 else 's'}"
+
+
+def lines_in_file(path: str | Path) -> int | None:
+    """The lines `read_lines` will read from the file at `path` (plain or gzip, as the input is
+    opened), or None when it is not a regular file (a FIFO or device is read once only) or its
+    gzip data is damaged (the reading of the lines then says so, naming the line)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with open_binary(path) as handle:
+            return count_lines(handle)
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return None
