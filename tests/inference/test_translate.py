@@ -346,3 +346,26 @@ def test_a_save_dir_is_listed_once_the_checkpoint_checked_is_the_one_loaded(trai
                              DecodeOptions(beam=1, max_tokens=256), log=logs.append)
     assert len(listed) == 1 and logs[0] == f"checkpoint: {checked}"
     assert logs[1:2] and logs[1].startswith("translated 1 line (")
+
+
+def test_progress_is_told_of_each_batch_of_the_search_not_only_of_each_chunk(trained_checkpoint):
+    """A chunk of --buffer-size lines (1024 by default) may take minutes on a CPU: progress
+    comes as each batch of the search finishes. Here --max-tokens 16 makes batches of a few
+    sentences within one chunk of 12 lines; a clock 11 s on at every reading makes each update
+    a progress line."""
+    from vtx.inference.progress import DecodingProgress
+
+    translator = translate.load_translator(trained_checkpoint, DecodeOptions(beam=1,
+                                                                             max_tokens=16))
+    lines = ["A dog runs.", "", "Two men play football in the park."] * 4
+    ticks = iter(range(0, 10_000, 11))
+    said = []
+    progress = DecodingProgress(said.append, "translated", total=len(lines),
+                                clock=lambda: float(next(ticks)))
+    written = []
+    best = translate.translate_stream(translator, lines, written.append, 12, progress)
+    assert len(written) == 12 and best == written
+    done = [int(line.split()[1]) for line in said[:-1]]  # "translated N of 12 lines ..."
+    assert len(done) >= 3 and done == sorted(done) and done[-1] < 12
+    assert said[-1].startswith("translated 12 lines (")
+    assert f"({sum(len(text.split()) for text in best)} words out)" in said[-1]

@@ -98,7 +98,8 @@ def gold_tags(gold: Tree | None, words: list[str], line: int = 1,
 
 def parse_lines(translator: Translator, lines: Sequence[str],
                 gold: Sequence[Tree | None] | None = None, first_line_number: int = 1,
-                warn: Callable[[str], None] = lambda message: None) -> ParseReport:
+                warn: Callable[[str], None] = lambda message: None,
+                on_batch: Callable[[list[str]], None] | None = None) -> ParseReport:
     """Parses sentences, one per line, into trees over exactly their words.
 
     Args:
@@ -107,12 +108,14 @@ def parse_lines(translator: Translator, lines: Sequence[str],
         gold: gold trees aligned with `lines`; their POS tags go into the predicted trees.
         first_line_number: line number of `lines[0]`, for messages.
         warn: receives warnings (gold trees with another number of words, truncated lines).
+        on_batch: told each batch of the search's best outputs as it finishes (progress).
 
     Returns:
         The trees in input order and the repairs made.
     """
     words = [sentence_words(line) for line in lines]
-    hypotheses = translator.translate([" ".join(w) for w in words], first_line_number)
+    hypotheses = translator.translate([" ".join(w) for w in words], first_line_number,
+                                      on_batch)
     report = ParseReport([], RepairStats(), 0)
     for index, (sentence, best) in enumerate(zip(words, hypotheses)):
         if not sentence:
@@ -134,7 +137,7 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
                  progress: DecodingProgress | None = None) -> ParseReport:
     """`parse_lines` over `buffer_size` lines at a time, writing each chunk's trees (one line
     each, an empty line for an empty input line) as soon as it is parsed; `progress` is told of
-    each chunk done, and finished at the end.
+    each batch of the search as it finishes, and finished at the end.
 
     Raises:
         ValueError: `gold` is given with a length other than `len(lines)`.
@@ -142,17 +145,25 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
     if gold is not None and len(gold) != len(lines):
         raise ValueError(f"{len(gold)} gold trees for {len(lines)} input lines")
     total = ParseReport([], RepairStats(), 0)
+    searched = []  # the lines of the chunk searched so far, as the search's batches finish
+
+    def batch_done(outputs: list[str]) -> None:
+        searched.append(len(outputs))
+        progress.update(len(outputs))
+
     for start in range(0, len(lines), buffer_size):
         stop = start + buffer_size
+        searched.clear()
         chunk = parse_lines(translator, lines[start:stop],
-                            None if gold is None else gold[start:stop], start + 1, warn)
+                            None if gold is None else gold[start:stop], start + 1, warn,
+                            batch_done if progress else None)
         for tree in chunk.trees:
             write(tree.to_string() if tree is not None else "")
         total.trees += chunk.trees
         total.repairs += chunk.repairs
         total.repaired_trees += chunk.repaired_trees
-        if progress:
-            progress.update(len(chunk.trees))
+        if progress:  # its empty lines, not searched
+            progress.update(len(chunk.trees) - sum(searched))
     if progress:
         progress.finish()
     return total

@@ -126,27 +126,31 @@ class Translator:
             ids = ids[:limit]
         return ids
 
-    def translate(self, lines: list[str], first_line_number: int = 1) -> list[list[Hypothesis]]:
+    def translate(self, lines: list[str], first_line_number: int = 1,
+                  on_batch: Callable[[list[str]], None] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
-        sentence up)."""
+        sentence up). `on_batch`: see `search_ids`."""
         results: list[list[Hypothesis]] = [[] for _ in lines]
         encoded = [(i, self.encode(line, first_line_number + i))
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
-        for index, hypotheses in zip(wanted, self.search_ids(encoded)):
+        for index, hypotheses in zip(wanted, self.search_ids(encoded, on_batch=on_batch)):
             results[index] = hypotheses
         return results
 
     def search_ids(self, encoded: list[list[int]],
-                   should_stop: Callable[[], bool] | None = None) -> list[list[Hypothesis]]:
+                   should_stop: Callable[[], bool] | None = None,
+                   on_batch: Callable[[list[str]], None] | None = None,
+                   ) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order, finished ones first; fewer where fewer exist: the search's
         empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
         first one (a search with every token forbidden from its first step), so that every
-        sentence gets a hypothesis. `should_stop` is asked before each batch's search.
+        sentence gets a hypothesis. `should_stop` is asked before each batch's search,
+        `on_batch` told each batch's best texts after it (progress).
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
@@ -166,6 +170,8 @@ class Translator:
                     Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
                                float(scores[row, r]))
                     for r in range(self.options.nbest) if r == 0 or scores[row, r] > -np.inf]
+            if on_batch is not None:
+                on_batch([results[index][0].text for index in rows])
         return results
 
     def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -247,12 +253,20 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist). Returns the best
-    hypotheses' texts; `progress` is told of each chunk done, and finished at the end."""
+    hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
+    finished at the end."""
     best, number = [], 1
     lines = iter(lines)
+    searched = []  # the lines of the chunk searched so far, as the search's batches finish
+
+    def batch_done(texts: list[str]) -> None:
+        searched.append(len(texts))
+        progress.update(len(texts), texts)
+
     while chunk := list(itertools.islice(lines, buffer_size)):
-        done = len(best)
-        for hypotheses in translator.translate(chunk, number):
+        searched.clear()
+        for hypotheses in translator.translate(chunk, number,
+                                               batch_done if progress else None):
             best.append(hypotheses[0].text if hypotheses else "")
             if translator.options.nbest == 1:
                 write(best[-1])
@@ -261,8 +275,8 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
             for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
                 write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
         number += len(chunk)
-        if progress:
-            progress.update(len(chunk), best[done:])
+        if progress:  # its empty lines, not searched
+            progress.update(len(chunk) - sum(searched))
     if progress:
         progress.finish()
     return best
