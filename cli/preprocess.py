@@ -72,7 +72,7 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
             sample_lines=sample_lines,
             workers=workers, max_positions=max_positions, max_length_ratio=max_length_ratio,
             shard_size=shard_size, seed=seed, force=force)
-        meta = run_preprocess(config)
+        meta = run_preprocess(config, log=lambda line: click.echo(line, err=True))
     except (DataError, OSError) as err:  # OSError: a file it cannot read or write, named
         raise click.ClickException(str(err)) from None
     for line in _summary(meta):

@@ -98,6 +98,32 @@ def test_training_pairs_are_filtered_and_counted_but_valid_and_test_are_not(
     assert on_disk["splits"]["train"]["filtered"] == train["filtered"]
 
 
+def test_progress_counts_every_pair_kept_or_filtered_shard_by_shard(shared_data, small_data_dir,
+                                                                   tmp_path, monkeypatch):
+    """`vtx preprocess` on WMT-size text runs for many minutes: each split's pairs encoded so
+    far, out of its lines, with the time left (here a line for every shard of 5: no interval)."""
+    import functools
+
+    from vtx.data import preprocess as module
+    from vtx.progress_lines import LineProgress
+
+    monkeypatch.setattr(module, "LineProgress", functools.partial(LineProgress, interval=0))
+    en, de = noisy_pairs(shared_data)
+    write_lines(tmp_path / "train.en", en)
+    write_lines(tmp_path / "train.de.gz", de)
+    said = []
+    meta = preprocess(PreprocessConfig(
+        "en", "de", tmp_path / "bin", trainpref=str(tmp_path / "train"), shard_size=5,
+        spm_model=small_data_dir / "spm.model", max_positions=64, max_length_ratio=3.0),
+        log=said.append)
+    train = meta["splits"]["train"]
+    assert train["sentences"] < len(en)  # some filtered: counted all the same
+    done = [int(line.split()[2]) for line in said if line.startswith("train: encoded ")]
+    assert done == [5, 10, 15, 20, 25], said  # the 5 filtered pairs among the last 6 counted
+    assert all(f" of {len(en)} lines (" in line and " left" in line
+               for line in said if line.startswith("train: encoded "))
+
+
 def test_a_validation_pair_longer_than_the_positions_is_refused_with_its_line(
         shared_data, small_data_dir, tmp_path):
     en, de = noisy_pairs(shared_data)

@@ -353,14 +353,14 @@ def test_progress_is_told_of_each_batch_of_the_search_not_only_of_each_chunk(tra
     comes as each batch of the search finishes. Here --max-tokens 16 makes batches of a few
     sentences within one chunk of 12 lines; a clock 11 s on at every reading makes each update
     a progress line."""
-    from vtx.inference.progress import DecodingProgress
+    from vtx.progress_lines import LineProgress
 
     translator = translate.load_translator(trained_checkpoint, DecodeOptions(beam=1,
                                                                              max_tokens=16))
     lines = ["A dog runs.", "", "Two men play football in the park."] * 4
     ticks = iter(range(0, 10_000, 11))
     said = []
-    progress = DecodingProgress(said.append, "translated", total=len(lines),
+    progress = LineProgress(said.append, "translated", total=len(lines),
                                 clock=lambda: float(next(ticks)))
     written = []
     best = translate.translate_stream(translator, lines, written.append, 12, progress)

@@ -28,6 +28,7 @@ import numpy as np
 
 from vtx.data.text import DataError, decode_line, read_parallel
 from vtx.data.vocab import Vocabulary
+from vtx.progress_lines import LineProgress
 
 FILTER_REASONS = ("empty", "too_long", "length_ratio")
 IDX_DTYPE = "<i4"
@@ -227,7 +228,8 @@ def _chunks(source: Path, target: Path, shard_size: int, out_prefix: Path,
 
 
 def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Path,
-                   vocab_size: int, shard_size: int, pair_filter: PairFilter | None) -> dict:
+                   vocab_size: int, shard_size: int, pair_filter: PairFilter | None,
+                   progress: LineProgress | None = None) -> dict:
     """Encode one split (a pair of parallel files) into shards `out_prefix.NNNNN.{bin,idx}`.
 
     Args:
@@ -238,6 +240,7 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
         shard_size: input pairs per shard.
         pair_filter: None keeps every pair; one with `drop` False keeps them all too, but
             refuses a pair longer than its positions (validation and test).
+        progress: told of each shard's pairs, kept or filtered, as it is written.
 
     Returns:
         Counts: sentences, source_tokens, target_tokens kept (ids, no bos/eos), max_source_length,
@@ -252,5 +255,7 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
     chunks = _chunks(source, target, shard_size, out_prefix, pair_filter, token_dtype(vocab_size))
     for part in encoder.map_ordered(encode_chunk, chunks):
         _merge_stats(stats, part)
+        if progress:
+            progress.update(part["sentences"] + sum(part["filtered"].values()))
     return stats
 

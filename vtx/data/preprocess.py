@@ -16,7 +16,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from vtx import atomic
@@ -25,6 +25,7 @@ from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import DataError, decode_line, read_parallel, resolve_path
 from vtx.data.vocab import (MODEL_TYPES, Vocabulary, VocabularyTooSmallError,
                             train_sentencepiece)
+from vtx.progress_lines import LineProgress, lines_in_file
 
 FORMAT = "vtx-shards-1"
 META_FILE = "meta.json"
@@ -226,8 +227,11 @@ def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict
     }
 
 
-def preprocess(config: PreprocessConfig) -> dict:
+def preprocess(config: PreprocessConfig,
+               log: Callable[[str], None] = lambda line: None) -> dict:
     """Build the data directory `config.destdir`; return its meta (as written to meta.json).
+    `log` is told what is under way: the vocabulary's training, then each split's pairs encoded
+    (at most a line every 10 s, with the time left).
 
     Raises:
         DataError: any bad input (missing file, unequal line counts, invalid UTF-8, non-empty
@@ -249,15 +253,23 @@ def preprocess(config: PreprocessConfig) -> dict:
         raise DataError(f"--destdir {destdir}: cannot create its parent folder ({err})") from None
     with atomic.new_directory(destdir) as workdir:
         started = time.perf_counter()
+        if config.spm_model is None:
+            log(f"training the vocabulary (SentencePiece {config.model_type}, "
+                f"{config.vocab_size:,} pieces) on up to {config.sample_lines:,} random lines "
+                f"of {files['train'][0].name} and {files['train'][1].name}")
         vocab = _vocabulary(config, files, workdir)
+        if config.spm_model is None:
+            log(f"vocabulary trained in {time.perf_counter() - started:.1f} s")
         splits = {}
         train_filter = PairFilter(config.max_positions, config.max_length_ratio)
         length_check = PairFilter(config.max_positions, config.max_length_ratio, drop=False)
         with Encoder(workdir / SPM_FILE, config.workers) as encoder:
             for name, (source, target) in files.items():
+                progress = LineProgress(log, f"{name}: encoded", lines_in_file(source),
+                                        words=False)
                 splits[name] = binarize_split(
                     encoder, source, target, workdir / name, vocab.size, config.shard_size,
-                    train_filter if name == "train" else length_check)
+                    train_filter if name == "train" else length_check, progress)
                 if name == "train" and not splits[name]["sentences"]:
                     _no_training_pairs(config, source, target, splits[name]["filtered"])
         meta = _meta(config, vocab, files, splits)

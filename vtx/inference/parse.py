@@ -24,12 +24,12 @@ from typing import Callable, Sequence
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.progress import DecodingProgress
 from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
                                      open_source, output_sink, read_lines)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
 from vtx.parsing.trees import Tree
+from vtx.progress_lines import LineProgress
 
 _BRACKET_ESCAPES = str.maketrans({"(": "-LRB-", ")": "-RRB-"})
 
@@ -134,7 +134,7 @@ def parse_lines(translator: Translator, lines: Sequence[str],
 def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[str], None],
                  buffer_size: int, gold: Sequence[Tree | None] | None = None,
                  warn: Callable[[str], None] = lambda message: None,
-                 progress: DecodingProgress | None = None) -> ParseReport:
+                 progress: LineProgress | None = None) -> ParseReport:
     """`parse_lines` over `buffer_size` lines at a time, writing each chunk's trees (one line
     each, an empty line for an empty input line) as soon as it is parsed; `progress` is told of
     each batch of the search as it finishes, and finished at the end.
@@ -210,7 +210,7 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
     log(f"checkpoint: {path}")
     with output_sink(output_path, force=force) as write:
         report = parse_stream(translator, lines, write, buffer_size, gold, warn,
-                              DecodingProgress(log, "parsed", len(lines), words=False))
+                              LineProgress(log, "parsed", len(lines), words=False))
     log(report.repair_summary())
     scores = _score(gold, report.trees, gold_path, output_path) if gold is not None else None
     return ParsedFile(path, report, scores)

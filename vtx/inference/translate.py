@@ -25,7 +25,7 @@ from vtx.data.text import DataError, count_lines, decode_line, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
-from vtx.inference.progress import DecodingProgress, lines_in_file
+from vtx.progress_lines import LineProgress, lines_in_file
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
@@ -248,7 +248,7 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
 
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
-                     buffer_size: int, progress: DecodingProgress | None = None) -> list[str]:
+                     buffer_size: int, progress: LineProgress | None = None) -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
@@ -373,7 +373,7 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         translator = load_translator(path, options, warn)
         log(f"checkpoint: {path}")
-        progress = DecodingProgress(log, "translated", lines_in_file(input_path) if input_path
+        progress = LineProgress(log, "translated", lines_in_file(input_path) if input_path
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),

@@ -1,6 +1,7 @@
-"""Progress of a long `vtx translate` or `vtx parse`: lines done, their rate and the time left,
-at most one line every `interval` seconds as batches of lines finish, and a summary at the end
-(as fairseq-generate's "Translated N sentences (T tokens) in S s").
+"""Progress of long work over the lines of a file (`vtx translate`, `vtx parse`, `vtx
+preprocess`): lines done, their rate and the time left, at most one line every `interval`
+seconds as batches of lines finish, and a summary at the end (as fairseq-generate's "Translated
+N sentences (T tokens) in S s").
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from vtx.training.progress import format_duration
 INTERVAL_SECONDS = 10.0
 
 
-class DecodingProgress:
+class LineProgress:
     """Counts the lines (and output words) done and tells `log` about them.
 
     Args:
@@ -52,17 +53,17 @@ class DecodingProgress:
         rate = self.lines / max(elapsed, 1e-9)
         if self.total is None:
             return (f"{self.verb} {_lines(self.lines)} in {format_duration(elapsed)}: "
-                    f"{rate:.1f} lines/s")
+                    f"{rate:,.1f} lines/s")
         left = (self.total - self.lines) / max(rate, 1e-9)
         return (f"{self.verb} {self.lines:,} of {_lines(self.total)} "
                 f"({100 * self.lines // max(self.total, 1)}%) in {format_duration(elapsed)}: "
-                f"{rate:.1f} lines/s, about {format_duration(left)} left")
+                f"{rate:,.1f} lines/s, about {format_duration(left)} left")
 
     def finish(self) -> None:
         """The summary: lines, output words, seconds and rates."""
         elapsed = self.clock() - self.started
         words = f" ({self.words:,} words out)" if self.words is not None else ""
-        rates = f"{self.lines / max(elapsed, 1e-9):.1f} lines/s"
+        rates = f"{self.lines / max(elapsed, 1e-9):,.1f} lines/s"
         if self.words is not None:
             rates += f", {self.words / max(elapsed, 1e-9):,.0f} words/s"
         self.log(f"{self.verb} {_lines(self.lines)}{words} in {elapsed:.1f} s: {rates}")

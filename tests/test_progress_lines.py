@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from vtx.inference.progress import DecodingProgress, lines_in_file
+from vtx.progress_lines import LineProgress, lines_in_file
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
 
 def test_a_line_at_most_every_interval_with_the_share_done_and_the_time_left():
     clock, said = Clock(), []
-    progress = DecodingProgress(said.append, "translated", total=1000, interval=10, clock=clock)
+    progress = LineProgress(said.append, "translated", total=1000, interval=10, clock=clock)
     clock.now += 4
     progress.update(100, ["ein Hund"] * 100)
     assert said == []  # under the interval
@@ -38,7 +38,7 @@ def test_a_line_at_most_every_interval_with_the_share_done_and_the_time_left():
 
 def test_a_stream_of_unknown_length_gets_rates_without_a_share_and_lines_without_words():
     clock, said = Clock(), []
-    progress = DecodingProgress(said.append, "parsed", words=False, interval=10, clock=clock)
+    progress = LineProgress(said.append, "parsed", words=False, interval=10, clock=clock)
     clock.now += 12
     progress.update(6)
     clock.now += 3
