@@ -23,7 +23,7 @@ class LineProgress:
 
     Args:
         log: receives the lines (the command's standard error).
-        verb: what is done to a line ("translated", "parsed").
+        verb: what is done to a line ("translated", "parsed", "train: encoded").
         total: the lines to do, when known (an input file), for the share done and the time
             left; None for a stream.
         words: whether the summary gives the output's words (whitespace-separated).
