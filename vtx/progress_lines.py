@@ -49,6 +49,16 @@ class LineProgress:
             self.last = now
             self.log(self._progress_line(now - self.started))
 
+    def batch(self, outputs: list[str]) -> None:
+        """A batch of lines done, `outputs` their best outputs (`Translator.search_ids`'s
+        `on_batch`)."""
+        self.update(len(outputs), outputs)
+
+    def reach(self, lines: int) -> None:
+        """`lines` done in all: the lines left out of the batches (an empty line is not
+        searched) counted at the end of a chunk."""
+        self.update(lines - self.lines)
+
     def _progress_line(self, elapsed: float) -> str:
         rate = self.lines / max(elapsed, 1e-9)
         if self.total is None:

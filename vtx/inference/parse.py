@@ -145,25 +145,18 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
     if gold is not None and len(gold) != len(lines):
         raise ValueError(f"{len(gold)} gold trees for {len(lines)} input lines")
     total = ParseReport([], RepairStats(), 0)
-    searched = []  # the lines of the chunk searched so far, as the search's batches finish
-
-    def batch_done(outputs: list[str]) -> None:
-        searched.append(len(outputs))
-        progress.update(len(outputs))
-
     for start in range(0, len(lines), buffer_size):
         stop = start + buffer_size
-        searched.clear()
         chunk = parse_lines(translator, lines[start:stop],
                             None if gold is None else gold[start:stop], start + 1, warn,
-                            batch_done if progress else None)
+                            progress.batch if progress else None)
         for tree in chunk.trees:
             write(tree.to_string() if tree is not None else "")
         total.trees += chunk.trees
         total.repairs += chunk.repairs
         total.repaired_trees += chunk.repaired_trees
-        if progress:  # its empty lines, not searched
-            progress.update(len(chunk.trees) - sum(searched))
+        if progress:  # with the chunk's empty lines, not searched
+            progress.reach(len(total.trees))
     if progress:
         progress.finish()
     return total

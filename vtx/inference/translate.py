@@ -257,16 +257,9 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     finished at the end."""
     best, number = [], 1
     lines = iter(lines)
-    searched = []  # the lines of the chunk searched so far, as the search's batches finish
-
-    def batch_done(texts: list[str]) -> None:
-        searched.append(len(texts))
-        progress.update(len(texts), texts)
-
     while chunk := list(itertools.islice(lines, buffer_size)):
-        searched.clear()
         for hypotheses in translator.translate(chunk, number,
-                                               batch_done if progress else None):
+                                               progress.batch if progress else None):
             best.append(hypotheses[0].text if hypotheses else "")
             if translator.options.nbest == 1:
                 write(best[-1])
@@ -275,8 +268,8 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
             for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
                 write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
         number += len(chunk)
-        if progress:  # its empty lines, not searched
-            progress.update(len(chunk) - sum(searched))
+        if progress:  # with the chunk's empty lines, not searched
+            progress.reach(number - 1)
     if progress:
         progress.finish()
     return best
