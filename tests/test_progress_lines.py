@@ -1,11 +1,6 @@
 """Progress lines of `vtx translate` and `vtx parse` (a fake clock: no timing)."""
 
-import gzip
-import os
-
-import pytest
-
-from vtx.progress_lines import LineProgress, lines_in_file
+from vtx.progress_lines import LineProgress, format_duration
 
 
 class Clock:
@@ -47,20 +42,8 @@ def test_a_stream_of_unknown_length_gets_rates_without_a_share_and_lines_without
                     "0.4 lines/s"]
 
 
-def test_lines_in_file_counts_as_the_input_is_read(tmp_path):
-    plain = tmp_path / "a.en"
-    plain.write_bytes(b"one\n\nthree")  # a last line without its newline is read too
-    assert lines_in_file(plain) == 3
-    packed = tmp_path / "a.en.gz"
-    packed.write_bytes(gzip.compress(b"one\ntwo\n"))
-    assert lines_in_file(packed) == 2
-    damaged = tmp_path / "b.en.gz"
-    damaged.write_bytes(gzip.compress(b"one\ntwo\n" * 100)[:30])
-    assert lines_in_file(damaged) is None  # the reading of the lines names the damage
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
-def test_a_fifo_is_not_read_ahead_to_count_its_lines(tmp_path):
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    assert lines_in_file(fifo) is None  # returns at once: opening it would wait for a writer
+def test_durations_read_hours_minutes_and_seconds():
+    assert format_duration(0) == "0:00:00"
+    assert format_duration(59.9) == "0:00:59"  # whole seconds, not rounded up
+    assert format_duration(3725) == "1:02:05"
+    assert format_duration(-3) == "0:00:00"  # a clock read a little early: no negative time

@@ -6,16 +6,16 @@ N sentences (T tokens) in S s").
 
 from __future__ import annotations
 
-import gzip
 import time
-import zlib
-from pathlib import Path
 from typing import Callable
 
-from vtx.data.text import count_lines, open_binary
-from vtx.training.progress import format_duration
-
 INTERVAL_SECONDS = 10.0
+
+
+def format_duration(seconds: float) -> str:
+    """H:MM:SS of a whole number of seconds (negative ones as 0:00:00)."""
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class LineProgress:
@@ -82,16 +82,3 @@ class LineProgress:
 def _lines(count: int) -> str:
     return f"{count:,} line{'' if count == 1 else 's'}"
 
-
-def lines_in_file(path: str | Path) -> int | None:
-    """The lines `read_lines` will read from the file at `path` (plain or gzip, as the input is
-    opened), or None when it is not a regular file (a FIFO or device is read once only) or its
-    gzip data is damaged (the reading of the lines then says so, naming the line)."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        with open_binary(path) as handle:
-            return count_lines(handle)
-    except (EOFError, zlib.error, gzip.BadGzipFile):
-        return None

@@ -1,9 +1,12 @@
 """Reading raw parallel text: file resolution, lockstep reading, line-count and UTF-8 errors."""
 
+import gzip
+import os
+
 import pytest
 
 from tests.data.conftest import write_lines
-from vtx.data.text import DataError, decode_line, read_parallel, resolve_path
+from vtx.data.text import DataError, decode_line, lines_in_file, read_parallel, resolve_path
 
 
 def test_resolve_path_finds_plain_and_gzip(tmp_path):
@@ -75,3 +78,22 @@ def test_gzip_data_without_gz_and_text_named_gz_are_refused_naming_the_file(tmp_
     (tmp_path / "u.en.gz").write_bytes(b"a\nb\n")
     with pytest.raises(DataError, match=r"u\.en\.gz is named \.gz but is not gzip data"):
         list(read_parallel(tmp_path / "u.en.gz", tmp_path / "t.de"))
+
+
+def test_lines_in_file_counts_as_the_input_is_read(tmp_path):
+    plain = tmp_path / "a.en"
+    plain.write_bytes(b"one\n\nthree")  # a last line without its newline is read too
+    assert lines_in_file(plain) == 3
+    packed = tmp_path / "a.en.gz"
+    packed.write_bytes(gzip.compress(b"one\ntwo\n"))
+    assert lines_in_file(packed) == 2
+    damaged = tmp_path / "b.en.gz"
+    damaged.write_bytes(gzip.compress(b"one\ntwo\n" * 100)[:30])
+    assert lines_in_file(damaged) is None  # the reading of the lines names the damage
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_not_read_ahead_to_count_its_lines(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert lines_in_file(fifo) is None  # returns at once: opening it would wait for a writer

@@ -67,6 +67,21 @@ def count_lines(handle: BinaryIO) -> int:
     return sum(1 for _ in handle)
 
 
+def lines_in_file(path: str | Path) -> int | None:
+    """The lines of the file at `path`, opened as its reading opens it (`open_binary`: plain or
+    gzip), counted ahead of that reading for a share done and a time left; None when it is not
+    a regular file (a FIFO or device is read once only) or its gzip data is damaged (the
+    reading of the lines then says so, naming the line)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with open_binary(path) as handle:
+            return count_lines(handle)
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return None
+
+
 def read_parallel(source: Path, target: Path) -> Iterator[tuple[bytes, bytes]]:
     """Yield (source line, target line) as raw bytes without the line ending, in lockstep.
 

@@ -21,11 +21,11 @@ import numpy as np
 
 from vtx import atomic, checkpoints, stop
 from vtx.config import ModelConfig
-from vtx.data.text import DataError, count_lines, decode_line, open_binary
+from vtx.data.text import DataError, count_lines, decode_line, lines_in_file, open_binary
 from vtx.errors import ArgumentError, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
-from vtx.progress_lines import LineProgress, lines_in_file
+from vtx.progress_lines import LineProgress
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from vtx import atomic
+from vtx.progress_lines import format_duration
 
 
 PERPLEXITY_CAP = 50.0  # nats per token: exp(50) ~ 5.18e+21 is shown as above it
@@ -22,11 +23,6 @@ def format_perplexity(nll: float) -> str:
         return f">{math.exp(PERPLEXITY_CAP):.3g}"
     perplexity = math.exp(nll)  # nan stays nan
     return f"{perplexity:.2f}" if perplexity < 1e6 else f"{perplexity:.3g}"
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 class Progress:
