@@ -82,7 +82,6 @@ class ModelConfig(_JsonConfig):
         return self.d_model // self.num_heads
 
 
-
 BASE = ModelConfig()
 BIG = dataclasses.replace(BASE, d_model=1024, d_ff=4096, num_heads=16, dropout=0.3)
 # Section 6.3: 4 layers, d_model 1024; dropout is tuned on WSJ section 22, 0.3 as a starting point.

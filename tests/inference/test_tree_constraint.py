@@ -96,7 +96,6 @@ def test_a_vocabulary_without_brackets_is_refused():
         tree_constraint.constrained(random_decoder(0), ["<pad>", "<unk>", "<s>", "</s>", "\u2581a"])
 
 
-
 @pytest.mark.parametrize("seed", range(3))
 def test_a_forbidden_eos_never_finishes_a_hypothesis(seed):
     """A beam wider than the legal first tokens and a limit too short for the first sentence's

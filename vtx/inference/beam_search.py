@@ -384,7 +384,6 @@ def _sentence_done(search: _Search, max_lengths, state: BeamState):
     return at_limit | (rth_finished > best_possible)
 
 
-
 def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamState:
     """Only beam 0 of each sentence is live at first, so the K copies cannot all pick one token."""
     batch, beam, width = search.batch_size, search.beam_size, search.max_length + 1
