@@ -96,7 +96,6 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
            eval_metric, eval_options, prefetch, profile) -> int | None:
     from vtx.data import pipeline
-    from vtx.training.compiling import format_shape
     from vtx.training.trainer import Trainer
 
     save_dir = Path(save_dir)
@@ -105,29 +104,7 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
-    data_splits = pipeline.load_meta(data_dir).get("splits", {})
-    if not data_splits.get("train", {}).get("sentences"):
-        found = "0 pairs kept" if "train" in data_splits else "no train split"
-        raise ValueError(f"{data_dir} holds no training pairs (its meta.json: {found}): "
-                         f"`vtx preprocess --trainpref` writes them")
-    # A split of 0 pairs (written by vtx preprocess before it refused empty files) is none:
-    # validating on it logged loss 0, perplexity 1, as the best.
-    has_valid = bool(data_splits.get("valid", {}).get("sentences"))
-    metric = train_config.best_checkpoint_metric
-    if metric != "loss" and metric != eval_metric:
-        raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
-                         f"validation (--eval-{'bleu' if metric == 'bleu' else 'f1'})")
-    if eval_metric and not (has_valid and train_config.validate_interval_steps):
-        raise ValueError(f"--eval-{eval_metric}: {eval_metric} at each validation needs a "
-                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
-                         f"(now {train_config.validate_interval_steps})")
-    if train_config.patience and not (has_valid and train_config.validate_interval_steps):
-        raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
-                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
-                         f"(now {train_config.validate_interval_steps})")
-    if not has_valid and train_config.validate_interval_steps:
-        log(f"warning: {data_dir} has no validation split (`vtx preprocess --validpref`): this "
-            f"run does not validate, so it keeps no checkpoint_best")
+    has_valid = _has_validation(data_dir, train_config, eval_metric, log)
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(
         data_dir, splits, **pipeline.shape_policy(train_config.jit_compile,
@@ -166,6 +143,57 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     # trees); derived from the data and the lengths, so a resumed run cuts the same batches.
     sides = pipeline.side_lengths_for(data_dir, splits, boundaries,
                                       pipeline.shape_policy(train_config.jit_compile)["step"])
+    shapes = _training_shapes(data_dir, train_config, boundaries, sides, packed, has_valid, log)
+    make_epoch, make_valid = _batch_readers(data_dir, train_config, boundaries, sides, packed,
+                                            shards, shard)
+    return trainer.fit(make_epoch, make_valid if has_valid else None, score_valid, shapes)
+
+
+def _has_validation(data_dir, train_config: TrainConfig, eval_metric: str | None,
+                    log: Callable[[str], None]) -> bool:
+    """Whether the run validates: `data_dir` has a validation split of some pairs. Warns when
+    the run would validate but there is none.
+
+    Raises:
+        ValueError: no training pairs, or a flag that needs validations (--patience, --eval-*,
+            the best checkpoint by BLEU or F1) without them (named).
+    """
+    from vtx.data import pipeline
+
+    data_splits = pipeline.load_meta(data_dir).get("splits", {})
+    if not data_splits.get("train", {}).get("sentences"):
+        found = "0 pairs kept" if "train" in data_splits else "no train split"
+        raise ValueError(f"{data_dir} holds no training pairs (its meta.json: {found}): "
+                         f"`vtx preprocess --trainpref` writes them")
+    # A split of 0 pairs (written by vtx preprocess before it refused empty files) is none:
+    # validating on it logged loss 0, perplexity 1, as the best.
+    has_valid = bool(data_splits.get("valid", {}).get("sentences"))
+    metric = train_config.best_checkpoint_metric
+    if metric != "loss" and metric != eval_metric:
+        raise ValueError(f"the best checkpoint by {metric} needs {metric} computed at each "
+                         f"validation (--eval-{'bleu' if metric == 'bleu' else 'f1'})")
+    if eval_metric and not (has_valid and train_config.validate_interval_steps):
+        raise ValueError(f"--eval-{eval_metric}: {eval_metric} at each validation needs a "
+                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"(now {train_config.validate_interval_steps})")
+    if train_config.patience and not (has_valid and train_config.validate_interval_steps):
+        raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
+                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"(now {train_config.validate_interval_steps})")
+    if not has_valid and train_config.validate_interval_steps:
+        log(f"warning: {data_dir} has no validation split (`vtx preprocess --validpref`): this "
+            f"run does not validate, so it keeps no checkpoint_best")
+    return has_valid
+
+
+def _training_shapes(data_dir, train_config: TrainConfig, boundaries: list[int], sides,
+                     packed: list | None, has_valid: bool, log: Callable[[str], None]) -> list:
+    """The training batches' shapes (`packed`, or the buckets' at `boundaries` and `sides`),
+    said with the share of their positions that hold a real token, and the validation
+    batches' (the buckets') when they differ."""
+    from vtx.data import pipeline
+    from vtx.training.compiling import format_shape
+
     shapes = pipeline.batch_shapes(train_config.max_tokens, boundaries, sides)
     if packed:
         from vtx.data import packing
@@ -173,22 +201,31 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         if has_valid:
             log("batch shapes (rows x length, or rows x source x target), validation: "
                 + ", ".join(format_shape(shape) for shape in shapes))
-        shapes = packed
         fill = packing.packed_fill(data_dir, packed, seed=train_config.seed)
         log(f"training batches packed, several pairs a row: "
             f"{', '.join(format_shape(shape) for shape in packed)}; "
             f"{fill:.3f} of their positions hold a real token")
-    else:
-        fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries,
-                                      sides)
-        log(f"batch shapes (rows x length, or rows x source x target), "
-            f"{'training and validation' if has_valid else 'training'}: "
-            + ", ".join(format_shape(shape) for shape in shapes))
-        log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
-            f"({len(shapes)} shapes; --max-shapes sets how many, --pack packs pairs instead)")
+        return packed
+    fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries, sides)
+    log(f"batch shapes (rows x length, or rows x source x target), "
+        f"{'training and validation' if has_valid else 'training'}: "
+        + ", ".join(format_shape(shape) for shape in shapes))
+    log(f"padding: {fill:.3f} of the training batches' positions hold a real token "
+        f"({len(shapes)} shapes; --max-shapes sets how many, --pack packs pairs instead)")
+    return shapes
+
+
+def _batch_readers(data_dir, train_config: TrainConfig, boundaries: list[int], sides,
+                   packed: list | None, shards: int, shard: int) -> tuple[Callable, Callable]:
+    """(make_epoch, make_valid) for `Trainer.fit`: `make_epoch(epoch, skip)` gives this worker's
+    training batches of an epoch (packed, or in buckets), after the first `skip`; `make_valid()`
+    the validation batches, read once and kept."""
+    from vtx.data import pipeline
 
     def make_epoch(epoch: int, skip: int):
         if packed:
+            from vtx.data import packing
+
             batches = packing.packed_batches(
                 data_dir, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
                 num_shards=shards, shard_index=shard)
@@ -203,14 +240,14 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
 
     cached = []
 
-    def valid():
+    def make_valid():
         if not cached:
             cached.extend(_without_index(b) for b in pipeline.eval_batches(
                 data_dir, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
                 side_lengths=sides).as_numpy_iterator())
         return cached
 
-    return trainer.fit(make_epoch, valid if has_valid else None, score_valid, shapes)
+    return make_epoch, make_valid
 
 
 def _check_outside_data(save_dir: Path, data_dir) -> None:

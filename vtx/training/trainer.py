@@ -185,6 +185,11 @@ class Trainer(Checkpointing, ShapeCompiling, TrainingLoop):
                 [self._local_variable((_HEADER + sum(v.shape.num_elements() for v in variables),))]
                 if programs else [self._local_variable(v.shape) for v in variables])
             self._sums = self._local_variable((3,))  # loss, nll, tokens
+        self._init_run_state(clock)
+        self._make_programs(train_config.jit_compile, whole_update_jit, programs)
+
+    def _init_run_state(self, clock: Callable[[], float]) -> None:
+        """What a run counts and where it is: fresh, then as `resume` restores it."""
         self.step, self.skipped, self.best_valid = 0, 0, math.inf
         self.diverged = 0  # updates whose loss diverged (applied, counted, never saved)
         # The best task metric so far (higher is better), validations since the best one (by
@@ -215,6 +220,10 @@ class Trainer(Checkpointing, ShapeCompiling, TrainingLoop):
         # oldest first (at most two are in flight; the bound keeps callers that never count,
         # such as benchmarks, from growing it).
         self.launched_lengths: collections.deque = collections.deque(maxlen=4)
+
+    def _make_programs(self, jit_compile: bool, whole_update_jit: bool, programs: bool) -> None:
+        """The update's, the accumulation's and the evaluation's functions (traced later, as
+        they are first called or by `_trace_for_any_shape`)."""
         # Every program traced without AutoGraph: none holds Python control flow on tensors,
         # and AutoGraph parsed and rewrote the source of each function it traced through at the
         # run's start: the quick start's update traced in 5.23 s with it, 3.53 s without
@@ -238,7 +247,7 @@ class Trainer(Checkpointing, ShapeCompiling, TrainingLoop):
         # branch stays: it runs Adam as one fused kernel a variable, where the selection would
         # be ~10 operations each. float16's loss scale (Keras's LossScaleOptimizer, whose own
         # `apply` branches twice) is then kept by selection too (`_loss_scale_by_selection`).
-        self._select_skip = train_config.jit_compile
+        self._select_skip = jit_compile
         self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._evaluate = tf.function(self._evaluate_impl, reduce_retracing=True, autograph=False)
         self._reset = tf.function(self._reset_impl, autograph=False)
