@@ -27,6 +27,7 @@ from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batc
                                    search_bytes)
 from vtx.progress_lines import LineProgress
 
+
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
     text: str
