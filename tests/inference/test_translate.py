@@ -361,7 +361,7 @@ def test_progress_is_told_of_each_batch_of_the_search_not_only_of_each_chunk(tra
     ticks = iter(range(0, 10_000, 11))
     said = []
     progress = LineProgress(said.append, "translated", total=len(lines),
-                                clock=lambda: float(next(ticks)))
+                            clock=lambda: float(next(ticks)))
     written = []
     best = translate.translate_stream(translator, lines, written.append, 12, progress)
     assert len(written) == 12 and best == written
