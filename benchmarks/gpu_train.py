@@ -73,15 +73,15 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
                           strategy=tf.distribute.MirroredStrategy([device]), log=lambda _: None)
         rows, length = batches[0]["source"].shape
         if args.packed > 1:  # compiled for packed batches, as `vtx train --pack` does
-            trainer.packed_shapes = [(rows, length, length)]
+            trainer.state.packed_shapes = [(rows, length, length)]
         started = time.perf_counter()
-        trainer.compile_shapes([(rows, length, length)])
+        trainer.compiler.compile_shapes([(rows, length, length)], packed=args.packed > 1)
         compile_seconds = time.perf_counter() - started
 
         def feed(prefetch: int):
             stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
             if prefetch:  # as `vtx train` feeds its updates
-                return PrefetchedStream(stream, trainer.place_batch, prefetch)
+                return PrefetchedStream(stream, trainer.engine.place_batch, prefetch)
             return stream
 
         def timed_feed(prefetch: int) -> float:
@@ -94,7 +94,7 @@ def measure_vtx(arch: str, tokens: int, args) -> dict:
         stream = feed(args.prefetch)
         try:
             for _ in range(args.warmup):
-                trainer.train_update(stream)
+                trainer.engine.train_update(stream)
             seconds, loss_sums = timed_updates(trainer, stream, args.steps, args.in_flight)
             read_each = {k: timed_updates(trainer, stream, args.steps, k)[0]
                          for k in args.also_in_flight}
@@ -136,9 +136,9 @@ def timed_updates(trainer, stream, steps: int, in_flight: int) -> tuple[float, l
     started, launched, loss_sums = time.perf_counter(), collections.deque(), []
     for _ in range(steps):
         if in_flight and len(launched) == in_flight:
-            loss_sums.append(float(trainer.read_update(launched.popleft())[0]))
-        launched.append(trainer.start_update(stream))
-    loss_sums += [float(trainer.read_update(totals)[0]) for totals in launched]
+            loss_sums.append(float(trainer.engine.read_update(launched.popleft())[0]))
+        launched.append(trainer.engine.start_update(stream))
+    loss_sums += [float(trainer.engine.read_update(totals)[0]) for totals in launched]
     return time.perf_counter() - started, loss_sums
 
 
@@ -166,9 +166,9 @@ def profile(trainer, stream, args, name: str) -> str:
     directory = os.path.join(args.profile, name)
     tf.profiler.experimental.start(directory)
     try:
-        launched = [trainer.start_update(stream) for _ in range(args.profile_steps)]
+        launched = [trainer.engine.start_update(stream) for _ in range(args.profile_steps)]
         for totals in launched:
-            trainer.read_update(totals)
+            trainer.engine.read_update(totals)
     finally:
         tf.profiler.experimental.stop()
     return xplane_summary.summarize_directory(directory, updates=args.profile_steps)

@@ -8,7 +8,7 @@ vocabulary (the preset's: base 37000, tiny 1000), four batches cycled; dropout a
 smoothing as in the preset (base: P_drop 0.1, eps_ls 0.1).
 
 * vtx: the real training machinery, `vtx.training.trainer.Trainer` on a one-CPU MirroredStrategy,
-  timing `trainer.train_update(stream)` (per-replica gradient function, accumulation into float32
+  timing `engine.train_update(stream)` (per-replica gradient function, accumulation into float32
   buffers, Adam on the paper's schedule), precision float32 or mixed_bfloat16; TF's default threads.
 * reference: `benchmarks/torch_reference.py`, the same model on `torch.nn` (post-norm
   TransformerEncoder/DecoderLayer, shared scaled embedding, sinusoidal positions), label-smoothed
@@ -127,7 +127,7 @@ def measure_vtx(arch: str, precision: str, args) -> dict:
                           strategy=tf.distribute.MirroredStrategy(["/cpu:0"]), log=lambda _: None)
         # The stream restarts an epoch from `skip`: cycling the fixed batches forever.
         stream = BatchStream(lambda epoch, skip: batches[skip % len(batches):])
-        timing = time_steps(lambda i: float(trainer.train_update(stream)[0]),
+        timing = time_steps(lambda i: float(trainer.engine.train_update(stream)[0]),
                             *steps_for(arch, args))
         return {"params": trainer.model.count_params(), **timing}
 

@@ -209,7 +209,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             raise click.UsageError("--xla-cache-dir goes with --jit")
         from vtx.data.text import DataError
         from vtx.training import run
-        from vtx.training.trainer import TrainingError
+        from vtx.errors import TrainingError
 
         if eval_bleu and eval_gold:
             raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task "

@@ -39,6 +39,11 @@ class ArgumentError(ValueError):
         return self.template.format(**{a: name(a) for a in self.arguments}, **self.values)
 
 
+class TrainingError(RuntimeError):
+    """Training cannot go on: non-finite losses in a row, out of memory, divergence, another
+    worker gone, or a save dir that does not fit the run."""
+
+
 # TensorFlow reports a full disk (ENOSPC) or quota (EDQUOT) as ResourceExhaustedError too.
 _DISK_FULL = ("No space left on device", "Disk quota exceeded")
 

@@ -76,7 +76,7 @@ def main() -> None:
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices),
                       prefetch=args.prefetch)
     if args.show_placement:
-        per_replica = trainer.collectives.per_replica
+        per_replica = trainer.engine.collectives.per_replica
 
         def shown(batches):
             if not shown.done:
@@ -88,7 +88,7 @@ def main() -> None:
             return per_replica(batches)
 
         shown.done = False
-        trainer.collectives.per_replica = shown
+        trainer.engine.collectives.per_replica = shown
     # Two batch shapes in turn: the replicas of one update hold batches of different shapes, as
     # in `vtx train`, and every update the same ones (8 batches each; 24 in an epoch), so that
     # the update is traced once: with 8 replicas each new set of shapes costs ~55 s on 2 cores.
@@ -103,18 +103,18 @@ def main() -> None:
             time.sleep(args.step_sleep)
             yield batch
 
-    original = trainer.read_update
+    original = trainer.engine.read_update
 
     def recorded_update(totals):
-        if trainer.step + 1 == args.sigterm_at:
+        if trainer.state.step + 1 == args.sigterm_at:
             os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
         totals = original(totals)
         if not first:
             first.append(totals[0] / totals[2])
-            print(f"loss-step-{trainer.step + 1}: {first[0]:.8f}", flush=True)
+            print(f"loss-step-{trainer.state.step + 1}: {first[0]:.8f}", flush=True)
         return totals
 
-    trainer.read_update = recorded_update
+    trainer.engine.read_update = recorded_update
     make_valid = score_valid = None
     if args.scores:
         from vtx.training.validation import Score
@@ -125,11 +125,12 @@ def main() -> None:
         score_valid = lambda should_stop: Score("bleu", next(scores), "scripted")  # noqa: E731
     trainer.fit(slow_epoch, make_valid, score_valid)
     if args.scores:
-        print(f"best_score {trainer.best_score} since_best {trainer.since_best}", flush=True)
+        state = trainer.state
+        print(f"best_score {state.best_score} since_best {state.since_best}", flush=True)
     weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
-    out = Path(args.save_dir) / f"final_weights_{trainer.topology.worker_index}.npz"
+    out = Path(args.save_dir) / f"final_weights_{trainer.engine.topology.worker_index}.npz"
     np.savez(out, **weights)
-    print(f"finished at step {trainer.step}", flush=True)
+    print(f"finished at step {trainer.state.step}", flush=True)
 
 
 def packed_epoch_maker(pairs, seed: int):

@@ -26,7 +26,7 @@ def main() -> None:
     from tests.training.synthetic import epoch_maker, make_pairs, to_batch
     from vtx import config
     from vtx.training.distribute import make_strategy
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
     from vtx.training.trainer import Trainer
 
     lines = []
@@ -36,7 +36,7 @@ def main() -> None:
                                          save_interval_minutes=0,
                                          validate_interval_steps=0, max_nonfinite_in_a_row=3),
                       save_dir, strategy=make_strategy(["/cpu:0", "/cpu:1"]), log=lines.append)
-    gradients = trainer._gradient_fn
+    gradients = trainer.engine._gradient_fn
 
     def second_replica_overflows(batch):
         sums, grads = gradients(batch)
@@ -45,7 +45,7 @@ def main() -> None:
         return sums, [tf.where(second, tf.fill(tf.shape(g), tf.constant(np.inf, g.dtype)), g)
                       for g in grads]
 
-    trainer._gradient_fn = second_replica_overflows  # before the update is first traced
+    trainer.engine._gradient_fn = second_replica_overflows  # before the update is first traced
 
     class Repeat:
         batch = to_batch(make_pairs(4, 20, seed=1))
@@ -55,28 +55,28 @@ def main() -> None:
 
     def state():
         return [np.asarray(v.numpy()) for v in
-                trainer.model.variables + trainer.optimizer.variables
+                trainer.model.variables + trainer.engine.optimizer.variables
                 if v.path not in ("dynamic_scale", "loss_scale_optimizer/dynamic_scale")]
 
-    scale = getattr(trainer.optimizer, "dynamic_scale", None)
+    scale = getattr(trainer.engine.optimizer, "dynamic_scale", None)
     scale_before = float(scale.numpy()) if scale is not None else None
     before = state()
-    totals = trainer.train_update(Repeat())
+    totals = trainer.engine.train_update(Repeat())
     after = state()
     print(json.dumps({
         "stepped": float(totals[3]),
         "nonfinite_replicas": float(totals[5]) if len(totals) > 5 else None,
         "scale_before": scale_before, "scale_after": float(totals[4]),
-        "iterations": int(trainer.optimizer.iterations.numpy()),
+        "iterations": int(trainer.engine.optimizer.iterations.numpy()),
         "unchanged": all(np.array_equal(a, b) for a, b in zip(before, after)),
         "finite": all(np.isfinite(a).all() for a in after if a.dtype.kind == "f"),
-        "conditionals": conditionals(trainer._update_program.graph.as_graph_def()),
+        "conditionals": conditionals(trainer.engine._update_program.graph.as_graph_def()),
     }), flush=True)
     if scale is not None:
         scale.assign(2.0 ** -10)  # fewer halvings to the floor
     try:
         trainer.fit(epoch_maker(make_pairs(16, 20), 4))
-        print("finished at step", trainer.step)
+        print("finished at step", trainer.state.step)
     except TrainingError as error:
         print(f"error: {error}")
     print(f"logged: {lines[-1]}")

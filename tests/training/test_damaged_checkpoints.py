@@ -146,7 +146,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
                and "damaged" in line.split(": ", 1)[1] for line in lines), lines
     assert f"resumed from {checkpoints.checkpoint_path(tmp_path, 2)} at step 2" in lines
     assert (tmp_path / "checkpoint_00000004.npz.damaged").exists()
-    assert trainer.step == 4
+    assert trainer.state.step == 4
     reference = checkpoints.load(checkpoints.checkpoint_path(uninterrupted, 4)).model
     for variable, want in zip(trainer.model.variables, reference):
         np.testing.assert_allclose(variable.numpy(), want, atol=1e-5)
@@ -206,9 +206,11 @@ def test_a_checkpoint_set_aside_by_the_chief_after_this_worker_listed_it_is_skip
     monkeypatch.setattr(checkpoints, "load", chief_renames_first)
     lines = []
     trainer = make_trainer(tmp_path, lines)
-    trainer.topology = dataclasses.replace(trainer.topology, is_chief=False)
+    checkpointer = trainer.checkpointer
+    checkpointer.topology = dataclasses.replace(checkpointer.topology, is_chief=False)
     trainer.resume()
     assert (f"skipped {newest}: it was set aside or removed meanwhile (by the chief?), trying "
             f"the one before") in lines
     assert f"resumed from {checkpoints.checkpoint_path(tmp_path, 2)} at step 2" in lines
-    assert trainer.step == 2 and trainer.resumed_from == checkpoints.checkpoint_path(tmp_path, 2)
+    assert trainer.state.step == 2
+    assert checkpointer.resumed_from == checkpoints.checkpoint_path(tmp_path, 2)

@@ -17,7 +17,8 @@ from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
 from vtx import checkpoints
 from vtx.training.stream import BatchStream
-from vtx.training.trainer import Trainer, TrainingError
+from vtx.errors import TrainingError
+from vtx.training.trainer import Trainer
 
 
 def driver(save_dir, *args, env=None, wait=True):
@@ -238,17 +239,18 @@ def test_non_finite_losses_in_a_row_stop_with_a_clear_error(tmp_path, jit_compil
                                       save_interval_minutes=0, validate_interval_steps=0,
                                       jit_compile=jit_compile)
     trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
-    assert trainer._select_skip == jit_compile
+    assert trainer.engine._select_skip == jit_compile
     trainer.model.embedding.embeddings.assign(
         np.full(trainer.model.embedding.embeddings.shape, np.nan, np.float32))
     before = [v.numpy() for v in trainer.model.trainable_variables[1:]]
     with pytest.raises(TrainingError, match="2 non-finite updates in a row at step 1") as error:
         trainer.fit(epoch_maker(make_pairs(8, 20), 4))
-    assert trainer.skipped == 2 and trainer.step == 0
-    assert int(trainer.optimizer.iterations.numpy()) == 0
+    assert trainer.state.skipped == 2 and trainer.state.step == 0
+    assert int(trainer.engine.optimizer.iterations.numpy()) == 0
     for a, b in zip(before, trainer.model.trainable_variables[1:]):  # all but the NaN embedding
         np.testing.assert_array_equal(a, b.numpy())
-    assert not any(np.any(m.numpy()) for m in trainer.optimizer.variables[1:])  # moments still 0
+    # Adam's moments still 0
+    assert not any(np.any(m.numpy()) for m in trainer.engine.optimizer.variables[1:])
     assert str(error.value).endswith("; resume with a lower --lr-scale (now 1), or resume with "
                                      "--precision float32")
 
@@ -279,7 +281,7 @@ def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_i
     make_epoch = epoch_maker(make_pairs(32, 20), 4)
     healthy = Trainer(model_config, train_config, tmp_path / "healthy", log=lines.append)
     healthy.fit(make_epoch)  # the loss falls: nothing is flagged
-    assert healthy.diverged == 0 and not any("far above" in line for line in lines)
+    assert healthy.state.diverged == 0 and not any("far above" in line for line in lines)
     # A learning rate 1000x the schedule's: from the second update on, losses of tens to
     # thousands of nats per token (measured; `--lr-scale 1e6` reached 2.8e6 and exited 0).
     diverging = Trainer(model_config, dataclasses.replace(train_config, lr_scale=1e3),
@@ -289,7 +291,7 @@ def test_a_diverging_run_is_warned_then_stopped_keeping_the_checkpoints_before_i
                                             r"--lr-scale \(now 1000\)"):
         diverging.fit(make_epoch)
     warnings = [line for line in lines if line.startswith("warning: loss")]
-    assert len(warnings) == 3 and diverging.diverged == 3 and diverging.step == 4
+    assert len(warnings) == 3 and diverging.state.diverged == 3 and diverging.state.step == 4
     # Only the update before the loss took off was saved.
     assert [checkpoints.load(p).meta["step"] for p in
             checkpoints.list_checkpoints(tmp_path / "diverging")] == [1]
@@ -308,27 +310,27 @@ def test_divergence_is_judged_against_updates_of_the_same_batch_length(tmp_path)
     # The update's longest target row, recorded when it is launched, for the loop to read.
     batches = [to_batch(make_pairs(4, 20, seed=1, max_len=4), (6, 7)),
                to_batch(make_pairs(4, 20, seed=2, max_len=8), (9, 12))]
-    trainer.start_update(BatchStream(lambda epoch, skip: batches[skip:]))
-    assert list(trainer.launched_lengths) == [12]
+    trainer.engine.start_update(BatchStream(lambda epoch, skip: batches[skip:]))
+    assert list(trainer.engine.launched_lengths) == [12]
 
     watch = _LoopState(started=0.0).watch
     for _ in range(20):
-        assert not trainer._watch_divergence(1.3, watch, 24)
-    assert not trainer._watch_divergence(2.8, watch, 756)  # the first of its length
-    assert not trainer._watch_divergence(2.7, watch, 756)  # as high as its own length's
-    assert not trainer._watch_divergence(1.31, watch, 24)
-    assert trainer.diverged == 0 and not any("far above" in line for line in lines)
-    assert trainer._watch_divergence(2.9, watch, 24)  # far above the updates as long
-    assert trainer.diverged == 1 and "far above its running mean 1.300" in lines[-1]
+        assert not trainer.loop._watch_divergence(1.3, watch, 24)
+    assert not trainer.loop._watch_divergence(2.8, watch, 756)  # the first of its length
+    assert not trainer.loop._watch_divergence(2.7, watch, 756)  # as high as its own length's
+    assert not trainer.loop._watch_divergence(1.31, watch, 24)
+    assert trainer.state.diverged == 0 and not any("far above" in line for line in lines)
+    assert trainer.loop._watch_divergence(2.9, watch, 24)  # far above the updates as long
+    assert trainer.state.diverged == 1 and "far above its running mean 1.300" in lines[-1]
     # A length not seen before is not judged, and does not end a diverging series.
-    assert not trainer._watch_divergence(5.0, watch, 99)
-    assert trainer._watch_divergence(3.0, watch, 24)
+    assert not trainer.loop._watch_divergence(5.0, watch, 99)
+    assert trainer.loop._watch_divergence(3.0, watch, 24)
     assert "(2 such updates in a row, 2 in all)" in lines[-1]
     # With several workers (length None) one mean for all, as every worker must agree.
     single = _LoopState(started=0.0).watch
     for _ in range(20):
-        trainer._watch_divergence(1.3, single, None)
-    assert trainer._watch_divergence(2.8, single, None)
+        trainer.loop._watch_divergence(1.3, single, None)
+    assert trainer.loop._watch_divergence(2.8, single, None)
 
 
 def test_one_spiking_update_on_a_validation_step_still_saves_the_best_checkpoint(tmp_path):
@@ -396,16 +398,17 @@ def test_out_of_memory_names_what_lowers_the_memory_of_a_fresh_and_of_a_resumed_
         trainer = Trainer(model_config, train_config, tmp_path, log=lambda line: None)
         if resume:
             trainer.resume()
-        trainer._update = as_traced_update(out_of_memory)  # the allocator refusing the update
+        # the allocator refusing the update
+        trainer.engine._update = as_traced_update(out_of_memory)
         with pytest.raises(TrainingError, match="out of memory on a batch of source") as raised:
-            trainer.start_update(BatchStream(lambda epoch, skip: iter([batch] * 2)))
+            trainer.engine.start_update(BatchStream(lambda epoch, skip: iter([batch] * 2)))
         assert advice in str(raised.value)
         assert ("start a new run (another --save-dir) with a lower --max-tokens (now 64)"
                 in str(raised.value)) == resume
-    trainer._evaluate = out_of_memory  # the validation loss's forward pass
+    trainer.engine._evaluate = out_of_memory  # the validation loss's forward pass
     with pytest.raises(TrainingError, match=r"^out of memory on a validation batch of source "
                                             r"\(4, \d+\) target \(4, \d+\); this run resumed"):
-        trainer.evaluate([batch])
+        trainer.engine.evaluate([batch])
 
 
 @pytest.mark.parametrize("prefetch", [2, 0])
@@ -423,7 +426,7 @@ def test_out_of_memory_placing_a_batch_names_prefetch_when_batches_are_read_ahea
     def out_of_memory(batch, index):  # the device's allocator refusing the batch
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating a tensor")
 
-    trainer.place_batch = out_of_memory
+    trainer.engine.place_batch = out_of_memory
     with pytest.raises(TrainingError, match=r"^out of memory; lower --max-tokens \(now 64\) "
                                             r"and raise --update-freq") as raised:
         trainer.fit(epoch_maker(pairs, 4))

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tests.conftest import REPO_ROOT
 from tests.training.synthetic import epoch_maker, make_pairs, to_batch
 from vtx import config
-from vtx.training.loop import TrainingError
+from vtx.errors import TrainingError
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.compiling import compile_workers
 from vtx.training.trainer import Trainer
@@ -50,7 +50,7 @@ def test_evaluate_returns_the_per_token_means_over_all_batches(tmp_path):
     for batch in batches:
         logits = np.asarray(trainer.model((batch["source"], batch["target_in"])))
         totals += hand_loss_sums(logits, batch["target_out"], 0.1)
-    loss, nll = trainer.evaluate(batches)
+    loss, nll = trainer.engine.evaluate(batches)
     assert loss == pytest.approx(totals[0] / totals[2], rel=1e-5)
     assert nll == pytest.approx(totals[1] / totals[2], rel=1e-5)
 
@@ -59,7 +59,7 @@ def first_two_losses_and_weights(trainer, lengths=None):
     batch = to_batch(make_pairs(8, 20, seed=6), lengths)
     losses = []
     for _ in range(2):
-        totals = trainer.train_update(_Repeat(batch))
+        totals = trainer.engine.train_update(_Repeat(batch))
         losses.append(totals[0] / totals[2])
     return losses, [np.asarray(v.numpy(), np.float32) for v in trainer.model.trainable_variables]
 
@@ -96,9 +96,10 @@ def test_the_compiled_update_holds_no_conditional_nor_copies_of_its_state(tmp_pa
     a flag computed once; so is float16's loss scale (Keras's loss scaling: 4 before)."""
     trainer = make_trainer(tmp_path, ONE_LAYER, jit_compile=True, precision=precision)
     batch = to_batch(make_pairs(8, 20, seed=6))
-    trainer.train_update(_Repeat(batch))
-    placed = trainer.collectives.per_replica([trainer.place_batch(batch, 0)])
-    compiler_ir = trainer._update.experimental_get_compiler_ir(placed, trainer._apply[True])
+    trainer.engine.train_update(_Repeat(batch))
+    placed = trainer.engine.collectives.per_replica([trainer.engine.place_batch(batch, 0)])
+    engine = trainer.engine
+    compiler_ir = engine._update.experimental_get_compiler_ir(placed, engine._apply[True])
     hlo = compiler_ir(stage="hlo")
     assert " dot(" in hlo and " conditional(" not in hlo  # the update's HLO, with no branch
     # The check of the gradients (a sum a variable, the sums added up) computed once, not
@@ -133,16 +134,16 @@ def test_compiling_the_batch_shapes_first_changes_no_weight_nor_optimizer_state(
         trainer = make_trainer(tmp_path / str(workers), model, jit_compile=True, update_freq=2,
                                compile_workers=workers)
         lines = []
-        trainer.log = lines.append
-        state = trainer.model.variables + trainer.optimizer.variables
+        trainer.compiler.log = lines.append
+        state = trainer.model.variables + trainer.engine.optimizer.variables
         before = [np.asarray(v.numpy()) for v in state]
-        trainer.compile_shapes(shapes)
+        trainer.compiler.compile_shapes(shapes)
         named = sorted(line.split("(")[1].split(")")[0] for line in lines
                        if line.startswith("compiled the update for batch shape"))
         assert named == ["4x8x20", "8x12"], workers
         for a, b in zip([np.asarray(v.numpy()) for v in state], before):
             np.testing.assert_array_equal(a, b)
-        assert int(trainer.optimizer.iterations.numpy()) == 0
+        assert int(trainer.engine.optimizer.iterations.numpy()) == 0
         compiled_losses, compiled_weights = first_two_losses_and_weights(trainer, (12, 12))
         np.testing.assert_allclose(compiled_losses, losses, rtol=1e-6)
         for a, b in zip(compiled_weights, weights):
@@ -168,16 +169,16 @@ def test_mixed_float16_update_changes_the_weights_and_stays_finite(tmp_path):
     assert all(w.dtype == np.float32 for w in after)  # float32 master weights
     changed = [not np.array_equal(a, b) for a, b in zip(before, after)]
     assert sum(changed) > len(changed) // 2
-    assert float(trainer.optimizer.scale_loss(1.0)) > 1.0  # the loss is scaled
+    assert float(trainer.engine.optimizer.scale_loss(1.0)) > 1.0  # the loss is scaled
 
 
 def accumulated_gradients(trainer, batch) -> list[np.ndarray]:
     """The token-weighted gradient sums one micro-batch leaves in the trainer's accumulators
     (a trainer with update_freq > 1: with 1 there are none, the gradients go to Adam)."""
-    assert trainer._accumulators, "accumulators need update_freq > 1"
-    trainer._reset()
-    trainer._accumulate(trainer.collectives.per_replica([batch]))
-    return [np.asarray(a.read_value()) for a in trainer._accumulators]
+    assert trainer.engine._accumulators, "accumulators need update_freq > 1"
+    trainer.engine._reset()
+    trainer.engine._accumulate(trainer.engine.collectives.per_replica([batch]))
+    return [np.asarray(a.read_value()) for a in trainer.engine._accumulators]
 
 
 @pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
@@ -192,15 +193,15 @@ def test_float16_overflow_skips_the_update_without_counting_it_as_a_step(tmp_pat
                                          jit_compile=jit_compile, save_interval_minutes=0,
                                          validate_interval_steps=0),
                       tmp_path, log=lines.append)
-    assert trainer._select_skip == jit_compile
-    trainer.optimizer.dynamic_scale.assign(2.0 ** 40)  # built by the Trainer
+    assert trainer.engine._select_skip == jit_compile
+    trainer.engine.optimizer.dynamic_scale.assign(2.0 ** 40)  # built by the Trainer
     trainer.fit(epoch_maker(make_pairs(8, 20), 4))
     overflowed = [line for line in lines if line.startswith("float16 gradients overflowed")]
     assert overflowed[0] == ("float16 gradients overflowed at step 1: update skipped, loss scale "
                              "halved to 5.49756e+11 (1 skipped in all)")
-    assert trainer.step == 3 and int(trainer.optimizer.iterations.numpy()) == 3
-    assert trainer.skipped == len(overflowed)
-    assert float(trainer.optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - len(overflowed))
+    assert trainer.state.step == 3 and int(trainer.engine.optimizer.iterations.numpy()) == 3
+    assert trainer.state.skipped == len(overflowed)
+    assert float(trainer.engine.optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - len(overflowed))
 
 
 @pytest.mark.slow
@@ -216,7 +217,7 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
     assert trainers[0]._select_skip
     seen = []
     for trainer in trainers:
-        optimizer = trainer.optimizer
+        optimizer = trainer.engine.optimizer
         optimizer.dynamic_growth_steps = 2
         optimizer.dynamic_scale.assign(2.0 ** 40)  # float16 gradients overflow
         before = [np.asarray(v.numpy()) for v in trainer.model.trainable_variables]
@@ -224,7 +225,7 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
         for update in range(4):
             if update == 1:
                 optimizer.dynamic_scale.assign(2.0 ** 10)  # they do not
-            totals = trainer.train_update(_Repeat(batch))
+            totals = trainer.engine.train_update(_Repeat(batch))
             states.append((int(totals[3]), float(totals[4]), int(optimizer.step_counter.numpy()),
                            int(optimizer.iterations.numpy())))
             if update == 0:
@@ -250,16 +251,16 @@ def test_the_advice_at_the_loss_scale_floor_can_be_followed(tmp_path):
     pairs = make_pairs(8, 20)
     make_trainer(tmp_path, precision="mixed_float16", max_steps=1).fit(epoch_maker(pairs, 4))
     trainer = make_trainer(tmp_path, precision="mixed_float16", max_steps=3)
-    gradients = trainer._gradient_fn
+    gradients = trainer.engine._gradient_fn
 
     def overflowing(batch):  # float16's overflow on every update
         sums, grads = gradients(batch)
         grads = [tf.convert_to_tensor(grad) for grad in grads]  # the embedding's: IndexedSlices
         return sums, [tf.fill(tf.shape(g), tf.constant(np.inf, g.dtype)) for g in grads]
 
-    trainer._gradient_fn = overflowing  # before the update is first traced
+    trainer.engine._gradient_fn = overflowing  # before the update is first traced
     trainer.resume()
-    trainer.optimizer.dynamic_scale.assign(2.0 ** -13)  # one halving to the floor
+    trainer.engine.optimizer.dynamic_scale.assign(2.0 ** -13)  # one halving to the floor
     with pytest.raises(TrainingError) as error:
         trainer.fit(epoch_maker(pairs, 4))
     message = str(error.value)
@@ -270,7 +271,7 @@ def test_the_advice_at_the_loss_scale_floor_can_be_followed(tmp_path):
             make_trainer(tmp_path, precision=precision).resume()
     lower = make_trainer(tmp_path, precision="mixed_float16", lr_scale=0.5)
     lower.resume()
-    assert lower.step == 1
+    assert lower.state.step == 1
 
 
 def test_all_pad_rows_that_fill_a_batch_change_no_gradient(tmp_path):
@@ -298,12 +299,12 @@ def test_pad_positions_change_no_gradient_projected_or_not(tmp_path, jit_compile
     batch = to_batch(make_pairs(8, 20, seed=6))
     assert (batch["target_out"] == 0).any() and (batch["target_out"] != 0).any()
     dense = accumulated_gradients(trainer, batch)
-    sums = trainer._sums.read_value().numpy()
-    trainer._reset()
+    sums = trainer.engine._sums.read_value().numpy()
+    trainer.engine._reset()
 
     def projected(real_only):  # the accumulated gradient, [loss, nll, tokens]
         with tf.GradientTape() as tape:
-            logits, labels = trainer._logits(batch, training=True, real_only=real_only)
+            logits, labels = trainer.engine._logits(batch, training=True, real_only=real_only)
             loss_sum, nll_sum, tokens = label_smoothed_loss(logits, labels, 0.1)
         grads = tape.gradient(loss_sum, trainer.model.trainable_variables)
         return [np.asarray(tf.convert_to_tensor(g)) for g in grads], [loss_sum, nll_sum, tokens]
@@ -328,12 +329,12 @@ def test_a_packed_batch_gives_the_gradient_of_the_same_pairs_bucketed(tmp_path, 
     trainer = make_trainer(tmp_path, label_smoothing=0.1, jit_compile=jit_compile, update_freq=2)
     pairs = make_pairs(9, 20, seed=3)
     bucketed = accumulated_gradients(trainer, to_batch(pairs))
-    bucketed_sums = trainer._sums.read_value().numpy()
+    bucketed_sums = trainer.engine._sums.read_value().numpy()
     rows = [pairs[0:3], pairs[3:5], pairs[5:6], pairs[6:9], []]
     packed_batch = pack_batch(rows, (5, 24, 27))
     assert packed_batch["source_segments"].max() == 3
     packed = accumulated_gradients(trainer, packed_batch)
-    np.testing.assert_allclose(trainer._sums.read_value().numpy(), bucketed_sums, rtol=1e-5)
+    np.testing.assert_allclose(trainer.engine._sums.read_value().numpy(), bucketed_sums, rtol=1e-5)
     scale = max(np.abs(b).max() for b in bucketed)
     for a, b in zip(packed, bucketed):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)

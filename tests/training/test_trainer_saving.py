@@ -36,13 +36,13 @@ class StepClock:
         return self.now
 
     def attach(self, trainer: Trainer) -> Trainer:
-        read = trainer.read_update
+        read = trainer.engine.read_update
 
         def timed_read(totals):
             self.now += self.seconds_per_update
             return read(totals)
 
-        trainer.read_update = timed_read
+        trainer.engine.read_update = timed_read
         return trainer
 
 
@@ -67,7 +67,7 @@ def test_time_budget_stops_at_the_update_that_uses_it_up_and_saves_it(tmp_path):
     lines = []
     trainer = make_trainer(tmp_path, lines, max_steps=100, max_minutes=3 / 60)  # 1 s per update
     assert trainer.fit(epoch_maker(PAIRS, 4)) is None
-    assert trainer.step == 3 and saved_steps(tmp_path) == [3]
+    assert trainer.state.step == 3 and saved_steps(tmp_path) == [3]
     assert any("time budget of 0.05 minutes used up at step 3" in line for line in lines)
     etas = [line.split("eta ")[1].split()[0] for line in lines if "eta " in line]
     assert etas == ["0:00:02", "0:00:01", "0:00:00"]  # the budget bounds the ETA, not max_steps
@@ -77,7 +77,7 @@ def test_a_run_resumed_at_its_step_limit_says_that_there_is_nothing_to_train(tmp
     make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
     lines = []
     trainer = make_trainer(tmp_path, lines, max_steps=2)
-    assert trainer.fit(epoch_maker(PAIRS, 4)) is None and trainer.step == 2
+    assert trainer.fit(epoch_maker(PAIRS, 4)) is None and trainer.state.step == 2
     assert ("nothing to train: step 2 is already at the step limit 2 (--max-steps; raise it to "
             "go on)") in lines
     assert saved_steps(tmp_path) == [2]
@@ -86,7 +86,7 @@ def test_a_run_resumed_at_its_step_limit_says_that_there_is_nothing_to_train(tmp
 def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_path, monkeypatch):
     import errno
 
-    from vtx.training.trainer import TrainingError
+    from vtx.errors import TrainingError
 
     save = np.savez
 
@@ -96,14 +96,14 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
 
     trainer = make_trainer(tmp_path, max_steps=4, save_interval_steps=2)
     stream = epoch_maker(PAIRS, 4)
-    save_at = trainer.save
+    save_at = trainer.checkpointer.save
 
-    def save_onto_a_full_disk_at_step_4(stream):
-        if trainer.step == 4:
+    def save_onto_a_full_disk_at_step_4(state, stream):
+        if state.step == 4:
             monkeypatch.setattr(np, "savez", savez_onto_a_full_disk)
-        return save_at(stream)
+        return save_at(state, stream)
 
-    trainer.save = save_onto_a_full_disk_at_step_4
+    trainer.checkpointer.save = save_onto_a_full_disk_at_step_4
     with pytest.raises(TrainingError) as stopped:
         trainer.fit(stream)
     assert str(stopped.value) == (
@@ -138,13 +138,13 @@ def test_tokens_per_second_leave_out_validation_time(tmp_path):
     for name, interval in (("validating", 2), ("not", 0)):
         trainer = make_trainer(tmp_path / name, max_steps=6, log_interval_steps=2,
                                validate_interval_steps=interval)
-        evaluate, clock = trainer.evaluate, trainer.clock
+        evaluate, clock = trainer.engine.evaluate, trainer.loop.clock
 
         def slow_evaluate(batches, evaluate=evaluate, clock=clock):
             clock.now += 30.0
             return evaluate(batches)
 
-        trainer.evaluate = slow_evaluate
+        trainer.engine.evaluate = slow_evaluate
         trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
         history = [json.loads(line) for line in
                    (tmp_path / name / "history.jsonl").read_text().splitlines()]
@@ -173,7 +173,7 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
     validations = []
 
     def make_valid():
-        validations.append(trainer.step)
+        validations.append(trainer.state.step)
         if len(validations) == 2:
             os.kill(os.getpid(), signal.SIGTERM)  # to fit's handler, as a scheduler sends it
         return valid
@@ -181,7 +181,7 @@ def test_a_stop_signal_during_a_validation_saves_that_step_and_stops(tmp_path):
     lines = []
     trainer = make_trainer(tmp_path, lines, max_steps=100, validate_interval_steps=2)
     assert trainer.fit(epoch_maker(PAIRS, 4), make_valid) == signal.SIGTERM
-    assert validations == [2, 4] and trainer.step == 4
+    assert validations == [2, 4] and trainer.state.step == 4
     assert "stopping at step 4, saved: received signal 15 (SIGTERM)" in lines
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 4
 
@@ -197,7 +197,7 @@ def test_a_stop_signal_swallowed_before_the_run_stops_it_at_its_first_update_sav
         assert trainer.fit(epoch_maker(PAIRS, 4)) == signal.SIGTERM
     finally:
         stop.claim()  # left to no later test
-    assert trainer.step == 1
+    assert trainer.state.step == 1
     assert "stopping at step 1, saved: received signal 15 (SIGTERM)" in lines
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta["step"] == 1
 
@@ -217,10 +217,10 @@ def test_a_stop_signal_while_compiling_stops_before_any_update_and_writes_nothin
 
     trainer = make_trainer(tmp_path, lines, jit_compile=True, compile_workers=compile_workers,
                            num_layers=1)  # XLA compiles one layer in half the time
-    trainer.log = log
+    trainer.compiler.log = trainer.loop.log = log
     shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16), (4, 20, 20), (4, 24, 24)]
     assert trainer.fit(epoch_maker(PAIRS, 4, lengths=[(8, 9)]), shapes=shapes) == signal.SIGTERM
-    assert trainer.step == 0 and int(trainer.optimizer.iterations.numpy()) == 0
+    assert trainer.state.step == 0 and int(trainer.engine.optimizer.iterations.numpy()) == 0
     assert not list(tmp_path.glob("checkpoint_*"))
     assert ("stopped before the first update (received signal 15 (SIGTERM)): nothing trained "
             "since step 0, no checkpoint to write") in lines
@@ -241,19 +241,19 @@ def test_a_compile_pass_failing_other_than_out_of_memory_starts_no_queued_shape(
     shapes = [(4, 8, 9), (4, 12, 12), (4, 16, 16), (4, 20, 20), (4, 24, 24)]
     started, beside = [], threading.Event()
 
-    def compile_pass(shape, alone=True):
+    def compile_pass(shape, packed, alone=True):
         started.append(shape)
         if shape == shapes[0]:
             assert beside.wait(300)  # both threads busy
             raise ValueError("no program for this shape")
         beside.set()
-        assert trainer.compile_failed.wait(300)
+        assert trainer.compiler.compile_failed.wait(300)
         return 0.0
 
-    trainer._compile_pass = compile_pass
+    trainer.compiler._compile_pass = compile_pass
     with pytest.raises(ValueError, match="no program for this shape"):
         trainer.fit(epoch_maker(PAIRS, 4), shapes=shapes)
-    assert sorted(started) == shapes[:2] and trainer.step == 0
+    assert sorted(started) == shapes[:2] and trainer.state.step == 0
 
 
 @pytest.mark.parametrize("compile_workers", [1, 2])
@@ -266,7 +266,7 @@ def test_out_of_memory_while_compiling_says_what_to_lower(tmp_path, compile_work
     """With XLA the first thing a run does on the device is the compile passes, so a
     --max-tokens too large for it fails there: the same clear error as in training (beside
     other passes, once run again alone), not TensorFlow's, and nothing written."""
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
 
     trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=compile_workers,
                            max_tokens=64)
@@ -276,11 +276,11 @@ def test_out_of_memory_while_compiling_says_what_to_lower(tmp_path, compile_work
         started.append(1)
         raise tf_error(error)
 
-    trainer._update = as_traced_update(out_of_memory)
+    trainer.engine._update = as_traced_update(out_of_memory)
     with pytest.raises(TrainingError, match=r"^out of memory on a batch of source \(4, \d+\) "
                                             r"target \(4, \d+\); lower --max-tokens \(now 64\)"):
         trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12), (4, 16, 16)])
-    assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
+    assert trainer.state.step == 0 and not list(tmp_path.glob("checkpoint_*"))
     assert len(started) > (compile_workers > 1)  # beside others, then alone
 
 
@@ -309,7 +309,7 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
     """XLA failing on a shape (the persistent cache unwritable, from another machine, or on a
     full disk; a broken CUDA install) ends the run before any update with the shape, TensorFlow's
     first line and what to try, instead of TensorFlow's traceback."""
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
 
     from pathlib import Path
 
@@ -323,7 +323,7 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
     def failing(*args):
         raise tf_error(error)
 
-    trainer._update = as_traced_update(failing)
+    trainer.engine._update = as_traced_update(failing)
     with pytest.raises(TrainingError) as raised:
         trainer.fit(epoch_maker(PAIRS, 4), shapes=[(4, 8, 9), (4, 12, 12)])
     kind, _, message = error.partition(": ")
@@ -331,7 +331,7 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
                                         f"({kind}: {message})") or str(raised.value).startswith(
         f"compiling the update for batch shape 4x12 failed ({kind}: {message})")
     assert says in str(raised.value) and "out of memory" not in str(raised.value)
-    assert trainer.step == 0 and not list(tmp_path.glob("checkpoint_*"))
+    assert trainer.state.step == 0 and not list(tmp_path.glob("checkpoint_*"))
 
 
 def test_another_worker_gone_while_compiling_is_said_as_such_not_as_xla_failing(tmp_path):
@@ -339,17 +339,18 @@ def test_another_worker_gone_while_compiling_is_said_as_such_not_as_xla_failing(
     there, killed) fails them here, which is not this shape's XLA failing (no cache to remove,
     no --no-jit to try). The topology says two workers; the stand-in update fails as their
     collective does."""
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
 
     trainer = make_trainer(tmp_path, jit_compile=True, compile_workers=1)
-    trainer.topology = dataclasses.replace(trainer.topology, num_workers=2)
+    trainer.compiler.topology = trainer.loop.topology = dataclasses.replace(
+        trainer.loop.topology, num_workers=2)
 
     def gone(*args):
         raise tf_error("UnavailableError: Collective ops is aborted by: Error reported from "
                        "/job:worker/task:1: The following tasks are unhealthy (stopped sending "
                        "heartbeats):\n/job:worker/replica:0/task:1")
 
-    trainer._update = as_traced_update(gone)
+    trainer.engine._update = as_traced_update(gone)
     with pytest.raises(TrainingError, match=r"^another worker of this run stopped or cannot be "
                                             r"reached \(UnavailableError: Collective ops is "
                                             r"aborted by: .* /job:worker/replica:0/task:1\); "):
@@ -392,13 +393,13 @@ def test_resuming_on_other_training_pairs_is_warned(tmp_path):
     def resumed_warnings(data):
         lines = []
         trainer = make_trainer(tmp_path, lines, max_steps=2)
-        trainer.training_data = data
+        trainer.state.training_data = data
         trainer.resume()
         assert any(line.startswith("resumed from") for line in lines)
         return [line for line in lines if line.startswith("warning: resumed")]
 
     trainer = make_trainer(tmp_path, max_steps=2)
-    trainer.training_data = first
+    trainer.state.training_data = first
     trainer.fit(epoch_maker(PAIRS, 4))  # batch 2 of 4 of epoch 0
     assert checkpoints.load(checkpoints.list_checkpoints(tmp_path)[-1]).meta[
         "training_data"] == first
@@ -430,7 +431,7 @@ def test_checkpoint_best_holds_the_step_of_the_lowest_validation_loss(tmp_path):
     numbered = checkpoints.load(checkpoints.checkpoint_path(tmp_path, best_step))
     for a, b in zip(best.model, numbered.model):
         np.testing.assert_array_equal(a, b)
-    assert trainer.evaluate(valid)[0] == pytest.approx(losses[8], rel=1e-5)
+    assert trainer.engine.evaluate(valid)[0] == pytest.approx(losses[8], rel=1e-5)
 
 
 def test_tensorboard_event_files_hold_the_logged_scalars(tmp_path):
@@ -463,9 +464,9 @@ def test_updates_launched_ahead_train_the_same_model_and_never_overlap_a_save_or
         events = []
         trainer = make_trainer(tmp_path / str(ahead), max_steps=11, save_interval_steps=4,
                                validate_interval_steps=3, launch_ahead=ahead)
-        start, read = trainer.start_update, trainer.read_update
-        trainer.start_update = lambda stream: events.append("start") or start(stream)
-        trainer.read_update = lambda totals: events.append("read") or read(totals)
+        start, read = trainer.engine.start_update, trainer.engine.read_update
+        trainer.engine.start_update = lambda stream: events.append("start") or start(stream)
+        trainer.engine.read_update = lambda totals: events.append("read") or read(totals)
         trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
         runs[ahead] = events
     # Each update is launched before the one before is read, except after steps 3, 6, 9
@@ -558,7 +559,7 @@ def test_history_rows_after_the_checkpoint_resumed_from_are_not_kept_twice(tmp_p
 def test_resuming_with_a_precision_of_other_optimizer_state_names_the_flag(tmp_path):
     """mixed_float16's loss scaling has optimizer variables float32's lacks: the resume said
     only "variable shapes do not match this model" of an identical model."""
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
 
     make_trainer(tmp_path, max_steps=1, precision="float32").fit(epoch_maker(PAIRS, 4))
     with pytest.raises(TrainingError, match=r"checkpoint_00000001.npz was trained with "
@@ -584,7 +585,7 @@ def test_resuming_in_another_precision_warns_that_the_updates_compute_otherwise(
         trainer.resume()
         assert f"resumed from {path} at step 1" in lines
         for variables, arrays in ((trainer.model.variables, saved.model),
-                                  (trainer.optimizer.variables, saved.optimizer)):
+                                  (trainer.engine.optimizer.variables, saved.optimizer)):
             for variable, array in zip(variables, arrays, strict=True):  # loaded as saved
                 assert variable.dtype == array.dtype
                 np.testing.assert_array_equal(variable.numpy(), array)
@@ -624,14 +625,15 @@ def test_the_precision_warning_is_only_where_the_precisions_differ():
 def test_resuming_with_another_number_of_workers_is_refused_naming_both_counts(tmp_path):
     """Each worker's data position is in the checkpoint: another worker count is refused, in
     words ("1 worker", "2 workers") and with what to do."""
-    from vtx.training.loop import TrainingError
+    from vtx.errors import TrainingError
 
     make_trainer(tmp_path, max_steps=1).fit(epoch_maker(PAIRS, 4))
     path = checkpoints.list_checkpoints(tmp_path)[-1]
     two = make_trainer(tmp_path, max_steps=2)
-    two.topology = dataclasses.replace(two.topology, num_workers=2)  # restore asks no peer
+    checkpointer = two.checkpointer  # restore asks no peer
+    checkpointer.topology = dataclasses.replace(checkpointer.topology, num_workers=2)
     with pytest.raises(TrainingError) as refused:
-        two.restore(path)
+        checkpointer.restore(path, two.state)
     assert str(refused.value) == (
         f"{path} was written by 1 worker, this run has 2 workers: resume with 1 worker "
         f"(TF_CONFIG's cluster), or use another --save-dir")
@@ -699,7 +701,7 @@ def test_resuming_with_another_label_smoothing_warns_that_the_best_loss_was_smoo
     trainer = make_trainer(tmp_path, max_steps=2, validate_interval_steps=1)
     trainer.fit(epoch_maker(PAIRS, 4), lambda: valid)
     path = checkpoints.list_checkpoints(tmp_path)[-1]
-    best, best_step = trainer.best_valid, trainer.best_step
+    best, best_step = trainer.state.best_valid, trainer.state.best_step
 
     def warnings(**options):
         lines = []
@@ -711,7 +713,7 @@ def test_resuming_with_another_label_smoothing_warns_that_the_best_loss_was_smoo
     assert warnings(label_smoothing=0.0) == [
         f"warning: resumed with --label-smoothing 0 (the checkpoint's run: 0.1): the validation "
         f"loss is label-smoothed, so the best so far ({best:.3f} at step {best_step}), by which "
-        f"checkpoint_best judges each validation, was measured with the other smoothing (the nll "
+        f"checkpoint_best judges each validation, was computed with the other smoothing (the nll "
         f"does not depend on it); keep --label-smoothing 0.1 or use another --save-dir"]
     assert "by which checkpoint_best and --patience judge each validation" in warnings(
         label_smoothing=0.3, patience=2)[0]
@@ -732,8 +734,8 @@ def test_resuming_with_another_schedule_warns_of_the_learning_rate_it_jumps_to(t
 
     assert warnings(warmup_steps=4000)[1] == []
     trainer, lines = warnings(warmup_steps=10)
-    before = float(paper_learning_rate(3, trainer.model_config.d_model, 4000))
-    now = trainer.learning_rate(3)
+    before = float(paper_learning_rate(3, trainer.engine.model_config.d_model, 4000))
+    now = trainer.engine.learning_rate(3)
     assert lines == [
         f"warning: resumed with --warmup-steps 10 (the checkpoint's run: 4000): the learning "
         f"rate of the next update (step 3) is {now:.3g}, {now / before:.3g}x higher than the "

@@ -142,14 +142,14 @@ def test_patience_stops_after_validations_without_a_new_best_and_survives_a_resu
                            save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
     assert trainer.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID,
                        ScriptedScorer([5.0, 9.0, 7.0, 9.0])) is None  # a tie is no new best
-    assert trainer.step == 4
+    assert trainer.state.step == 4
     assert not any("--patience" in line for line in lines)  # 2 without a new best, not 3
     # A fresh process resumes the count: one more validation without a new best stops it.
     resumed = make_trainer(tmp_path, lines, max_steps=20, validate_interval_steps=1,
                            save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
     assert resumed.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID,
                        ScriptedScorer([8.5])) is None
-    assert resumed.step == 5
+    assert resumed.state.step == 5
     assert any("no better bleu in 3 validations (--patience 3) at step 5" in line
                for line in lines)
     assert checkpoints.load(tmp_path / checkpoints.BEST_NAME).meta["step"] == 2
@@ -159,7 +159,7 @@ def test_patience_stops_after_validations_without_a_new_best_and_survives_a_resu
                          save_interval_steps=1, best_checkpoint_metric="bleu", patience=3)
     scorer = ScriptedScorer([9.5])
     assert again.fit(epoch_maker(make_pairs(16, 20), 4), lambda: VALID, scorer) is None
-    assert again.step == 5 and scorer.calls == 0 and saved_steps(tmp_path)[-1] == 5
+    assert again.state.step == 5 and scorer.calls == 0 and saved_steps(tmp_path)[-1] == 5
     assert ("nothing to train: the run stopped at step 5 with no better bleu in 3 validations "
             "(--patience 3; raise it to go on)") in lines
 
@@ -201,16 +201,16 @@ def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_valida
     if during == "decoding":
         scorer = StoppedOnce([5.0, 9.0, 7.0, 8.0], at=3)
     else:
-        scorer, read = ScriptedScorer([5.0, 9.0, 7.0, 8.0]), stopped.read_update
+        scorer, read = ScriptedScorer([5.0, 9.0, 7.0, 8.0]), stopped.engine.read_update
 
         def read_update(totals):  # the host waits for the update: the signal comes meanwhile
-            if stopped.step == 2:
+            if stopped.state.step == 2:
                 os.kill(os.getpid(), signal.SIGTERM)
             return read(totals)
 
-        stopped.read_update = read_update
+        stopped.engine.read_update = read_update
     assert stopped.fit(epoch_maker(pairs, 4), lambda: VALID, scorer) == signal.SIGTERM
-    assert stopped.step == 3 and scorer.calls == 2
+    assert stopped.state.step == 3 and scorer.calls == 2
     assert "validation of step 3 interrupted by a stop signal: saving step 3, to be validated " \
            "first when resumed" in lines
     newest = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
@@ -262,7 +262,7 @@ def test_the_scorer_stops_between_decoding_batches_when_asked(trained_checkpoint
 
 
 def test_a_metric_best_checkpoint_without_its_scorer_is_refused(tmp_path):
-    from vtx.training.trainer import TrainingError
+    from vtx.errors import TrainingError
 
     trainer = make_trainer(tmp_path, max_steps=2, validate_interval_steps=1,
                            best_checkpoint_metric="f1")

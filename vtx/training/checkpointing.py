@@ -1,25 +1,28 @@
 """The trainer's checkpoints: what one holds, writing it, loading it back with its checks and
 warnings, and resuming a run from the newest one that loads (damaged ones set aside).
 
-`Checkpointing` is the part of `vtx.training.trainer.Trainer` that reads and writes its state; the
-file format is `vtx.checkpoints`; when checkpoints are written is `loop.py`'s.
+`Checkpointer` reads and writes the engine's variables (`engine.py`) and the run state
+(`state.py`); the file format is `vtx.checkpoints`; when checkpoints are written is `loop.py`'s.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from vtx import checkpoints
-from vtx.config import TrainConfig
 from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary, differing_pieces
-from vtx.errors import disk_full
-from vtx.training.loop import TrainingError
+from vtx.config import ModelConfig, TrainConfig
+from vtx.errors import TrainingError, disk_full
+from vtx.training.distribute import Collectives, Topology
+from vtx.training.engine import UpdateEngine
 from vtx.training.precision import AUTO
 from vtx.training.schedule import paper_learning_rate
+from vtx.training.state import RunState
 from vtx.training.stream import BatchStream
 
 
@@ -33,41 +36,57 @@ def recorded_precision(save_dir) -> tuple[str, str] | None:
     return None
 
 
-class Checkpointing:
-    """`Trainer`'s checkpoints: `save` writes its model, optimizer and run state (`_meta`),
-    `restore` loads one after checking that it fits this run, `resume` the newest that loads."""
+class Checkpointer:
+    """Writes and reads one run's checkpoints: `save` the engine's model and optimizer with the
+    run state, `restore` one after checking that it fits this run, `resume` the newest that
+    loads.
 
-    def _meta(self) -> dict:
-        return {"step": self.step, "positions": [list(p) for p in self.positions],
-                "skipped": self.skipped, "diverged": self.diverged,
-                "best_valid": self.best_valid,
-                "best_score": self.best_score, "validations_since_best": self.since_best,
-                "best_step": self.best_step,
-                "elapsed_seconds": self.elapsed_before + self.clock() - self._started,
+    Args:
+        engine: the model and optimizer whose variables a checkpoint holds.
+        save_dir: where checkpoint_<step>.npz are written.
+        topology, collectives: the workers (only the chief writes; positions are gathered).
+        log: receives the resume's lines and warnings.
+        vocab: serialized SentencePiece model stored in every checkpoint (None: taken from the
+            checkpoint restored).
+        requested_precision: --precision as given (`auto`, or the precision), for the warning
+            of a resume in another precision.
+        clock: seconds from an arbitrary origin: the run's wall time kept in checkpoints.
+    """
+
+    def __init__(self, engine: UpdateEngine, save_dir, topology: Topology,
+                 collectives: Collectives, log: Callable[[str], None], vocab: bytes | None,
+                 requested_precision: str, clock: Callable[[], float]):
+        self.engine, self.save_dir = engine, Path(save_dir)
+        self.model_config: ModelConfig = engine.model_config
+        self.config: TrainConfig = engine.config
+        self.topology, self.collectives, self.log = topology, collectives, log
+        self.vocab, self.requested_precision, self.clock = vocab, requested_precision, clock
+        self._started = clock()
+        self.resumed_from: Path | None = None  # the checkpoint `resume` loaded, if any
+
+    def _meta(self, state: RunState) -> dict:
+        elapsed = state.elapsed_seconds + self.clock() - self._started
+        return {**state.to_meta(elapsed),
                 "model_config": self.model_config.to_dict(), "train_config": self.config.to_dict(),
                 "num_workers": self.topology.num_workers,
-                "num_replicas": self.strategy.num_replicas_in_sync,
-                "bucket_boundaries": self.bucket_boundaries,
-                "validation_pending": self.validation_pending,
-                "packed_shapes": ([list(shape) for shape in self.packed_shapes]
-                                  if self.packed_shapes else None),
-                "training_data": self.training_data}
+                "num_replicas": self.engine.strategy.num_replicas_in_sync}
 
     def _gather_positions(self, stream: BatchStream) -> list[tuple[int, int]]:
         """Every worker's stream position (a collective when there are several workers)."""
         return [(int(e), int(o)) for e, o in self.collectives.gather(np.array(stream.position))]
 
-    def save(self, stream: BatchStream) -> Path | None:
-        """Write checkpoint_<step>.npz (chief only) and prune to `keep_last`."""
-        self.positions = self._gather_positions(stream)
+    def save(self, state: RunState, stream: BatchStream) -> Path | None:
+        """Write checkpoint_<step>.npz of `state` at `stream`'s position (chief only) and prune
+        to `keep_last`."""
+        state.positions = self._gather_positions(stream)
         if not self.topology.is_chief:
             return None
-        path = checkpoints.checkpoint_path(self.save_dir, self.step)
+        path = checkpoints.checkpoint_path(self.save_dir, state.step)
         try:
             checkpoints.save(path, checkpoints.Checkpoint(
-                model=[np.asarray(v.numpy()) for v in self.model.variables],
-                optimizer=[np.asarray(v.numpy()) for v in self.optimizer.variables],
-                meta=self._meta(), vocab=self.vocab))
+                model=[np.asarray(v.numpy()) for v in self.engine.model.variables],
+                optimizer=[np.asarray(v.numpy()) for v in self.engine.optimizer.variables],
+                meta=self._meta(state), vocab=self.vocab))
         except OSError as error:
             if not disk_full(error):
                 raise
@@ -75,7 +94,7 @@ class Checkpointing:
             newest = f"the newest kept is {kept[-1].name}" if kept else "none is kept yet"
             raise TrainingError(
                 f"the disk of {self.save_dir} has no room (full, or over a quota): step "
-                f"{self.step}'s checkpoint could not be written ({error}); {newest}: free space "
+                f"{state.step}'s checkpoint could not be written ({error}); {newest}: free space "
                 f"there (--keep-last keeps fewer checkpoints) and run again, which resumes from "
                 f"the newest") from error
         if self.config.keep_last:
@@ -83,8 +102,9 @@ class Checkpointing:
                 old.unlink(missing_ok=True)
         return path
 
-    def restore(self, path) -> None:
-        """Load weights, optimizer state, RNG state, step and data positions from `path`.
+    def restore(self, path, state: RunState) -> None:
+        """Load weights, optimizer state and RNG state from `path` into the engine, and the run
+        state (step, data positions, counters) into `state`.
 
         Raises:
             TrainingError: the checkpoint is of another architecture or worker count, or was
@@ -107,8 +127,8 @@ class Checkpointing:
                 f"{_count(saved_workers, 'worker')} (TF_CONFIG's cluster), or use another "
                 f"--save-dir")
         saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
-        for variables, arrays in ((self.model.variables, checkpoint.model),
-                                  (self.optimizer.variables, checkpoint.optimizer)):
+        for variables, arrays in ((self.engine.model.variables, checkpoint.model),
+                                  (self.engine.optimizer.variables, checkpoint.optimizer)):
             if [tuple(v.shape) for v in variables] != [a.shape for a in arrays]:
                 if saved_precision and saved_precision != self.config.precision:
                     # mixed_float16's loss scaling adds optimizer variables the others lack
@@ -120,37 +140,21 @@ class Checkpointing:
             for variable, array in zip(variables, arrays):
                 variable.assign(array)
         meta = checkpoint.meta
-        self.step, self.skipped = meta["step"], meta.get("skipped", 0)
-        self.diverged = meta.get("diverged", 0)
-        self.best_valid = meta.get("best_valid", math.inf)
-        self.best_score = meta.get("best_score")
-        self.best_step = meta.get("best_step")
-        self.since_best = meta.get("validations_since_best", 0)
-        self.elapsed_before = meta.get("elapsed_seconds", 0.0)
-        self.positions = [tuple(p) for p in meta["positions"]]
-        self.bucket_boundaries = meta.get("bucket_boundaries")
-        self.validation_pending = meta.get("validation_pending", False)
-        packed = meta.get("packed_shapes")
-        self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
+        state.load_meta(meta)
         if self.vocab is None:
             self.vocab = checkpoint.vocab
-        if warning := self._reordered_data_warning(meta.get("train_config") or {},
-                                                   meta.get("training_data")):
-            self.log(warning)
-        if warning := smoothing_warning(meta.get("train_config") or {}, self.config,
-                                        self.best_valid, self.best_step):
-            self.log(warning)
-        if warning := schedule_warning(meta.get("train_config") or {}, self.config,
-                                       self.model_config.d_model, self.step):
-            self.log(warning)
-        if warning := precision_warning(meta.get("train_config") or {}, self.requested_precision,
-                                        self.config.precision):
-            self.log(warning)
-        saved_update_freq = (meta.get("train_config") or {}).get("update_freq", 1)
-        if warning := effective_batch_warning(path, meta.get("num_replicas"), saved_update_freq,
-                                              self.strategy.num_replicas_in_sync,
-                                              self.config.update_freq):
-            self.log(warning)
+        saved = meta.get("train_config") or {}
+        warnings = (
+            self._reordered_data_warning(saved, meta.get("training_data"), state),
+            smoothing_warning(saved, self.config, state.best_valid, state.best_step),
+            schedule_warning(saved, self.config, self.model_config.d_model, state.step),
+            precision_warning(saved, self.requested_precision, self.config.precision),
+            effective_batch_warning(path, meta.get("num_replicas"), saved.get("update_freq", 1),
+                                    self.engine.strategy.num_replicas_in_sync,
+                                    self.config.update_freq))
+        for warning in warnings:
+            if warning:
+                self.log(warning)
 
     def _check_vocabulary(self, path, saved: bytes | None) -> None:
         """Refuse a checkpoint trained on other pieces than this run's vocabulary (a data
@@ -181,7 +185,8 @@ class Checkpointing:
             f"text or flags); train on the data directory it was trained on, or use another "
             f"--save-dir")
 
-    def _reordered_data_warning(self, saved: dict, saved_data: dict | None) -> str | None:
+    def _reordered_data_warning(self, saved: dict, saved_data: dict | None,
+                                state: RunState) -> str | None:
         """A warning when this run's flags order the data otherwise than those of the run that
         saved the restored checkpoint while its data position is inside an epoch: --seed shuffles
         the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
@@ -191,34 +196,34 @@ class Checkpointing:
         data, or the wrong directory). A saved position is inside its epoch unless no update
         was made (the epoch moves on when its next batch is asked for)."""
         flags = [("seed", "--seed")]
-        if not self.packed_shapes:
+        if not state.packed_shapes:
             flags.append(("max_tokens", "--max-tokens"))
         changed = [f"{flag} {getattr(self.config, key)} (the checkpoint's run: {saved[key]})"
                    for key, flag in flags
                    if key in saved and saved[key] != getattr(self.config, key)]
-        now = self.training_data
+        now = state.training_data
         if saved_data and now and saved_data != now:
             counts = [(data["pairs"], data["target_tokens"]) for data in (now, saved_data)]
             how = ("the same counts, other lengths or another order" if counts[0] == counts[1]
                    else f"the checkpoint's run: {counts[1][0]:,} and {counts[1][1]:,}")
             changed.append(f"other training pairs ({counts[0][0]:,} pairs, {counts[0][1]:,} "
                            f"target tokens; {how})")
-        inside = [(worker, position) for worker, position in enumerate(self.positions)
+        inside = [(worker, position) for worker, position in enumerate(state.positions)
                   if position[1]]
         if not changed or not inside:
             return None
         worker, (epoch, offset) = inside[0]
-        whose = f" of worker {worker}" if len(self.positions) > 1 else ""
+        whose = f" of worker {worker}" if len(state.positions) > 1 else ""
         return (f"warning: resumed with {' and '.join(changed)}: the data position (epoch "
                 f"{epoch}, batch {offset}{whose}) now counts the batches of another order, so "
                 f"until epoch {epoch} ends some pairs come again and others not at all; the "
                 f"checkpoint's values resume exactly")
 
-    def resume(self) -> None:
-        """Restore the newest checkpoint of `save_dir` that loads, setting damaged ones aside.
+    def resume(self, state: RunState) -> None:
+        """Restore the newest checkpoint of `save_dir` that loads into the engine and `state`,
+        setting damaged ones aside.
 
-        Writes nothing else, so a caller can check a save dir before writing into it; `fit` calls
-        it when it has not been called.
+        Writes nothing else, so a caller can check a save dir before writing into it.
 
         With several workers (one collective) every one must have resumed at the same step: only
         the chief writes checkpoints, into its own `save_dir`.
@@ -227,10 +232,9 @@ class Checkpointing:
             TrainingError: a loadable checkpoint is of another architecture or worker count, or
                 the workers resumed at different steps.
         """
-        self._resumed = True
-        self._resume_newest()
+        self._resume_newest(state)
         if self.topology.num_workers > 1:
-            steps = [int(step) for step in self.collectives.every_worker(self.step)]
+            steps = [int(step) for step in self.collectives.every_worker(state.step)]
             if len(set(steps)) > 1:
                 raise TrainingError(
                     "the workers resumed at different steps ("
@@ -241,11 +245,11 @@ class Checkpointing:
                     f"filesystem, or copy the chief's newest checkpoint_*.npz into each "
                     f"worker's --save-dir before resuming")
 
-    def _resume_newest(self) -> None:
+    def _resume_newest(self, state: RunState) -> None:
         existing = checkpoints.list_checkpoints(self.save_dir)
         for path in reversed(existing):
             try:
-                self.restore(path)
+                self.restore(path, state)
             except checkpoints.CheckpointError as error:
                 self._set_aside(path, error)
                 continue
@@ -258,7 +262,7 @@ class Checkpointing:
                 self.log(f"skipped {path}: it was set aside or removed meanwhile (by the chief?), "
                          f"trying the one before")
                 continue
-            self.log(f"resumed from {path} at step {self.step}")
+            self.log(f"resumed from {path} at step {state.step}")
             self.resumed_from = path
             return
         if existing:
@@ -296,7 +300,7 @@ def smoothing_warning(saved: dict, config: TrainConfig, best_valid: float,
                       best_step: int | None) -> str | None:
     """A warning when a run that keeps checkpoint_best by validation loss resumes with another
     --label-smoothing than its checkpoint's run: that loss is label-smoothed, so the best one
-    so far, which each validation (and --patience) is judged against, was measured with the
+    so far, which each validation (and --patience) is judged against, was computed with the
     other smoothing, and a lower or higher one makes a new best of a worse model, or none of a
     better. None when nothing is compared: another metric, or no validation yet."""
     before = saved.get("label_smoothing")
@@ -308,7 +312,7 @@ def smoothing_warning(saved: dict, config: TrainConfig, best_valid: float,
     return (f"warning: resumed with --label-smoothing {config.label_smoothing:g} (the "
             f"checkpoint's run: {before:g}): the validation loss is label-smoothed, so the best "
             f"so far ({best_valid:.3f} at step {best_step}), by which {judged} each validation, "
-            f"was measured with the other smoothing (the nll does not depend on it); keep "
+            f"was computed with the other smoothing (the nll does not depend on it); keep "
             f"--label-smoothing {before:g} or use another --save-dir")
 
 

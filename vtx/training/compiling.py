@@ -1,36 +1,59 @@
 """Compiling the update for every batch shape of a run before its first update, several shapes at
 once on one device (`compile_workers`), each by an all-pad pass with Adam off.
 
-`ShapeCompiling` is the part of `vtx.training.trainer.Trainer` that does it; the update it runs is
-`trainer.py`'s, the persistent XLA cache that keeps the programs `compile_cache.py`.
+`ShapeCompiler` does it; the update it runs is the engine's (`engine.py`), the persistent XLA
+cache that keeps the programs `compile_cache.py`'s.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import tensorflow as tf
 
 from vtx.config import PAD_ID
 from vtx.data.packing import PACKED_KEYS
-from vtx.errors import disk_full, out_of_device_memory, tf_message
+from vtx.errors import TrainingError, disk_full, out_of_device_memory, tf_message
 from vtx.training import compile_cache
-from vtx.training.distribute import peer_failure
-from vtx.training.loop import TrainingError
+from vtx.training.distribute import Topology, peer_failure
+
+if TYPE_CHECKING:  # the engine imports `format_shape` from here
+    from vtx.training.engine import UpdateEngine
 
 
-class ShapeCompiling:
-    """`Trainer.compile_shapes` and the all-pad batches it compiles the update with."""
+class ShapeCompiler:
+    """Compiles the engine's update for a run's batch shapes (`compile_shapes`) with all-pad
+    batches (`all_pad_batches`).
 
-    def compile_shapes(self, shapes: list[tuple[int, int, int]]) -> None:
+    Args:
+        engine: the update to compile.
+        topology: the workers (several agree after each shape whether to stop).
+        log: receives a line a shape.
+        clock: seconds from an arbitrary origin, for the lines' durations.
+        stop_signal: the stop signal received so far, or None (the loop's handler sets it).
+    """
+
+    def __init__(self, engine: "UpdateEngine", topology: Topology, log: Callable[[str], None],
+                 clock: Callable[[], float], stop_signal: Callable[[], int | None]):
+        self.engine, self.config = engine, engine.config
+        self.topology, self.collectives = topology, engine.collectives
+        self.log, self.clock, self.stop_signal = log, clock, stop_signal
+        self.compile_failed = threading.Event()  # a shape's pass failed: queued ones start none
+
+    def compile_shapes(self, shapes: list[tuple[int, int, int]], packed: bool = False) -> None:
         """Compile the update for every (rows, source length, target length) batch shape now,
         one progress line each: an all-pad batch of that shape runs through the whole update
         with Adam switched off (it adds nothing to the accumulators, which are cleared after).
         The runs advance every dropout layer's seed (a non-trainable model variable), so the
         model's non-trainable variables are put back after: a run, and a resumed one, draw the
         same dropout masks as without compiling first.
+
+        `packed`: the run trains on packed rows (`vtx.data.packing`), whose batches hold segment
+        ids and positions too.
 
         XLA compiles a program on one CPU core, so on one replica several shapes are compiled at
         once (`compile_workers`); their all-pad runs then share the device's memory, and a shape
@@ -43,11 +66,12 @@ class ShapeCompiling:
         a pass that fails other than out of memory, whose error is then raised.
         """
         workers = compile_workers(self.config.compile_workers, len(shapes),
-                                  self.strategy.num_replicas_in_sync)
+                                  self.engine.strategy.num_replicas_in_sync)
         if shapes:  # before the passes, which may run at once (the first would trace alone)
-            self._trace_for_any_shape(self.all_pad_batches(shapes[0]))
+            self.engine.trace_for_any_shape(self.all_pad_batches(shapes[0], packed))
         started, done, crowded = self.clock(), 0, []
-        seeds = [(variable, variable.numpy()) for variable in self.model.non_trainable_variables]
+        seeds = [(variable, variable.numpy())
+                 for variable in self.engine.model.non_trainable_variables]
 
         def report(shape, seconds, note=""):
             nonlocal done
@@ -57,8 +81,8 @@ class ShapeCompiling:
 
         if workers == 1:
             for shape in shapes:
-                report(shape, self._compile_pass(shape))
-                if self.collectives.any_worker(self._stop_signal is not None):
+                report(shape, self._compile_pass(shape, packed))
+                if self.collectives.any_worker(self.stop_signal() is not None):
                     break
         else:
             self.log(f"compiling the update for {len(shapes)} batch shapes, {workers} at a time")
@@ -67,10 +91,10 @@ class ShapeCompiling:
             failed.clear()
 
             def compile_unless_stopped(shape) -> float | None:  # one worker: none to agree with
-                if self._stop_signal is not None or failed.is_set():
+                if self.stop_signal() is not None or failed.is_set():
                     return None
                 try:
-                    return self._compile_pass(shape, alone=False)
+                    return self._compile_pass(shape, packed, alone=False)
                 except tf.errors.OpError as error:
                     if out_of_device_memory(error):
                         raise _Crowded() from error
@@ -91,27 +115,29 @@ class ShapeCompiling:
                     if seconds is not None:
                         report(passes[finished], seconds)
             for shape in crowded:  # compiled, but its run did not fit beside the others
-                if self._stop_signal is None:
-                    report(shape, self._compile_pass(shape), ", run again alone (out of memory "
-                           "beside the others)")
-        self._reset()
+                if self.stop_signal() is None:
+                    report(shape, self._compile_pass(shape, packed), ", run again alone (out "
+                           "of memory beside the others)")
+        self.engine.reset()
         for variable, value in seeds:
             variable.assign(value)
-        by = f"signal {self._stop_signal}" if self._stop_signal else "a signal to another worker"
+        signum = self.stop_signal()
+        by = f"signal {signum}" if signum else "a signal to another worker"
         left = f": stopped by {by}, {len(shapes) - done} of {len(shapes)} left" if (
             done < len(shapes)) else ""
         self.log(f"compiled {done} batch shapes in {self.clock() - started:.1f} s "
                  f"({workers} at a time){left}")
 
-    def all_pad_batches(self, shape: tuple[int, int, int]):
+    def all_pad_batches(self, shape: tuple[int, int, int], packed: bool = False):
         """Batches of (rows, source length, target length) holding only padding, one per local
-        replica: they weigh nothing, so running the update on them compiles it and changes
-        nothing (with Adam off)."""
-        batch = _all_pad_batch(shape, bool(self.packed_shapes))
-        return self.collectives.per_replica([self.place_batch(batch, replica) for replica in
-                                             range(self.topology.local_replicas)])
+        replica (packed rows' when `packed`): they weigh nothing, so running the update on them
+        compiles it and changes nothing (with Adam off)."""
+        batch = _all_pad_batch(shape, packed)
+        return self.collectives.per_replica([self.engine.place_batch(batch, replica) for replica
+                                             in range(self.topology.local_replicas)])
 
-    def _compile_pass(self, shape: tuple[int, int, int], alone: bool = True) -> float:
+    def _compile_pass(self, shape: tuple[int, int, int], packed: bool,
+                      alone: bool = True) -> float:
         """One all-pad update of `shape` with Adam off; its seconds.
 
         Raises:
@@ -120,11 +146,9 @@ class ShapeCompiling:
                 judge (out of memory: run it again alone).
         """
         started = self.clock()
-        batches = self.all_pad_batches(shape)
+        batches = self.all_pad_batches(shape, packed)
         try:
-            if self.config.update_freq > 1:
-                self._accumulate_program(batches)
-            self._update_program(batches, self._apply[False]).numpy()
+            self.engine.run_without_adam(batches)
         except tf.errors.OpError as error:
             if not alone or peer_failure(error, self.topology.num_workers):
                 raise  # to run it again alone; another worker gone: fit says so
@@ -137,7 +161,7 @@ class ShapeCompiling:
         memory (what to lower), a full disk under the persistent XLA cache, or XLA failing on
         this shape (the cache, then --no-jit)."""
         if out_of_device_memory(error):
-            return self._out_of_memory([_all_pad_batch(shape, False)])
+            return self.engine.out_of_memory([_all_pad_batch(shape, False)])
         cache = compile_cache.current_directory()
         what = (f"compiling the update for batch shape {format_shape(shape)} failed "
                 f"({type(error).__name__}: {tf_message(error, lines=1)})")

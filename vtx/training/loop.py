@@ -1,10 +1,9 @@
-"""The training loop of `Trainer`: updates, validation, checkpoint cadence, time budget, signals.
+"""The host side of training: updates, validation, checkpoint cadence, time budget, signals.
 
-`TrainingLoop` is the part of `vtx.training.trainer.Trainer` that runs on the host: it launches
-the compiled updates (`start_update`), reads their sums (`read_update`), counts steps, skips and
-divergence, validates, saves (`save`) and stops. The compiled step functions and the model live
-in `trainer.py`, what a checkpoint holds and how a run resumes in `checkpointing.py` (the file
-format: `vtx.checkpoints`), the cross-worker collectives in `distribute.py`.
+`TrainingLoop` launches the engine's compiled updates (`engine.py`: `start_update`), reads their
+sums (`read_update`), counts steps, skips and divergence in the run state (`state.py`),
+validates, saves through the checkpointer (`checkpointing.py`; the file format:
+`vtx.checkpoints`) and stops; several workers agree through the collectives (`distribute.py`).
 """
 
 from __future__ import annotations
@@ -13,14 +12,21 @@ import contextlib
 import dataclasses
 import math
 import signal
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
+from vtx.errors import TrainingError
 from vtx.inference.translate import SearchInterrupted
+from vtx.training.checkpointing import Checkpointer
+from vtx.training.compiling import ShapeCompiler
 from vtx.training.distribute import peer_failure
+from vtx.training.engine import UpdateEngine
+from vtx.training.profile import StepProfiler
 from vtx.training.progress import Progress
+from vtx.training.state import RunState
 from vtx.training.stream import BatchStream, PrefetchedStream
 from vtx.training.validation import Score
 
@@ -28,17 +34,13 @@ from vtx.training.validation import Score
 # and DIVERGENCE_MARGIN above the running mean of the updates before it with batches as long:
 # far beyond the noise of a healthy run, whose loss only drifts slowly. Each batch length has its
 # own mean: the loss per token grows with the length, and a bucket of the longest pairs alone
-# stands far above the rest (the WSJ sample's batch of its two longest trees, once an epoch:
-# 2.761 against 1.26-1.38 for the batches up to 193 ids, the same checkpoint, docs/results.md).
+# stands far above the rest (on the WSJ sample, the batch of its two longest trees, once an
+# epoch, has twice the loss of the others under the same weights).
 DIVERGENCE_FACTOR, DIVERGENCE_MARGIN = 2.0, 1.0
 RUNNING_MEAN_WEIGHT = 0.05  # of the newest update in the running mean
 # float16's loss scale halves at each overflow: at this or below (fairseq's --min-loss-scale)
 # the gradients overflow whatever the scale, and training stops instead of skipping forever.
 MIN_LOSS_SCALE = 1e-4
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (non-finite losses in a row, out of memory, incompatible save dir)."""
 
 
 @contextlib.contextmanager
@@ -54,14 +56,55 @@ def peer_failures_said(num_workers: int):
 
 
 class TrainingLoop:
-    """The host side of training, mixed into `Trainer`, whose state (`config`, `step`, counters,
-    `clock`, `log`) and device side (`start_update`, `read_update`, `evaluate`, `save`,
-    `resume`, `compile_shapes`) it drives, and the `collectives` by which several workers
-    agree."""
+    """The host side of one run: `fit` drives the engine's updates, validations and the
+    checkpointer's saves, keeping the run state's counters.
+
+    Args:
+        engine: the device side (updates, evaluation, batch placement).
+        checkpointer: writes and resumes the run's checkpoints.
+        compiler: compiles the update for every batch shape before the first (with XLA).
+        state: the run state, resumed and saved with every checkpoint.
+        save_dir: checkpoints, history and learning curve.
+        log: receives progress lines.
+        clock: seconds from an arbitrary origin, for the time budget, the save cadence and the
+            progress lines (tests pass a fake one).
+        launch_ahead: launch each update before reading the one before when the host has
+            nothing to do in between (one worker only): no host synchronisation between updates;
+            False reads every update before the next (the same model either way).
+        prefetch: training batches `fit` reads and places on the devices ahead of the updates,
+            on a thread of its own (`stream.PrefetchedStream`); 0: each made and placed on the
+            training thread as its update starts (the same model either way).
+        tensorboard_dir: optional TensorBoard log directory.
+        profiler: traces chosen updates (`profile.StepProfiler`), or None.
+    """
+
+    def __init__(self, engine: UpdateEngine, checkpointer: Checkpointer, compiler: ShapeCompiler,
+                 state: RunState, save_dir, log: Callable[[str], None],
+                 clock: Callable[[], float], launch_ahead: bool = True, prefetch: int = 2,
+                 tensorboard_dir: str | None = None, profiler: StepProfiler | None = None):
+        self.engine, self.checkpointer, self.compiler, self.state = (engine, checkpointer,
+                                                                     compiler, state)
+        self.config, self.topology, self.collectives = (engine.config, engine.topology,
+                                                        engine.collectives)
+        self.save_dir, self.log, self.clock = Path(save_dir), log, clock
+        self.launch_ahead, self.prefetch = launch_ahead, prefetch
+        self._tensorboard_dir, self._profiler = tensorboard_dir, profiler
+        self.stop_signal: int | None = None  # received by the handlers `fit` sets
+        self.compiling = False  # inside fit's compile_shapes (what a stop signal waits for)
+        self._resumed = False
+
+    def resume(self) -> None:
+        """Restore the newest checkpoint of `save_dir` that loads (`Checkpointer.resume`);
+        `fit` calls it when it has not been called."""
+        self._resumed = True
+        self.checkpointer.resume(self.state)
+        resumed_from = self.checkpointer.resumed_from
+        if self.state.packed_shapes and resumed_from is not None:
+            self.engine.resumed_packed = (resumed_from, self.state.packed_shapes)
 
     def _request_stop(self, signum, frame) -> None:
-        self._stop_signal = signum
-        if self._compiling:
+        self.stop_signal = signum
+        if self.compiling:
             self.log(f"received signal {signum}: stopping when the batch shapes under way are "
                      f"compiled, before any update")
         else:
@@ -114,54 +157,54 @@ class TrainingLoop:
                 self.log(f"removed {path} ({size / 2**20:.1f} MiB): a write interrupted when "
                          f"an earlier run was killed")
             self._complete_best()
-        stream = BatchStream(make_epoch, *self.positions[self.topology.worker_index])
+        stream = BatchStream(make_epoch, *self.state.positions[self.topology.worker_index])
         if self.prefetch:
-            stream = PrefetchedStream(stream, self.place_batch, self.prefetch)
+            stream = PrefetchedStream(stream, self.engine.place_batch, self.prefetch)
         handlers = {s: signal.signal(s, self._request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         # A signal before these handlers whose exception a library swallowed (`vtx.stop`) stops
         # the run as one received now: at its first update, saved.
         claimed = stop.claim()
-        self._stop_signal = self._stop_signal or claimed
+        self.stop_signal = self.stop_signal or claimed
         try:
             if self.config.jit_compile and shapes:
                 # Before the progress clock starts: compiling is not training (tokens/s, ETA).
-                self._compiling = True
+                self.compiling = True
                 try:
-                    self.compile_shapes(shapes)
+                    self.compiler.compile_shapes(shapes, bool(self.state.packed_shapes))
                 finally:
-                    self._compiling = False
+                    self.compiling = False
                 # Compiling takes minutes on a GPU: a stop signal received meanwhile stops now.
                 # Nothing was trained since the checkpoint resumed from, so nothing is saved.
-                if stopped := self._agreed_stop(self._stop_signal is not None):
+                if stopped := self._agreed_stop(self.stop_signal is not None):
                     signum, received = stopped
                     self.log(f"stopped before the first update ({received}): nothing trained "
-                             f"since step {self.step}, no checkpoint to write")
+                             f"since step {self.state.step}, no checkpoint to write")
                     return signum
             progress = Progress(self.save_dir, self.config.max_steps,
                                 self.log if self.topology.is_chief else (lambda line: None),
                                 self._tensorboard_dir if self.topology.is_chief else None,
                                 time_budget_seconds=60 * self.config.max_minutes or None,
-                                clock=self.clock, start_step=self.step,
-                                elapsed_before=self.elapsed_before,
+                                clock=self.clock, start_step=self.state.step,
+                                elapsed_before=self.state.elapsed_seconds,
                                 history=self.topology.is_chief)
             return self._loop(stream, progress, make_valid, score_valid)
         finally:
             if self._profiler:
-                self._profiler.stop(self.step)
+                self._profiler.stop(self.state.step)
             stream.close()
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
     def nothing_to_train(self) -> str | None:
         """Why the run as resumed makes no update (a pending validation is still made), or None."""
-        if self.step >= self.config.max_steps:
-            return (f"step {self.step} is already at the step limit {self.config.max_steps} "
+        if self.state.step >= self.config.max_steps:
+            return (f"step {self.state.step} is already at the step limit {self.config.max_steps} "
                     f"(--max-steps; raise it to go on)")
-        if self.config.patience and self.since_best >= self.config.patience:
+        if self.config.patience and self.state.since_best >= self.config.patience:
             # The run that saved this checkpoint stopped by patience: the same command again (a
             # requeued job) trained on past it, and wrote checkpoints after the best one.
-            return (f"the run stopped at step {self.step} with no better "
-                    f"{self.config.best_checkpoint_metric} in {self.since_best} validations "
+            return (f"the run stopped at step {self.state.step} with no better "
+                    f"{self.config.best_checkpoint_metric} in {self.state.since_best} validations "
                     f"(--patience {self.config.patience}; raise it to go on)")
         return None
 
@@ -170,15 +213,15 @@ class TrainingLoop:
         None when a stop signal interrupted the task metric's decoding on any worker (nothing
         recorded: the step is validated again when resumed)."""
         # A signal received during the update: the loss alone would be thrown away.
-        if score_valid is not None and self.collectives.any_worker(self._stop_signal is not None):
+        if score_valid is not None and self.collectives.any_worker(self.stop_signal is not None):
             return None
-        loss, nll = self.evaluate(make_valid())
+        loss, nll = self.engine.evaluate(make_valid())
         score, interrupted = None, False
         if score_valid is not None:
             try:
                 # Each worker asks its own flag (their decoding batches may differ in number:
                 # each sizes them by its own memory); they agree once it is over.
-                score = score_valid(lambda: self._stop_signal is not None)
+                score = score_valid(lambda: self.stop_signal is not None)
             except SearchInterrupted:
                 interrupted = True
             if self.collectives.any_worker(interrupted):
@@ -189,16 +232,17 @@ class TrainingLoop:
                 chief = self.collectives.every_worker(score.value)[0]
                 score = dataclasses.replace(score, value=chief)
         if self.config.best_checkpoint_metric == "loss":
-            is_best = loss < self.best_valid
+            is_best = loss < self.state.best_valid
         else:
-            is_best = self.best_score is None or score.value > self.best_score
-        self.best_valid = min(self.best_valid, loss)
-        if score is not None and (self.best_score is None or score.value > self.best_score):
-            self.best_score = score.value
-        self.since_best = 0 if is_best else self.since_best + 1
+            is_best = self.state.best_score is None or score.value > self.state.best_score
+        self.state.best_valid = min(self.state.best_valid, loss)
+        state = self.state
+        if score is not None and (state.best_score is None or score.value > state.best_score):
+            state.best_score = score.value
+        self.state.since_best = 0 if is_best else self.state.since_best + 1
         if is_best:
-            self.best_step = self.step
-        progress.report_valid(self.step, loss, nll, is_best, score)
+            self.state.best_step = self.state.step
+        progress.report_valid(self.state.step, loss, nll, is_best, score)
         return is_best
 
     def _complete_best(self) -> None:
@@ -206,14 +250,14 @@ class TrainingLoop:
         copy is not there: a run killed between writing a new best's numbered checkpoint and
         copying it resumed believing it done, and checkpoint_best kept an older step for good
         (what `average-checkpoints --upper-bound best` and the recipes read)."""
-        if self.resumed_from is None or self.best_step != self.step:
+        if self.checkpointer.resumed_from is None or self.state.best_step != self.state.step:
             return
         best = self.save_dir / checkpoints.BEST_NAME
         kept = checkpoints.read_meta(best) if best.exists() else None
-        if kept is None or kept.get("step") != self.step:
-            atomic.copy_file(self.resumed_from, best)
-            self.log(f"{best} now holds step {self.step}, the best (the run that saved it was "
-                     f"stopped before copying it; it held "
+        if kept is None or kept.get("step") != self.state.step:
+            atomic.copy_file(self.checkpointer.resumed_from, best)
+            self.log(f"{best} now holds step {self.state.step}, the best (the run that saved it "
+                     f"was stopped before copying it; it held "
                      f"{'nothing' if kept is None else 'step ' + str(kept.get('step'))})")
 
     def _watch_divergence(self, loss: float, watch: dict, length: int | None = None) -> bool:
@@ -229,16 +273,16 @@ class TrainingLoop:
             watch["means"][length] = loss
             return False
         if loss > max(DIVERGENCE_FACTOR * mean, mean + DIVERGENCE_MARGIN):
-            self.diverged, watch["in_a_row"] = self.diverged + 1, watch["in_a_row"] + 1
-            self.log(f"warning: loss {loss:.4g} at step {self.step} is far above its running mean "
-                     f"{mean:.3f} ({watch['in_a_row']} such updates in a row, {self.diverged} in "
-                     f"all); no routine checkpoint is saved until it comes back (a new best "
+            self.state.diverged, watch["in_a_row"] = self.state.diverged + 1, watch["in_a_row"] + 1
+            self.log(f"warning: loss {loss:.4g} at step {self.state.step} is far above its "
+                     f"running mean {mean:.3f} ({watch['in_a_row']} such updates in a row, "
+                     f"{self.state.diverged} in all); no routine checkpoint is saved until it comes back (a new best "
                      f"validation still is)")
             if watch["in_a_row"] >= self.config.max_diverged_in_a_row:
                 raise TrainingError(
                     f"training diverged: the loss stayed far above its running mean {mean:.3f} "
-                    f"for {watch['in_a_row']} updates (now {loss:.4g} at step {self.step}); the "
-                    f"checkpoints written before are kept: lower --lr-scale (now "
+                    f"for {watch['in_a_row']} updates (now {loss:.4g} at step "
+                    f"{self.state.step}); the checkpoints written before are kept: lower --lr-scale (now "
                     f"{self.config.lr_scale:g}) or raise --warmup-steps, and resume")
             return True
         watch["in_a_row"] = 0
@@ -250,14 +294,14 @@ class TrainingLoop:
         the host has nothing to do after it (see `_may_launch_ahead`), so the device never waits
         for the host's book-keeping."""
         loop = _LoopState(started=self.clock())
-        self.launched_lengths.clear()  # of updates launched outside this loop, never counted
+        self.engine.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
         # Every worker resumed the same step, but each from its own copy: they agree.
-        pending = self.collectives.any_worker(self.validation_pending)
-        self.validation_pending = False
+        pending = self.collectives.any_worker(self.state.validation_pending)
+        self.state.validation_pending = False
         if pending and make_valid and self.config.validate_interval_steps:
-            self.log(f"validating step {self.step} first: its validation was interrupted by the "
-                     f"stop signal that ended the last run")
+            self.log(f"validating step {self.state.step} first: its validation was interrupted "
+                     f"by the stop signal that ended the last run")
             # Saved again once validated (clock_due), so that a crash after it does not repeat
             # the validation (and its row of the history).
             done, result = self._after_update(stream, progress, make_valid, score_valid, loop,
@@ -270,22 +314,23 @@ class TrainingLoop:
             self.log(f"nothing to train: {why}")
             return None
         if self._profiler:
-            self._profiler.at(self.step)
+            self._profiler.at(self.state.step)
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:
-                if self.step >= self.config.max_steps:
+                if self.state.step >= self.config.max_steps:
                     return None
-                pending = self.start_update(stream)
-            ahead = self.start_update(stream) if self._may_launch_ahead(loop, make_valid) else None
-            counted = self._count(self.read_update(pending), progress, loop)
+                pending = self.engine.start_update(stream)
+            ahead = (self.engine.start_update(stream)
+                     if self._may_launch_ahead(loop, make_valid) else None)
+            counted = self._count(self.engine.read_update(pending), progress, loop)
             pending = ahead
             if not counted:
                 continue
             clock_due, out_of_time, stop = self._clock_flags(loop)
             if pending is not None and (clock_due or out_of_time or stop):
                 # The host acts now (saves, stops): the update launched ahead is read first.
-                self._count(self.read_update(pending), progress, loop)
+                self._count(self.engine.read_update(pending), progress, loop)
                 pending = None
             if pending is None:
                 paused = self.clock()
@@ -305,9 +350,9 @@ class TrainingLoop:
         not act after the pending one: no validation, save or last step at its step, no stop
         signal, and neither the time budget nor the save cadence expected to run out by its end
         (the last update's duration after the last read)."""
-        config, ending = self.config, self.step + 1  # the pending update's step, when finite
+        config, ending = self.config, self.state.step + 1  # the pending update's step, when finite
         if (not self.launch_ahead or self.topology.num_workers > 1
-                or self._stop_signal is not None or ending >= config.max_steps
+                or self.stop_signal is not None or ending >= config.max_steps
                 or (config.save_interval_steps and ending % config.save_interval_steps == 0)
                 or (make_valid and config.validate_interval_steps
                     and ending % config.validate_interval_steps == 0)):
@@ -331,14 +376,15 @@ class TrainingLoop:
         """
         config, now = self.config, self.clock()
         loop.seconds_per_update, loop.last_read = now - loop.last_read, now
-        length = self.launched_lengths.popleft() if self.launched_lengths else None
+        length = self.engine.launched_lengths.popleft() if self.engine.launched_lengths else None
         loss_sum, nll_sum, tokens, stepped, loss_scale, nonfinite_grads = totals
         loss_scaled = config.precision == "mixed_float16"
         if not math.isfinite(loss_sum) or (nonfinite_grads and not loss_scaled):
-            self.skipped, loop.nonfinite_in_a_row = self.skipped + 1, loop.nonfinite_in_a_row + 1
+            self.state.skipped += 1
+            loop.nonfinite_in_a_row += 1
             what = "loss" if not math.isfinite(loss_sum) else "gradients"
-            self.log(f"non-finite {what} at step {self.step + 1}: update skipped "
-                     f"({loop.nonfinite_in_a_row} in a row, {self.skipped} in all)")
+            self.log(f"non-finite {what} at step {self.state.step + 1}: update skipped "
+                     f"({loop.nonfinite_in_a_row} in a row, {self.state.skipped} in all)")
             if loop.nonfinite_in_a_row >= config.max_nonfinite_in_a_row:
                 # A mixed_float16 checkpoint resumes under mixed_float16 only (its optimizer
                 # state holds the loss scale): float32 is then another run.
@@ -346,30 +392,30 @@ class TrainingLoop:
                          "checkpoint resumes with mixed_float16 only)" if loss_scaled
                          else "resume with --precision float32")
                 raise TrainingError(f"{loop.nonfinite_in_a_row} non-finite updates in a row at "
-                                    f"step {self.step + 1}; resume with a lower --lr-scale (now "
-                                    f"{config.lr_scale:g}), or {other}")
+                                    f"step {self.state.step + 1}; resume with a lower "
+                                    f"--lr-scale (now {config.lr_scale:g}), or {other}")
             return False
         if not stepped:  # as fairseq: an overflow step is not an update (nor is its rate's step)
-            self.skipped += 1
-            self.log(f"float16 gradients overflowed at step {self.step + 1}: update skipped, loss "
-                     f"scale halved to {loss_scale:g} ({self.skipped} skipped in all)")
+            self.state.skipped += 1
+            self.log(f"float16 gradients overflowed at step {self.state.step + 1}: update "
+                     f"skipped, loss scale halved to {loss_scale:g} ({self.state.skipped} skipped in all)")
             if loss_scale <= MIN_LOSS_SCALE:
                 raise TrainingError(
                     f"float16 gradients overflow at every loss scale: the scale fell to "
                     f"{loss_scale:g}, at most {MIN_LOSS_SCALE:g} (fairseq's --min-loss-scale), at "
-                    f"step {self.step + 1}; resume with a lower --lr-scale (now "
+                    f"step {self.state.step + 1}; resume with a lower --lr-scale (now "
                     f"{config.lr_scale:g}), or train with --precision mixed_bfloat16 or float32 "
                     f"in another --save-dir (a mixed_float16 checkpoint resumes with "
                     f"mixed_float16 only: its optimizer state holds the loss scale)")
             return False
-        self.step, loop.nonfinite_in_a_row = self.step + 1, 0
+        self.state.step, loop.nonfinite_in_a_row = self.state.step + 1, 0
         loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch, length)
         progress.add(loss_sum, nll_sum, tokens)
-        if self.step % config.log_interval_steps == 0 or self.step == config.max_steps:
-            progress.report_train(self.step, self.learning_rate(self.step), self.skipped,
-                                  self.diverged)
+        if self.state.step % config.log_interval_steps == 0 or self.state.step == config.max_steps:
+            progress.report_train(self.state.step, self.engine.learning_rate(self.state.step),
+                                  self.state.skipped, self.state.diverged)
         if self._profiler:
-            self._profiler.at(self.step)
+            self._profiler.at(self.state.step)
         return True
 
     def _clock_flags(self, loop: "_LoopState") -> tuple[bool, bool, bool]:
@@ -379,12 +425,12 @@ class TrainingLoop:
         clock_due = bool(config.save_interval_minutes) and (
             now - loop.last_save >= 60 * config.save_interval_minutes)
         out_of_time = bool(config.max_minutes) and now - loop.started >= 60 * config.max_minutes
-        return clock_due, out_of_time, self._stop_signal is not None
+        return clock_due, out_of_time, self.stop_signal is not None
 
     def _after_update(self, stream, progress, make_valid, score_valid, loop: "_LoopState",
                       clock_due: bool, out_of_time: bool, stop: bool,
                       validate: bool = False) -> tuple[bool, int | None]:
-        """Validation, checkpoint and stop decisions after step `self.step` (no update in
+        """Validation, checkpoint and stop decisions after step `self.state.step` (no update in
         flight; `validate`: validate whatever the step). Returns (whether to stop, `fit`'s
         return value)."""
         config = self.config
@@ -392,30 +438,31 @@ class TrainingLoop:
         out_of_time = self.collectives.any_worker(out_of_time)
         if out_of_time:
             self.log(f"time budget of {config.max_minutes:g} minutes used up at step "
-                     f"{self.step}: saving a checkpoint and stopping")
+                     f"{self.state.step}: saving a checkpoint and stopping")
         is_best = validated = False
         # The last step is validated too (time budget or max_steps), so that the best checkpoint
         # is chosen among all the updates made, not only up to the last interval.
         if make_valid and config.validate_interval_steps and (
-                validate or self.step % config.validate_interval_steps == 0 or out_of_time
-                or self.step == config.max_steps):
+                validate or self.state.step % config.validate_interval_steps == 0 or out_of_time
+                or self.state.step == config.max_steps):
             result = self._validate(make_valid, score_valid, progress)
             # A validation (decoding for BLEU or F1) can take minutes: a stop signal received
             # meanwhile saves now, not after one more update; one that interrupted it (on any
             # worker) leaves the step's validation to the resumed run, said in the checkpoint.
-            self.validation_pending = result is None
+            self.state.validation_pending = result is None
             is_best, validated = bool(result), result is not None
-            if self.validation_pending:
-                self.log(f"validation of step {self.step} interrupted by a stop signal: saving "
-                         f"step {self.step}, to be validated first when resumed")
-            stop = stop or self.validation_pending or self._stop_signal is not None
+            if self.state.validation_pending:
+                self.log(f"validation of step {self.state.step} interrupted by a stop signal: "
+                         f"saving step {self.state.step}, to be validated first when resumed")
+            stop = stop or self.state.validation_pending or self.stop_signal is not None
         due = clock_due or bool(config.save_interval_steps and
-                                self.step % config.save_interval_steps == 0)
+                                self.state.step % config.save_interval_steps == 0)
         # Every worker computes the same validation, so they agree without a collective.
-        patience_out = validated and bool(config.patience) and self.since_best >= config.patience
+        patience_out = (validated and bool(config.patience)
+                        and self.state.since_best >= config.patience)
         if patience_out:
-            self.log(f"no better {config.best_checkpoint_metric} in {self.since_best} "
-                     f"validations (--patience {config.patience}) at step {self.step}: "
+            self.log(f"no better {config.best_checkpoint_metric} in {self.state.since_best} "
+                     f"validations (--patience {config.patience}) at step {self.state.step}: "
                      f"saving a checkpoint and stopping")
         out_of_time = out_of_time or patience_out
         # A diverging model is not saved by the cadence, only when the run ends here (signal,
@@ -423,8 +470,8 @@ class TrainingLoop:
         # update's loss (a batch of unusually long or hard pairs can spike alone).
         wants_save = bool(due and not loop.diverging or is_best or stop)
         if (self.collectives.any_worker(wants_save) or out_of_time
-                or self.step == config.max_steps):
-            path = self.save(stream)
+                or self.state.step == config.max_steps):
+            path = self.checkpointer.save(self.state, stream)
             loop.last_save = self.clock()
             if path is not None:
                 if is_best:
@@ -433,7 +480,7 @@ class TrainingLoop:
                     progress.plot()
         if stopped := self._agreed_stop(stop):
             signum, received = stopped
-            self.log(f"stopping at step {self.step}, saved: {received}")
+            self.log(f"stopping at step {self.state.step}, saved: {received}")
             return True, signum
         return out_of_time, None
 
@@ -442,18 +489,18 @@ class TrainingLoop:
         the next update's): None when on none, else the signal to return (this worker's, else
         the first peer's) and which worker received which signal, for every worker's log (the
         others would stop saying nothing of why)."""
-        table = self.collectives.gather(np.array([float(stop), float(self._stop_signal or 0)]))
+        table = self.collectives.gather(np.array([float(stop), float(self.stop_signal or 0)]))
         if not table[:, 0].any():
             return None
         received = [(worker, int(signum)) for worker, (_, signum) in enumerate(table) if signum]
         if not received:  # not expected: every stop comes of a signal kept by its worker
-            return self._stop_signal or signal.SIGTERM, "a stop signal"
+            return self.stop_signal or signal.SIGTERM, "a stop signal"
         said = []
         for worker, signum in received:
             this = " (this one)" if worker == self.topology.worker_index else ""
             who = "" if len(table) == 1 else f"worker {worker}{this} "
             said.append(f"{who}received signal {signum} ({_signal_name(signum)})")
-        return self._stop_signal or received[0][1], " and ".join(said)
+        return self.stop_signal or received[0][1], " and ".join(said)
 
 
 def _signal_name(signum: int) -> str:

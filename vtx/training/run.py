@@ -125,16 +125,16 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
             trainer.model, data_dir, eval_metric, max_tokens=train_config.max_tokens,
             warn=lambda message: log(f"warning: validation: {message}"), **(eval_options or {}))
     packed = _packing(data_dir, train_config, model_config, boundaries, splits, log)
-    trainer.training_data = pipeline.training_data(data_dir)
+    trainer.state.training_data = pipeline.training_data(data_dir)
     trainer.resume()
     boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
     packed = _resumed_packing(trainer, packed, log)
     # One writer: workers may share the save dir (hosts and pids apart, their temporaries could
     # meet or be taken for a dead process's). A run with nothing to train keeps the record of the
     # run that trained.
-    if trainer.topology.is_chief and not trainer.nothing_to_train():
+    if trainer.engine.topology.is_chief and not trainer.nothing_to_train():
         write_run_config(save_dir, data_dir, arch, model_config, train_config)
-    shards, shard = trainer.topology.num_workers, trainer.topology.worker_index
+    shards, shard = trainer.engine.topology.num_workers, trainer.engine.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
@@ -278,15 +278,16 @@ def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[
     """
     from vtx.data import pipeline
 
-    if trainer.step:
-        kept = trainer.bucket_boundaries or pipeline.bucket_boundaries_for(data_dir, splits)
+    if trainer.state.step:
+        kept = (trainer.state.bucket_boundaries
+                or pipeline.bucket_boundaries_for(data_dir, splits))
         if kept != boundaries:
             log(f"batch lengths kept from the checkpoint so that the data resumes where it was: "
                 f"{kept} (a new run with these flags would use {boundaries})")
             for split in splits:
                 pipeline.check_max_tokens(data_dir, split, trainer.config.max_tokens, kept)
             boundaries = kept
-    trainer.bucket_boundaries = boundaries
+    trainer.state.bucket_boundaries = boundaries
     return boundaries
 
 
@@ -327,11 +328,12 @@ def _resumed_packing(trainer, packed: list[tuple[int, int, int]] | None,
         return ("packed rows " + " + ".join(format_shape(shape) for shape in shapes) if shapes
                 else "buckets")
 
-    if trainer.step and trainer.packed_shapes != packed:
+    state = trainer.state
+    if state.step and state.packed_shapes != packed:
         log(f"training batches kept as the checkpoint's so that the data resumes where it was: "
-            f"{said(trainer.packed_shapes)} (a new run with these flags would use {said(packed)})")
-        packed = trainer.packed_shapes
-    trainer.packed_shapes = packed
+            f"{said(state.packed_shapes)} (a new run with these flags would use {said(packed)})")
+        packed = state.packed_shapes
+    state.packed_shapes = packed
     return packed
 
 
