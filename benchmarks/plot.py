@@ -30,13 +30,20 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def _paired_bars(ax, labels: list[str], ours: list[float], theirs: list[float], names: tuple[str, str],
-                 legend: str = "lower right"):
+def _paired_bars(
+    ax,
+    labels: list[str],
+    ours: list[float],
+    theirs: list[float],
+    names: tuple[str, str],
+    legend: str = "lower right",
+):
     """Horizontal bar pairs, vtx above its reference, the ratio written at the end of each pair."""
     rows = range(len(labels))
     height = 0.38
     ax.barh([row - height / 2 for row in rows], ours, height, label=names[0], color=VTX_COLOR)
-    ax.barh([row + height / 2 for row in rows], theirs, height, label=names[1], color=REFERENCE_COLOR)
+    ax.barh([row + height / 2 for row in rows], theirs, height, label=names[1],
+            color=REFERENCE_COLOR)
     for row, mine, other in zip(rows, ours, theirs):
         ax.text(max(mine, other) * 1.01, row, f"{mine / other:.2f}x", va="center", fontsize=9)
     ax.set_yticks(list(rows), labels)
@@ -61,7 +68,10 @@ def plot_quickstart(rows: list[dict[str, str]], out: Path) -> None:
     ax.barh(range(len(rows)), rates, color=VTX_COLOR)
     for index, row in enumerate(rows):
         stop = "stopped by patience" if row["stop"] == "patience" else f"all {row['stop']}"
-        note = f"BLEU {row['bleu']}, {int(row['updates']):,} updates ({stop}),\nwhole script {int(row['script_s']):,} s"
+        note = (
+            f"BLEU {row['bleu']}, {int(row['updates']):,} updates ({stop}),\n"
+            f"whole script {int(row['script_s']):,} s"
+        )
         ax.text(rates[index] + 60, index, note, va="center", fontsize=9)
     ax.axvline(2500, color="#d62728", linestyle="--", linewidth=1)
     ax.text(2520, len(rows) - 0.45, "2,500 (issue 12's target)", color="#d62728", fontsize=8)
@@ -90,13 +100,15 @@ def plot_train_vs_torch(rows: list[dict[str, str]], out: Path) -> None:
         ax.plot([min(theirs), max(ours)], [line, line], color="#dddddd", zorder=1)
         ax.scatter(theirs, [line] * len(runs), color=REFERENCE_COLOR, edgecolor="#666666", zorder=2,
                    label="torch reference" if line == 0 else None)
-        ax.scatter(ours, [line] * len(runs), color=VTX_COLOR, zorder=3, label="vtx" if line == 0 else None)
+        ax.scatter(ours, [line] * len(runs), color=VTX_COLOR, zorder=3,
+                   label="vtx" if line == 0 else None)
         ratios = sorted(mine / other for mine, other in zip(ours, theirs))
         low, high = f"{ratios[0]:.2f}", f"{ratios[-1]:.2f}"
         spread = f"{low}x" if low == high else f"{low}-{high}x"
         ax.text(max(ours) + 120, line, f"{spread} ({len(runs)} run{'s' if len(runs) > 1 else ''})",
                 va="center", fontsize=9)
-    ax.set_yticks(range(len(groups)), [f"{machine}\n{precision}" for machine, precision in groups], fontsize=8)
+    names = [f"{machine}\n{precision}" for machine, precision in groups]
+    ax.set_yticks(range(len(groups)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(float(row["vtx_tok_s"]) for row in rows) * 1.3)
     ax.set_xlabel("target tokens/s of one update (synthetic 64 x 32 batches, 2 cores)")
@@ -109,7 +121,10 @@ def plot_train_vs_torch(rows: list[dict[str, str]], out: Path) -> None:
 def plot_gpu_train(rows: list[dict[str, str]], out: Path) -> None:
     """vtx against the PyTorch reference on a GPU, bfloat16, per model and batch."""
     fig, ax = plt.subplots(figsize=(8, 2.8))
-    labels = [f"{row['model']}, {int(row['target_tokens']):,} tokens\nMFU {row['vtx_mfu_pct']}%" for row in rows]
+    labels = [
+        f"{row['model']}, {int(row['target_tokens']):,} tokens\nMFU {row['vtx_mfu_pct']}%"
+        for row in rows
+    ]
     _paired_bars(
         ax,
         labels,
@@ -150,7 +165,9 @@ def plot_wsj_curve(rows: list[dict[str, str]], out: Path) -> None:
     for run in dict.fromkeys(row["run"] for row in rows):
         points = [row for row in rows if row["run"] == run]
         label = f"{run}, {points[0]['machine']}"
-        ax.plot([float(p["minutes"]) for p in points], [float(p["dev_f1_beam4"]) for p in points], "o-", label=label)
+        minutes = [float(point["minutes"]) for point in points]
+        scores = [float(point["dev_f1_beam4"]) for point in points]
+        ax.plot(minutes, scores, "o-", label=label)
     ax.set_xlabel("training minutes (2 cores)")
     ax.set_ylabel("dev F1, beam 4, constrained")
     ax.set_title("WSJ sample parser (small.sh): dev F1 along the run", fontsize=11)
@@ -177,7 +194,8 @@ PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], N
         "gpu_vs_torch.png",
     ),
     "decoding_vs_ct2.csv": (
-        ("machine", "input", "threads", "stop", "vtx_tok_s", "ct2_tok_s", "identical_lines", "command"),
+        ("machine", "input", "threads", "stop", "vtx_tok_s", "ct2_tok_s", "identical_lines",
+         "command"),
         plot_decoding,
         "decoding_vs_ct2.png",
     ),

@@ -1,4 +1,4 @@
-"""The user docs stay readable: short table cells, and no link to a file or heading that is not there."""
+"""The user docs stay readable: short table cells, no link to a missing file or heading."""
 
 from __future__ import annotations
 
