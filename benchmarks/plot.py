@@ -1,0 +1,230 @@
+"""The comparison plots of docs/benchmarks.md and docs/results.md, from benchmarks/results/*.csv.
+
+    .venv/bin/python benchmarks/plot.py [--results benchmarks/results] [--out docs/img]
+
+Each CSV holds one benchmark's figures as the docs give them, one row per measured run, with the
+machine and the command (and commit and date) that produced it. A new measurement is a new row;
+rerunning this redraws the PNGs. Only the csv module and matplotlib (Agg backend): no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+VTX_COLOR, REFERENCE_COLOR = "#1f77b4", "#bbbbbb"
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of one results CSV as dictionaries keyed by its header."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _paired_bars(
+    ax,
+    labels: list[str],
+    ours: list[float],
+    theirs: list[float],
+    names: tuple[str, str],
+    legend: str = "lower right",
+):
+    """Horizontal bar pairs, vtx above its reference, the ratio written at the end of each pair."""
+    rows = range(len(labels))
+    height = 0.38
+    ax.barh([row - height / 2 for row in rows], ours, height, label=names[0], color=VTX_COLOR)
+    ax.barh([row + height / 2 for row in rows], theirs, height, label=names[1],
+            color=REFERENCE_COLOR)
+    for row, mine, other in zip(rows, ours, theirs):
+        ax.text(max(mine, other) * 1.01, row, f"{mine / other:.2f}x", va="center", fontsize=9)
+    ax.set_yticks(list(rows), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(ours + theirs) * 1.15)
+    ax.legend(loc=legend, fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _save(fig, out: Path) -> None:
+    """Write the figure as a PNG and free it."""
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_quickstart(rows: list[dict[str, str]], out: Path) -> None:
+    """Quick start: median target tok/s per CPU kind, with its BLEU and the script's minutes."""
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    labels = [f"{row['cpu']}\n{row['precision']}" for row in rows]
+    rates = [float(row["median_tok_s"]) for row in rows]
+    ax.barh(range(len(rows)), rates, color=VTX_COLOR)
+    for index, row in enumerate(rows):
+        stop = "stopped by patience" if row["stop"] == "patience" else f"all {row['stop']}"
+        note = (
+            f"BLEU {row['bleu']}, {int(row['updates']):,} updates ({stop}),\n"
+            f"whole script {int(row['script_s']):,} s"
+        )
+        ax.text(rates[index] + 60, index, note, va="center", fontsize=9)
+    ax.axvline(2500, color="#d62728", linestyle="--", linewidth=1)
+    ax.text(2520, len(rows) - 0.45, "2,500 (issue 12's target)", color="#d62728", fontsize=8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(rates) * 1.85)
+    ax.set_xlabel("median target tokens/s over 50-update intervals (2 cores)")
+    ax.set_title("Quick start (Multi30k EN→DE): speed and test_2016 BLEU per CPU", fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, out)
+
+
+def plot_train_vs_torch(rows: list[dict[str, str]], out: Path) -> None:
+    """vtx against the PyTorch reference, quick start model, each CPU's own instructions.
+
+    One line per machine and precision; each run is a dot (vtx blue, the reference grey), and the
+    line ends with the range of vtx / reference over the runs.
+    """
+    rows = [row for row in rows if row["instructions"] == "own"]
+    groups = list(dict.fromkeys((row["machine"], row["precision"]) for row in rows))
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(groups) + 1.3))
+    for line, (machine, precision) in enumerate(groups):
+        runs = [row for row in rows if (row["machine"], row["precision"]) == (machine, precision)]
+        ours = [float(row["vtx_tok_s"]) for row in runs]
+        theirs = [float(row["ref_tok_s"]) for row in runs]
+        ax.plot([min(theirs), max(ours)], [line, line], color="#dddddd", zorder=1)
+        ax.scatter(theirs, [line] * len(runs), color=REFERENCE_COLOR, edgecolor="#666666", zorder=2,
+                   label="torch reference" if line == 0 else None)
+        ax.scatter(ours, [line] * len(runs), color=VTX_COLOR, zorder=3,
+                   label="vtx" if line == 0 else None)
+        ratios = sorted(mine / other for mine, other in zip(ours, theirs))
+        low, high = f"{ratios[0]:.2f}", f"{ratios[-1]:.2f}"
+        spread = f"{low}x" if low == high else f"{low}-{high}x"
+        ax.text(max(ours) + 120, line, f"{spread} ({len(runs)} run{'s' if len(runs) > 1 else ''})",
+                va="center", fontsize=9)
+    names = [f"{machine}\n{precision}" for machine, precision in groups]
+    ax.set_yticks(range(len(groups)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(float(row["vtx_tok_s"]) for row in rows) * 1.3)
+    ax.set_xlabel("target tokens/s of one update (synthetic 64 x 32 batches, 2 cores)")
+    ax.set_title("Training on a CPU: vtx vs the PyTorch reference, quick start model", fontsize=11)
+    ax.legend(loc="lower right", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, out)
+
+
+def plot_gpu_train(rows: list[dict[str, str]], out: Path) -> None:
+    """vtx against the PyTorch reference on a GPU, bfloat16, per model and batch."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    labels = [
+        f"{row['model']}, {int(row['target_tokens']):,} tokens\nMFU {row['vtx_mfu_pct']}%"
+        for row in rows
+    ]
+    _paired_bars(
+        ax,
+        labels,
+        [float(row["vtx_tok_s"]) for row in rows],
+        [float(row["torch_tok_s"]) for row in rows],
+        ("vtx (XLA)", "torch reference"),
+        legend="upper right",
+    )
+    ax.set_xlabel("target tokens/s, bfloat16")
+    ax.set_title(f"GPU training: vtx vs the PyTorch reference, {rows[0]['gpu']}", fontsize=11)
+    _save(fig, out)
+
+
+def plot_decoding(rows: list[dict[str, str]], out: Path) -> None:
+    """vtx translate against CTranslate2 on the same weights: target tokens/s per setting."""
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    labels = [
+        f"{row['input']}, {row['threads']} thread{'s' if row['threads'] != '1' else ''}\n"
+        f"--stop {row['stop']}, {row['identical_lines']}/1000 lines identical"
+        for row in rows
+    ]
+    _paired_bars(
+        ax,
+        labels,
+        [float(row["vtx_tok_s"]) for row in rows],
+        [float(row["ct2_tok_s"]) for row in rows],
+        ("vtx", "CTranslate2 float32"),
+    )
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel("target tokens/s, beam 4, quick-start-size model")
+    ax.set_title(f"Decoding: vtx vs CTranslate2, {rows[0]['machine']}, 2 cores", fontsize=11)
+    _save(fig, out)
+
+
+def plot_wsj_curve(rows: list[dict[str, str]], out: Path) -> None:
+    """WSJ sample parser: dev F1 (beam 4) against training minutes, one line per run."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in dict.fromkeys(row["run"] for row in rows):
+        points = [row for row in rows if row["run"] == run]
+        label = f"{run}, {points[0]['machine']}"
+        minutes = [float(point["minutes"]) for point in points]
+        scores = [float(point["dev_f1_beam4"]) for point in points]
+        ax.plot(minutes, scores, "o-", label=label)
+    ax.set_xlabel("training minutes (2 cores)")
+    ax.set_ylabel("dev F1, beam 4, constrained")
+    ax.set_title("WSJ sample parser (small.sh): dev F1 along the run", fontsize=11)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    _save(fig, out)
+
+
+# CSV name -> (the columns its plot reads, the plot, the PNG it writes)
+PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], None], str]] = {
+    "quickstart.csv": (
+        ("cpu", "precision", "bleu", "updates", "stop", "median_tok_s", "script_s", "command"),
+        plot_quickstart,
+        "quickstart_by_cpu.png",
+    ),
+    "train_vs_torch.csv": (
+        ("machine", "instructions", "precision", "commit", "vtx_tok_s", "ref_tok_s", "command"),
+        plot_train_vs_torch,
+        "train_vs_torch.png",
+    ),
+    "gpu_train.csv": (
+        ("gpu", "model", "target_tokens", "vtx_tok_s", "torch_tok_s", "vtx_mfu_pct", "command"),
+        plot_gpu_train,
+        "gpu_vs_torch.png",
+    ),
+    "decoding_vs_ct2.csv": (
+        ("machine", "input", "threads", "stop", "vtx_tok_s", "ct2_tok_s", "identical_lines",
+         "command"),
+        plot_decoding,
+        "decoding_vs_ct2.png",
+    ),
+    "wsj_f1_curve.csv": (
+        ("run", "machine", "minutes", "dev_f1_beam4", "command"),
+        plot_wsj_curve,
+        "wsj_f1_by_minutes.png",
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Draw every plot of PLOTS; returns the PNGs written."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (columns, plot, png) in PLOTS.items():
+        rows = read_rows(args.results / name)
+        missing = [column for column in columns if any(not row.get(column) for row in rows)]
+        if missing:
+            raise SystemExit(f"{name}: rows without {', '.join(missing)}")
+        plot(rows, args.out / png)
+        written.append(args.out / png)
+        print(args.out / png)
+    return written
+
+
+if __name__ == "__main__":
+    main()
