@@ -54,12 +54,12 @@ sources, shorter than their trees, are not padded to the tree's length):
         raises ValueError when batches of max_tokens cannot hold the split's longest pair (what
         train_batches and eval_batches refuse), without building a dataset.
 
-Why few fixed shapes: under XLA every distinct padded shape is a separate compiled program (about
-90 s each for base on an H100), so there are at most MAX_SHAPES lengths (`--max-shapes`),
-multiples of LENGTH_STEP (GPU tiles), each with one number of rows, and a short batch never makes
-a new shape. Without XLA one traced program runs every shape, so `shape_policy` allows
-MAX_SHAPES_DYNAMIC lengths of any value: on Multi30k (quick start, 2048 tokens) that fills 0.93
-of a batch's target slots with real tokens instead of 0.79, for the same time per update.
+Why few fixed shapes: under XLA every distinct padded shape is a separate compiled program
+(a minute or more each for base on a GPU: docs/benchmarks.md), so there are at most MAX_SHAPES
+lengths (`--max-shapes`), multiples of LENGTH_STEP (GPU tiles), each with one number of rows, and
+a short batch never makes a new shape. Without XLA one traced program runs every shape, so
+`shape_policy` allows MAX_SHAPES_DYNAMIC lengths of any value: more of a batch's target slots hold
+real tokens, for the same time per update (`vtx train` logs the share it gets).
 `vtx train` chooses the lengths for the fewest positions in an epoch's batches
 (`fewest_position_boundaries`): a bucket's short last batch costs a whole batch, so a length held
 by few pairs is not worth its own bucket (Multi30k at 8192 tokens with XLA: 5 shapes instead of
@@ -85,7 +85,7 @@ from vtx.errors import ArgumentError
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
 # Training shards read at once (`_pairs`); each holds its tokens in memory (a shard of the default
-# 100,000 pairs at ~60 ids a pair, as int32: ~25 MB, estimated, not measured).
+# 100,000 pairs is tens of MB as int32).
 SHARDS_AT_ONCE = 8
 
 
