@@ -32,7 +32,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
                    "brackets, one root, no empty phrase (for a model trained on trees with the "
                    "words in their slots, prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
-def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
+def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
           stop, max_tokens, buffer_size, gold, constrain_trees, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
@@ -40,7 +40,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
     from vtx.parsing import evalb
 
     try:
-        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 max_tokens=max_tokens,
                                 jit_compile=jit, constrain_trees=constrain_trees)

@@ -28,14 +28,14 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
-def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a,
+def translate(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions
 
     try:
-        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=jit)
         # A bad reference file is said before the search, not after it.
