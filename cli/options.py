@@ -81,9 +81,9 @@ def search_options(defaults: DecodeOptions):
                      show_default=True,
                      help="When a sentence's search ends: exact, once no live hypothesis can "
                           "beat the best finished one; fairseq, once --beam hypotheses have "
-                          "finished; never, at the length limit. exact gives the result of "
-                          "running to the limit; fairseq takes fewer steps and may miss a "
-                          "longer, better-scoring hypothesis."),
+                          "finished; never, at the length limit. The exact rule gives the "
+                          "result of running to the limit; fairseq's takes fewer steps and may "
+                          "miss a longer, better-scoring hypothesis."),
     ]
 
     def decorate(command):

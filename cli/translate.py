@@ -11,10 +11,11 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.command()
 @checkpoint_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
-              help="Source text, one sentence per line (default: stdin).")
+              help="Source text, one sentence per line; read as gzip when named .gz.  "
+                   "[default: stdin]")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write translations (default: stdout); written atomically (through a "
-                   "link to its target; a FIFO or device directly).")
+              help="Where to write the translations, atomically (through a link to its "
+                   "target; a FIFO or device directly).  [default: stdout]")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @search_options(TRANSLATION)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=TRANSLATION.max_tokens,
@@ -23,8 +24,8 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines read before translating (1: answer each line at once).")
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Hypotheses per input: K lines 'score<TAB>text' each when K > 1 "
-                   "('nan<TAB>' for each that does not exist).")
+              help="Hypotheses per input: K lines `score<TAB>text` each when K > 1 "
+                   "(`nan<TAB>` for each that does not exist).")
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
