@@ -63,13 +63,13 @@ def main() -> None:
                     (f"beam {args.beam}, vtx fairseq penalty", args.beam, "fairseq")]
         ct2_outputs = {}
         for name, beam, penalty in settings:
-            options = DecodeOptions(beam=beam, lenpen=args.lenpen, length_penalty=penalty)
+            options = DecodeOptions(beam=beam, lenpen=args.lenpen, lenpen_formula=penalty)
             ours = [h[0].text if h else "" for h in
                     translate.load_translator(path, options).translate(lines)]
             if beam not in ct2_outputs:
                 ct2_outputs[beam] = translate_lines(
                     ct2, processor, lines, DecodeOptions(beam=beam, lenpen=args.lenpen,
-                                                         length_penalty="fairseq"),
+                                                         lenpen_formula="fairseq"),
                     max_positions=max_positions)
             same = sum(a == b for a, b in zip(ours, ct2_outputs[beam]))
             print(f"{name} (alpha {args.lenpen}) vs CTranslate2 beam {beam} (|Y|^alpha): "

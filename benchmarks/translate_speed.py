@@ -114,7 +114,7 @@ def main() -> None:
     lines = read_lines(args.input, args.limit)
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
-    options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, length_penalty=penalty,
+    options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, lenpen_formula=penalty,
                             max_tokens=args.max_tokens, stop=args.stop, jit_compile=args.jit)
     translator = load_translator(args.checkpoint, options)
     print(f"machine: {cpu_model()}")

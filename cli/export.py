@@ -18,7 +18,7 @@ FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --he
               help="Directory to create (written under a temporary name, then renamed).")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
 @search_options(TRANSLATION)
-def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form, max_len_a,
+def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formula, max_len_a,
            max_len_b, stop):
     """Export a trained model for serving without vtx.
 
@@ -30,7 +30,7 @@ def export(checkpoint, export_format, output, force, beam, lenpen, penalty_form,
 
     try:
         path = resolve_checkpoint(checkpoint)
-        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
         written = export_model(path, output, export_format, options, force=force)
     except (OSError, ValueError, MemoryError) as error:

@@ -8,7 +8,7 @@ import click
 
 from vtx import atomic
 from vtx.errors import ArgumentError
-from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES, DecodeOptions  # no TensorFlow
+from vtx.inference.decoding import LENPEN_FORMULAS, STOP_RULES, DecodeOptions  # no TensorFlow
 
 
 class FiniteFloat(click.FloatRange):
@@ -52,26 +52,38 @@ checkpoint_option = click.option(
 
 
 def search_options(defaults: DecodeOptions):
-    """--beam --lenpen --length-penalty --max-len-a --max-len-b --stop, defaulting to a preset of
+    """--beam --lenpen --lenpen-formula --max-len-a --max-len-b --stop, defaulting to a preset of
     `vtx.inference.decoding` (the paper's translation or parsing settings)."""
     options = [
         click.option("--beam", type=click.IntRange(min=1), default=defaults.beam,
-                     show_default=True),
+                     show_default=True,
+                     help="Beam width: hypotheses kept at each step (1: greedy search)."),
         click.option("--lenpen", type=FiniteFloat(min=0), default=defaults.lenpen,
-                     show_default=True, help="Length penalty alpha."),
-        click.option("--length-penalty", "penalty_form", type=click.Choice(LENGTH_PENALTIES),
-                     default=defaults.length_penalty, show_default=True,
-                     help="gnmt: ((5+|Y|)/6)^alpha as the paper; fairseq: |Y|^alpha."),
+                     show_default=True,
+                     help="Length penalty alpha, the exponent of --lenpen-formula (0: no "
+                          "penalty; a higher alpha favours longer outputs)."),
+        click.option("--lenpen-formula", type=click.Choice(LENPEN_FORMULAS),
+                     default=defaults.lenpen_formula, show_default=True,
+                     help="The length penalty lp(|Y|) dividing a hypothesis's log-probability: "
+                          "gnmt ((5+|Y|)/6)^alpha as the paper; fairseq |Y|^alpha as fairseq "
+                          "and CTranslate2."),
+        click.option("--length-penalty", hidden=True, expose_value=False,
+                     callback=_renamed("--lenpen-formula (gnmt or fairseq; --lenpen is its "
+                                       "alpha)")),
         click.option("--max-len-a", type=FiniteFloat(min=0), default=defaults.max_len_a,
-                     show_default=True),
+                     show_default=True,
+                     help="Output length limit a * source length + b: the factor a (the limit "
+                          "counts EOS)."),
         click.option("--max-len-b", type=click.IntRange(min=0), default=defaults.max_len_b,
-                     show_default=True, help="Output length limit: a * source length + b."),
+                     show_default=True,
+                     help="Output length limit a * source length + b: the constant b."),
         click.option("--stop", type=click.Choice(STOP_RULES), default=defaults.stop,
                      show_default=True,
-                     help="When a sentence's beam search ends: fairseq: once --beam hypotheses "
-                          "have finished (as fairseq); exact: once no live one can beat the best "
-                          "finished (the result of running to the length limit, more steps); "
-                          "never: at the length limit."),
+                     help="When a sentence's search ends: exact, once no live hypothesis can "
+                          "beat the best finished one; fairseq, once --beam hypotheses have "
+                          "finished; never, at the length limit. The exact rule gives the "
+                          "result of running to the limit; fairseq's takes fewer steps and may "
+                          "miss a longer, better-scoring hypothesis."),
     ]
 
     def decorate(command):
@@ -80,6 +92,15 @@ def search_options(defaults: DecodeOptions):
         return command
 
     return decorate
+
+
+def _renamed(new_flag: str):
+    """Click callback of a hidden option under a flag's former name: refused, naming the flag
+    to use (click's own "No such option" may suggest a flag of another meaning)."""
+    def refuse(ctx, param, value):
+        if value is not None:
+            raise click.UsageError(f"no such option: {param.opts[0]}; use {new_flag}", ctx=ctx)
+    return refuse
 
 
 def library_error(error: Exception, flags: dict[str, str]) -> click.ClickException:

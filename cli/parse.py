@@ -13,10 +13,10 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
 @click.command()
 @checkpoint_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
-              help="Whitespace-tokenized sentences, one per line (default: stdin).")
+              help="Whitespace-tokenized sentences, one per line.  [default: stdin]")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write the trees, one per line (default: stdout); written atomically "
-                   "(through a link to its target; a FIFO or device directly).")
+              help="Where to write the trees, one per line, atomically (through a link to its "
+                   "target; a FIFO or device directly).  [default: stdout]")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @search_options(PARSING)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=PARSING.max_tokens,
@@ -29,10 +29,10 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
                    "summary to stderr. The output trees then carry the gold POS tags.")
 @click.option("--constrain-trees/--no-constrain-trees", default=False, show_default=True,
               help="Search only well-formed trees with one word slot per input word: matching "
-                   "brackets, one root, no empty phrase (for a model trained on trees with the "
-                   "words in their slots, prepare-parse --slots words).")
+                   "brackets, one root, no empty phrase. For a model trained on trees with the "
+                   "words in their slots (prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
-def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a, max_len_b,
+def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
           stop, max_tokens, buffer_size, gold, constrain_trees, jit, force):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
@@ -40,7 +40,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_l
     from vtx.parsing import evalb
 
     try:
-        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 max_tokens=max_tokens,
                                 jit_compile=jit, constrain_trees=constrain_trees)

@@ -67,39 +67,59 @@ def _device_names(ctx, param, value):
 @click.command()
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
-              help="Model preset (SPEC.md Table 3).")
+              help="Model preset: base and big as in the paper's Table 3, parse-big for "
+                   "parsing (section 6.3), tiny for tests.")
 @click.option("--save-dir", type=click.Path(file_okay=False), callback=creatable_folder,
-              help="Checkpoints, config, history, learning curve; resumed from if it has any.")
+              help="Folder of the run's checkpoints, config, history and learning curve; a "
+                   "run resumes from it where it holds a checkpoint.")
 @click.option("--vocab-size", type=click.IntRange(min=8), default=None,
-              help="With --dry-run: vocabulary size (default: the data's, else the preset's).")
-@click.option("--layers", type=click.IntRange(min=1), help="Override the preset's N.")
-@click.option("--d-model", type=click.IntRange(min=8), help="Override the preset's d_model.")
-@click.option("--d-ff", type=click.IntRange(min=8), help="Override the preset's d_ff.")
-@click.option("--heads", type=click.IntRange(min=1), help="Override the preset's h.")
-@click.option("--dropout", type=FiniteFloat(0, 1, max_open=True), help="P_drop.")
-@click.option("--attention-dropout", type=FiniteFloat(0, 1, max_open=True))
-@click.option("--relu-dropout", type=FiniteFloat(0, 1, max_open=True))
+              help="With --dry-run: the vocabulary size (a run trains on the data's).  "
+                   "[default: the data's, else the preset's]")
+@click.option("--layers", type=click.IntRange(min=1),
+              help="Layers of the encoder and of the decoder, N.  [default: the preset's]")
+@click.option("--d-model", type=click.IntRange(min=8),
+              help="Model width d_model; a multiple of --heads.  [default: the preset's]")
+@click.option("--d-ff", type=click.IntRange(min=8),
+              help="Inner width of the feed-forward sub-layers, d_ff.  [default: the preset's]")
+@click.option("--heads", type=click.IntRange(min=1),
+              help="Attention heads h.  [default: the preset's]")
+@click.option("--dropout", type=FiniteFloat(0, 1, max_open=True),
+              help="P_drop: dropout on the sub-layers' outputs and on the embedding and "
+                   "position sums.  [default: the preset's]")
+@click.option("--attention-dropout", type=FiniteFloat(0, 1, max_open=True),
+              help="Dropout on the attention weights (the paper has none).  [default: the "
+                   "preset's]")
+@click.option("--relu-dropout", type=FiniteFloat(0, 1, max_open=True),
+              help="Dropout inside the feed-forward sub-layers, after the ReLU (the paper has "
+                   "none).  [default: the preset's]")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Tokens per replica and micro-batch (source and target each, padding counted).")
+              help="Batch size in tokens, per replica and micro-batch: source and target each, "
+                   "padding counted.")
 @click.option("--update-freq", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Micro-batches accumulated per update.")
-@click.option("--max-steps", type=click.IntRange(min=1), default=100_000, show_default=True)
+              help="Micro-batches accumulated per update (an update's batch: replicas x this x "
+                   "--max-tokens).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Updates to train in all: a resumed run goes on to this step.")
 @click.option("--max-minutes", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Wall-time budget of this run: save a checkpoint and exit 0 when it is used "
                    "up (0: no budget).")
-@click.option("--warmup-steps", type=click.IntRange(min=1), default=4000, show_default=True)
+@click.option("--warmup-steps", type=click.IntRange(min=1), default=4000, show_default=True,
+              help="Warmup updates of the paper's learning-rate schedule (section 5.3).")
 @click.option("--lr-scale", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Multiplier on the paper's learning-rate schedule.")
 @click.option("--label-smoothing", type=FiniteFloat(0, 1, max_open=True), default=0.1,
-              show_default=True)
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True)
+              show_default=True, help="Label smoothing epsilon_ls of the training loss.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,
+              help="Random seed of the initial weights, dropout and the batches' order.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-              help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 with --jit, on "
-                   "CPUs with AMX, and on CPUs with avx512_bf16 where a bfloat16 matrix product "
-                   "times >= 1.1x float32's at start; else float32.")
+              help="Training precision; auto: mixed_bfloat16 where the hardware runs it fast, "
+                   "else float32 (the first log line says which and why). That is "
+                   "mixed_bfloat16 on GPUs of compute capability >= 8.0 with --jit, on CPUs with "
+                   "AMX, and on CPUs with avx512_bf16 where a bfloat16 matrix product times >= "
+                   "1.1x float32's at start.")
 @click.option("--jit/--no-jit", default=None,
-              help="XLA-compile the update (on one device the whole of it; across replicas "
-                   "the per-replica gradients).  [default: --jit where nvidia-smi lists a GPU "
+              help="XLA-compile the update: on one device the whole of it, across replicas "
+                   "the per-replica gradients.  [default: --jit where nvidia-smi lists a GPU "
                    "and --devices names no CPU only, else --no-jit]")
 @click.option("--xla-cache-dir", type=click.Path(file_okay=False), callback=creatable_folder,
               help="With --jit: keep the compiled programs here, so that a resumed run does not "
@@ -109,30 +129,29 @@ def _device_names(ctx, param, value):
               help="With --jit, on one device: batch shapes compiled at once before the first "
                    "update (0: half the CPU cores).  [default: 0]")
 @click.option("--max-shapes", type=click.IntRange(min=0), default=0,
-              help="Distinct padded batch lengths at most, chosen over the data for the "
-                   "fewest positions in an epoch's batches; with --jit each is one compiled "
-                   "program, so fewer start sooner and pad more (0: 8 with --jit, 16 "
-                   "without).  [default: 0]")
+              help="Distinct padded batch lengths at most (0: 8 with --jit, 16 without). They "
+                   "are chosen over the data for the fewest positions in an epoch's batches; "
+                   "with --jit each is one compiled program, so fewer start sooner and pad "
+                   "more.  [default: 0]")
 @click.option("--pack/--no-pack", default=None,
-              help="Training batches of several pairs a row, in one or two shapes (each pair "
-                   "attends only to itself), instead of length buckets: one or two compiled "
-                   "programs with --jit and fewer pad positions (Multi30k, 2048 tokens: 0.93 of the positions real, "
-                   "against 0.75 in buckets with --jit and 0.89 without). Validation stays "
-                   "bucketed. A resumed run keeps its checkpoint's batching.  [default: --pack "
+              help="Pack several pairs into each training row, each attending only to "
+                   "itself, in one or two batch shapes instead of length buckets. With --jit "
+                   "that is one or two compiled programs and fewer pad positions. Validation "
+                   "stays bucketed. A resumed run keeps its checkpoint's batching.  "
+                   "[default: --pack "
                    "with --jit where it costs fewer FLOPs an epoch than buckets (said at "
                    "start), else --no-pack]")
 @click.option("--prefetch", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Training batches read, packed and placed on the devices ahead of the "
-                   "updates, on a thread of their own (0: each made and placed on the training "
-                   "thread as its update starts).")
+              help="Training batches made and placed on the devices ahead of the updates, on "
+                   "a thread of their own (0: each made on the training thread as its update "
+                   "starts).")
 @click.option("--devices", default=None, callback=_device_names,
-              help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1 "
-                   "(default: every GPU, else CPU).")
+              help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1.  "
+                   "[default: every GPU, else the CPU]")
 @click.option("--save-interval-minutes", type=FiniteFloat(min=0), default=10.0,
               show_default=True,
-              help="Save a checkpoint once this many minutes of wall time have passed since the "
-                   "last one (0: none by the clock; a run also saves at its end, on a stop "
-                   "signal and at each new best validation).")
+              help="Minutes of wall time between checkpoints (0: none by the clock; a run "
+                   "also saves at its end, on a stop signal and at each new best validation).")
 @click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also save a checkpoint every this many updates (0: none by the step "
                    "count).")
@@ -150,10 +169,10 @@ def _device_names(ctx, param, value):
               help="At each validation, parse the validation set and log its EVALB F1 against "
                    "GOLD (valid.gold of vtx prepare-parse).")
 @click.option("--eval-beam", type=click.IntRange(min=1), default=None,
-              help="Beam of --eval-bleu / --eval-f1.  [default: 4]")
+              help="Beam width of the --eval-bleu / --eval-f1 search.  [default: 4]")
 @click.option("--eval-lenpen", type=FiniteFloat(min=0), default=None,
-              help="Length penalty alpha of --eval-bleu / --eval-f1.  [default: 0.6 for BLEU, "
-                   "0.3 for F1]")
+              help="Length penalty alpha of the --eval-bleu / --eval-f1 search (gnmt "
+                   "formula).  [default: 0.6 for BLEU, 0.3 for F1]")
 @click.option("--eval-constrain-trees", is_flag=True,
               help="With --eval-f1: search only well-formed trees with one word slot per word, "
                    "as `vtx parse --constrain-trees` (for trees with the words in their slots).")
@@ -165,7 +184,9 @@ def _device_names(ctx, param, value):
               help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
               help="A progress line every this many updates and after the last.")
-@click.option("--tensorboard-dir", type=click.Path(file_okay=False), callback=creatable_folder)
+@click.option("--tensorboard-dir", type=click.Path(file_okay=False), callback=creatable_folder,
+              help="Also write the progress and validation figures here as TensorBoard "
+                   "summaries.")
 @click.option("--profile", metavar="FIRST:LAST", callback=_profile_steps,
               help="Trace updates FIRST to LAST with TensorFlow's profiler (every kernel, copy "
                    "and gap on each device) into --tensorboard-dir, else SAVE_DIR/profile, for "

@@ -11,10 +11,11 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.command()
 @checkpoint_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
-              help="Source text, one sentence per line (default: stdin).")
+              help="Source text, one sentence per line; read as gzip when named .gz.  "
+                   "[default: stdin]")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
-              help="Where to write translations (default: stdout); written atomically (through a "
-                   "link to its target; a FIFO or device directly).")
+              help="Where to write the translations, atomically (through a link to its "
+                   "target; a FIFO or device directly).  [default: stdout]")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @search_options(TRANSLATION)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=TRANSLATION.max_tokens,
@@ -23,19 +24,19 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines read before translating (1: answer each line at once).")
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Hypotheses per input: K lines 'score<TAB>text' each when K > 1 "
-                   "('nan<TAB>' for each that does not exist).")
+              help="Hypotheses per input: K lines `score<TAB>text` each when K > 1 "
+                   "(`nan<TAB>` for each that does not exist).")
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
-def translate(checkpoint, input_path, output_path, beam, lenpen, penalty_form, max_len_a,
+def translate(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions
 
     try:
-        options = DecodeOptions(beam=beam, lenpen=lenpen, length_penalty=penalty_form,
+        options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=jit)
         # A bad reference file is said before the search, not after it.

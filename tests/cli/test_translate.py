@@ -104,6 +104,19 @@ def test_stop_fairseq_translates_and_an_unknown_rule_names_the_flag(trained_chec
     assert refused.returncode == 2 and b"--stop" in refused.stderr and b"soon" in refused.stderr
 
 
+def test_lenpen_formula_picks_the_penalty_and_length_penalty_names_it(tmp_path):
+    """--lenpen is alpha, --lenpen-formula the penalty's form; the form's former name,
+    --length-penalty, is a usage error naming the flag to use, in every decoding command."""
+    for command in ("translate", "parse", "export"):
+        refused = vtx(command, "--checkpoint", tmp_path, "--length-penalty", "fairseq")
+        assert refused.returncode == 2, refused.stderr.decode()
+        assert ("no such option: --length-penalty; use --lenpen-formula"
+                in refused.stderr.decode())
+    refused = vtx("translate", "--checkpoint", tmp_path, "--lenpen-formula", "average")
+    assert refused.returncode == 2 and b"'average' is not one of 'gnmt', 'fairseq'" in (
+        refused.stderr)
+
+
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     result = vtx("translate", "--checkpoint", tmp_path)
     assert result.returncode == 1

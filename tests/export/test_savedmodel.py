@@ -21,7 +21,7 @@ print(json.dumps([t.decode("utf-8") for t in output["translations"].numpy().toli
 
 @pytest.mark.slow
 @pytest.mark.parametrize("settings", [["--beam", "4", "--lenpen", "0.6"],
-                                      ["--beam", "3", "--lenpen", "1.5", "--length-penalty",
+                                      ["--beam", "3", "--lenpen", "1.5", "--lenpen-formula",
                                        "fairseq", "--max-len-a", "0.5", "--max-len-b", "4"]])
 def test_savedmodel_translates_like_vtx_translate(trained_checkpoint, test_sentences, tmp_path,
                                                   settings):

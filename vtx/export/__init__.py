@@ -50,7 +50,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         checkpoint_path: a checkpoint file that carries its SentencePiece vocabulary.
         output: the directory to create.
         format: one of FORMATS.
-        options: decoding settings baked into a SavedModel (beam, lenpen, length_penalty,
+        options: decoding settings baked into a SavedModel (beam, lenpen, lenpen_formula,
             max_len_a, max_len_b); a CTranslate2 model takes them at translation time instead.
         force: replace an existing export at `output`.
 

@@ -134,13 +134,13 @@ def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
 
 
 def translate_lines(translator, processor, lines: Iterable[str],
-                    options: DecodeOptions = DecodeOptions(length_penalty="fairseq"),
+                    options: DecodeOptions = DecodeOptions(lenpen_formula="fairseq"),
                     max_positions: int = 1024, max_batch_size: int = 64) -> list[str]:
     """Translate with a loaded `ctranslate2.Translator` under vtx's conventions.
 
     Source pieces carry no BOS/EOS and are cut to `max_positions`; each sentence may produce at
     most `options.length_limit(|X|)` tokens (EOS included, as vtx counts |Y|); empty lines give
-    "". CTranslate2's length penalty is |Y|^alpha: `options.length_penalty` must be `fairseq`
+    "". CTranslate2's length penalty is |Y|^alpha: `options.lenpen_formula` must be `fairseq`
     when the beam is wider than 1 (a beam of 1 is greedy, where no penalty applies).
 
     Args:
@@ -155,9 +155,9 @@ def translate_lines(translator, processor, lines: Iterable[str],
     Raises:
         ValueError: a beam over 1 with the `gnmt` length penalty, which CTranslate2 lacks.
     """
-    if options.beam > 1 and options.length_penalty != "fairseq":
+    if options.beam > 1 and options.lenpen_formula != "fairseq":
         raise ValueError(f"CTranslate2 scores with |Y|^alpha (length penalty fairseq), not "
-                         f"{options.length_penalty}")
+                         f"{options.lenpen_formula}")
     lines = list(lines)
     pieces = [processor.encode(line, out_type=str)[:max_positions] for line in lines]
     # CTranslate2 takes one length limit per call: group sentences of equal limit.

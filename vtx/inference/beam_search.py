@@ -64,7 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.inference.decoding import LENGTH_PENALTIES, STOP_RULES
+from vtx.inference.decoding import LENPEN_FORMULAS, STOP_RULES
 
 TokensToLogits = Callable[[tf.Tensor, Any], tuple[tf.Tensor, Any]]
 
@@ -113,7 +113,7 @@ def length_penalty(lengths, alpha: float, kind: str = "gnmt") -> tf.Tensor:
         return tf.pow((5.0 + lengths) / 6.0, alpha)
     if kind == "fairseq":
         return tf.pow(lengths, alpha)
-    raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
+    raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENPEN_FORMULAS)}")
 
 
 def _map_beam_dependent(fn, nested, beam_invariant: tuple[str, ...]):
@@ -442,9 +442,9 @@ def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pen
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if nbest > beam_size:
         raise ValueError(f"nbest ({nbest}) must not exceed beam_size ({beam_size})")
-    if penalty not in LENGTH_PENALTIES:
+    if penalty not in LENPEN_FORMULAS:
         raise ValueError(
-            f"unknown length_penalty {penalty!r}; choose one of: {', '.join(LENGTH_PENALTIES)}")
+            f"unknown length_penalty {penalty!r}; choose one of: {', '.join(LENPEN_FORMULAS)}")
     if not alpha >= 0.0:  # the early-stop bound needs lp to grow with |Y|
         raise ValueError(f"alpha must be >= 0, got {alpha!r}")
     if stop not in STOP_RULES:

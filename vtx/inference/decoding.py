@@ -23,7 +23,7 @@ import numpy as np
 from vtx.config import PAD_ID
 from vtx.errors import ArgumentError
 
-LENGTH_PENALTIES = ("gnmt", "fairseq")
+LENPEN_FORMULAS = ("gnmt", "fairseq")  # the length penalty lp(|Y|) that alpha shapes
 # When a sentence's beam search stops (`vtx.inference.beam_search`): "fairseq" once `beam`
 # hypotheses have finished (fairseq's rule); "exact" when no live hypothesis can beat the
 # nbest-th best finished one, bounding it by the length limit's penalty (the result of running to
@@ -38,7 +38,7 @@ class DecodeOptions:
 
     beam: int = 4
     lenpen: float = 0.6  # alpha
-    length_penalty: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha; "fairseq": |Y|^alpha
+    lenpen_formula: str = "gnmt"  # "gnmt": ((5 + |Y|) / 6)^alpha; "fairseq": |Y|^alpha
     max_len_a: float = 1.0  # |Y| <= a * |X| + b
     max_len_b: int = 50
     nbest: int = 1
@@ -55,9 +55,9 @@ class DecodeOptions:
         if self.beam < 1 or not 1 <= self.nbest <= self.beam:
             raise ArgumentError("need 1 <= {nbest} <= {beam}, got {nbest_value} and "
                                 "{beam_value}", nbest_value=self.nbest, beam_value=self.beam)
-        if self.length_penalty not in LENGTH_PENALTIES:
-            raise ValueError(f"length_penalty must be one of {', '.join(LENGTH_PENALTIES)}, got "
-                             f"{self.length_penalty!r}")
+        if self.lenpen_formula not in LENPEN_FORMULAS:
+            raise ValueError(f"lenpen_formula must be one of {', '.join(LENPEN_FORMULAS)}, got "
+                             f"{self.lenpen_formula!r}")
         if self.stop not in STOP_RULES:
             raise ValueError(f"stop must be one of {', '.join(STOP_RULES)}, got {self.stop!r}")
         if not all(math.isfinite(x) and x >= 0

@@ -125,7 +125,7 @@ def search_for(model: Transformer, options: DecodeOptions,
     """`make_search_fn` with the settings of `options` (vtx.inference.decoding); with
     `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
-                          length_penalty=options.length_penalty, max_len_a=options.max_len_a,
+                          length_penalty=options.lenpen_formula, max_len_a=options.max_len_a,
                           max_len_b=options.max_len_b, nbest=options.nbest, stop=options.stop,
                           jit_compile=options.jit_compile,
                           tree_pieces=pieces if options.constrain_trees else None)
