@@ -1,4 +1,4 @@
-"""Joint source-target SentencePiece vocabulary (SPEC.md "Training": shared BPE vocabulary).
+"""Joint source-target SentencePiece vocabulary (paper section 5.1: a shared BPE vocabulary).
 
 Every model vtx trains or accepts has the fixed special ids of `vtx.config`: pad 0 (`<pad>`),
 unk 1 (`<unk>`), bos 2 (`<s>`), eos 3 (`</s>`). Encoded sentences carry no bos/eos; the input
@@ -201,9 +201,8 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
             sentence_iterator=iter(kept), model_writer=model, vocab_size=vocab_size,
             model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             # The sample holds at most sample_lines, so SentencePiece keeps every line; what it
-            # then does with them is the same in every process (measured with 0.2.3), and kept
-            # so that a text under sample_lines gets the vocabulary it got before (Multi30k's,
-            # byte for byte).
+            # then does with them is the same in every process, and kept so that a text under
+            # sample_lines always gets the same vocabulary (Multi30k's, byte for byte).
             input_sentence_size=sample_lines, shuffle_input_sentence=True,
             # Characters outside the covered alphabet become UTF-8 byte pieces, not <unk>, so
             # any text round-trips (e.g. digits, rare in Multi30k).

@@ -20,8 +20,8 @@ ROOT_LABEL = "TOP"
 EMPTY_ELEMENT_TAG = "-NONE-"
 
 # Brackets nested deeper are refused when read: the tree code recurses (normalizing,
-# linearizing, writing), and past ~400 levels Python's recursion limit stopped it with a
-# traceback after the reading had passed.
+# linearizing, writing), and past a few hundred levels Python's recursion limit would stop it
+# with a traceback after the reading had passed.
 MAX_DEPTH = 200
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
 
