@@ -57,7 +57,7 @@ import numpy as np
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
-from vtx.data.text import DataError
+from vtx.errors import DataError
 
 # Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
 # the first open row it fits in; when none has room the fullest is closed. More rows fill better

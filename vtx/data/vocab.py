@@ -17,7 +17,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from vtx.data.text import DataError
+from vtx.errors import DataError, VocabularyTooSmallError
 
 MODEL_TYPES = ("bpe", "unigram")
 # SentencePiece's whitespace marker; a piece that starts with it begins a word.
@@ -27,21 +27,6 @@ SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 # (0.2.x: "... Vocabulary size is smaller than required_chars. 5 vs 316. Increase vocab_size or
 # decrease character_coverage with --character_coverage option."): the size given, the minimum.
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)\.")
-
-
-class VocabularyTooSmallError(DataError):
-    """The vocabulary size is below what SentencePiece needs for the characters of the text.
-
-    Attributes:
-        vocab_size: the size asked for.
-        minimum: the smallest size SentencePiece accepts for this text: a piece for each
-            character it covers, beside the special pieces and byte fallback's 256 bytes.
-    """
-
-    def __init__(self, vocab_size: int, minimum: int):
-        super().__init__(f"vocab size {vocab_size} is too small for the characters of the "
-                         f"text: SentencePiece needs at least {minimum} pieces")
-        self.vocab_size, self.minimum = vocab_size, minimum
 
 
 class Vocabulary:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
 
+from vtx.errors import TreeSyntaxError
+
 # Label of the root added around every tree; EVALB (COLLINS.prm) deletes it when scoring.
 ROOT_LABEL = "TOP"
 # Part-of-speech tag of empty elements (traces, zero complementizers).
@@ -24,10 +26,6 @@ EMPTY_ELEMENT_TAG = "-NONE-"
 # with a traceback after the reading had passed.
 MAX_DEPTH = 200
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
-
-
-class TreeSyntaxError(ValueError):
-    """Bracketed text that is not a tree; the message says where."""
 
 
 @dataclasses.dataclass
