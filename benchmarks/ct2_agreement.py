@@ -1,4 +1,4 @@
-"""How often CTranslate2 returns exactly vtx's translation for the same checkpoint (issue 8).
+"""How often CTranslate2 returns exactly vtx's translation for the same checkpoint.
 
 Exports the checkpoint with `vtx.export.ct2`, translates the English side of Multi30k test_2016
 (or --input) with `vtx translate`'s Translator and with CTranslate2 (`vtx.export.ct2.translate_lines`,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real pipeline on a GPU (issue 12, "Measure"): `vtx train` on a preprocessed data directory
+# The real pipeline on a GPU: `vtx train` on a preprocessed data directory
 # (Multi30k: `vtx preprocess` with a vocabulary of 8000, carried to the GPU machine), base,
 # 8192 tokens, XLA, precision and packing (--pack with --jit) by default, every log line
 # timestamped; pass --no-pack for the length buckets.
@@ -13,7 +13,7 @@
 #
 # On the GPU machine after ../shared/gpu/README.md's setup (`. .gpu/bin/env.sh` defines `vtx`);
 # each call stays under the device tool's 10 minutes a command when MINUTES leaves room for the
-# compile (about 90 s a shape one at a time, measured). Logs go to $OUT (default /tmp) as
+# compile (a minute or two a shape for base, one at a time). Logs go to $OUT (default /tmp) as
 # gpu_pipeline_train.log or _resume.log (with $TAG set: gpu_pipeline_train_$TAG.log), the run to
 # $RUN (default /root/gpu_pipeline). Summary lines at the end: compile, first and last rates.
 set -uo pipefail

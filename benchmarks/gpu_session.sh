@@ -1,129 +1,77 @@
 #!/usr/bin/env bash
-# Issue 12's GPU measurements that are still open, as one call of the device tool: each part in
-# order of need, started only when the seconds left allow it, each under `timeout`, its log in
-# $OUT (which comes back even when the call runs out of time).
+# vtx's GPU measurements as one call of the device tool: each part in order, started only when
+# the seconds left allow it, each under `timeout`, its log in $OUT (which comes back even when
+# the call runs out of time). The figures they give are in docs/benchmarks.md.
 #
 #   bash benchmarks/gpu_session.sh DATA_DIR [SECONDS=480]
 #
-#   Each part's line in the summary is followed by the GPU's state over it (nvidia-smi sampled
-#   every 2 s: SM clock, power, temperature, share of time running kernels).
-#
-#   Not yet on a GPU (built after the H200's figures below): the update skips a non-finite step
-#   by selection, not a branch (XLA ran the branch with the host waiting for the device), and
-#   is called as its traced program (0.8-4.2 ms less of the host's thread an update on a Zen 4
-#   CPU, host_time.py --tf-function-too). Compare synthetic and pipeline with the figures below,
-#   and the device's busy share of an update (13.4-14.0 ms of ~26 ms before). On XLA:CPU the
-#   selection made base's compile ~3x slower (Zen 3: 36-43 s a shape before it, 114-128 s
-#   after) until its flag was computed once (2026-11-29: 46.5 s, the branch 41.4;
-#   docs/benchmarks.md): read pipeline's "compiled N batch shapes in T s" against 94.6 s, and
-#   part skip's two first calls against each other. Also since (2026-11-29): the weight's Adam
-#   step reads the stored moments, so XLA no longer copies every moment before the update (XLA:CPU:
-#   base's layout 535 copies an update -> 29; base at 256 tokens 1.12x): read the profiles'
-#   "copies and transposes" (3.28 ms, 762 copies an update on 2026-11-27, with the branch).
+# Each part's line in the summary is followed by the GPU's state over it (nvidia-smi sampled
+# every 2 s: SM clock, power, temperature, share of time running kernels).
 #
 #   pipeline   `vtx train` on DATA_DIR (Multi30k, vocabulary 8000), base, 8192 tokens, XLA,
-#              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total (target
-#              <= 3 minutes) and the steady tok/s (target >= 90% of synthetic's rate). H200,
-#              2026-11-27: 98.6 s, 212,452 tok/s before batches were read ahead and placed on
-#              the device (--prefetch); after: 94.6 s, 291,902 (94.6% of synthetic's 308,721
-#              at 2 in flight), the device busy 13.4 ms of a ~26 ms update. Updates PROFILE_STEPS
-#              (default 1000:1009) are traced by TensorFlow's profiler (vtx train --profile) and
+#              packed, 1 minute of updates (gpu_pipeline.sh): the shapes' compile total and the
+#              steady tok/s, against synthetic's rate. Updates PROFILE_STEPS (default
+#              1000:1009) are traced by TensorFlow's profiler (vtx train --profile) and
 #              summarized (xplane_summary.py): the device's busy and idle time an update (idle:
 #              waiting for the host) and its kernel time by kind
 #   resume     pipeline's run resumed for 15 s: compiled programs from the persistent XLA cache,
-#              so "compiled N batch shapes in T s" is a resumed run's wait (target < 1 minute).
-#              H200, 2026-11-27: 98.4 s, the cache missed (names from TF's counter); 9.5 s
-#              after _align_trace_names
+#              so "compiled N batch shapes in T s" is a resumed run's wait
 #   synthetic  gpu_train.py, base with pipeline's vocabulary (8000) at 8192 tokens of 128 x 64,
-#              no padding: the synthetic rate on this GPU, pipeline's denominator (H100 250,233
-#              tok/s on 2026-11-24, H200 285,592 on 2026-11-27, both with the preset's
-#              vocabulary of 37,000, more work an update, and int32 batches from NumPy; H200
-#              318,043 with vocabulary 8000, before the update's branch became a selection); 500
-#              updates (~15 s), as a GPU kept busy may clock lower than for 30 updates. Timed
-#              again as vtx train's loop reads each update (--in-flight 0,2) and with each batch
-#              placed on the training thread as its update starts (--prefetch 2,0): what reading
-#              each update costs, and what placing the batches ahead on a thread (vtx train's
-#              way since 2026-11-27) saves; then 10 more updates profiled as pipeline's are
+#              no padding: the synthetic rate on this GPU, pipeline's denominator; 500 updates,
+#              as a GPU kept busy may clock lower than for a few. Timed again as vtx train's
+#              loop reads each update (--in-flight 0,2) and with each batch placed on the
+#              training thread as its update starts (--prefetch 2,0): what reading each update
+#              costs, and what placing the batches ahead on a thread saves; then 10 more
+#              updates profiled as pipeline's are
 #   inline     pipeline's run again, fresh (its own save dir) for 30 s of updates with
 #              --prefetch 0, each batch made and placed on the training thread, its programs from
-#              pipeline's XLA cache (a fresh run reads them too): the read-ahead thread's worth on
-#              the real pipeline (run after pipeline, so on a GPU kept busy longer: compare with
-#              its clock line). H200, 2026-11-27: 219,884 tok/s against pipeline's 291,902
+#              pipeline's XLA cache: the read-ahead thread's worth on the real pipeline (run
+#              after pipeline, so on a GPU kept busy longer: compare with its clock line)
 #   packed     the same packed 4 pairs a row: the packed layout's cost (segment masks) against
 #              synthetic; also timed as vtx train's loop reads each update (--in-flight 0,2)
-#   skip       compile_split.py, base (the preset's vocabulary) at 64x32, bf16: one shape's
-#              compile with the non-finite update skipped by selection (vtx's way now), then by
-#              a conditional (--skip branch, before 2026-11-27): the selection's compile on a
-#              GPU (Zen 3, float32, this shape: 35.9-43.2 s before the selection, 113.6-127.8 s
-#              after, 46.5 s since its flag is computed once, the branch 41.4)
-#   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU (target >= 35%;
-#              28.0% on the H100) and where the update's time goes on the device
+#   big        gpu_train.py, big at 16384 tokens, 10 updates, profiled: MFU and where the
+#              update's time goes on the device
 #   autotune   gpu_train.py, base (vocabulary 8000) compiled in two fresh processes that keep
 #              XLA's autotuning in one --xla_gpu_per_fusion_autotune_cache_dir: the second's
-#              compile seconds against the first's (whether vtx should keep that directory)
+#              compile seconds against the first's
 #   nojit      base at 8192 tokens without XLA in float32, then mixed_bfloat16: whether
-#              bfloat16 is still slower there (why `--precision auto` takes float32 with
-#              --no-jit). H200, 2026-11-27: float32 98,351 tok/s; bfloat16 not reached
-#   trace      general_trace.py, base bf16 XLA at 128x64: an update of the general program
-#              against an exact one (1.016 under XLA on a Zen 4 CPU; 0.966 on the H200)
+#              bfloat16 is slower there (why `--precision auto` takes float32 with --no-jit)
 #   float16    synthetic's run (no profile, at most 2 in flight) in mixed_float16, whose loss
-#              scale is kept by selection since 2026-11-29 (4 conditionals before): its tok/s
-#              against synthetic's bfloat16 (GPUs without bfloat16 train in float16)
-#   replicas   host_time.py on 2 replicas, the GPU split into two logical ones (the update of
-#              several GPUs: not one XLA program), base's 253 variables at width 16 (the host's
-#              cost) and 512: the update's median ms as vtx runs it since 2026-11-29 (two XLA
-#              programs a replica, 44 host operations an update, no branch), then as before
-#              (--skip branch: 2,510 operations, Adam inside TensorFlow's `If`, whose predicate
-#              the host reads: it waited for the gradients before launching Adam). Intel Xeon
-#              model 207 (2 logical CPUs, no wait to remove there): 1.01-1.16x slower at width
-#              16 (13.6-14.4 ms against 12.4-13.5), 1.04-1.07x at 512 (235-236 against 222-227).
-#              Then compile_split.py --replicas 2 (SKIP_FLAGS), base bf16 at 64x32 a replica:
-#              the first call's seconds, each replica's Adam program among them (XLA:CPU, 2
-#              logical CPUs, base at 8x8: 18.4-18.8 s, 28.8-30.2 before the buffer was split
-#              outside Adam's program)
-#   decode     translate_speed.py on pipeline's last checkpoint (base after its minute),
-#              the first 512 lines of DATA_DIR/test.en (Multi30k test_2016, English: staged
-#              below), beam 4, with XLA then without: since 2026-11-29 a beam's self-attention
-#              cache is held once per sentence and never reordered (XLA:CPU, the quick start's
-#              model, 128 lines: steady 2.52-2.55 s against 3.73-3.75 s before; without XLA
-#              1.03x); on a GPU the gather and copy it removed were memory passes the size of
-#              the cache a step. DECODE_FLAGS are appended (e.g. --limit, --max-tokens)
+#              scale is kept by selection: its tok/s against synthetic's bfloat16 (GPUs without
+#              bfloat16 train in float16)
+#   decode     translate_speed.py on pipeline's last checkpoint (base after its minute), the
+#              first 512 lines of DATA_DIR/test.en (Multi30k test_2016, English: staged below),
+#              beam 4, with XLA then without. DECODE_FLAGS are appended (e.g. --limit,
+#              --max-tokens)
 #
-# The traces' device side needs CUDA 12's CUPTI, which the GPU machine lacks (without it they hold
-# the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last part,
+# The traces' device side needs CUDA 12's CUPTI, which the GPU machine may lack (without it they
+# hold the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last
+# part,
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
 #     -d .gpu/wLAST nvidia-cuda-cupti-cu12==12.8.90          (10 MB; setup.sh installs it)
 # (this script puts its library directory on LD_LIBRARY_PATH when setup.sh installed it).
 #
-# Device time is scarce (15 minutes a task in all, the machine's start and the staging
-# included), so this is the one measuring call. Before it, here: `bash ../shared/gpu/stage.sh`,
-# and the data: `vtx preprocess -s en -t de --trainpref ../shared/data/multi30k/train
-# --validpref ../shared/data/multi30k/val --destdir .gpu/m30k --vocab-size 8000` (2.4 MB) and
-# `zcat ../shared/data/multi30k/test_2016_flickr.en.gz > .gpu/m30k/test.en` (part decode). Then
-# with the device tool, back to back: one call per part .gpu/wNN but the last (command `mkdir -p
-# /root/stash && mv .gpu/wNN/* /root/stash/`, carry [".gpu/wNN"]; 11 parts on 2026-11-26, w00-w09
-# of 52 MB, w10 of 38 MB, 48 MB with CUPTI), then the last part with this (carry [".gpu/wLAST",
-# ".gpu/bin", ".gpu/m30k"], under the 64 MiB a call carries):
+# To run it, first here: `bash ../shared/gpu/stage.sh`, and the data: `vtx preprocess -s en -t de
+# --trainpref ../shared/data/multi30k/train --validpref ../shared/data/multi30k/val --destdir
+# .gpu/m30k --vocab-size 8000` and `zcat ../shared/data/multi30k/test_2016_flickr.en.gz >
+# .gpu/m30k/test.en` (part decode). Then with the device tool, back to back: one call per part
+# .gpu/wNN but the last (command `mkdir -p /root/stash && mv .gpu/wNN/* /root/stash/`, carry
+# [".gpu/wNN"]), then the last part with this (carry [".gpu/wLAST", ".gpu/bin", ".gpu/m30k"],
+# under the 64 MiB a call carries):
 #   mkdir -p /root/stash && mv .gpu/wLAST/* /root/stash/ && bash .gpu/bin/setup.sh &&
 #   . .gpu/bin/env.sh && bash benchmarks/gpu_session.sh .gpu/m30k 480
-# (2026-11-27: 92 s of device time for the staging with the machine's start, 450 s for the
-# parts pipeline resume synthetic inline.) Check any other command on this CPU first: a typo
-# costs the device time it took to stage.
+# Device time is scarce: check any other command on this CPU first, as a typo costs the device
+# time it took to stage.
 #
-# PARTS picks the parts and their order (default "big pipeline synthetic replicas packed skip
-# autotune nojit resume inline trace float16 decode": big first, the one GPU target not met;
-# resume, inline and decode need pipeline's run). The machine stays warm 30 s
-# after a call: a second call then (no staging; setup.sh checks and goes on) runs the parts the
-# first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS, SKIP_FLAGS (skip, replicas' compile),
-# TRACE_FLAGS (trace), HOST_FLAGS (replicas) and DECODE_FLAGS (decode) are appended to the
-# parts' commands (the last value of a flag wins); on a CPU, to check the script itself (its
-# figures mean nothing there):
+# PARTS picks the parts and their order (default "big pipeline synthetic packed autotune nojit
+# resume inline float16 decode": resume, inline and decode need pipeline's run). The machine
+# stays warm a while after a call: a second call then (no staging; setup.sh checks and goes on)
+# runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS and DECODE_FLAGS
+# (decode) are appended to the parts' commands (the last value of a flag wins); on a CPU, to
+# check the script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
-#   TRACE_FLAGS="--device cpu --arch tiny --shape 8x16 --runs 3" \
-#   SKIP_FLAGS="--device cpu --arch tiny --shapes 8x6 --precision float32" \
-#   HOST_FLAGS="--device cpu --layers 1 --steps 3 --rounds 1" DECODE_FLAGS="--limit 16" \
-#   bash benchmarks/gpu_session.sh /tmp/m30k 600
+#   DECODE_FLAGS="--limit 16" bash benchmarks/gpu_session.sh /tmp/m30k 600
 set -uo pipefail
 data=${1:?DATA_DIR: a vtx preprocess output (Multi30k, vocabulary 8000)}
 budget=${2:-480}
@@ -137,22 +85,17 @@ summary=$out/gpu_session_summary.txt
 started=$SECONDS
 read -ra pipeline_flags <<< "${PIPELINE_FLAGS:-}"
 read -ra train_flags <<< "${GPU_TRAIN_FLAGS:-}"
-read -ra trace_flags <<< "${TRACE_FLAGS:-}"
-read -ra skip_flags <<< "${SKIP_FLAGS:-}"
-read -ra host_flags <<< "${HOST_FLAGS:-}"
 read -ra decode_flags <<< "${DECODE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-default_parts="big pipeline synthetic replicas packed skip autotune nojit resume inline"
-default_parts+=" trace float16 decode"
+default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|skip|inline|packed|big|autotune|nojit|trace|float16|replicas) ;;
-    decode) ;;
-    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic skip inline" \
-         "packed big autotune nojit trace float16 replicas decode)" >&2; exit 2 ;;
+    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode) ;;
+    *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
+         "big autotune nojit float16 decode)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -242,23 +185,6 @@ do_synthetic() {
   grep -A20 "^profile of" "$out/synthetic.log" 2>/dev/null | tee -a "$summary"
 }
 
-do_skip() {
-  part skip 240 bash -c 'for skip in selection branch; do "$0" "$1/compile_split.py" --arch base \
-    --shapes 64x32 --precision mixed_bfloat16 --skip "$skip" "${@:2}" || exit; done' \
-    "$python" "$here" "${skip_flags[@]}"
-  grep -E "skipped by|first call" "$out/skip.log" 2>/dev/null | tee -a "$summary"
-}
-
-do_replicas() {
-  part replicas 200 bash -c 'for width in 16 512; do for skip in selection branch; do
-    "$0" "$1/host_time.py" --device gpu --replicas 2 --layers 6 --width "$width" \
-      --skip "$skip" "${@:2}" || exit; done; done' "$python" "$here" "${host_flags[@]}"
-  grep -E "trainable variables|update median" "$out/replicas.log" 2>/dev/null | tee -a "$summary"
-  part replicas_compile 150 "$python" "$here/compile_split.py" --arch base --shapes 64x32 \
-    --precision mixed_bfloat16 --device gpu --replicas 2 "${skip_flags[@]}"
-  grep -E "XLA on|first call" "$out/replicas_compile.log" 2>/dev/null | tee -a "$summary"
-}
-
 do_big() {
   part big 200 "$python" "$here/gpu_train.py" --archs big --tokens 16384 --steps 10 \
     --no-reference --profile "$RUN.prof" "${train_flags[@]}"
@@ -284,8 +210,8 @@ do_resume() {
     | sed -n '1,2p' | tee -a "$summary"
 }
 
-# `auto` takes float32 on a GPU without XLA (--no-jit) on the issue's older measurement
-# (bfloat16 0.74x float32): checked on this code when time is left.
+# `auto` takes float32 on a GPU without XLA (--no-jit), where bfloat16 trained slower: checked
+# on this code when time is left.
 do_nojit() {
   local precision
   for precision in float32 mixed_bfloat16; do
@@ -314,14 +240,8 @@ do_decode() {
   grep -E "parameters|steady" "$out/decode.log" 2>/dev/null | tee -a "$summary"
 }
 
-do_trace() {
-  part trace 240 "$python" "$here/general_trace.py" --arch base --shape 128x64 \
-    --precision mixed_bfloat16 --jit --runs 20 "${trace_flags[@]}"
-  grep -E "program:|general / exact" "$out/trace.log" 2>/dev/null | tee -a "$summary"
-}
-
 # XLA's autotuner picks each matrix product's and fusion's kernel by timing candidates at compile
-# time; TF 2.21's XLA can keep its choices on disk. Two fresh runs of one program share the
+# time; XLA can keep its choices on disk. Two fresh runs of one program share the
 # directory: the second's compile seconds say what a kept autotuning saves a new run.
 do_autotune() {
   local cache=$RUN.autotune which

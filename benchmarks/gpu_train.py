@@ -1,4 +1,4 @@
-"""Training throughput on a GPU: vtx's compiled update against the torch reference (issue 12).
+"""Training throughput on a GPU: vtx's compiled update against the torch reference.
 
 For each arch (`--archs`, default base,big) and batch (`--tokens`, default 8192,16384,32768
 target tokens of B x L, L = `--length`, no padding), one child process each:

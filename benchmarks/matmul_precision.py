@@ -1,4 +1,4 @@
-"""bfloat16 against float32 matrix products on this CPU: what `--precision auto` times (issue 12).
+"""bfloat16 against float32 matrix products on this CPU: what `--precision auto` times.
 
     .venv/bin/python benchmarks/matmul_precision.py [--rows 2048] [--repeats 20]
 

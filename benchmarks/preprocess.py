@@ -1,4 +1,4 @@
-"""Benchmark of `vtx preprocess` and the input pipeline (issue 3, "Measure"); prints its figures.
+"""Benchmark of `vtx preprocess` and the input pipeline; prints its figures.
 
     .venv/bin/python benchmarks/preprocess.py [--data ../shared/data/multi30k] [--pairs 1000000]
 

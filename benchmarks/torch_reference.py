@@ -2,7 +2,7 @@
 
 Shapes: B batch, S source length, T target length, D model width, V vocabulary.
 
-Same architecture as vtx's `Transformer` (SPEC.md, "The model"): post-norm layers
+Same architecture as vtx's `Transformer` (the paper, section 3): post-norm layers
 (`norm_first=False`) with no final stack norm, one embedding matrix shared by source, target and
 the pre-softmax projection, embeddings scaled by sqrt(D), sinusoidal positions, dropout on the
 embedding sums and sub-layer outputs; label-smoothed cross entropy over non-pad tokens; Adam(0.9,

@@ -1,4 +1,4 @@
-"""Training throughput, vtx vs a PyTorch reference: target tokens/s of one update (issue 4).
+"""Training throughput, vtx vs a PyTorch reference: target tokens/s of one update.
 
 One update = forward + backward + Adam update of the paper's Transformer on one batch of B sentences
 of L source and L target tokens (default 128 x 32 = 4096 tokens a side, no padding: every target

@@ -1,4 +1,4 @@
-"""Where an update's time goes: a text summary of a TensorFlow profiler trace (issue 12).
+"""Where an update's time goes: a text summary of a TensorFlow profiler trace.
 
 `tf.profiler.experimental.start(DIR)` ... `stop()` writes DIR/plugins/profile/<run>/<host>.xplane.pb
 (an XSpace protobuf). TensorBoard's profile plugin reads it, but that plugin is not a vtx

@@ -59,7 +59,7 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
     from pathlib import Path
 
     from vtx.data.preprocess import PreprocessConfig, preprocess as run_preprocess
-    from vtx.data.text import DataError
+    from vtx.errors import DataError
 
     try:
         config = PreprocessConfig(

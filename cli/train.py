@@ -228,7 +228,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                 click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
         elif xla_cache_dir:
             raise click.UsageError("--xla-cache-dir goes with --jit")
-        from vtx.data.text import DataError
+        from vtx.errors import DataError
         from vtx.training import run
         from vtx.errors import TrainingError
 

@@ -18,8 +18,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 # Two test processes (pytest-xdist): most of a test's time is single-threaded Python (tracing,
-# subprocesses starting TensorFlow): on a 2-core Intel Xeon (family 6 model 207), commit a49b5be,
-# nothing else running, 523 tests took 15 min 12 s in two processes against 23 min 19 s in one.
+# subprocesses starting TensorFlow), so on two cores two processes finish well before one.
 # `bash tests/run.sh -n 0` runs it in one process; -n N in N (the last -n given wins).
 # --durations: the slowest tests, for whoever keeps the suite within its time.
 exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider -n 2 --durations=15 "$@"

@@ -12,10 +12,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's C++ start-up chatter; warnings and errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 # TensorFlow turns its oneDNN kernels on by itself only on x86 CPUs with AVX512_VNNI, AVX_VNNI,
-# AVX512_BF16 or AMX; on the others (AMD Zen 2/3 with AVX2, Intel Skylake with AVX-512 but no VNNI)
-# it falls back to Eigen's: the quick start's float32 update ran 14% faster with oneDNN on an AMD
-# EPYC with AVX2 only (docs/benchmarks.md). TF_ENABLE_ONEDNN_OPTS=0 in the environment keeps
-# Eigen's.
+# AVX512_BF16 or AMX; on the others (AVX2 only, or AVX-512 without VNNI) it falls back to Eigen's,
+# which trains vtx's models slower than oneDNN there (`benchmarks/train_throughput.py` with
+# TF_ENABLE_ONEDNN_OPTS=0 and =1, docs/benchmarks.md). TF_ENABLE_ONEDNN_OPTS=0 in the
+# environment keeps Eigen's.
 if platform.machine().lower() in ("x86_64", "amd64"):
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 

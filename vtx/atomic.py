@@ -30,10 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
 from vtx import stop
-
-
-class OutputExistsError(FileExistsError):
-    """The output is an existing regular file and replacing it was not asked for."""
+from vtx.errors import OutputExistsError
 
 
 def output_path(path: str | Path, force: bool, flag: str = "--output",

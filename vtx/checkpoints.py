@@ -23,20 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from vtx import atomic
+from vtx.errors import ArchitectureError, CheckpointError
 
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
 BEST_NAME = "checkpoint_best.npz"
 DAMAGED_SUFFIX = ".damaged"
 _CHECKSUM = "checksum"  # the meta record's key for the SHA-256 of everything else
 _ZIP_MAGIC = b"PK\x03\x04"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is damaged (truncated, overwritten, checksum mismatch) or not a checkpoint."""
-
-
-class ArchitectureError(ValueError):
-    """A file describes a model of another architecture than the one it is used with."""
 
 
 @dataclasses.dataclass

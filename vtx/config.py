@@ -1,4 +1,4 @@
-"""Configuration: frozen dataclasses and the paper's named presets (SPEC.md, "The model", Table 3).
+"""Configuration: frozen dataclasses and the paper's named presets (paper section 3, Table 3).
 
 Special token ids are fixed for every vocabulary vtx builds or accepts (SentencePiece is trained with
 these ids): pad 0, unk 1, bos 2, eos 3.

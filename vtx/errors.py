@@ -1,5 +1,7 @@
-"""Errors about a bad argument, worded for whoever passed it; and which TensorFlow errors mean
-the device's memory ran out.
+"""vtx's exception classes, each raised where its docstring says; errors about a bad argument,
+worded for whoever passed it; and which TensorFlow errors mean the device's memory ran out.
+
+This module imports nothing of vtx, so that any module may raise or catch its errors.
 
 A library function names its own arguments (`beam`, `gold`); a command names the flags it maps
 them from (`--beam`, `--gold`). An `ArgumentError` keeps its message as a template so that either
@@ -39,9 +41,52 @@ class ArgumentError(ValueError):
         return self.template.format(**{a: name(a) for a in self.arguments}, **self.values)
 
 
+class DataError(ValueError):
+    """Raised on bad input data; the message names the file (and line), or the setting and value."""
+
+
+class VocabularyTooSmallError(DataError):
+    """Raised when the vocabulary size is below the pieces SentencePiece needs for the text.
+
+    Attributes:
+        vocab_size: the size asked for.
+        minimum: the smallest size SentencePiece accepts for this text: a piece for each
+            character it covers, beside the special pieces and byte fallback's 256 bytes.
+    """
+
+    def __init__(self, vocab_size: int, minimum: int):
+        super().__init__(f"vocab size {vocab_size} is too small for the characters of the "
+                         f"text: SentencePiece needs at least {minimum} pieces")
+        self.vocab_size, self.minimum = vocab_size, minimum
+
+
+class CheckpointError(ValueError):
+    """Raised when a checkpoint file is damaged (truncated, rewritten, bad checksum) or not one."""
+
+
+class ArchitectureError(ValueError):
+    """Raised when a file describes a model of another architecture than the one it is used with."""
+
+
+class OutputExistsError(FileExistsError):
+    """Raised when an output is an existing regular file and replacing it was not asked for."""
+
+
+class TreeSyntaxError(ValueError):
+    """Raised on bracketed text that is not a tree; the message says where."""
+
+
+class TooManyErrors(ValueError):
+    """Raised on more error sentences than EVALB tolerates (it exits without a summary)."""
+
+
+class SearchInterrupted(Exception):
+    """Raised when `Translator.search_ids` stops between two batches because its caller asks."""
+
+
 class TrainingError(RuntimeError):
-    """Training cannot go on: non-finite losses in a row, out of memory, divergence, another
-    worker gone, or a save dir that does not fit the run."""
+    """Raised when training cannot go on: non-finite losses in a row, out of memory, divergence,
+    another worker gone, or a save dir that does not fit the run."""
 
 
 # TensorFlow reports a full disk (ENOSPC) or quota (EDQUOT) as ResourceExhaustedError too.

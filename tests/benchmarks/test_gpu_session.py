@@ -55,7 +55,7 @@ def test_the_default_parts_are_the_headers_in_its_order_and_the_logs_end_in_one_
                            header).group(1).split()
     skipped = re.findall(r"^== (\w+): skipped", done.stdout, re.M)
     assert [name.split("_")[0] for name in skipped] == [
-        part for part in documented for _ in range(2 if part in ("autotune", "nojit", "replicas") else 1)]
+        part for part in documented for _ in range(2 if part in ("autotune", "nojit") else 1)]
     assert "gpu: NVIDIA H200, 143771 MiB, 570.00" in done.stdout
     sampler = Path(f"/proc/{int((tmp_path / 'sampler.pid').read_text())}/stat")
     for _ in range(50):  # killed as the session ends (kill does not wait)

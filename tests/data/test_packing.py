@@ -252,7 +252,7 @@ def test_a_shard_cut_between_its_check_and_the_reads_is_named(small_data_dir, tm
     named. The reads alone here, after the cut."""
     import shutil
 
-    from vtx.data.text import DataError
+    from vtx.errors import DataError
 
     data = tmp_path / "data"
     shutil.copytree(small_data_dir, data)
@@ -286,7 +286,7 @@ def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(smal
     child = textwrap.dedent("""
         import os, sys
         from vtx.data import packing, pipeline
-        from vtx.data.text import DataError
+        from vtx.errors import DataError
 
         data = sys.argv[1]
         shapes = packing.packed_shapes(data, 600)

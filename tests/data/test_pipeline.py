@@ -10,7 +10,7 @@ import pytest
 from tests.data.conftest import SMALL_VOCAB, read_shard
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
-from vtx.data.text import DataError
+from vtx.errors import DataError
 
 MAX_TOKENS = 600
 

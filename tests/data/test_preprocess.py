@@ -8,8 +8,8 @@ import pytest
 from tests.data.conftest import (SMALL_VOCAB, TRAIN_LINES, VALID_LINES, head, read_shard,
                                  write_lines)
 from vtx.data.preprocess import PreprocessConfig, preprocess, read_symbols
-from vtx.data.text import DataError
 from vtx.data.vocab import Vocabulary
+from vtx.errors import DataError
 
 
 def shard_contents(data_dir, meta, split):

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from tests.data.conftest import write_lines
-from vtx.data.text import DataError, decode_line, lines_in_file, read_parallel, resolve_path
+from vtx.data.text import decode_line, lines_in_file, read_parallel, resolve_path
+from vtx.errors import DataError
 
 
 def test_resolve_path_finds_plain_and_gzip(tmp_path):

@@ -10,8 +10,8 @@ import sentencepiece as spm
 
 from tests.data.conftest import head
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary, VocabularyTooSmallError, sample, train_sentencepiece
+from vtx.data.vocab import Vocabulary, sample, train_sentencepiece
+from vtx.errors import DataError, VocabularyTooSmallError
 
 
 def nmt_normalized(text: str) -> str:

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.inference.parser_checkpoint import write_random_parser
-from vtx.errors import ArgumentError
+from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference import parse
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.translate import load_translator
@@ -93,7 +93,7 @@ def test_gold_tags_make_evalb_delete_punctuation_as_in_gold(dev_lines):
     # With `XX` tags the punctuation stays in the test tree: EVALB reports length errors.
     punctuated = sum(any(tag in {",", "."} for _, tag in g.tagged_words()) for g in golds)
     assert punctuated > 0
-    with pytest.raises(evalb.TooManyErrors, match="Length unmatch"):
+    with pytest.raises(TooManyErrors, match="Length unmatch"):
         evalb.score_trees(golds, without_tags)
 
 

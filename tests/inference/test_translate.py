@@ -89,7 +89,7 @@ def test_overlong_line_is_truncated_with_a_warning(translator):
 
 def test_a_line_that_is_not_utf8_is_refused_naming_it():
     """It was decoded with U+FFFD and searched (a gzip file not named .gz: nonsense, exit 0)."""
-    from vtx.data.text import DataError
+    from vtx.errors import DataError
 
     lines = translate.read_lines([b"ok\r\n", b"bad \xff byte\n"], "in.txt")
     assert next(lines) == "ok"
@@ -133,7 +133,8 @@ def _damaged_gzip(kind: str) -> bytes:
 def test_a_damaged_gzip_input_or_reference_is_a_data_error_naming_the_file(tmp_path, kind):
     import re
 
-    from vtx.data.text import DataError, open_binary
+    from vtx.data.text import open_binary
+    from vtx.errors import DataError
 
     path = tmp_path / "in.en.gz"
     path.write_bytes(_damaged_gzip(kind))
@@ -148,7 +149,7 @@ def test_a_damaged_gzip_input_or_reference_is_a_data_error_naming_the_file(tmp_p
 
 
 def test_damaged_gzip_named_says_the_place_the_reading_had_reached():
-    from vtx.data.text import DataError
+    from vtx.errors import DataError
 
     place = ["at the start"]
     with pytest.raises(DataError, match=r"^in.gz: cannot read it after line 3 \(cut\)$"):

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from vtx.errors import TooManyErrors, TreeSyntaxError
 from vtx.parsing import evalb, trees
 from vtx.parsing.evalb import Status
 from vtx.parsing.linearize import delinearize, linearize
@@ -123,7 +124,7 @@ def test_evalb_stops_at_the_twelfth_error():
     gold = trees.parse_tree("(TOP (S (NN a)))")
     wrong = trees.parse_tree("(TOP (S (NN b)))")
     assert evalb.score_trees([gold] * 11, [wrong] * 11).all.errors == 11
-    with pytest.raises(evalb.TooManyErrors, match=r"line 12: Words unmatch \(a\|b\)"):
+    with pytest.raises(TooManyErrors, match=r"line 12: Words unmatch \(a\|b\)"):
         evalb.score_trees([gold] * 12, [wrong] * 12)
     assert evalb.score_trees([gold] * 12, [wrong] * 12, max_errors=20).all.errors == 12
 
@@ -165,7 +166,7 @@ def test_delinearized_sample_scores_100_against_normalized_gold(normalized_trees
 def test_read_tree_lines_names_the_bad_line(tmp_path):
     path = tmp_path / "test.txt"
     path.write_text("(TOP (S (NN a)))\n\n(TOP (S (NN a))\n")
-    with pytest.raises(trees.TreeSyntaxError, match="test.txt, line 3"):
+    with pytest.raises(TreeSyntaxError, match="test.txt, line 3"):
         evalb.read_tree_lines(path)
     path.write_text("(TOP (S (NN a)))\n\n")
     assert evalb.read_tree_lines(path)[1] is None

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from vtx.errors import TreeSyntaxError
 from vtx.parsing import prepare, trees
 from vtx.parsing.linearize import delinearize
 
@@ -77,7 +78,7 @@ def test_a_malformed_file_leaves_nothing_behind(tmp_path, sample_files):
     bad = tmp_path / "bad.mrg"
     bad.write_text("( (S (NP (NN a)) )\n")
     out = tmp_path / "out"
-    with pytest.raises(trees.TreeSyntaxError, match="bad.mrg"):
+    with pytest.raises(TreeSyntaxError, match="bad.mrg"):
         prepare.prepare({"train": sample_files[:2], "valid": [bad]}, out)
     assert not out.exists()  # the folder it created is removed too
 

@@ -4,8 +4,9 @@ import sys
 
 import pytest
 
+from vtx.errors import TreeSyntaxError
 from vtx.parsing import trees
-from vtx.parsing.trees import Tree, TreeSyntaxError
+from vtx.parsing.trees import Tree
 
 TWO_TREES = """
 ( (S

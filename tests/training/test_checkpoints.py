@@ -3,6 +3,7 @@ import pytest
 
 from vtx import checkpoints
 from vtx.checkpoints import Checkpoint
+from vtx.errors import ArchitectureError
 
 
 def make(step, scale, config=None):
@@ -55,7 +56,7 @@ def test_different_architectures_are_refused(tmp_path):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     checkpoints.save(a, make(10, 1.0, {"d_model": 8}))
     checkpoints.save(b, make(20, 1.0, {"d_model": 16}))
-    with pytest.raises(checkpoints.ArchitectureError,
+    with pytest.raises(ArchitectureError,
                        match=r"a.npz holds a different architecture \(d_model 8, expected 16\); "
                              r"every averaged checkpoint must match the newest"):
         checkpoints.average([a, b])

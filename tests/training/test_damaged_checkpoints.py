@@ -11,7 +11,8 @@ import pytest
 from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
-from vtx.checkpoints import Checkpoint, CheckpointError
+from vtx.checkpoints import Checkpoint
+from vtx.errors import CheckpointError
 from vtx.training.trainer import Trainer
 
 

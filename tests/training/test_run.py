@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from vtx import checkpoints, config
+from vtx.errors import ArchitectureError
 from vtx.training import run
 
 
@@ -14,7 +15,7 @@ def test_a_save_dir_of_another_model_is_refused_naming_config_json_and_the_field
     run.write_run_config(tmp_path, tmp_path, "tiny", tiny, config.TrainConfig())
     run.check_run_config(tmp_path, tiny)
     wider = dataclasses.replace(tiny, d_ff=64)
-    with pytest.raises(checkpoints.ArchitectureError,
+    with pytest.raises(ArchitectureError,
                        match=r"config.json holds a different architecture \(d_ff 128, expected "
                              r"64\); use a new --save-dir or the same model flags"):
         run.check_run_config(tmp_path, wider)
@@ -37,7 +38,7 @@ def test_a_shard_damaged_after_the_start_is_named_when_training_reads_it(multi30
     import shutil
 
     from vtx.data import pipeline
-    from vtx.data.text import DataError
+    from vtx.errors import DataError
 
     data = tmp_path / "data"
     shutil.copytree(multi30k_small / "data", data)

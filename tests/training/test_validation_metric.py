@@ -173,7 +173,7 @@ class StoppedOnce(ScriptedScorer):
         self.at, self.asked = at, 0
 
     def __call__(self, should_stop=None) -> Score:
-        from vtx.inference.translate import SearchInterrupted
+        from vtx.errors import SearchInterrupted
 
         self.asked += 1
         if self.asked == self.at:
@@ -239,8 +239,9 @@ def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_valida
 
 
 def test_the_scorer_stops_between_decoding_batches_when_asked(trained_checkpoint, shared_data):
+    from vtx.errors import SearchInterrupted
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import SearchInterrupted, load_translator
+    from vtx.inference.translate import load_translator
 
     translator = load_translator(trained_checkpoint, DecodeOptions())
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:

@@ -2,9 +2,10 @@
 
 Bucketing pads each pair to its bucket's length and fills a bucket's short last batch with pad
 rows; under XLA (lengths multiples of 8, at most 8 shapes, one compiled program each) that leaves
-0.741 of a Multi30k batch's positions real at 8192 tokens (docs/benchmarks.md). Packing puts
-pairs side by side in rows of a fixed (source, target) length instead, as tensor2tensor does:
-one or two shapes, each compiled once, with most of their positions real. Each row's pairs are
+a good share of a batch's positions padding (`packed_fill` against the buckets' share of real
+positions: docs/benchmarks.md, packed batches). Packing puts pairs side by side in rows of a
+fixed (source, target) length instead, as tensor2tensor does: one or two shapes, each compiled
+once, with most of their positions real. Each row's pairs are
 told apart by segment ids (1, 2, ... in the row; 0 = padding) and each pair's positions restart
 at 0, so the model (`Transformer.decoder_states(..., packing=...)`) attends only within a pair
 and computes for every pair exactly what it computes for the pair alone in an unpacked batch
@@ -56,19 +57,18 @@ import numpy as np
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
-from vtx.data.text import DataError
+from vtx.errors import DataError
 
 # Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
 # the first open row it fits in; when none has room the fullest is closed. More rows fill better
-# and cost more per pair (Multi30k, 64 x 64, 2048 tokens: 8 rows 0.902 of the positions real,
-# 32 rows 0.906, 128 rows 0.910).
+# and cost more per pair (`packed_fill` gives a split's share of real positions).
 WINDOW = 128
 
 PACKED_KEYS = ("source_segments", "target_segments", "source_positions", "target_positions")
 
 # Pairs packed to count an epoch's rows (`packed_batch_counts`, `choose_shapes`): a larger split
-# is estimated from a sample of this many (Multi30k's 29,000 pairs pack in ~0.15 s on a 2-core
-# AMD EPYC).
+# is estimated from a sample of this many (a corpus of Multi30k's size packs whole in a fraction
+# of a second).
 SAMPLE_PAIRS = 100_000
 
 # A batch's pairs of one shard closer than this many ids are read in one system call, the ids
@@ -173,8 +173,9 @@ def choose_shapes(data_dir: str | Path, max_tokens: int, step: int, model_config
         counts = _batch_counts(pairs, shapes, seed)
         cost = relative_cost(model_config, bucketed, list(zip(shapes, counts)),
                              int(target.sum()), all_positions_projected)
-        # A second shape is one more compiled program (~90 s for base on an H100): worth it
-        # for a saving of SECOND_SHAPE_SAVING at least.
+        # A second shape is one more compiled program (minutes for a large model on a GPU:
+        # `benchmarks/gpu_train.py`, docs/benchmarks.md): worth it for a saving of
+        # SECOND_SHAPE_SAVING at least.
         weighed = cost + SECOND_SHAPE_SAVING * (len(shapes) - 1)
         if best is None or weighed < best[2]:
             best = (shapes, cost, weighed)
@@ -333,7 +334,7 @@ class _Split:
         item = self.dtype.itemsize
         runs = list(zip(shard[first].tolist(), (run_start * item).tolist(),
                         (sizes * item).tolist()))
-        # os.pread and a join: ~1 us a read on a 2-core AMD EPYC, os.preadv into one buffer ~2.
+        # os.pread and a join: cheaper than os.preadv into one buffer.
         chunks = [os.pread(self._shards[which].descriptor, length, offset)
                   for which, offset, length in runs]
         if sum(map(len, chunks)) < int(sizes.sum()) * item:  # a short read: find it
@@ -546,11 +547,10 @@ def relative_cost(model_config, bucketed: list[tuple[Shape, int]],
     the vocabulary, over every target position with XLA (`all_positions_projected`), else
     over the `target_tokens` real ones alike in both.
 
-    Checked against the measured speeds on a 2-core AMD EPYC, quick start model (3 layers x
-    256, float32, 2048 tokens; docs/benchmarks.md): Multi30k without XLA 0.991 (measured
-    packed/bucketed tok/s 1.00-1.03), with XLA 0.848 (1.13-1.25), the WSJ sample's trees (rows
-    of 1024) without XLA 1.233 (0.77-0.90); capped in two shapes, with XLA 0.834 (1.19-1.43),
-    without 0.937 (1.07-1.22).
+    Checked against the training speed of the quick start's model packed and in buckets, with
+    XLA and without, on Multi30k and on the WSJ sample's trees (`vtx train --pack` against
+    `--no-pack`; docs/benchmarks.md, packed batches): the estimate orders the two as the
+    measurement does.
 
     Args:
         model_config: a `ModelConfig` (layers, widths, vocabulary).

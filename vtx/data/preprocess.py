@@ -22,9 +22,9 @@ from pathlib import Path
 from vtx import atomic
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
-from vtx.data.text import DataError, decode_line, lines_in_file, read_parallel, resolve_path
-from vtx.data.vocab import (MODEL_TYPES, Vocabulary, VocabularyTooSmallError,
-                            train_sentencepiece)
+from vtx.data.text import decode_line, lines_in_file, read_parallel, resolve_path
+from vtx.data.vocab import MODEL_TYPES, Vocabulary, train_sentencepiece
+from vtx.errors import DataError, VocabularyTooSmallError
 from vtx.progress_lines import LineProgress
 
 FORMAT = "vtx-shards-1"

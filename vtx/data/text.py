@@ -13,9 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-
-class DataError(ValueError):
-    """Bad input data; the message names the file (and line) or the setting and the value."""
+from vtx.errors import DataError
 
 
 def resolve_path(prefix: str | Path, lang: str) -> Path:

@@ -1,4 +1,4 @@
-"""Joint source-target SentencePiece vocabulary (SPEC.md "Training": shared BPE vocabulary).
+"""Joint source-target SentencePiece vocabulary (paper section 5.1: a shared BPE vocabulary).
 
 Every model vtx trains or accepts has the fixed special ids of `vtx.config`: pad 0 (`<pad>`),
 unk 1 (`<unk>`), bos 2 (`<s>`), eos 3 (`</s>`). Encoded sentences carry no bos/eos; the input
@@ -17,7 +17,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from vtx.data.text import DataError
+from vtx.errors import DataError, VocabularyTooSmallError
 
 MODEL_TYPES = ("bpe", "unigram")
 # SentencePiece's whitespace marker; a piece that starts with it begins a word.
@@ -27,21 +27,6 @@ SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 # (0.2.x: "... Vocabulary size is smaller than required_chars. 5 vs 316. Increase vocab_size or
 # decrease character_coverage with --character_coverage option."): the size given, the minimum.
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)\.")
-
-
-class VocabularyTooSmallError(DataError):
-    """The vocabulary size is below what SentencePiece needs for the characters of the text.
-
-    Attributes:
-        vocab_size: the size asked for.
-        minimum: the smallest size SentencePiece accepts for this text: a piece for each
-            character it covers, beside the special pieces and byte fallback's 256 bytes.
-    """
-
-    def __init__(self, vocab_size: int, minimum: int):
-        super().__init__(f"vocab size {vocab_size} is too small for the characters of the "
-                         f"text: SentencePiece needs at least {minimum} pieces")
-        self.vocab_size, self.minimum = vocab_size, minimum
 
 
 class Vocabulary:
@@ -201,9 +186,8 @@ def train_sentencepiece(sentences: Iterator[str], model_path: Path, vocab_size: 
             sentence_iterator=iter(kept), model_writer=model, vocab_size=vocab_size,
             model_type=model_type, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             # The sample holds at most sample_lines, so SentencePiece keeps every line; what it
-            # then does with them is the same in every process (measured with 0.2.3), and kept
-            # so that a text under sample_lines gets the vocabulary it got before (Multi30k's,
-            # byte for byte).
+            # then does with them is the same in every process, and kept so that a text under
+            # sample_lines always gets the same vocabulary (Multi30k's, byte for byte).
             input_sentence_size=sample_lines, shuffle_input_sentence=True,
             # Characters outside the covered alphabet become UTF-8 byte pieces, not <unk>, so
             # any text round-trips (e.g. digits, rare in Multi30k).

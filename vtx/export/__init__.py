@@ -1,4 +1,4 @@
-"""Export a trained checkpoint for serving outside vtx (issue 8).
+"""Export a trained checkpoint for serving outside vtx.
 
 Two formats:
   * "savedmodel": a TensorFlow SavedModel whose signature maps raw strings to translations, with

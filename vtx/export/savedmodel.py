@@ -54,7 +54,8 @@ class TranslateModule(tf.Module):
         self._search = search_for(model, dataclasses.replace(options, nbest=1,
                                                              jit_compile=False))
         # Without AutoGraph, as vtx's other programs: no Python control flow on tensors here
-        # either (the search calls tf.while_loop itself), and its rewrite was most of the trace.
+        # either (the search calls tf.while_loop itself), and its rewrite would be most of the
+        # trace.
         self.translate = tf.function(self._translate, autograph=False,
                                      input_signature=[tf.TensorSpec([None], tf.string)])
 

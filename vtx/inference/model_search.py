@@ -18,7 +18,9 @@ from vtx.models.transformer import Transformer
 
 
 # The widest beams whose search keeps one self-attention cache per sentence, without and with
-# XLA (see `make_search_fn`); wider beams reorder a cache per hypothesis.
+# XLA (see `make_search_fn`); wider beams reorder a cache per hypothesis. Set where the grouped
+# cache stops decoding faster (`benchmarks/translate_speed.py` at several beams, with and
+# without XLA, docs/benchmarks.md).
 GROUPED_BEAM_WITHOUT_XLA, GROUPED_BEAM_WITH_XLA = 8, 32
 
 
@@ -45,7 +47,7 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
     else:
         max_length = max(1, min(int(max_len_a * padded_length) + max_len_b, max_positions))
     # In float64, as the batch's limit above, DecodeOptions.length_limit and fairseq (Python
-    # floats): float32 was one off for some a (2.1 x 30 -> 62, 0.7 x 90 -> 63).
+    # floats): float32 is one off for some a (2.1 x 30 gives 62, 0.7 x 90 gives 63).
     lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.float64), axis=1)  # [B]
     limits = tf.cast(tf.floor(max_len_a * lengths), tf.int32) + max_len_b
     return max_length, tf.clip_by_value(limits, 1, max_length)
@@ -88,10 +90,9 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # A beam search keeps the self-attention cache once per sentence, each hypothesis
         # reading the slots its own prefix wrote, and reorders which slots those are
         # (`Transformer.init_state(group=...)`), not the cache. Each hypothesis then scores
-        # beam_size times the slots: under XLA, whose cache holds all max_length positions from
-        # the start, the quick start's model decoded 1.47x faster at beam 4, 1.16x at 21, 1.09x
-        # at 32, 0.97x at 48 and 0.77x at 64 on XLA:CPU; without XLA 1.03x at beam 4, 0.99x at
-        # 8, 0.95x at 21 (an Intel Xeon; docs/benchmarks.md).
+        # beam_size times the slots, so the saving of the reorder shrinks as the beam widens:
+        # under XLA, whose cache holds all max_length positions from the start, it pays up to
+        # a wide beam; without XLA, whose cache grows, up to a narrow one (the two constants).
         widest = GROUPED_BEAM_WITHOUT_XLA if grow else GROUPED_BEAM_WITH_XLA
         grouped = 1 < beam_size <= widest
         state = model.init_state(source_ids, None if grow else max_length,
@@ -114,8 +115,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
-    # their source made the trace ~4x longer (quick start's model: 4.74 s, 1.19 s without;
-    # benchmarks/trace_time.py): every `vtx translate` and BLEU or F1 validation starts sooner.
+    # their source would be most of the trace's time: every `vtx translate` and BLEU or F1
+    # validation starts sooner without it.
     return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)],
                        jit_compile=jit_compile or None, autograph=False)
 

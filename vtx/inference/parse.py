@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
-from vtx.errors import ArgumentError
+from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
                                      open_source, output_sink, read_lines)
@@ -189,7 +189,7 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
             or a sentence alone needs more memory than allowed (naming `beam`).
         OSError, ValueError, TreeSyntaxError: an unreadable input, gold file or checkpoint
             (named).
-        evalb.TooManyErrors: more error sentences than EVALB allows (the trees are written); the
+        TooManyErrors: more error sentences than EVALB allows (the trees are written); the
             message gives the `vtx score-trees` command that scores them anyway.
     """
     path = check_output(output_path, force, checkpoint,
@@ -230,8 +230,8 @@ def _score(gold: list[Tree | None], trees: list[Tree | None], gold_path: str | P
     """EVALB's scores of the written trees; when it gives up, how to score them anyway."""
     try:
         return evalb.score_trees(gold, trees)
-    except evalb.TooManyErrors as error:
+    except TooManyErrors as error:
         written = output_path or "TREES"
         where = "" if output_path else " (TREES: the trees written to standard output)"
-        raise evalb.TooManyErrors(f"{error}; to score them anyway: vtx score-trees {gold_path} "
+        raise TooManyErrors(f"{error}; to score them anyway: vtx score-trees {gold_path} "
                                   f"{written} --max-errors {len(gold)}{where}") from None

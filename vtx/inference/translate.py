@@ -21,8 +21,8 @@ import numpy as np
 
 from vtx import atomic, checkpoints, stop
 from vtx.config import ModelConfig
-from vtx.data.text import DataError, count_lines, decode_line, lines_in_file, open_binary
-from vtx.errors import ArgumentError, out_of_device_memory
+from vtx.data.text import count_lines, decode_line, lines_in_file, open_binary
+from vtx.errors import ArgumentError, DataError, SearchInterrupted, out_of_device_memory
 from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
                                    search_bytes)
 from vtx.progress_lines import LineProgress
@@ -62,10 +62,6 @@ def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
     for variable, array in zip(model.variables, checkpoint.model):
         variable.assign(array)
     return model
-
-
-class SearchInterrupted(Exception):
-    """`Translator.search_ids` stopped between two batches because its caller asked it to."""
 
 
 class Translator:

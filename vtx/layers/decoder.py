@@ -116,7 +116,7 @@ class DecoderLayer(EncoderLayer):
             if grow:
                 self_keys = ops.concatenate([self_keys, by_sentence(new_keys)], axis=2)
                 self_values = ops.concatenate([self_values, by_sentence(new_values)], axis=2)
-            else:  # in place under XLA (a 5-D cache read through a reshape was copied whole)
+            else:  # in place under XLA (a 5-D cache read through a reshape is copied whole)
                 start = (0, 0, index * group, 0)
                 self_keys = ops.slice_update(self_keys, start, by_sentence(new_keys))
                 self_values = ops.slice_update(self_values, start, by_sentence(new_values))

@@ -3,12 +3,11 @@
 Keras's `Dropout` on TensorFlow draws one 32-bit uniform float an element
 (`tf.nn.experimental.stateless_dropout`; its bfloat16 draw is no faster), and the Philox
 generator behind it is most of dropout's cost. Here each 32-bit draw gives two elements their
-masks, its low and high 16 bits each compared with rate * 65536. On a 2-core Intel Xeon, for one
-[64, 32, 256] float32 tensor: this mask 1.39-1.56 ms, Keras's uniform draw alone 2.06-2.35 ms;
-the quick start's float32 update 3-5% faster with XLA and without (`benchmarks/dropout.py`,
-docs/benchmarks.md). The drop probability is then that threshold over 65536 (0.1 -> 6554 /
-65536 = 0.100006), and kept elements are scaled by the exact inverse of their keep
-probability, so the expected output is the input, as in Keras.
+masks, its low and high 16 bits each compared with rate * 65536, which makes the mask cheaper
+than Keras's draw alone and a small model's training update faster, with XLA and without
+(`benchmarks/train_throughput.py`, docs/benchmarks.md). The drop probability is then that
+threshold over 65536 (0.1 -> 6554 / 65536 = 0.100006), and kept elements are scaled by the
+exact inverse of their keep probability, so the expected output is the input, as in Keras.
 """
 
 import keras

@@ -1,9 +1,9 @@
 """Layer normalization (Ba et al., 2016) over the last axis, with its gradient written out.
 
 Keras's `LayerNormalization` on TensorFlow is `tf.nn.moments` and a few element-wise operations,
-which TensorFlow differentiates into ~30 operations per norm and pass (forward and backward); the
-quick start's 15 norms took 84 ms of op time of a ~520 ms float32 update on a 2-core CPU
-(docs/benchmarks.md). Here the forward pass is Keras's own operations (the same outputs to the
+which TensorFlow differentiates into ~30 operations per norm and pass (forward and backward), a
+share of a small model's update on a CPU worth saving (`benchmarks/train_throughput.py`,
+docs/benchmarks.md). Here the forward pass is Keras's own operations (the same outputs to the
 bit, so inference is unchanged) and the backward pass the closed form: with x^ the normalized
 input, inv = 1 / sqrt(var + epsilon) and g = dy * gamma,
     dx = inv * (g - mean(g) - x^ * mean(g * x^)),  dgamma = sum(dy * x^),  dbeta = sum(dy).

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from vtx.errors import TooManyErrors
 from vtx.parsing.trees import Tree, parse_tree, read_text
 
 DELETE_LABELS = frozenset({"TOP", "-NONE-", ",", ":", "``", "''", "."})
@@ -50,10 +51,6 @@ class Status(enum.IntEnum):
     OK = 0
     ERROR = 1
     SKIP = 2
-
-
-class TooManyErrors(ValueError):
-    """More error sentences than EVALB tolerates (it exits without a summary)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,20 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Union
 
+from vtx.errors import TreeSyntaxError
+
 # Label of the root added around every tree; EVALB (COLLINS.prm) deletes it when scoring.
 ROOT_LABEL = "TOP"
 # Part-of-speech tag of empty elements (traces, zero complementizers).
 EMPTY_ELEMENT_TAG = "-NONE-"
 
 # Brackets nested deeper are refused when read: the tree code recurses (normalizing,
-# linearizing, writing), and past ~400 levels Python's recursion limit stopped it with a
-# traceback after the reading had passed.
+# linearizing, writing), and past a few hundred levels Python's recursion limit would stop it
+# with a traceback after the reading had passed.
 MAX_DEPTH = 200
 _TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
-
-
-class TreeSyntaxError(ValueError):
-    """Bracketed text that is not a tree; the message says where."""
 
 
 @dataclasses.dataclass

@@ -2,9 +2,8 @@
 
 Keras's `Adam.update_step` writes the update as ~28 TensorFlow operations per variable (the bias
 corrections recomputed for each, then the moments and the weight each in several element-wise
-passes). Without XLA every one is a separate kernel launch and pass over memory: on a 2-core CPU the
-quick start's model (127 variables) spent ~47 ms of a ~530 ms update in 3,700 such operations
-(float32, an Intel Xeon with AMX; docs/benchmarks.md).
+passes). Without XLA every one is a separate kernel launch and pass over memory, a share of a
+small model's update on a CPU worth saving (`benchmarks/train_throughput.py`, docs/benchmarks.md).
 `tf.raw_ops.ResourceApplyAdam` is TensorFlow's own fused kernel for the same formula
 (`training_ops.cc`: alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m)(1 - beta_1);
 v += (g^2 - v)(1 - beta_2); w -= alpha m / (sqrt(v) + epsilon)), with kernels on the CPU, the GPU
@@ -34,8 +33,8 @@ def _computed_once(flag) -> tf.Tensor:
     """`flag` (a boolean scalar), through a square root XLA computes once. Without it, XLA's
     fusion copies the scalar operations behind it (with one replica: the gradients' sums added
     one by one, `trainer._nonfinite`) into every fusion that reads it, each weight's and moment's
-    selection in `FusedAdam.apply_if`: the quick start's update held 126,328 instructions after
-    XLA:CPU's optimisations (24,398 with a branch) and compiled in twice the time. XLA removes
+    selection in `FusedAdam.apply_if`, which makes the compiled update several times larger and
+    slower to compile than with a branch. XLA removes
     optimisation barriers before fusion, and its algebraic simplifier turns a reduction of
     stacked scalars back into additions; fusion does not copy an expensive operation (a square
     root) into a consumer that reads its element more than once (the selection's broadcast)."""
@@ -113,8 +112,8 @@ class FusedAdam(keras.optimizers.Adam):
         The buffer is split into one tensor a variable before the program, by one `Split`,
         which shares the buffer's memory where each part starts 64-byte aligned (`start` and
         the sizes multiples of 16) and copies otherwise. Read at offsets inside the program,
-        XLA:CPU generated a kernel of its own for every variable's fusions (base's: 518 against
-        34 where same-shaped variables share one; 8.9 s to compile against 3.9 s)."""
+        XLA:CPU would generate a kernel of its own for every variable's fusions, where
+        same-shaped variables otherwise share one, and take twice as long to compile."""
         if self._select_program is None:
             self._select_program = tf.function(_select_steps, jit_compile=True, autograph=False)
         # In a replica context a mirrored variable's handle is this replica's copy's: each
@@ -143,12 +142,9 @@ class FusedAdam(keras.optimizers.Adam):
 
     def _distributed_select_step(self, distribution, grads_and_vars, learning_rate, ok):
         """The update's scalars once per device, as in `_distributed_tf_update_step`. Computed
-        for each variable they were ~12 graph operations each, a square root among them (base's
-        update: 20,545 operations, now 17,520), each translated to XLA for every batch shape
-        compiled (~1.5 ms an operation, ~12 ms a square root, on a 2-core AMD EPYC Zen 3):
-        base's update for one shape compiled in 136-139 s on that CPU, now 128-131 s. XLA had
-        merged the copies: the weights and moments after 3 compiled updates are bit for bit
-        those of before."""
+        for each variable they would be ~12 graph operations each, a square root among them,
+        each translated to XLA again for every batch shape compiled, which lengthens every
+        shape's compile; XLA merges the copies, so the result is the same bit for bit."""
         scalars_on = {}  # device -> `_select_scalars`
 
         def apply(variable, gradient, learning_rate, ok):
@@ -170,10 +166,9 @@ def _select_step(ok, scalars, gradient, slots):
 
     The weight's step reads the moments as stored (selected), not the new values before the
     selection: from those, XLA's fusion recomputed each new moment inside the weight's fusion,
-    from the old moment, which the moment's own fusion overwrites in place, so XLA copied every
-    moment first (base: 506 copies, 2 x 63M floats, an update; base at 256 tokens on XLA:CPU,
-    Intel Xeon model 207: 456-461 -> 516 tok/s). Where the step is skipped the weight is kept
-    by its own selection, as before."""
+    from the old moment, which the moment's own fusion overwrites in place, so XLA would copy
+    every moment first (two copies of the model's size an update). Where the step is skipped
+    the weight is kept by its own selection."""
     alpha, mix_1, mix_2, epsilon = scalars
     weight, m, v = (tf.raw_ops.ReadVariableOp(resource=h, dtype=tf.float32) for h in slots)
     new_m = tf.where(ok, m + (gradient - m) * mix_1, m)

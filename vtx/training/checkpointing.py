@@ -14,10 +14,10 @@ from typing import Callable
 import numpy as np
 
 from vtx import checkpoints
-from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary, differing_pieces
 from vtx.config import ModelConfig, TrainConfig
-from vtx.errors import TrainingError, disk_full
+from vtx.data.vocab import Vocabulary, differing_pieces
+from vtx.errors import (ArchitectureError, CheckpointError, DataError, TrainingError,
+                        disk_full)
 from vtx.training.distribute import Collectives, Topology
 from vtx.training.engine import UpdateEngine
 from vtx.training.precision import AUTO
@@ -115,7 +115,7 @@ class Checkpointer:
             checkpoints.check_architecture(self.model_config.to_dict(),
                                            checkpoint.meta.get("model_config"), path,
                                            "use another --save-dir")
-        except checkpoints.ArchitectureError as error:
+        except ArchitectureError as error:
             raise TrainingError(str(error)) from error
         self._check_vocabulary(path, checkpoint.vocab)
         saved_workers = checkpoint.meta.get("num_workers", 1)
@@ -164,14 +164,14 @@ class Checkpointer:
 
         Raises:
             TrainingError: the pieces differ (the first differing id named).
-            checkpoints.CheckpointError: the checkpoint's vocabulary does not load (damaged).
+            CheckpointError: the checkpoint's vocabulary does not load (damaged).
         """
         if saved is None or self.vocab is None or saved == self.vocab:
             return
         try:
             before = Vocabulary.from_bytes(saved, f"the vocabulary in {path}")
         except DataError as error:
-            raise checkpoints.CheckpointError(str(error)) from None
+            raise CheckpointError(str(error)) from None
         now = Vocabulary.from_bytes(self.vocab, "this run's vocabulary")
         differ = differing_pieces(before, now)
         if not differ:  # the same pieces serialized otherwise: the ids mean the same
@@ -250,7 +250,7 @@ class Checkpointer:
         for path in reversed(existing):
             try:
                 self.restore(path, state)
-            except checkpoints.CheckpointError as error:
+            except CheckpointError as error:
                 self._set_aside(path, error)
                 continue
             except FileNotFoundError:
@@ -268,7 +268,7 @@ class Checkpointer:
         if existing:
             self.log(f"no checkpoint of {self.save_dir} loads: starting from step 0")
 
-    def _set_aside(self, path: Path, error: checkpoints.CheckpointError) -> None:
+    def _set_aside(self, path: Path, error: CheckpointError) -> None:
         if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)
             self.log(f"skipped {path}: {error}")
             return

@@ -1,6 +1,7 @@
 """TensorFlow's persistent XLA cache: compiled update programs kept on disk, so that a resumed
-`vtx train --jit` starts updating at once instead of compiling every batch shape again (~90 s
-each for base on an H100).
+`vtx train --jit` starts updating at once instead of compiling every batch shape again (each
+shape's compile takes minutes for a large model on a GPU: `benchmarks/gpu_train.py`, its
+`compile s` column, docs/benchmarks.md).
 
 TensorFlow reads the cache directory from `TF_XLA_FLAGS` when XLA first compiles, so `enable`
 must run before any XLA compilation (`vtx train` calls it before importing TensorFlow). The cache
@@ -39,9 +40,9 @@ def default_directory(save_dir: str | Path) -> Path | None:
 
 
 def jit_by_default(devices: list[str] | None) -> bool:
-    """`vtx train`'s XLA default: on where nvidia-smi lists a GPU (base on one H100: 250,233
-    tok/s with XLA against 68,250 without, docs/benchmarks.md), unless `devices` names devices
-    and none is a GPU; off on a CPU, where XLA does not help."""
+    """`vtx train`'s XLA default: on where nvidia-smi lists a GPU (there XLA trains several times
+    faster: `benchmarks/gpu_train.py` with and without `--no-jit`, docs/benchmarks.md), unless
+    `devices` names devices and none is a GPU; off on a CPU, where XLA does not help."""
     if devices and not any("gpu" in device.lower() for device in devices):
         return False
     return bool(listed_gpus())

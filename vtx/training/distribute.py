@@ -1,7 +1,7 @@
 """Choosing the tf.distribute strategy (every visible GPU on one host, or many hosts by TF_CONFIG),
 and the collectives by which the workers of a run agree.
 
-Facts measured with Keras 3.15 / TF 2.21: `model.fit` fails under MultiWorkerMirroredStrategy
+With the Keras and TensorFlow that pyproject.toml pins, `model.fit` fails under MultiWorkerMirroredStrategy
 (keras-team/keras#20585) and `jit_compile` inside `fit` fails under MirroredStrategy, so vtx trains
 with its own loop (`strategy.run`); with several replicas XLA compiles each replica's gradients
 (one buffer with its loss sums) and each replica's Adam step (`FusedAdam.apply_flat_if`), the
@@ -275,8 +275,8 @@ class Collectives:
         return [float(v) for v in self.gather(np.array([value]))[:, 0]]
 
 
-# What a collective raises when another worker is gone: on 127.0.0.1, 9 s after the other of two
-# workers was killed, UnavailableError "Collective ops is aborted by: ... The following tasks are
+# What a collective raises when another worker is gone: a few seconds after another worker is
+# killed, e.g. UnavailableError "Collective ops is aborted by: ... The following tasks are
 # unhealthy (stopped sending heartbeats)".
 PEER_ERRORS = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
 

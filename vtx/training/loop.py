@@ -18,8 +18,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
-from vtx.errors import TrainingError
-from vtx.inference.translate import SearchInterrupted
+from vtx.errors import SearchInterrupted, TrainingError
 from vtx.training.checkpointing import Checkpointer
 from vtx.training.compiling import ShapeCompiler
 from vtx.training.distribute import peer_failure

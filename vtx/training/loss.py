@@ -7,8 +7,8 @@ The [N, V] logits are the largest tensor of a training step (vocabulary 8000 at 
 differentiation of logsumexp, the label's logit and the mean makes about a dozen such passes (and
 scatters the label's gradient into a zero [N, V] tensor); the gradient written out by hand makes
 four: softmax from the exponentials kept from the forward pass, a scale and shift, and one
-scatter of the N label terms into it (AMD EPYC, 2 cores, float32, vocabulary 8000, 2048 tokens:
-the projection and loss, forward and backward, 300-337 ms -> 214-256 ms an update).
+scatter of the N label terms into it (what that saves an update on a CPU:
+`benchmarks/train_throughput.py`, docs/benchmarks.md).
 """
 
 import tensorflow as tf

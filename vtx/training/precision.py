@@ -1,17 +1,15 @@
 """The training precision chosen by the hardware (`--precision auto`, the command line's default).
 
-bfloat16 pays only where the hardware computes it faster than float32: measured with TF 2.21 on
-2-core CPUs, mixed_bfloat16 trains 2.4-2.8x slower than float32 on an Intel Cascade Lake (no
-avx512_bf16), 2.56x faster on an Intel Xeon with AMX, 1.25-1.44x faster on an AMD EPYC (Zen 4)
-with avx512_bf16 and no AMX, and 0.73-0.77x as fast on an Intel Xeon (family 6 model 207) with
-avx512_bf16 and no AMX, where oneDNN's bfloat16 matrix products ran at ~0.6x float32's
-(docs/benchmarks.md). So a CPU with AMX takes bfloat16, one without avx512_bf16 float32, and one
-with avx512_bf16 alone is measured: one matrix product of the model's feed-forward shape in each
-precision (`matmul_speedup`; 0.1 s for the quick start's model, 0.3 s base, 1.1-1.2 s big on
-that Xeon, where it read 0.56-0.90x; 1.62-2.16x on the Zen 4). GPUs have bfloat16 tensor
-cores from compute capability 8.0 (A100, H100), which pay with XLA only: without it bfloat16
-trained at 0.74x float32 on an H100. Several workers each choose so, then train in bfloat16
-only where all of them chose it.
+bfloat16 pays only where the hardware computes it faster than float32. A CPU without avx512_bf16
+emulates it and trains slower in it; one with AMX trains faster; one with avx512_bf16 but no AMX
+differs from chip to chip (oneDNN's bfloat16 products beat float32's on some and lose on others),
+so there one matrix product of the model's feed-forward shape is timed in each precision
+(`matmul_speedup`, a fraction of a second) and bfloat16 taken only where it ran clearly faster.
+GPUs have bfloat16 tensor cores from compute capability 8.0, which pay with XLA only: without
+it each cast and element-wise operation is a kernel of its own. Several workers each choose so,
+then train in bfloat16 only where all of them chose it. The figures behind each rule, in
+docs/benchmarks.md: `benchmarks/train_throughput.py` (both precisions on each CPU kind),
+`benchmarks/matmul_precision.py` (the timed product) and `benchmarks/gpu_train.py` (GPUs).
 """
 
 from __future__ import annotations
@@ -25,18 +23,20 @@ from typing import Callable
 AUTO = "auto"
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 flags of /proc/cpuinfo
 BF16_GPU_CAPABILITY = (8, 0)
-# Measured without XLA on one H100 (issue 12; base, 8192 target tokens a batch): bfloat16's
-# casts and element-wise operations, unfused, cost more than its matrix products save.
-GPU_WITHOUT_XLA = "base at 8192 tokens: 50,818 tok/s against 68,250"
+# Without XLA a GPU's bfloat16 casts and element-wise operations, unfused, cost more than its
+# matrix products save (`benchmarks/gpu_train.py --no-jit`, docs/benchmarks.md).
+GPU_WITHOUT_XLA = "bfloat16's unfused casts cost more than its matrix products save"
 # bfloat16 is taken on a CPU with avx512_bf16 but no AMX only when its matrix product ran at least
-# this much faster than float32's: a margin for the timing's noise, well under the 1.25-1.44x the
-# AMD EPYC trains faster and well over the ~0.6x measured on the Intel Xeon without AMX.
+# this much faster than float32's: a margin for the timing's noise, well under the speed-up of the
+# chips where bfloat16 trains faster and well over the ratio of those where it trains slower
+# (`benchmarks/matmul_precision.py` next to `benchmarks/train_throughput.py`, docs/benchmarks.md).
 MIN_MEASURED_SPEEDUP = 1.1
 # Rows of that timing's matrix product (the quick start's tokens a batch).
 TIMED_ROWS = 2048
 # oneDNN's instruction sets below its first with bfloat16 dot products (AVX512_CORE_BF16): a
 # user's ONEDNN_MAX_CPU_ISA among these keeps TensorFlow's matrix products off avx512_bf16 and
-# AMX, where bfloat16 measured 2.0x slower than float32 (AMD EPYC, docs/benchmarks.md).
+# AMX, where bfloat16 is emulated and trains slower than float32 (`benchmarks/train_throughput.py`
+# under such a cap, docs/benchmarks.md).
 ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
                      "AVX512_CORE_VNNI")
 
@@ -128,8 +128,8 @@ def choose_precision(requested: str, gpu_capabilities: list[tuple[int, int]],
         lowest = min(gpu_capabilities)
         if lowest >= BF16_GPU_CAPABILITY and not jit_compile:
             return "float32", (f"GPU compute capability {lowest[0]}.{lowest[1]} has bfloat16, "
-                               f"but without XLA (--no-jit) bfloat16 trained slower than "
-                               f"float32 on an H100 ({GPU_WITHOUT_XLA}); --jit for bfloat16")
+                               f"but without XLA (--no-jit) {GPU_WITHOUT_XLA}; --jit for "
+                               f"bfloat16")
         if lowest >= BF16_GPU_CAPABILITY:
             return "mixed_bfloat16", f"GPU compute capability {lowest[0]}.{lowest[1]} has bfloat16"
         return "float32", f"GPU compute capability {lowest[0]}.{lowest[1]} has no bfloat16 units"

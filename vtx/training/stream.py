@@ -58,10 +58,9 @@ class BatchStream:
 
     def close(self) -> None:
         """Drop the current epoch's iterator on another thread (the next `next` starts a new one
-        at the same position): tearing down a tf.data iterator that ran beside training blocked
-        for 29-47 s at about one epoch end in three, and for 37-46 s in three of four runs at the
-        end of training (Multi30k and the WSJ sample, 2-core AMD EPYC; the cause is inside
-        TensorFlow), and neither the loop nor the caller of `fit` must wait for it."""
+        at the same position): tearing down a tf.data iterator that ran beside training can block
+        for tens of seconds (the cause is inside TensorFlow), at an epoch's end and at the end of
+        training, and neither the loop nor the caller of `fit` must wait for it."""
         if self._iterator is None:
             return
         holder, self._iterator = [self._iterator], None  # the iterator's only reference

@@ -87,7 +87,7 @@ class ValidationScorer:
         `should_stop` is asked before each batch is decoded.
 
         Raises:
-            SearchInterrupted (`vtx.inference.translate`): `should_stop()` returned true.
+            SearchInterrupted (`vtx.errors`): `should_stop()` returned true.
         """
         wanted = [i for i, source in enumerate(self.sources) if source]
         found = self.translator.search_ids([self.sources[i] for i in wanted], should_stop)
