@@ -213,8 +213,8 @@ def test_the_compiled_update_scales_the_float16_loss_as_keras_does_without_its_b
     batch = to_batch(make_pairs(8, 20, seed=6))
     trainers = [make_trainer(tmp_path / name, ONE_LAYER, jit_compile=True,
                              precision="mixed_float16") for name in ("select", "branch")]
-    trainers[1]._select_skip = False  # Keras's branches, as without XLA (read when traced)
-    assert trainers[0]._select_skip
+    trainers[1].engine._select_skip = False  # Keras's branches, as without XLA (read when traced)
+    assert trainers[0].engine._select_skip
     seen = []
     for trainer in trainers:
         optimizer = trainer.engine.optimizer
