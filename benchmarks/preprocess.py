@@ -143,9 +143,11 @@ def base_step_rate(data_dir: Path, max_tokens: int, steps: int = 3) -> tuple[flo
 
     from vtx import config
     from vtx.data import pipeline
+    from vtx.data.directory import DataDirectory
     from vtx.models import transformer
 
-    model = transformer.build(config.preset("base", vocab_size=pipeline.vocab_size(data_dir)))
+    vocab_size = DataDirectory.open(data_dir).vocab_size
+    model = transformer.build(config.preset("base", vocab_size=vocab_size))
     optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
 

@@ -84,7 +84,7 @@ main(sys.argv[2:], prog_name="vtx")
 """
 
 
-@pytest.mark.parametrize("at", ["vtx.data.pipeline:load_meta",  # reading the data directory
+@pytest.mark.parametrize("at", ["vtx.data.directory:load_meta",  # reading the data directory
                                 "vtx.training.trainer:Trainer.resume"])  # the model built
 def test_ctrl_c_before_training_starts_exits_130_saying_so(multi30k_small, tmp_path, at):
     """Before the training loop takes SIGINT over, Ctrl-C was click's "Aborted!", exit 1; once

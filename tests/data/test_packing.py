@@ -9,6 +9,7 @@ import pytest
 from tests.data.test_pipeline import stored_pairs
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import packing, pipeline
+from vtx.data.directory import DataDirectory
 
 MAX_TOKENS = 600
 
@@ -257,7 +258,7 @@ def test_a_shard_cut_between_its_check_and_the_reads_is_named(small_data_dir, tm
     data = tmp_path / "data"
     shutil.copytree(small_data_dir, data)
     split = packing._Split(data, "train")
-    name = pipeline.load_meta(data)["splits"]["train"]["shards"][0]["name"]
+    name = DataDirectory.open(data).meta["splits"]["train"]["shards"][0]["name"]
     (data / f"{name}.bin").write_bytes(b"")
     pairs = np.flatnonzero(split.shard == 0)[-3:]
     with pytest.raises(DataError, match=rf"^{re.escape(str(data / name))}\.bin holds 0 bytes "
@@ -285,14 +286,15 @@ def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(smal
     shutil.copytree(small_data_dir, data)
     child = textwrap.dedent("""
         import os, sys
-        from vtx.data import packing, pipeline
+        from vtx.data import packing
+        from vtx.data.directory import DataDirectory, checked_reading
         from vtx.errors import DataError
 
         data = sys.argv[1]
         shapes = packing.packed_shapes(data, 600)
-        batches = pipeline.checked_reading(packing.packed_batches(data, shapes), data)
+        batches = checked_reading(packing.packed_batches(data, shapes), data)
         next(batches)  # the epoch's shards opened
-        for shard in pipeline.load_meta(data)["splits"]["train"]["shards"]:
+        for shard in DataDirectory.open(data).meta["splits"]["train"]["shards"]:
             path = os.path.join(data, shard["name"] + ".bin")
             os.truncate(path, int(os.path.getsize(path) * float(sys.argv[2])) // 2 * 2)
         try:

@@ -2,6 +2,7 @@
 
 import collections
 import itertools
+import os
 import shutil
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from tests.data.conftest import SMALL_VOCAB, read_shard
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
+from vtx.data.directory import DataDirectory
 from vtx.errors import DataError
 
 MAX_TOKENS = 600
@@ -35,7 +37,7 @@ def unpadded_pairs(batches):
 
 
 def stored_pairs(data_dir, split):
-    meta = pipeline.load_meta(data_dir)
+    meta = DataDirectory.open(data_dir).meta
     pairs = []
     for shard in meta["splits"][split]["shards"]:
         sources, targets = read_shard(data_dir / shard["name"], meta["token_dtype"])
@@ -50,11 +52,16 @@ def epoch0(small_data_dir):
 
 
 def test_data_dir_accessors(small_data_dir):
-    assert pipeline.vocab_size(small_data_dir) == SMALL_VOCAB
-    assert pipeline.vocabulary_path(small_data_dir) == small_data_dir / "spm.model"
-    assert pipeline.load_vocabulary(small_data_dir).size == SMALL_VOCAB
+    data = DataDirectory.open(small_data_dir)
+    assert data.vocab_size == SMALL_VOCAB
+    assert data.vocabulary_path == small_data_dir / "spm.model"
+    assert data.load_vocabulary().size == SMALL_VOCAB
+    assert os.fspath(data) == str(data) == str(small_data_dir)
+    assert data.split("train")["sentences"] > 0
+    with pytest.raises(ValueError, match="split 'test' not in the data directory; it has train"):
+        data.split("test")
     with pytest.raises(FileNotFoundError, match="not a `vtx preprocess` output directory"):
-        pipeline.load_meta(small_data_dir.parent)
+        DataDirectory.open(small_data_dir.parent)
 
 
 def test_no_batch_exceeds_the_token_bound_counting_padding(epoch0):
@@ -98,7 +105,7 @@ def test_the_shards_are_read_side_by_side(small_data_dir, epoch0):
     # A shard holds consecutive lines, and a corpus is often several joined end to end: read one
     # shard at a time, each stretch of updates trained on one source.
     shard_of = collections.defaultdict(set)  # (source, target) -> the shards holding it
-    meta = pipeline.load_meta(small_data_dir)
+    meta = DataDirectory.open(small_data_dir).meta
     for index, shard in enumerate(meta["splits"]["train"]["shards"]):
         sources, targets = read_shard(small_data_dir / shard["name"], meta["token_dtype"])
         for pair in zip(map(tuple, sources), map(tuple, targets)):
@@ -306,19 +313,19 @@ def test_every_batch_has_one_of_the_shapes_of_lengths_of_any_value(small_data_di
 def test_training_data_tells_other_pairs_or_another_order_from_a_copy(small_data_dir, tmp_path):
     """What a checkpoint keeps of its training pairs: a copy of the directory gives the same,
     two pairs of one shard swapped (same counts) another, and so does a shard of other pairs."""
-    data = pipeline.training_data(small_data_dir)
-    meta = pipeline.load_meta(small_data_dir)["splits"]["train"]
+    data = DataDirectory.open(small_data_dir).training_data()
+    meta = DataDirectory.open(small_data_dir).meta["splits"]["train"]
     assert (data["pairs"], data["target_tokens"]) == (meta["sentences"], meta["target_tokens"])
     copy = tmp_path / "copy"
     shutil.copytree(small_data_dir, copy)
-    assert pipeline.training_data(copy) == data
+    assert DataDirectory.open(copy).training_data() == data
     idx = copy / f"{meta['shards'][1]['name']}.idx"
     lengths = np.fromfile(idx, np.int32).reshape(2, -1)
     swap = next(i for i in range(lengths.shape[1] - 1)
                 if tuple(lengths[:, i]) != tuple(lengths[:, i + 1]))
     lengths[:, [swap, swap + 1]] = lengths[:, [swap + 1, swap]]
     lengths.tofile(idx)
-    swapped = pipeline.training_data(copy)
+    swapped = DataDirectory.open(copy).training_data()
     assert swapped["lengths_sha256"] != data["lengths_sha256"]
     assert {**swapped, "lengths_sha256": None} == {**data, "lengths_sha256": None}
 
@@ -332,13 +339,13 @@ def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp
         shutil.copytree(small_data_dir, copy)
         change(copy)
         with pytest.raises(DataError) as refused:
-            pipeline.load_meta(copy)
+            DataDirectory.open(copy)
         return str(refused.value).replace(str(copy), "DIR")
 
     def cut(path, keep):
         path.write_bytes(path.read_bytes()[:keep])
 
-    shard = pipeline.load_meta(small_data_dir)["splits"]["train"]["shards"][1]
+    shard = DataDirectory.open(small_data_dir).meta["splits"]["train"]["shards"][1]
     ids = shard["source_tokens"] + shard["target_tokens"]
     name = shard["name"]
     assert damaged(lambda d: cut(d / f"{name}.bin", 10)) == (

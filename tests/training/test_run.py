@@ -37,12 +37,13 @@ def test_a_shard_damaged_after_the_start_is_named_when_training_reads_it(multi30
     the first update."""
     import shutil
 
-    from vtx.data import pipeline
+    from vtx.data.directory import DataDirectory
     from vtx.errors import DataError
 
     data = tmp_path / "data"
     shutil.copytree(multi30k_small / "data", data)
-    shard = data / f"{pipeline.load_meta(data)['splits']['train']['shards'][0]['name']}.bin"
+    first = DataDirectory.open(data).split("train")["shards"][0]
+    shard = data / f"{first['name']}.bin"
 
     def log(line):
         if line.startswith(("padding: ", "training batches packed, several pairs a row")):

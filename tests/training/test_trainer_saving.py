@@ -386,7 +386,7 @@ def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):
 def test_resuming_on_other_training_pairs_is_warned(tmp_path):
     """A data directory rebuilt from other text under the same vocabulary loads: the data
     position then counts another directory's batches, and it may be the wrong directory. The
-    checkpoint keeps what identifies its pairs (`pipeline.training_data`); a resumed run on
+    checkpoint keeps what identifies its pairs (`DataDirectory.training_data`); a resumed run on
     other pairs says so, on the same says nothing."""
     first = {"pairs": 16, "target_tokens": 200, "lengths_sha256": "a" * 64}
 

@@ -57,6 +57,7 @@ import numpy as np
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
+from vtx.data.directory import DataDir, opened
 from vtx.errors import DataError
 
 # Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
@@ -102,7 +103,7 @@ def _shape_for(source: np.ndarray, target: np.ndarray, ratio: float, max_tokens:
     return rows, min(max(longest_source, balanced), full), full
 
 
-def packed_shapes(data_dir: str | Path, max_tokens: int, step: int = 1,
+def packed_shapes(data_dir: DataDir, max_tokens: int, step: int = 1,
                   cap: int | None = None, split: str = "train") -> list[Shape]:
     """The packing of `split` with rows capped at `cap` (see the module docstring).
 
@@ -142,7 +143,7 @@ def _assign(source: np.ndarray, target: np.ndarray, shapes: list[Shape]) -> np.n
     return shape_of
 
 
-def caps_to_try(data_dir: str | Path, step: int, split: str = "train") -> list[int | None]:
+def caps_to_try(data_dir: DataDir, step: int, split: str = "train") -> list[int | None]:
     """None (no cap) and the lengths `choose_shapes` tries as caps."""
     return _caps(*pipeline._side_lengths(data_dir, (split,)), step)
 
@@ -154,7 +155,7 @@ def _caps(source: np.ndarray, target: np.ndarray, step: int) -> list[int | None]
     return [None] + sorted(cap for cap in caps if cap < lengths.max(initial=0))
 
 
-def choose_shapes(data_dir: str | Path, max_tokens: int, step: int, model_config,
+def choose_shapes(data_dir: DataDir, max_tokens: int, step: int, model_config,
                   bucketed: list[tuple[Shape, int]], all_positions_projected: bool,
                   seed: int = 0, split: str = "train") -> tuple[list[Shape], float]:
     """The packing whose epoch costs the fewest FLOPs (`relative_cost` against `bucketed`,
@@ -268,14 +269,13 @@ class _Split:
     without a word, and a check of the size before each batch still left the reads after it
     exposed to a cut made in between."""
 
-    def __init__(self, data_dir: str | Path, split: str):
-        data_dir = Path(data_dir)
-        meta = pipeline.load_meta(data_dir)
-        self.dtype = np.dtype(meta["token_dtype"])
+    def __init__(self, data_dir: DataDir, split: str):
+        data = opened(data_dir)
+        self.dtype = np.dtype(data.meta["token_dtype"])
         self._shards: list[_Shard] = []
         shard, starts, lengths = [], [], []
-        for index, entry in enumerate(pipeline._split_meta(meta, split)["shards"]):
-            prefix = data_dir / entry["name"]
+        for index, entry in enumerate(data.split(split)["shards"]):
+            prefix = data.shard_prefix(entry)
             path = Path(f"{prefix}.bin")
             both = np.fromfile(f"{prefix}.idx", np.int32).reshape(2, -1).astype(np.int64)
             self._shards.append(_Shard(os.open(path, os.O_RDONLY), path, Path(f"{prefix}.idx"),
@@ -493,7 +493,7 @@ def _layout(counts: np.ndarray, lengths: np.ndarray, ids: list[np.ndarray], shap
     return {key: batch[key] for key in ("source", "target_in", "target_out") + PACKED_KEYS}
 
 
-def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "train",
+def packed_batches(data_dir: DataDir, shapes: list[Shape], split: str = "train",
                    seed: int = 0, epoch: int = 0, skip_batches: int = 0, num_shards: int = 1,
                    shard_index: int = 0) -> Iterator[dict]:
     """One epoch of packed batches (see the module docstring).
@@ -512,7 +512,7 @@ def packed_batches(data_dir: str | Path, shapes: list[Shape], split: str = "trai
         yield pairs.batch(rows, shapes[index])
 
 
-def packed_batch_counts(data_dir: str | Path, shapes: list[Shape], split: str = "train",
+def packed_batch_counts(data_dir: DataDir, shapes: list[Shape], split: str = "train",
                         seed: int = 0) -> list[int]:
     """Batches of each shape in an epoch (epoch 0 of `seed`; others differ little): counted by
     packing it, or estimated from `SAMPLE_PAIRS` of its pairs when it has more."""
@@ -526,7 +526,7 @@ def _batch_counts(pairs: _Split, shapes: list[Shape], seed: int) -> list[int]:
     return [int(np.ceil(count * len(pairs) / max(sample, 1))) for count in counts]
 
 
-def packed_fill(data_dir: str | Path, shapes: list[Shape], split: str = "train",
+def packed_fill(data_dir: DataDir, shapes: list[Shape], split: str = "train",
                 seed: int = 0) -> float:
     """The share of the positions, source and target_in, of an epoch's packed batches that hold
     a real token (`packed_batch_counts`' epoch)."""

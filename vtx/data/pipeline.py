@@ -4,10 +4,7 @@ Public API (shapes: B batch, S source length, T target length; a bucket of padde
 holds the pairs with max(S, T) <= L, and its batches are [B, S_L] and [B, T_L], each side
 padded to the longest of that side in the bucket (`side_lengths_for`), so that a parser's
 sources, shorter than their trees, are not padded to the tree's length):
-    load_meta(data_dir) -> dict                      the directory's meta.json
-    vocabulary_path(data_dir) -> Path                its SentencePiece model
-    vocab_size(data_dir) -> int                      number of ids, special ones included
-    load_vocabulary(data_dir) -> Vocabulary          text <-> ids (vtx.data.vocab)
+    (data_dir: a `vtx.data.directory.DataDirectory`, or its path, opened then)
     padded_lengths(data_dir, splits) -> np.ndarray   each pair's padded length max(S, T)
     optimal_boundaries(lengths, max_shapes=8, step=8) -> list
                                                      <= max_shapes padded lengths (multiples of
@@ -47,9 +44,6 @@ sources, shorter than their trees, are not padded to the tree's length):
                  -> tf.data.Dataset
         the same dicts plus "index": int64 [B], each pair's line number - 1 in its split, so
         outputs can be put back in corpus order; no shuffling, deterministic order.
-    checked_reading(batches, data_dir) -> Iterator
-        `batches` read from data_dir, an error reading them raised as the DataError naming a
-        file of data_dir changed since the run checked it (cut short, deleted), if any.
     check_max_tokens(data_dir, split, max_tokens, bucket_boundaries=None)
         raises ValueError when batches of max_tokens cannot hold the split's longest pair (what
         train_batches and eval_batches refuse), without building a dataset.
@@ -68,147 +62,19 @@ by few pairs is not worth its own bucket (Multi30k at 8192 tokens with XLA: 5 sh
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.data.preprocess import FORMAT, META_FILE
-from vtx.data.text import DataError
-from vtx.data.vocab import Vocabulary
+from vtx.data.directory import DataDir, DataDirectory, opened
 from vtx.errors import ArgumentError
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
 # Training shards read at once (`_pairs`); each holds its tokens in memory (a shard of the default
 # 100,000 pairs is tens of MB as int32).
 SHARDS_AT_ONCE = 8
-
-
-def load_meta(data_dir: str | Path) -> dict:
-    """Read `DATA_DIR/meta.json`.
-
-    Raises:
-        FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
-        ValueError: an unknown format.
-        DataError: meta.json is not JSON, or a file it names is missing or of another size
-            (checked once a process for each meta.json).
-    """
-    path = Path(data_dir) / META_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {data_dir} is not a `vtx preprocess` "
-                                f"output directory")
-    try:
-        meta = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not readable as JSON ({error}): damaged; run `vtx "
-                        f"preprocess` again") from error
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else meta
-        raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r}")
-    state = path.stat()
-    checked = (str(path.resolve()), state.st_mtime_ns, state.st_size)
-    if checked not in _CHECKED:  # once a process: called per epoch, a WMT dir has many shards
-        try:
-            _check_files(Path(data_dir), meta)
-        except DataError:
-            raise
-        except KeyError as error:
-            raise DataError(f"{path}: no {error} where `vtx preprocess` writes one: damaged; "
-                            f"run it again") from error
-        except (TypeError, ValueError, AttributeError) as error:
-            raise DataError(f"{path}: a value of the wrong kind ({error}): damaged; run `vtx "
-                            f"preprocess` again") from error
-        _CHECKED.add(checked)
-    return meta
-
-
-_CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were checked
-
-
-def checked_reading(batches: Iterable, data_dir: str | Path) -> Iterator:
-    """`batches` (an epoch read from `data_dir`); an error reading them is raised as the
-    DataError naming a file of the directory that is no longer as its meta.json says (missing,
-    or of another size), when one is: `load_meta` checks the files once a process, and a shard
-    cut short or deleted after that (a disk filling, a `vtx preprocess --force` there) failed
-    hours into training in TensorFlow's or NumPy's words without the file (a traceback, or
-    "Size of available data is not a multiple of the data-type size"). Other errors are
-    raised as they are.
-
-    Raises:
-        DataError: a file of `data_dir` changed since the run checked it (named).
-    """
-    try:
-        yield from batches
-    except Exception as error:
-        _CHECKED.clear()  # the check again, not its cached result
-        try:
-            load_meta(data_dir)
-        except (DataError, OSError, ValueError) as changed:
-            raise changed from error
-        raise
-
-
-def _check_files(data_dir: Path, meta: dict) -> None:
-    """Every file meta.json names is there, each shard of the size its counts give: a shard cut
-    short (a full disk, a copy interrupted) would otherwise be read as fewer or emptier pairs
-    without a word. Sizes only: reading every shard's lengths is for the pipeline."""
-    again = "run `vtx preprocess` again"
-    vocabulary = data_dir / meta["vocab"]["model"]
-    if not vocabulary.is_file():
-        raise DataError(f"{vocabulary} is missing: the vocabulary {data_dir / META_FILE} names; "
-                        f"{again}")
-    width = np.dtype(meta["token_dtype"]).itemsize
-    for split in meta["splits"].values():
-        for shard in split["shards"]:
-            pairs, tokens = shard["sentences"], shard["source_tokens"] + shard["target_tokens"]
-            for suffix, size, what in ((".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
-                                       (".bin", width * tokens, f"{tokens:,} ids")):
-                file = data_dir / (shard["name"] + suffix)
-                try:
-                    found = os.stat(file).st_size
-                except FileNotFoundError:
-                    raise DataError(f"{file} is missing: a shard {data_dir / META_FILE} names; "
-                                    f"{again}") from None
-                if found != size:
-                    raise DataError(f"{file} holds {found:,} bytes where {data_dir / META_FILE} "
-                                    f"counts {what} ({size:,} bytes): cut short or from another "
-                                    f"run; {again}")
-
-
-def vocabulary_path(data_dir: str | Path) -> Path:
-    """The SentencePiece model of a data directory."""
-    return Path(data_dir) / load_meta(data_dir)["vocab"]["model"]
-
-
-def vocab_size(data_dir: str | Path) -> int:
-    """Number of ids of the data directory's vocabulary (special ids included)."""
-    return int(load_meta(data_dir)["vocab"]["size"])
-
-
-def training_data(data_dir: str | Path) -> dict:
-    """What identifies a data directory's training pairs for a checkpoint: their count, their
-    target tokens and a SHA-256 of every training shard's lengths in order (the .idx files, 8
-    bytes a pair: 0.3 GB for WMT14 EN-FR's 36M pairs). A data position counts the batches cut
-    from these lengths in a seeded order, so other pairs, or the same in another order, give
-    it other batches; a directory preprocessed again from the same text gives the same."""
-    split = load_meta(data_dir)["splits"]["train"]
-    digest = hashlib.sha256()
-    for shard in split["shards"]:
-        with open(Path(data_dir) / f"{shard['name']}.idx", "rb") as file:
-            while chunk := file.read(1 << 24):
-                digest.update(chunk)
-    return {"pairs": int(split["sentences"]), "target_tokens": int(split["target_tokens"]),
-            "lengths_sha256": digest.hexdigest()}
-
-
-def load_vocabulary(data_dir: str | Path) -> Vocabulary:
-    """The data directory's joint vocabulary."""
-    return Vocabulary(vocabulary_path(data_dir))
 
 
 MAX_SHAPES = 8  # distinct padded lengths under XLA: each is one compiled program (minutes)
@@ -225,7 +91,7 @@ def shape_policy(jit_compile: bool, max_shapes: int = 0) -> dict:
     return {"max_shapes": max_shapes or MAX_SHAPES_DYNAMIC, "step": 1}
 
 
-def padded_lengths(data_dir: str | Path, splits: tuple[str, ...] = ("train",)) -> np.ndarray:
+def padded_lengths(data_dir: DataDir, splits: tuple[str, ...] = ("train",)) -> np.ndarray:
     """int64 [n]: each pair's length once padded for the model, max(|source|, |target| + 1)
     (target_in and target_out hold one id more than the stored target), over `splits`."""
     source, target = _side_lengths(data_dir, splits)
@@ -309,7 +175,7 @@ def fewest_position_boundaries(pairs: list[tuple[np.ndarray, np.ndarray]], max_t
     return _cheapest_buckets(candidates, max_shapes, bucket_cost)
 
 
-def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("train",),
+def bucket_boundaries_for(data_dir: DataDir, splits: tuple[str, ...] = ("train",),
                           max_shapes: int = MAX_SHAPES, step: int = LENGTH_STEP,
                           max_tokens: int | None = None) -> list[int]:
     """The padded lengths of the pairs of `splits` (train and valid together give one set of
@@ -322,7 +188,7 @@ def bucket_boundaries_for(data_dir: str | Path, splits: tuple[str, ...] = ("trai
                                       max_tokens, max_shapes, step)
 
 
-def side_lengths_for(data_dir: str | Path, splits: tuple[str, ...], boundaries: list[int],
+def side_lengths_for(data_dir: DataDir, splits: tuple[str, ...], boundaries: list[int],
                      step: int = 1) -> list[tuple[int, int]]:
     """Each bucket's (source, target_in) padded lengths: the longest of that side among the
     pairs of `splits` in the bucket, rounded up to a multiple of `step`, at most the bucket's
@@ -342,14 +208,14 @@ def side_lengths_for(data_dir: str | Path, splits: tuple[str, ...], boundaries: 
     return sides
 
 
-def _side_lengths(data_dir: str | Path, splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def _side_lengths(data_dir: DataDir,
+                  splits: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """int64 [n] each: the source and target_in lengths (target + bos) of the pairs of `splits`."""
-    data_dir = Path(data_dir)
-    meta = load_meta(data_dir)
+    data = opened(data_dir)
     found = [np.zeros((2, 0), np.int64)]
     for split in splits:
-        for shard in _split_meta(meta, split)["shards"]:
-            lengths = np.fromfile(data_dir / f"{shard['name']}.idx", np.int32).reshape(2, -1)
+        for shard in data.split(split)["shards"]:
+            lengths = np.fromfile(f"{data.shard_prefix(shard)}.idx", np.int32).reshape(2, -1)
             found.append(np.stack([lengths[0], lengths[1] + 1]).astype(np.int64))
     both = np.concatenate(found, axis=1)
     return both[0], both[1]
@@ -362,7 +228,7 @@ def rows_for_length(max_tokens: int, length: int) -> int:
     return rows - rows % 8 if rows >= 8 else rows
 
 
-def position_fill(data_dir: str | Path, split: str, max_tokens: int, boundaries: list[int],
+def position_fill(data_dir: DataDir, split: str, max_tokens: int, boundaries: list[int],
                   sides: list[tuple[int, int]] | None = None) -> float:
     """The share of the positions of `split`'s batches, source and target_in, that hold a real
     token (`batch_shapes`: rows x each side's length, a bucket's short last batch filled with
@@ -374,8 +240,8 @@ def position_fill(data_dir: str | Path, split: str, max_tokens: int, boundaries:
     return float(source.sum() + target.sum()) / slots if slots else 1.0
 
 
-def epoch_batch_counts(data_dir: str | Path, split: str, max_tokens: int, boundaries: list[int],
-                       sides: list[tuple[int, int]] | None = None
+def epoch_batch_counts(data_dir: DataDir, split: str, max_tokens: int,
+                       boundaries: list[int], sides: list[tuple[int, int]] | None = None
                        ) -> list[tuple[tuple[int, int, int], int]]:
     """(shape, batches of that shape in an epoch of `split`) for every `batch_shapes` shape."""
     source, target = _side_lengths(data_dir, (split,))
@@ -394,13 +260,6 @@ def batch_shapes(max_tokens: int, boundaries: list[int],
     sides = sides or [(length, length) for length in boundaries]
     return [(rows_for_length(max_tokens, length), source, target)
             for length, (source, target) in zip(boundaries, sides)]
-
-
-def _split_meta(meta: dict, split: str) -> dict:
-    if split not in meta["splits"]:
-        raise ValueError(f"split {split!r} not in the data directory; it has "
-                         f"{', '.join(meta['splits'])}")
-    return meta["splits"][split]
 
 
 def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,
@@ -424,16 +283,16 @@ def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,
     return tf.data.Dataset.from_tensor_slices(order).map(_plain(pair))
 
 
-def _pairs(data_dir: Path, meta: dict, split: str, seed: int | None, epoch: int) -> tf.data.Dataset:
+def _pairs(data: DataDirectory, split: str, seed: int | None, epoch: int) -> tf.data.Dataset:
     """Every pair of a split; seed None: in file order, else shuffled as a function of (seed, epoch)."""
-    shards = _split_meta(meta, split)["shards"]
+    shards = data.split(split)["shards"]
     counts = [shard["sentences"] for shard in shards]
     first_index = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    prefixes = [str(data_dir / shard["name"]) for shard in shards]
+    prefixes = [str(data.shard_prefix(shard)) for shard in shards]
     rng = np.random.default_rng([seed or 0, epoch])
     order = rng.permutation(len(shards)) if seed is not None else np.arange(len(shards))
     shard_seeds = rng.integers(0, 2**31 - 1, size=(len(shards), 2), dtype=np.int64)
-    dtype = _DTYPES[meta["token_dtype"]]
+    dtype = _DTYPES[data.meta["token_dtype"]]
     files = tf.data.Dataset.from_tensor_slices((
         tf.constant([prefixes[i] for i in order], tf.string, shape=[len(shards)]),
         tf.constant(first_index[order], tf.int64, shape=[len(shards)]),
@@ -482,15 +341,16 @@ def _checked_boundaries(longest: int, max_tokens: int, boundaries: list[int]) ->
     return boundaries
 
 
-def check_max_tokens(data_dir: str | Path, split: str, max_tokens: int,
+def check_max_tokens(data_dir: DataDir, split: str, max_tokens: int,
                      bucket_boundaries: list[int] | None = None) -> None:
     """Check, before any batch is built, that batches of `max_tokens` hold every pair of `split`.
 
     Raises:
         ValueError: unknown split, or max_tokens below its longest pair (split and directory named).
     """
-    longest = _padded_length_limit(_split_meta(load_meta(data_dir), split))
-    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
+    data = opened(data_dir)
+    longest = _padded_length_limit(data.split(split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data, (split,))
     try:
         _checked_boundaries(longest, max_tokens, boundaries)
     except ArgumentError as error:  # kept an ArgumentError, so that a command names its flag
@@ -500,13 +360,14 @@ def check_max_tokens(data_dir: str | Path, split: str, max_tokens: int,
         raise ValueError(f"{data_dir}, {split} split: {error}") from error
 
 
-def check_positions(data_dir: str | Path, split: str, max_positions: int) -> None:
+def check_positions(data_dir: DataDir, split: str,
+                    max_positions: int) -> None:
     """Check that the model's positions hold the longest pair of `split` (target with eos).
 
     Raises:
         ValueError: a pair is longer (directory, split and both lengths named).
     """
-    split_meta = _split_meta(load_meta(data_dir), split)
+    split_meta = opened(data_dir).split(split)
     source, target = split_meta["max_source_length"], split_meta["max_target_length"] + 1
     if max(source, target) > max_positions:
         raise ValueError(f"{data_dir}, {split} split: its longest pair has {source} source and "
@@ -579,7 +440,7 @@ def _deterministic(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 4096,
+def train_batches(data_dir: DataDir, split: str = "train", max_tokens: int = 4096,
                   seed: int = 0, epoch: int = 0, skip_batches: int = 0, num_shards: int = 1,
                   shard_index: int = 0, bucket_boundaries: list[int] | None = None,
                   side_lengths: list[tuple[int, int]] | None = None) -> tf.data.Dataset:
@@ -595,18 +456,17 @@ def train_batches(data_dir: str | Path, split: str = "train", max_tokens: int = 
         raise ValueError(f"shard_index {shard_index} must be in [0, num_shards={num_shards})")
     if skip_batches < 0:
         raise ValueError(f"skip_batches must be >= 0, got {skip_batches}")
-    data_dir = Path(data_dir)
-    meta = load_meta(data_dir)
-    longest = _padded_length_limit(_split_meta(meta, split))
-    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
-    batches = _bucketed(_pairs(data_dir, meta, split, seed, epoch), longest, max_tokens,
+    data = opened(data_dir)
+    longest = _padded_length_limit(data.split(split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data, (split,))
+    batches = _bucketed(_pairs(data, split, seed, epoch), longest, max_tokens,
                         boundaries, side_lengths)
     batches = batches.map(_plain(lambda batch: {key: batch[key]
                                                 for key in ("source", "target_in", "target_out")}))
     return _deterministic(batches.shard(num_shards, shard_index).skip(skip_batches))
 
 
-def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
+def eval_batches(data_dir: DataDir, split: str, max_tokens: int,
                  bucket_boundaries: list[int] | None = None,
                  side_lengths: list[tuple[int, int]] | None = None) -> tf.data.Dataset:
     """All pairs of `split` in token-bounded batches, deterministic order, no shuffling.
@@ -615,21 +475,19 @@ def eval_batches(data_dir: str | Path, split: str, max_tokens: int,
         Dataset of {"source": int32 [B, S], "target_in": int32 [B, T], "target_out": int32 [B, T],
         "index": int64 [B]}.
     """
-    data_dir = Path(data_dir)
-    meta = load_meta(data_dir)
-    longest = _padded_length_limit(_split_meta(meta, split))
-    boundaries = bucket_boundaries or bucket_boundaries_for(data_dir, (split,))
-    return _deterministic(_bucketed(_pairs(data_dir, meta, split, None, 0), longest,
+    data = opened(data_dir)
+    longest = _padded_length_limit(data.split(split))
+    boundaries = bucket_boundaries or bucket_boundaries_for(data, (split,))
+    return _deterministic(_bucketed(_pairs(data, split, None, 0), longest,
                                     max_tokens, boundaries, side_lengths))
 
 
-def split_pairs(data_dir: str | Path, split: str) -> list[tuple[list[int], list[int]]]:
+def split_pairs(data_dir: DataDir, split: str) -> list[tuple[list[int], list[int]]]:
     """Every (source ids, target ids) pair of `split` in file order, without bos/eos.
 
     Raises:
         ValueError: unknown split.
     """
-    data_dir = Path(data_dir)
-    pairs = _pairs(data_dir, load_meta(data_dir), split, None, 0)
+    pairs = _pairs(opened(data_dir), split, None, 0)
     return [(pair["source"].tolist(), pair["target"].tolist())
             for pair in pairs.as_numpy_iterator()]

@@ -192,7 +192,7 @@ class Checkpointer:
         the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
         shapes). The position counts batches, so it then names other ones (as in fairseq).
         So it does when the data directory holds other training pairs than the checkpoint's
-        run had (`pipeline.training_data`): the same vocabulary over other text loads (more
+        run had (`DataDirectory.training_data`): the same vocabulary over other text loads (more
         data, or the wrong directory). A saved position is inside its epoch unless no update
         was made (the epoch moves on when its next batch is asked for)."""
         flags = [("seed", "--seed")]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from vtx import atomic, checkpoints, config
 from vtx.config import ModelConfig, TrainConfig
+
+if TYPE_CHECKING:  # the data modules are imported where used, as below
+    from vtx.data.directory import DataDirectory
 
 CONFIG_FILE = "config.json"
 
@@ -17,9 +20,9 @@ def resolve_model_config(data_dir, arch: str, overrides: dict,
     """The preset `arch` with `vocab_size` (default: the data's, else the preset's) and
     `overrides` (None values ignored)."""
     if vocab_size is None and data_dir:
-        from vtx.data import pipeline
+        from vtx.data.directory import opened
 
-        vocab_size = pipeline.vocab_size(data_dir)
+        vocab_size = opened(data_dir).vocab_size
     return config.preset(arch, vocab_size=vocab_size, **overrides)
 
 
@@ -96,24 +99,26 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
            eval_metric, eval_options, prefetch, profile) -> int | None:
     from vtx.data import pipeline
+    from vtx.data.directory import DataDirectory
     from vtx.training.trainer import Trainer
 
     save_dir = Path(save_dir)
-    model_config = resolve_model_config(data_dir, arch, overrides)  # names a missing meta.json
-    _check_outside_data(save_dir, data_dir)
+    data = DataDirectory.open(data_dir)  # names a missing or damaged meta.json
+    model_config = resolve_model_config(data, arch, overrides)
+    _check_outside_data(save_dir, data)
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
-    has_valid = _has_validation(data_dir, train_config, eval_metric, log)
+    has_valid = _has_validation(data, train_config, eval_metric, log)
     splits = ("train", "valid") if has_valid else ("train",)
     boundaries = pipeline.bucket_boundaries_for(
-        data_dir, splits, **pipeline.shape_policy(train_config.jit_compile,
+        data, splits, **pipeline.shape_policy(train_config.jit_compile,
                                                   train_config.max_shapes),
         max_tokens=train_config.max_tokens)
     for split in splits:
-        pipeline.check_positions(data_dir, split, model_config.max_positions)
-        pipeline.check_max_tokens(data_dir, split, train_config.max_tokens, boundaries)
-    vocab = pipeline.vocabulary_path(data_dir).read_bytes()
+        pipeline.check_positions(data, split, model_config.max_positions)
+        pipeline.check_max_tokens(data, split, train_config.max_tokens, boundaries)
+    vocab = data.vocabulary_path.read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
                       vocab=vocab, tensorboard_dir=tensorboard_dir, prefetch=prefetch,
                       profile=profile)
@@ -122,18 +127,18 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         from vtx.training import validation
 
         score_valid = validation.make_scorer(
-            trainer.model, data_dir, eval_metric, max_tokens=train_config.max_tokens,
+            trainer.model, data, eval_metric, max_tokens=train_config.max_tokens,
             warn=lambda message: log(f"warning: validation: {message}"), **(eval_options or {}))
-    packed = _packing(data_dir, train_config, model_config, boundaries, splits, log)
-    trainer.state.training_data = pipeline.training_data(data_dir)
+    packed = _packing(data, train_config, model_config, boundaries, splits, log)
+    trainer.state.training_data = data.training_data()
     trainer.resume()
-    boundaries = _resumed_boundaries(trainer, boundaries, data_dir, splits, log)
+    boundaries = _resumed_boundaries(trainer, boundaries, data, splits, log)
     packed = _resumed_packing(trainer, packed, log)
     # One writer: workers may share the save dir (hosts and pids apart, their temporaries could
     # meet or be taken for a dead process's). A run with nothing to train keeps the record of the
     # run that trained.
     if trainer.engine.topology.is_chief and not trainer.nothing_to_train():
-        write_run_config(save_dir, data_dir, arch, model_config, train_config)
+        write_run_config(save_dir, data, arch, model_config, train_config)
     shards, shard = trainer.engine.topology.num_workers, trainer.engine.topology.worker_index
     log(f"model: {arch}, {trainer.model.count_params()} parameters; "
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
@@ -141,29 +146,27 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
 
     # Each bucket's sides padded to their own longest (a parser's sources are shorter than their
     # trees); derived from the data and the lengths, so a resumed run cuts the same batches.
-    sides = pipeline.side_lengths_for(data_dir, splits, boundaries,
+    sides = pipeline.side_lengths_for(data, splits, boundaries,
                                       pipeline.shape_policy(train_config.jit_compile)["step"])
-    shapes = _training_shapes(data_dir, train_config, boundaries, sides, packed, has_valid, log)
-    make_epoch, make_valid = _batch_readers(data_dir, train_config, boundaries, sides, packed,
+    shapes = _training_shapes(data, train_config, boundaries, sides, packed, has_valid, log)
+    make_epoch, make_valid = _batch_readers(data, train_config, boundaries, sides, packed,
                                             shards, shard)
     return trainer.fit(make_epoch, make_valid if has_valid else None, score_valid, shapes)
 
 
-def _has_validation(data_dir, train_config: TrainConfig, eval_metric: str | None,
+def _has_validation(data: DataDirectory, train_config: TrainConfig, eval_metric: str | None,
                     log: Callable[[str], None]) -> bool:
-    """Whether the run validates: `data_dir` has a validation split of some pairs. Warns when
+    """Whether the run validates: `data` has a validation split of some pairs. Warns when
     the run would validate but there is none.
 
     Raises:
         ValueError: no training pairs, or a flag that needs validations (--patience, --eval-*,
             the best checkpoint by BLEU or F1) without them (named).
     """
-    from vtx.data import pipeline
-
-    data_splits = pipeline.load_meta(data_dir).get("splits", {})
+    data_splits = data.splits
     if not data_splits.get("train", {}).get("sentences"):
         found = "0 pairs kept" if "train" in data_splits else "no train split"
-        raise ValueError(f"{data_dir} holds no training pairs (its meta.json: {found}): "
+        raise ValueError(f"{data} holds no training pairs (its meta.json: {found}): "
                          f"`vtx preprocess --trainpref` writes them")
     # A split of 0 pairs (written by vtx preprocess before it refused empty files) is none:
     # validating on it logged loss 0, perplexity 1, as the best.
@@ -174,19 +177,19 @@ def _has_validation(data_dir, train_config: TrainConfig, eval_metric: str | None
                          f"validation (--eval-{'bleu' if metric == 'bleu' else 'f1'})")
     if eval_metric and not (has_valid and train_config.validate_interval_steps):
         raise ValueError(f"--eval-{eval_metric}: {eval_metric} at each validation needs a "
-                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"validation split in {data} and --validate-interval-steps above 0 "
                          f"(now {train_config.validate_interval_steps})")
     if train_config.patience and not (has_valid and train_config.validate_interval_steps):
         raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
-                         f"validation split in {data_dir} and --validate-interval-steps above 0 "
+                         f"validation split in {data} and --validate-interval-steps above 0 "
                          f"(now {train_config.validate_interval_steps})")
     if not has_valid and train_config.validate_interval_steps:
-        log(f"warning: {data_dir} has no validation split (`vtx preprocess --validpref`): this "
+        log(f"warning: {data} has no validation split (`vtx preprocess --validpref`): this "
             f"run does not validate, so it keeps no checkpoint_best")
     return has_valid
 
 
-def _training_shapes(data_dir, train_config: TrainConfig, boundaries: list[int], sides,
+def _training_shapes(data: DataDirectory, train_config: TrainConfig, boundaries: list[int], sides,
                      packed: list | None, has_valid: bool, log: Callable[[str], None]) -> list:
     """The training batches' shapes (`packed`, or the buckets' at `boundaries` and `sides`),
     said with the share of their positions that hold a real token, and the validation
@@ -201,12 +204,12 @@ def _training_shapes(data_dir, train_config: TrainConfig, boundaries: list[int],
         if has_valid:
             log("batch shapes (rows x length, or rows x source x target), validation: "
                 + ", ".join(format_shape(shape) for shape in shapes))
-        fill = packing.packed_fill(data_dir, packed, seed=train_config.seed)
+        fill = packing.packed_fill(data, packed, seed=train_config.seed)
         log(f"training batches packed, several pairs a row: "
             f"{', '.join(format_shape(shape) for shape in packed)}; "
             f"{fill:.3f} of their positions hold a real token")
         return packed
-    fill = pipeline.position_fill(data_dir, "train", train_config.max_tokens, boundaries, sides)
+    fill = pipeline.position_fill(data, "train", train_config.max_tokens, boundaries, sides)
     log(f"batch shapes (rows x length, or rows x source x target), "
         f"{'training and validation' if has_valid else 'training'}: "
         + ", ".join(format_shape(shape) for shape in shapes))
@@ -215,35 +218,36 @@ def _training_shapes(data_dir, train_config: TrainConfig, boundaries: list[int],
     return shapes
 
 
-def _batch_readers(data_dir, train_config: TrainConfig, boundaries: list[int], sides,
+def _batch_readers(data: DataDirectory, train_config: TrainConfig, boundaries: list[int], sides,
                    packed: list | None, shards: int, shard: int) -> tuple[Callable, Callable]:
     """(make_epoch, make_valid) for `Trainer.fit`: `make_epoch(epoch, skip)` gives this worker's
     training batches of an epoch (packed, or in buckets), after the first `skip`; `make_valid()`
     the validation batches, read once and kept."""
     from vtx.data import pipeline
+    from vtx.data.directory import checked_reading
 
     def make_epoch(epoch: int, skip: int):
         if packed:
             from vtx.data import packing
 
             batches = packing.packed_batches(
-                data_dir, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
+                data, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
                 num_shards=shards, shard_index=shard)
         else:
             batches = pipeline.train_batches(
-                data_dir, max_tokens=train_config.max_tokens, seed=train_config.seed,
+                data, max_tokens=train_config.max_tokens, seed=train_config.seed,
                 epoch=epoch, skip_batches=skip, num_shards=shards, shard_index=shard,
                 bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
         # A shard is read (tf.data) or mapped (packing) as an epoch goes, long after the start
         # checked it: one damaged since is named.
-        return pipeline.checked_reading(batches, data_dir)
+        return checked_reading(batches, data)
 
     cached = []
 
     def make_valid():
         if not cached:
             cached.extend(_without_index(b) for b in pipeline.eval_batches(
-                data_dir, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
+                data, "valid", train_config.max_tokens, bucket_boundaries=boundaries,
                 side_lengths=sides).as_numpy_iterator())
         return cached
 
@@ -266,7 +270,8 @@ def _check_outside_data(save_dir: Path, data_dir) -> None:
                          f"checkpoints with it; use a --save-dir outside it")
 
 
-def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[str, ...],
+def _resumed_boundaries(trainer, boundaries: list[int], data: DataDirectory,
+                        splits: tuple[str, ...],
                         log: Callable[[str], None]) -> list[int]:
     """The padded lengths of this run's batches, recorded in the trainer's checkpoints: a resumed
     run keeps its checkpoint's (those of a checkpoint from before they were recorded: the 8
@@ -280,18 +285,18 @@ def _resumed_boundaries(trainer, boundaries: list[int], data_dir, splits: tuple[
 
     if trainer.state.step:
         kept = (trainer.state.bucket_boundaries
-                or pipeline.bucket_boundaries_for(data_dir, splits))
+                or pipeline.bucket_boundaries_for(data, splits))
         if kept != boundaries:
             log(f"batch lengths kept from the checkpoint so that the data resumes where it was: "
                 f"{kept} (a new run with these flags would use {boundaries})")
             for split in splits:
-                pipeline.check_max_tokens(data_dir, split, trainer.config.max_tokens, kept)
+                pipeline.check_max_tokens(data, split, trainer.config.max_tokens, kept)
             boundaries = kept
     trainer.state.bucket_boundaries = boundaries
     return boundaries
 
 
-def _packing(data_dir, train_config: TrainConfig, model_config: ModelConfig,
+def _packing(data: DataDirectory, train_config: TrainConfig, model_config: ModelConfig,
              boundaries: list[int], splits: tuple[str, ...],
              log: Callable[[str], None]) -> list[tuple[int, int, int]] | None:
     """The packed shapes of a new run's training batches, None for buckets: `--no-pack`;
@@ -305,10 +310,10 @@ def _packing(data_dir, train_config: TrainConfig, model_config: ModelConfig,
     from vtx.training.compiling import format_shape
 
     step = pipeline.shape_policy(train_config.jit_compile)["step"]
-    sides = pipeline.side_lengths_for(data_dir, splits, boundaries, step)
+    sides = pipeline.side_lengths_for(data, splits, boundaries, step)
     shapes, ratio = packing.choose_shapes(
-        data_dir, train_config.max_tokens, step, model_config,
-        pipeline.epoch_batch_counts(data_dir, "train", train_config.max_tokens, boundaries, sides),
+        data, train_config.max_tokens, step, model_config,
+        pipeline.epoch_batch_counts(data, "train", train_config.max_tokens, boundaries, sides),
         all_positions_projected=train_config.jit_compile, seed=train_config.seed)
     packed = train_config.pack or ratio < 1
     log(f"training batches {'packed' if packed else 'in length buckets'} (--pack/--no-pack "

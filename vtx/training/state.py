@@ -34,7 +34,7 @@ class RunState:
     # The (rows, source, target) shapes of packed training batches (`vtx.data.packing`); None:
     # bucketed batches.
     packed_shapes: list[tuple[int, int, int]] | None = None
-    # What identifies the training pairs the positions count (`pipeline.training_data`): this
+    # What identifies the training pairs the positions count (`DataDirectory.training_data`): this
     # run's, set by the caller; a checkpoint's is compared with it, never taken.
     training_data: dict | None = None
     # The step's validation was interrupted by a stop signal: made first when resumed.

@@ -144,8 +144,11 @@ def _f1(hypotheses: list[str], gold) -> Score:
 
 
 def make_scorer(model, data_dir, metric: str, **options) -> Callable[..., Score]:
-    """A `ValidationScorer` over the validation split of a preprocessed data directory."""
+    """A `ValidationScorer` over the validation split of a preprocessed data directory (a
+    `vtx.data.directory.DataDirectory`, or its path)."""
     from vtx.data import pipeline
+    from vtx.data.directory import opened
 
-    return ValidationScorer(model, pipeline.load_vocabulary(data_dir),
-                            pipeline.split_pairs(data_dir, "valid"), metric, **options)
+    data = opened(data_dir)
+    return ValidationScorer(model, data.load_vocabulary(), pipeline.split_pairs(data, "valid"),
+                            metric, **options)

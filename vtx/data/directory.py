@@ -1,0 +1,205 @@
+"""An opened data directory, as `vtx preprocess` writes it (`vtx.data.preprocess`): its path and
+its meta.json, read and checked once, with what the rest of vtx asks of it (the vocabulary, the
+splits, what identifies the training pairs).
+
+    DataDirectory.open(path) -> DataDirectory     meta.json read, every file it names checked
+    opened(data_dir) -> DataDirectory             a path opened, an opened directory as it is
+    checked_reading(batches, data_dir) -> batches a read error said as the file that changed
+
+The input pipeline (`vtx.data.pipeline`, `vtx.data.packing`) takes either; `vtx train` opens
+its data directory once and passes the object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from vtx.data.preprocess import FORMAT, META_FILE
+from vtx.data.vocab import Vocabulary
+from vtx.errors import DataError
+
+
+@dataclasses.dataclass(frozen=True)
+class DataDirectory:
+    """A `vtx preprocess` output directory, opened: `path` and its checked `meta` (meta.json).
+
+    It stands for its path where one is wanted (`os.fspath`, `str`), so that messages naming
+    the directory read as before.
+    """
+
+    path: Path
+    meta: dict = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def open(cls, path: str | Path) -> "DataDirectory":
+        """Read and check `path`/meta.json (`load_meta`).
+
+        Raises:
+            FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
+            ValueError: an unknown format.
+            DataError: meta.json is damaged, or a file it names is missing or of another size.
+        """
+        return cls(Path(path), load_meta(path))
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def vocabulary_path(self) -> Path:
+        """The SentencePiece model of the directory."""
+        return self.path / self.meta["vocab"]["model"]
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids of the directory's vocabulary (special ids included)."""
+        return int(self.meta["vocab"]["size"])
+
+    def load_vocabulary(self) -> Vocabulary:
+        """The directory's joint vocabulary."""
+        return Vocabulary(self.vocabulary_path)
+
+    @property
+    def splits(self) -> dict:
+        """Each split's meta (its counts, longest pair and shards), by name."""
+        return self.meta.get("splits", {})
+
+    def split(self, name: str) -> dict:
+        """The meta of split `name`.
+
+        Raises:
+            ValueError: the directory has no such split (the ones it has named).
+        """
+        if name not in self.meta["splits"]:
+            raise ValueError(f"split {name!r} not in the data directory; it has "
+                             f"{', '.join(self.meta['splits'])}")
+        return self.meta["splits"][name]
+
+    def shard_prefix(self, shard: dict) -> Path:
+        """The path of a shard's files without their suffix (.bin: the ids, .idx: the lengths)."""
+        return self.path / shard["name"]
+
+    def training_data(self) -> dict:
+        """What identifies the directory's training pairs for a checkpoint: their count, their
+        target tokens and a SHA-256 of every training shard's lengths in order (the .idx files,
+        8 bytes a pair: 0.3 GB for WMT14 EN-FR's 36M pairs). A data position counts the batches
+        cut from these lengths in a seeded order, so other pairs, or the same in another order,
+        give it other batches; a directory preprocessed again from the same text gives the
+        same."""
+        split = self.meta["splits"]["train"]
+        digest = hashlib.sha256()
+        for shard in split["shards"]:
+            with open(f"{self.shard_prefix(shard)}.idx", "rb") as file:
+                while chunk := file.read(1 << 24):
+                    digest.update(chunk)
+        return {"pairs": int(split["sentences"]), "target_tokens": int(split["target_tokens"]),
+                "lengths_sha256": digest.hexdigest()}
+
+
+# What the input pipeline's functions take as their data directory.
+DataDir = DataDirectory | str | Path
+
+
+def opened(data_dir: DataDir) -> DataDirectory:
+    """`data_dir` as an opened directory: opened now when it is a path."""
+    return data_dir if isinstance(data_dir, DataDirectory) else DataDirectory.open(data_dir)
+
+
+def load_meta(data_dir: str | Path) -> dict:
+    """Read `DATA_DIR/meta.json`.
+
+    Raises:
+        FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
+        ValueError: an unknown format.
+        DataError: meta.json is not JSON, or a file it names is missing or of another size
+            (checked once a process for each meta.json).
+    """
+    path = Path(data_dir) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {data_dir} is not a `vtx preprocess` "
+                                f"output directory")
+    try:
+        meta = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not readable as JSON ({error}): damaged; run `vtx "
+                        f"preprocess` again") from error
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r}")
+    state = path.stat()
+    checked = (str(path.resolve()), state.st_mtime_ns, state.st_size)
+    if checked not in _CHECKED:  # once a process: called per epoch, a WMT dir has many shards
+        try:
+            _check_files(Path(data_dir), meta)
+        except DataError:
+            raise
+        except KeyError as error:
+            raise DataError(f"{path}: no {error} where `vtx preprocess` writes one: damaged; "
+                            f"run it again") from error
+        except (TypeError, ValueError, AttributeError) as error:
+            raise DataError(f"{path}: a value of the wrong kind ({error}): damaged; run `vtx "
+                            f"preprocess` again") from error
+        _CHECKED.add(checked)
+    return meta
+
+
+_CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were checked
+
+
+def checked_reading(batches: Iterable, data_dir: DataDir) -> Iterator:
+    """`batches` (an epoch read from `data_dir`); an error reading them is raised as the
+    DataError naming a file of the directory that is no longer as its meta.json says (missing,
+    or of another size), when one is: `load_meta` checks the files once a process, and a shard
+    cut short or deleted after that (a disk filling, a `vtx preprocess --force` there) failed
+    hours into training in TensorFlow's or NumPy's words without the file (a traceback, or
+    "Size of available data is not a multiple of the data-type size"). Other errors are
+    raised as they are.
+
+    Raises:
+        DataError: a file of `data_dir` changed since the run checked it (named).
+    """
+    try:
+        yield from batches
+    except Exception as error:
+        _CHECKED.clear()  # the check again, not its cached result
+        try:
+            load_meta(data_dir)
+        except (DataError, OSError, ValueError) as changed:
+            raise changed from error
+        raise
+
+
+def _check_files(data_dir: Path, meta: dict) -> None:
+    """Every file meta.json names is there, each shard of the size its counts give: a shard cut
+    short (a full disk, a copy interrupted) would otherwise be read as fewer or emptier pairs
+    without a word. Sizes only: reading every shard's lengths is for the pipeline."""
+    again = "run `vtx preprocess` again"
+    vocabulary = data_dir / meta["vocab"]["model"]
+    if not vocabulary.is_file():
+        raise DataError(f"{vocabulary} is missing: the vocabulary {data_dir / META_FILE} names; "
+                        f"{again}")
+    width = np.dtype(meta["token_dtype"]).itemsize
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            pairs, tokens = shard["sentences"], shard["source_tokens"] + shard["target_tokens"]
+            for suffix, size, what in ((".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
+                                       (".bin", width * tokens, f"{tokens:,} ids")):
+                file = data_dir / (shard["name"] + suffix)
+                try:
+                    found = os.stat(file).st_size
+                except FileNotFoundError:
+                    raise DataError(f"{file} is missing: a shard {data_dir / META_FILE} names; "
+                                    f"{again}") from None
+                if found != size:
+                    raise DataError(f"{file} holds {found:,} bytes where {data_dir / META_FILE} "
+                                    f"counts {what} ({size:,} bytes): cut short or from another "
+                                    f"run; {again}")
