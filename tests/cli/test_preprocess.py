@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -106,8 +107,34 @@ def test_non_empty_destdir_needs_force(corpus, tmp_path):
     assert_fails_cleanly(result, f"--destdir {tmp_path}/bin exists and is not empty (use "
                                  f"--force to replace it)", tmp_path, ["bin"])
     assert (tmp_path / "bin" / "keep.txt").exists()
-    assert run(*corpus, "--destdir", tmp_path / "bin", "--force").exit_code == 0
-    assert not (tmp_path / "bin" / "keep.txt").exists()
+
+
+def test_force_replaces_a_data_directory_only(corpus, tmp_path):
+    """--force deletes the folder whole: it replaces an earlier `vtx preprocess` output, and
+    refuses a folder of other files or one that holds checkpoints (a save dir), which it would
+    have deleted."""
+    destdir = tmp_path / "bin"
+    assert run(*corpus, "--destdir", destdir).exit_code == 0
+    (destdir / "notes.txt").write_text("kept by the data directory's user")
+    assert run(*corpus, "--destdir", destdir, "--force").exit_code == 0
+    assert not (destdir / "notes.txt").exists() and (destdir / "meta.json").is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")
+    assert_fails_cleanly(run(*corpus, "--destdir", other, "--force"),
+                         f"--destdir {other} is not a data directory of `vtx preprocess` (no "
+                         f"meta.json): --force replaces only those", tmp_path, ["bin", "other"])
+    assert (other / "keep.txt").read_text() == "x"
+    save = tmp_path / "save"
+    shutil.copytree(destdir, save)  # a data directory that also holds a run's checkpoints
+    for name in ("checkpoint_00000001.npz", "checkpoint_best.npz"):
+        (save / name).write_bytes(b"weights")
+    assert_fails_cleanly(run(*corpus, "--destdir", save, "--force"),
+                         f"--destdir {save} holds checkpoints (checkpoint_00000001.npz, "
+                         f"checkpoint_best.npz): --force would delete them; choose another "
+                         f"--destdir", tmp_path, ["bin", "other", "save"])
+    assert sorted(p.name for p in save.glob("checkpoint*")) == ["checkpoint_00000001.npz",
+                                                                "checkpoint_best.npz"]
 
 
 def test_bad_spm_model_is_named(small_corpus, tmp_path):  # noqa: F811

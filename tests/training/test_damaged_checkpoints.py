@@ -12,7 +12,7 @@ from tests.training.synthetic import epoch_maker, make_pairs
 from vtx import config
 from vtx import checkpoints
 from vtx.checkpoints import Checkpoint
-from vtx.errors import CheckpointError
+from vtx.errors import CheckpointError, TrainingError
 from vtx.training.trainer import Trainer
 
 
@@ -215,3 +215,39 @@ def test_a_checkpoint_set_aside_by_the_chief_after_this_worker_listed_it_is_skip
     assert f"resumed from {checkpoints.checkpoint_path(tmp_path, 2)} at step 2" in lines
     assert trainer.state.step == 2
     assert checkpointer.resumed_from == checkpoints.checkpoint_path(tmp_path, 2)
+
+
+def test_a_save_dir_whose_best_loads_is_not_started_over_when_no_numbered_checkpoint_does(
+        tmp_path):
+    """Every numbered checkpoint damaged: starting over from step 0 would replace the intact
+    checkpoint_best with its first validation's, a worse model. The run is refused, naming the
+    best and how to go on, and checkpoint_best is left as it was."""
+    lines = []
+    train_config = config.TrainConfig(max_steps=4, save_interval_steps=2, save_interval_minutes=0,
+                                      validate_interval_steps=2, warmup_steps=10)
+    valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
+    Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+            log=lines.append).fit(epoch_maker(PAIRS, 4), lambda: valid)
+    best = tmp_path / checkpoints.BEST_NAME
+    kept = best.read_bytes()
+    for path in checkpoints.list_checkpoints(tmp_path):
+        truncate(path)
+    again = Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+                    log=lines.append)
+    with pytest.raises(TrainingError) as refused:
+        again.fit(epoch_maker(PAIRS, 4), lambda: valid)
+    meta = checkpoints.load(best).meta
+    assert str(refused.value) == (
+        f"no numbered checkpoint of {tmp_path} loads, but its checkpoint_best.npz (step "
+        f"{meta['step']}, validation loss {meta['best_valid']:.3f}) does: starting over from "
+        f"step 0 would replace it with a worse model; train in another --save-dir (copy "
+        f"checkpoint_best.npz out first to keep it), or move checkpoint_best.npz out of "
+        f"{tmp_path} to start over here")
+    assert best.read_bytes() == kept and again.state.step == 0
+    # A damaged best is no model to keep: said, and the run starts over.
+    truncate(best)
+    lines.clear()
+    Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+            log=lines.append).fit(epoch_maker(PAIRS, 4), lambda: valid)
+    assert any(line.startswith(f"warning: {best} does not load (") for line in lines), lines
+    assert checkpoints.load(best).meta["step"] in (2, 4)

@@ -87,6 +87,7 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
     import errno
 
     from vtx.errors import TrainingError
+    from vtx.training.checkpointing import LOCK_FILE
 
     save = np.savez
 
@@ -113,7 +114,9 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
         f"newest kept is checkpoint_00000002.npz: free space there (--keep-last keeps fewer "
         f"checkpoints) and run again, which resumes from the newest")
     monkeypatch.setattr(np, "savez", save)
-    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no part left
+    # no part of the checkpoint left (the save dir's lock file is not one)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and
+                p.name != LOCK_FILE]
     assert saved_steps(tmp_path) == [2]
 
 
@@ -769,3 +772,51 @@ def test_the_smoothing_warning_is_only_where_a_smoothed_best_loss_is_compared():
     assert smoothing_warning({"label_smoothing": 0.1}, by_bleu, 1.5, 4) is None
     assert smoothing_warning({"label_smoothing": 0.1}, train, 1.5, 4).startswith(
         "warning: resumed with --label-smoothing 0.2 (the checkpoint's run: 0.1)")
+
+
+HOLD_THE_LOCK = """
+import sys, time
+from pathlib import Path
+from vtx.training.checkpointing import lock_save_dir, say_holder
+lock_save_dir(Path(sys.argv[1]))
+say_holder(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_run_in_a_save_dir_in_use_is_refused_naming_the_first(tmp_path):
+    """Two trainings in one save dir mixed their checkpoints and history (the second resumed
+    from the first's newest, both wrote on). The run writing a save dir holds its lock: another
+    is refused at once, before it resumes or writes anything, naming the process that holds it;
+    the lock of a run killed by SIGKILL is gone with it."""
+    import socket
+    import subprocess
+    import sys
+
+    from vtx.errors import TrainingError
+    from vtx.training.checkpointing import LOCK_FILE
+
+    make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        second = make_trainer(tmp_path, max_steps=4)
+        with pytest.raises(TrainingError) as refused:
+            second.fit(epoch_maker(PAIRS, 4))
+        assert str(refused.value).startswith(
+            f"{tmp_path} is being written by another `vtx train` (pid {holder.pid} on "
+            f"{socket.gethostname()}, since ")
+        assert str(refused.value).endswith(
+            f"; {tmp_path / LOCK_FILE} is its lock): one run writes a save dir at a time, or "
+            f"their checkpoints and history mix; wait for it to end, stop it, or use another "
+            f"--save-dir")
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+        assert second.state.step == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    resumed = make_trainer(tmp_path, max_steps=4)
+    assert resumed.fit(epoch_maker(PAIRS, 4)) is None and resumed.state.step == 4

@@ -108,6 +108,22 @@ def _check_destdir(destdir: Path, force: bool) -> None:
                         f"replace it)")
 
 
+def _check_replaced(destdir: Path) -> None:
+    """With --force, refuse a non-empty `destdir` that is not a data directory, or holds
+    checkpoints: the finished directory replaces it whole, deleting what it held."""
+    if not destdir.is_dir() or not any(destdir.iterdir()):
+        return
+    runs = sorted(path.name for path in destdir.glob("checkpoint*.npz"))
+    if runs:
+        raise DataError(f"--destdir {destdir} holds checkpoints ({', '.join(runs[:3])}"
+                        f"{', ...' if len(runs) > 3 else ''}): --force would delete them; "
+                        f"choose another --destdir")
+    if not (destdir / META_FILE).is_file():
+        raise DataError(f"--destdir {destdir} is not a data directory of `vtx preprocess` (no "
+                        f"{META_FILE}): --force replaces only those, deleting the folder whole; "
+                        f"choose another --destdir, or empty it first")
+
+
 def _check_inputs_outside(destdir: Path, config: PreprocessConfig,
                           files: dict[str, tuple[Path, Path]]) -> None:
     """Refuse a --destdir that holds an input file: the finished directory replaces it whole
@@ -241,6 +257,7 @@ def preprocess(config: PreprocessConfig,
     _check_destdir(destdir, config.force)
     files = _split_files(config)
     _check_inputs_outside(destdir, config, files)
+    _check_replaced(destdir)
     for name, (source, target) in files.items():
         if name == "train":
             _check_training_text(source, target)

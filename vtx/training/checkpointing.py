@@ -7,7 +7,11 @@ warnings, and resuming a run from the newest one that loads (damaged ones set as
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +28,59 @@ from vtx.training.precision import AUTO
 from vtx.training.schedule import paper_learning_rate
 from vtx.training.state import RunState
 from vtx.training.stream import BatchStream
+
+
+# The file `vtx train` holds an exclusive lock on (flock) while it writes its save dir; it says
+# which process holds it. The OS releases the lock when that process ends, however it ends.
+LOCK_FILE = ".vtx-train.lock"
+_HELD: dict[str, int] = {}  # resolved save dir -> the descriptor whose lock this process holds
+
+
+def lock_save_dir(save_dir: Path) -> bool:
+    """Hold the save dir's lock for this process (again: nothing to do).
+
+    Returns:
+        False where the filesystem has no locks (the run goes on without one), else True.
+
+    Raises:
+        TrainingError: another process holds it (the holder its lock file names).
+    """
+    key = str(Path(save_dir).resolve())
+    if key in _HELD:
+        return True
+    path = Path(save_dir) / LOCK_FILE
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(descriptor)
+        raise TrainingError(
+            f"{save_dir} is being written by another `vtx train` ({holder or 'starting'}; "
+            f"{path} is its lock): one run writes a save dir at a time, or their checkpoints "
+            f"and history mix; wait for it to end, stop it, or use another --save-dir") from None
+    except OSError:
+        os.close(descriptor)
+        return False
+    _HELD[key] = descriptor
+    return True
+
+
+def say_holder(save_dir: Path) -> None:
+    """Write into the held lock file which process holds it (for a refused run to name)."""
+    descriptor = _HELD.get(str(Path(save_dir).resolve()))
+    if descriptor is not None:
+        said = (f"pid {os.getpid()} on {socket.gethostname()}, since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode()
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, said, 0)
+
+
+def unlock_save_dir(save_dir: Path) -> None:
+    """Release the save dir's lock, where this process holds it."""
+    descriptor = _HELD.pop(str(Path(save_dir).resolve()), None)
+    if descriptor is not None:
+        os.close(descriptor)
 
 
 def recorded_precision(save_dir) -> tuple[str, str] | None:
@@ -232,7 +289,17 @@ class Checkpointer:
             TrainingError: a loadable checkpoint is of another architecture or worker count, or
                 the workers resumed at different steps.
         """
+        if self.topology.is_chief and self.save_dir.is_dir():
+            self.lock()
         self._resume_newest(state)
+        refusal = self._start_over_refusal() if self.resumed_from is None else None
+        if self.topology.num_workers > 1:
+            if self.collectives.any_worker(refusal is not None):
+                raise TrainingError(refusal or "another worker's save dir holds a best "
+                                    "checkpoint that starting over would replace (its log "
+                                    "says which)")
+        elif refusal:
+            raise TrainingError(refusal)
         if self.topology.num_workers > 1:
             steps = [int(step) for step in self.collectives.every_worker(state.step)]
             if len(set(steps)) > 1:
@@ -267,6 +334,35 @@ class Checkpointer:
             return
         if existing:
             self.log(f"no checkpoint of {self.save_dir} loads: starting from step 0")
+
+    def _start_over_refusal(self) -> str | None:
+        """Why a run that resumed nothing must not start over here: the save dir's best
+        checkpoint loads, and this run's first validation would replace it with a worse model.
+        None when there is none (a damaged one is said, then replaced by this run's best)."""
+        best = self.save_dir / checkpoints.BEST_NAME
+        if not best.is_file():
+            return None
+        try:
+            kept = checkpoints.load(best)
+        except (CheckpointError, OSError) as error:
+            self.log(f"warning: {best} does not load ({error}): this run's best replaces it")
+            return None
+        score = kept.meta.get("best_score")
+        loss = kept.meta.get("best_valid")
+        said = (f", validation {score:.2f}" if isinstance(score, (int, float)) else
+                f", validation loss {loss:.3f}" if isinstance(loss, (int, float)) else "")
+        return (f"no numbered checkpoint of {self.save_dir} loads, but its {best.name} (step "
+                f"{kept.meta.get('step')}{said}) does: starting over from step 0 would replace "
+                f"it with a worse model; train in another --save-dir (copy {best.name} out "
+                f"first to keep it), or move {best.name} out of {self.save_dir} to start over "
+                f"here")
+
+    def lock(self) -> None:
+        """Hold the save dir's lock while this process trains (`lock_save_dir`); a filesystem
+        without locks is said and the run goes on."""
+        if not lock_save_dir(self.save_dir):
+            self.log(f"warning: {self.save_dir} cannot be locked (its filesystem has no "
+                     f"locks): make sure no other run writes it")
 
     def _set_aside(self, path: Path, error: CheckpointError) -> None:
         if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)

@@ -19,7 +19,7 @@ import numpy as np
 
 from vtx import atomic, checkpoints, stop
 from vtx.errors import SearchInterrupted, TrainingError
-from vtx.training.checkpointing import Checkpointer
+from vtx.training.checkpointing import Checkpointer, say_holder, unlock_save_dir
 from vtx.training.compiling import ShapeCompiler
 from vtx.training.distribute import peer_failure
 from vtx.training.engine import UpdateEngine
@@ -152,6 +152,8 @@ class TrainingLoop:
             self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
         if self.topology.is_chief:
+            self.checkpointer.lock()  # held since `resume` where the save dir existed
+            say_holder(self.save_dir)
             for path, size in atomic.remove_stale_temporaries(self.save_dir):
                 self.log(f"removed {path} ({size / 2**20:.1f} MiB): a write interrupted when "
                          f"an earlier run was killed")
@@ -191,6 +193,7 @@ class TrainingLoop:
             if self._profiler:
                 self._profiler.stop(self.state.step)
             stream.close()
+            unlock_save_dir(self.save_dir)
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
