@@ -27,6 +27,18 @@ def test_an_unreadable_config_json_is_named(tmp_path):
         run.check_run_config(tmp_path, config.preset("tiny"))
 
 
+@pytest.mark.parametrize("text,found", [("[]", "[]"), ('{"model": [1]}', "its model [1]"),
+                                        ('{"arch": "tiny"}', "its model None")])
+def test_a_config_json_that_is_not_vtx_trains_is_named_not_a_traceback(tmp_path, text, found):
+    """Was an AttributeError or TypeError traceback."""
+    (tmp_path / run.CONFIG_FILE).write_text(text)
+    with pytest.raises(ValueError) as refused:
+        run.check_run_config(tmp_path, config.preset("tiny"))
+    assert str(refused.value) == (
+        f"{tmp_path / run.CONFIG_FILE}: not the configuration `vtx train` writes ({found}, not "
+        f"a JSON object of the model's settings); move it away to start over")
+
+
 @pytest.mark.parametrize("pack", [False, True], ids=["buckets", "packed"])
 def test_a_shard_damaged_after_the_start_is_named_when_training_reads_it(multi30k_small, tmp_path,
                                                                          pack):

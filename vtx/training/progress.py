@@ -70,19 +70,26 @@ class Progress:
         learning curve going back in steps); also a row cut short by the kill."""
         if not self.history_path.exists():
             return
-        lines = self.history_path.read_text().splitlines()
-        kept = []
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and row.get("step", 0) <= step:
+        lines = self.history_path.read_text(errors="replace").splitlines()
+        kept, later, unreadable = [], 0, []
+        for number, line in enumerate(lines, 1):
+            row = _history_row(line)
+            if row is None:
+                unreadable.append(number)
+            elif row["step"] > step:
+                later += 1
+            else:
                 kept.append(line)
         if len(kept) < len(lines):
             atomic.write_text(self.history_path, "".join(line + "\n" for line in kept))
-            self.log(f"history.jsonl: {len(lines) - len(kept)} rows after step {step} dropped "
-                     f"(written after the checkpoint this run resumes from)")
+        if later:
+            self.log(f"history.jsonl: {later} rows after step {step} dropped (written after the "
+                     f"checkpoint this run resumes from)")
+        if unreadable:
+            shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+            self.log(f"{self.history_path}: {len(unreadable)} rows that are not a JSON object "
+                     f"with an integer step dropped (line {shown}; cut short by a kill, or "
+                     f"edited)")
 
     def _reset(self, now: float) -> None:
         self._loss = self._nll = self._tokens = 0.0
@@ -146,6 +153,19 @@ class Progress:
         write_learning_curve(self.history_path, self.save_dir / "learning_curve.png")
 
 
+def _history_row(line: str) -> dict | None:
+    """A row of history.jsonl: a JSON object with an integer step whose other values are
+    numbers (None for anything else: a row cut short by a kill, or edited), those values kept."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict) or type(row.get("step")) is not int:
+        return None
+    return {key: value for key, value in row.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
 def write_learning_curve(history_path: Path, png_path: Path) -> None:
     """Plot train/valid loss per step from a history.jsonl file into a PNG (temp file, then
     rename); with a task metric (valid_bleu, valid_f1) a second panel plots it against the
@@ -155,7 +175,8 @@ def write_learning_curve(history_path: Path, png_path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in Path(history_path).read_text().splitlines() if line]
+    rows = [row for line in Path(history_path).read_text(errors="replace").splitlines()
+            if (row := _history_row(line)) is not None]
     metrics = [(key, label) for key, label in (("valid_bleu", "BLEU"), ("valid_f1", "F1"))
                if any(key in r for r in rows)]
     if metrics:

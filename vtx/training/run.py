@@ -49,7 +49,13 @@ def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
         previous = json.loads(path.read_text())
     except ValueError as error:
         raise ValueError(f"{path}: not valid JSON ({error}); move it away to start over") from error
-    checkpoints.check_architecture(model_config.to_dict(), previous.get("model"), path,
+    recorded = previous.get("model") if isinstance(previous, dict) else None
+    if not isinstance(recorded, dict):
+        found = (f"its model {recorded!r:.60}" if isinstance(previous, dict)
+                 else f"{previous!r:.60}")
+        raise ValueError(f"{path}: not the configuration `vtx train` writes ({found}, not a "
+                         f"JSON object of the model's settings); move it away to start over")
+    checkpoints.check_architecture(model_config.to_dict(), recorded, path,
                                    "use a new --save-dir or the same model flags")
 
 
