@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from vtx import atomic
+from vtx.config import ModelConfig, check_fits_in_memory
 from vtx.errors import ArchitectureError, CheckpointError
 
 _NAME = re.compile(r"^checkpoint_(\d+)\.npz$")
@@ -201,11 +202,27 @@ def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
     if type(step) is not int or step < 0 or not isinstance(model_config, dict):
         raise _damaged(path, f"its meta record needs a step number and a model configuration, "
                              f"has step {step!r} and model_config {model_config!r}")
+    if reason := _invalid_model_config(model_config):
+        raise _damaged(path, f"its model configuration is not one vtx builds: {reason}")
     names = sorted(arrays)
     return Checkpoint(model=[arrays[n] for n in names if n.startswith("model_")],
                       optimizer=[arrays[n] for n in names if n.startswith("optimizer_")],
                       meta=meta,
                       vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None)
+
+
+def _invalid_model_config(values: dict) -> str | None:
+    """Why a checkpoint's model configuration cannot be built (a wrong type, a value out of
+    range, weights beyond this machine's memory), or None. Keys this vtx does not know are left
+    to `check_architecture`, which names them."""
+    known = {field.name for field in dataclasses.fields(ModelConfig)}
+    try:
+        model_config = ModelConfig(**{key: value for key, value in values.items()
+                                      if key in known})
+        check_fits_in_memory(model_config, "it")
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def _damaged(path: Path, reason: str) -> CheckpointError:

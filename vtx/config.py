@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
+import os
 from pathlib import Path
 
 from vtx.errors import ArgumentError
@@ -46,6 +49,10 @@ class _JsonConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+_SIZES = ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_positions")
+_RATES = ("dropout", "attention_dropout", "relu_dropout")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(_JsonConfig):
     """Shape and regularisation of an encoder-decoder Transformer (paper section 3)."""
@@ -64,22 +71,63 @@ class ModelConfig(_JsonConfig):
     layer_norm_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
+        # Types first: a configuration read from a file (a checkpoint's, config.json) may hold
+        # anything, and each check after them compares numbers.
+        for name in _SIZES:
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        for name in _RATES + ("layer_norm_epsilon",):
+            value = getattr(self, name)
+            if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                    or not math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        for name in _RATES:
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layer_norm_epsilon <= 0:
+            raise ValueError(f"layer_norm_epsilon must be positive, got {self.layer_norm_epsilon}")
         if self.d_model % self.num_heads:  # an ArgumentError: `vtx train` names its flags
             raise ArgumentError("{d_model} ({width}) must be divisible by {num_heads} ({heads})",
                                 width=self.d_model, heads=self.num_heads)
-        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_positions"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("dropout", "attention_dropout", "relu_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.vocab_size <= EOS_ID:
             raise ValueError(f"vocab_size must exceed the {EOS_ID + 1} special ids")
+
+    @property
+    def parameter_count(self) -> int:
+        """The model's weights: the shared embedding, then per encoder and decoder layer its
+        attention projections, feed-forward network and layer norms, with their biases."""
+        d, inner = self.d_model, self.d_ff
+        attention = 4 * (d * d + d)
+        feed_forward = 2 * d * inner + inner + d
+        encoder = attention + feed_forward + 2 * 2 * d
+        decoder = 2 * attention + feed_forward + 3 * 2 * d
+        return self.vocab_size * d + self.num_layers * (encoder + decoder)
 
     @property
     def head_dim(self) -> int:
         """d_k = d_v = d_model / h."""
         return self.d_model // self.num_heads
+
+
+def check_fits_in_memory(model_config: ModelConfig, where: str = "the model") -> None:
+    """Refuse a model whose float32 weights alone exceed this machine's memory, before anything
+    allocates them (TensorFlow would fail deep inside, or take minutes building it).
+
+    Raises:
+        ValueError: the weights' size and the memory, in GiB, with `where` the model came from.
+    """
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: nothing to compare
+        return
+    weights = 4 * model_config.parameter_count
+    if weights > memory:
+        raise ValueError(f"{where} has {model_config.parameter_count:,} parameters: "
+                         f"{weights / 2**30:,.1f} GiB of float32 weights, more than this "
+                         f"machine's {memory / 2**30:,.1f} GiB of memory")
 
 
 BASE = ModelConfig()

@@ -725,3 +725,37 @@ def test_a_signal_swallowed_where_the_command_goes_on_ends_it_before_any_output(
     assert result.stdout == "" and "Traceback" not in result.stderr
     assert ("vtx translate: interrupted (SIGINT)" in result.stderr) == (name == "SIGINT")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"num_heads": 0}, "num_heads must be positive, got 0"),  # was a ZeroDivisionError
+    ({"d_model": "64"}, "d_model must be an integer, got '64'"),  # was a TypeError
+    ({"d_model": 10**9}, "GiB of float32 weights, more than this machine"),  # ResourceExhausted
+    ({"num_layers": 10**6}, "GiB of float32 weights, more than this machine's")])  # minutes
+def test_a_checkpoint_whose_configuration_cannot_be_built_is_refused_naming_it(
+        trained_checkpoint, tmp_path, change, reason):
+    """A checkpoint whose model configuration was crafted (its checksum made to match) reached
+    TensorFlow: each is refused when read, by every command, and averaging writes nothing."""
+    from vtx import checkpoints
+
+    checkpoint = checkpoints.load(trained_checkpoint)
+    checkpoint.meta["model_config"].update(change)
+    crafted = tmp_path / "crafted.npz"
+    checkpoints.save(crafted, checkpoint)
+    said = f"{crafted}: not a readable vtx checkpoint, damaged or of another format (its model " \
+           f"configuration is not one vtx builds: "
+    result = invoke("translate", "--checkpoint", crafted, stdin="A dog runs .\n")
+    assert_one_line_error(result, said, reason)
+    result = invoke("average-checkpoints", "--inputs", crafted, "--inputs", trained_checkpoint,
+                    "--output", tmp_path / "average.npz")
+    assert result.exit_code != 0 and said in result.output and reason in result.output
+    assert not (tmp_path / "average.npz").exists()
+
+
+def test_model_flags_past_the_machines_memory_are_refused_before_building(tmp_path):
+    """`--d-model 1000000000` gave TensorFlow's ResourceExhaustedError traceback; `--layers
+    1000000` was still building after minutes."""
+    for flags in (["--d-model", 10**9, "--heads", 1], ["--layers", 10**6]):
+        result = invoke("train", "--arch", "tiny", *flags, "--dry-run")
+        assert "Traceback" not in result.output and result.exit_code != 0, result.output
+        assert "GiB of float32 weights, more than this machine's" in result.output

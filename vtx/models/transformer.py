@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from vtx.config import PAD_ID, ModelConfig
+from vtx.config import PAD_ID, ModelConfig, check_fits_in_memory
 from vtx.layers import DecoderLayer, EncoderLayer, SharedEmbedding, SinusoidalPositionEncoding
 from vtx.layers.decoder import causal_mask
 from vtx.layers.dropout import Dropout
@@ -250,7 +250,11 @@ def build(config: ModelConfig, dtype: str = "float32") -> Transformer:
     Args:
         config: the model configuration.
         dtype: Keras dtype policy: "float32", "mixed_bfloat16" or "mixed_float16".
+
+    Raises:
+        ValueError: its weights would not fit in this machine's memory (`check_fits_in_memory`).
     """
+    check_fits_in_memory(config)
     model = Transformer(config, dtype=dtype, name="transformer")
     model.build()
     return model
