@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import ended_pid
 from vtx import atomic
+from vtx.errors import OutputExistsError
 
 
 def _names(folder):
@@ -312,3 +313,20 @@ def test_temporaries_named_with_a_host_before_it_was_cut_are_still_this_hosts(
     earlier = tmp_path / f".out.de.tmp-{host}-{ended_pid()}-0123abcd.de"
     earlier.write_text("x")
     assert atomic.remove_stale_temporaries(tmp_path) == [(earlier, 1)]
+
+
+def test_an_output_that_appeared_while_the_command_ran_is_not_replaced_without_force(tmp_path):
+    """Two `vtx translate --output X` at once: the later replaced the file the other made during
+    its run, though neither had --force. The check is made again as the output is put in place."""
+    out = tmp_path / "out.txt"
+    with pytest.raises(OutputExistsError) as refused:
+        with atomic.open_output(out) as handle:
+            handle.write("mine\n")
+            out.write_text("theirs\n")  # another process's output, meanwhile
+    assert str(refused.value) == (f"--output {out} appeared while this command ran (another "
+                                  f"process wrote it; use --force to replace it): this output "
+                                  f"is not written")
+    assert out.read_text() == "theirs\n" and [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    with atomic.open_output(out, force=True) as handle:
+        handle.write("mine\n")
+    assert out.read_text() == "mine\n"

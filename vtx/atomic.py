@@ -99,9 +99,33 @@ def open_output(path: str | Path, force: bool = False, flag: str = "--output",
                 with errors_named(path):
                     handle.close()
             stop.check()  # a signal whose exception a library swallowed: not completed
-            os.replace(tmp, target)
+            if force:
+                os.replace(tmp, target)
+            else:
+                _publish_new(tmp, target, f"{flag} {path}")
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def _publish_new(tmp: Path, target: Path, said: str) -> None:
+    """Put `tmp` at `target` only if no file is there: one that appeared while the command ran
+    (another process's output) is not replaced without --force. A hard link makes the check
+    and the rename one step; where the filesystem has none, checked just before the rename.
+
+    Raises:
+        OutputExistsError: `target` appeared meanwhile (`said`: the flag and path given).
+    """
+    appeared = OutputExistsError(f"{said} appeared while this command ran (another process "
+                                 f"wrote it; use --force to replace it): this output is not "
+                                 f"written")
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # no hard links on this filesystem
+        if os.path.lexists(target):
+            raise appeared from None
+        os.replace(tmp, target)
 
 
 def _remove(path: Path) -> None:

@@ -2,6 +2,7 @@
 traceback, and nothing written or clobbered."""
 
 import contextlib
+import os
 import shutil
 from pathlib import Path
 
@@ -759,3 +760,13 @@ def test_model_flags_past_the_machines_memory_are_refused_before_building(tmp_pa
         result = invoke("train", "--arch", "tiny", *flags, "--dry-run")
         assert "Traceback" not in result.output and result.exit_code != 0, result.output
         assert "GiB of float32 weights, more than this machine's" in result.output
+
+
+def test_a_fifo_given_as_checkpoint_is_named_as_what_it_is(tmp_path):
+    """Was "no such checkpoint file or directory", for a path that exists."""
+    fifo = tmp_path / "pipe.npz"
+    os.mkfifo(fifo)
+    for command in ("translate", "parse"):
+        result = invoke(command, "--checkpoint", fifo, stdin="A dog runs .\n")
+        assert_one_line_error(result, f"--checkpoint {fifo} is a FIFO: give a checkpoint file "
+                                      f"(.npz) or a save directory")

@@ -221,7 +221,8 @@ def test_a_save_dir_whose_best_loads_is_not_started_over_when_no_numbered_checkp
         tmp_path):
     """Every numbered checkpoint damaged: starting over from step 0 would replace the intact
     checkpoint_best with its first validation's, a worse model. The run is refused, naming the
-    best and how to go on, and checkpoint_best is left as it was."""
+    best and how to go on, and checkpoint_best is left as it was. A damaged checkpoint_best is
+    said, whether the run resumes or starts over."""
     lines = []
     train_config = config.TrainConfig(max_steps=4, save_interval_steps=2, save_interval_minutes=0,
                                       validate_interval_steps=2, warmup_steps=10)
@@ -230,6 +231,9 @@ def test_a_save_dir_whose_best_loads_is_not_started_over_when_no_numbered_checkp
             log=lines.append).fit(epoch_maker(PAIRS, 4), lambda: valid)
     best = tmp_path / checkpoints.BEST_NAME
     kept = best.read_bytes()
+    newest = checkpoints.list_checkpoints(tmp_path)[-1]
+    kept_newest = tmp_path.parent / f"{tmp_path.name}-newest.npz"
+    shutil.copy(newest, kept_newest)
     for path in checkpoints.list_checkpoints(tmp_path):
         truncate(path)
     again = Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
@@ -244,8 +248,16 @@ def test_a_save_dir_whose_best_loads_is_not_started_over_when_no_numbered_checkp
         f"checkpoint_best.npz out first to keep it), or move checkpoint_best.npz out of "
         f"{tmp_path} to start over here")
     assert best.read_bytes() == kept and again.state.step == 0
-    # A damaged best is no model to keep: said, and the run starts over.
+    # A damaged best beside a numbered checkpoint that loads is said when resumed.
+    shutil.copy(kept_newest, newest)
     truncate(best)
+    lines.clear()
+    Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
+            log=lines.append).resume()
+    assert f"warning: {best} does not load (damaged): this run's next best validation " \
+           f"replaces it" in lines
+    newest.unlink()
+    # A damaged best is no model to keep: said, and the run starts over.
     lines.clear()
     Trainer(config.preset("tiny", vocab_size=20), train_config, tmp_path,
             log=lines.append).fit(epoch_maker(PAIRS, 4), lambda: valid)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import gzip
 import itertools
+import stat
 import sys
 import zipfile
 import zlib
@@ -46,6 +47,13 @@ def resolve_checkpoint(path: str | Path) -> Path:
             return checkpoints.newest(path)[0]
         except ValueError as error:
             raise ValueError(f"--checkpoint {error}") from None
+    if path.exists() and not path.is_file():
+        mode = path.stat().st_mode
+        kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+        kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+        raise ValueError(f"--checkpoint {path} is {kind}: give a checkpoint file (.npz) or a "
+                         f"save directory")
     if not path.is_file():
         raise ValueError(f"--checkpoint {path}: no such checkpoint file or directory")
     return path

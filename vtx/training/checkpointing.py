@@ -293,6 +293,10 @@ class Checkpointer:
             self.lock()
         self._resume_newest(state)
         refusal = self._start_over_refusal() if self.resumed_from is None else None
+        best = self.save_dir / checkpoints.BEST_NAME
+        if self.resumed_from is not None and best.is_file() and not checkpoints.read_meta(best):
+            self.log(f"warning: {best} does not load (damaged): this run's next best "
+                     f"validation replaces it")
         if self.topology.num_workers > 1:
             if self.collectives.any_worker(refusal is not None):
                 raise TrainingError(refusal or "another worker's save dir holds a best "
