@@ -770,3 +770,27 @@ def test_a_fifo_given_as_checkpoint_is_named_as_what_it_is(tmp_path):
         result = invoke(command, "--checkpoint", fifo, stdin="A dog runs .\n")
         assert_one_line_error(result, f"--checkpoint {fifo} is a FIFO: give a checkpoint file "
                                       f"(.npz) or a save directory")
+
+
+def test_a_full_disk_while_preprocessing_is_said_with_the_shard(multi30k_small, tmp_path):
+    """Was "Error: 939894 requested and 806912 written" (NumPy's words), no file named. A small
+    tmpfs holds the vocabulary but not the first shard; needs root (skipped where mount fails)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        result = invoke("preprocess", "-s", "en", "-t", "de", "--trainpref",
+                        multi30k_small / "train", "--destdir", disk / "out",
+                        "--vocab-size", 1000)
+        assert_one_line_error(result, "no room on the disk for shard train.00000.bin (No space "
+                                      "left on device; writing into ", "which becomes --destdir "
+                                      "when done; nothing is left there): free space and run "
+                                      "again")
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -18,6 +18,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import itertools
 import multiprocessing
 import signal
@@ -119,8 +120,8 @@ def encode_chunk(chunk: Chunk) -> dict:
         return stats
     source_tokens, source_lengths = _flatten(source, chunk.token_dtype)
     target_tokens, target_lengths = _flatten(target, chunk.token_dtype)
-    np.concatenate([source_tokens, target_tokens]).tofile(f"{chunk.shard_prefix}.bin")
-    np.stack([source_lengths, target_lengths]).tofile(f"{chunk.shard_prefix}.idx")
+    _write_array(Path(f"{chunk.shard_prefix}.bin"), np.concatenate([source_tokens, target_tokens]))
+    _write_array(Path(f"{chunk.shard_prefix}.idx"), np.stack([source_lengths, target_lengths]))
     stats.update(sentences=len(source), source_tokens=int(source_lengths.sum()),
                  target_tokens=int(target_lengths.sum()),
                  max_source_length=int(source_lengths.max()),
@@ -129,6 +130,25 @@ def encode_chunk(chunk: Chunk) -> dict:
                         "source_tokens": stats["source_tokens"],
                         "target_tokens": stats["target_tokens"]}]
     return stats
+
+
+def _write_array(path: Path, array: np.ndarray) -> None:
+    """Write `array`'s bytes to `path`; a full disk is said as such, with the shard (NumPy's
+    `tofile` said only "N requested and M written").
+
+    Raises:
+        DataError: the disk or quota is full (the folder, which becomes --destdir when done).
+        OSError: any other error writing it.
+    """
+    try:
+        with open(path, "wb") as handle:
+            handle.write(np.ascontiguousarray(array).data)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"no room on the disk for shard {path.name} ({error.strerror}; writing "
+                        f"into {path.parent}, which becomes --destdir when done; nothing is "
+                        f"left there): free space and run again") from None
 
 
 def _check_positions(chunk: Chunk, source: list[list[int]], target: list[list[int]]) -> None:
