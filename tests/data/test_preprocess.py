@@ -1,6 +1,7 @@
 """`preprocess`: vocabulary + shards + meta.json; filtering of training pairs only; atomic output."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -158,14 +159,14 @@ def test_spm_model_is_reused_and_copied(small_corpus, small_data_dir, tmp_path):
 def test_force_replaces_an_existing_directory_only_at_the_end(small_corpus, small_data_dir,
                                                               tmp_path):
     destdir = tmp_path / "bin"
-    destdir.mkdir()
+    shutil.copytree(small_data_dir, destdir)  # an earlier data directory, the only kind replaced
     (destdir / "old.txt").write_text("old")
     config = dict(source_lang="en", target_lang="de", destdir=destdir,
                   validpref=str(small_corpus / "valid"), spm_model=small_data_dir / "spm.model")
     with pytest.raises(DataError, match="exists and is not empty"):
         preprocess(PreprocessConfig(**config))
     preprocess(PreprocessConfig(**config, force=True))
-    assert not (destdir / "old.txt").exists()
+    assert not (destdir / "old.txt").exists() and not (destdir / "train.00000.bin").exists()
     assert (destdir / "meta.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]  # no temporary left behind
 

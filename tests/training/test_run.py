@@ -67,3 +67,50 @@ def test_a_shard_damaged_after_the_start_is_named_when_training_reads_it(multi30
                                       save_interval_minutes=0)
     with pytest.raises(DataError, match=f"^{shard} holds .* bytes where .*meta.json counts "):
         run.train(data, tmp_path / "run", "tiny", model, train_config, log=log)
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["buckets", "packed"])
+@pytest.mark.parametrize("checksums", [True, False], ids=["checksums", "older-dir"])
+def test_a_shard_damaged_in_place_is_named_not_a_traceback(multi30k_small, tmp_path, pack,
+                                                          checksums):
+    """Bytes changed in a shard, its size kept: an id past the vocabulary ended training after
+    its first updates in TensorFlow's words (`indices[38,12] = 36547 is not in [0, 4000)`), and
+    a damaged length built a batch far past --max-tokens, failing as "out of memory". The
+    lengths are checked at the start, the ids as they are read; each names its file (a
+    directory written before the checksums were kept: its counts, or the directory)."""
+    import json
+    import shutil
+
+    from vtx.data import directory
+    from vtx.data.directory import DataDirectory
+    from vtx.errors import DataError
+
+    data = tmp_path / "data"
+    shutil.copytree(multi30k_small / "data", data)
+    if not checksums:
+        meta = json.loads((data / "meta.json").read_text())
+        for split in meta["splits"].values():
+            for shard in split["shards"]:
+                shard.pop("sha256")
+        (data / "meta.json").write_text(json.dumps(meta))
+    first = DataDirectory.open(data).split("train")["shards"][0]
+    model = dict(num_layers=1, d_model=16, d_ff=32, num_heads=2)
+    train_config = config.TrainConfig(max_tokens=512, max_steps=2, precision="float32",
+                                      pack=pack, validate_interval_steps=0,
+                                      save_interval_minutes=0)
+    ids, lengths = (data / f"{first['name']}.{suffix}" for suffix in ("bin", "idx"))
+    ids_bytes, lengths_bytes = ids.read_bytes(), lengths.read_bytes()
+    damaged = bytearray(ids_bytes)
+    for offset in range(0, len(damaged) - 1, 100):  # id 65535 of 1000, in every batch
+        damaged[offset:offset + 2] = b"\xff\xff"
+    ids.write_bytes(bytes(damaged))
+    said = (f"^{ids}: damaged since `vtx preprocess` wrote it" if checksums else
+            f"^a shard of {data} holds ids beyond its vocabulary of 1,000: damaged")
+    with pytest.raises(DataError, match=said):
+        run.train(data, tmp_path / "run", "tiny", model, train_config, log=lambda line: None)
+    ids.write_bytes(ids_bytes)
+    directory._CHECKED.clear()  # a new run: the files are checked once a process
+    lengths.write_bytes(lengths_bytes[:4] + b"\x10\x40\x00\x00" + lengths_bytes[8:])  # 16400
+    with pytest.raises(DataError, match=f"^{lengths}: damaged since `vtx preprocess` wrote it"):
+        run.train(data, tmp_path / "run2", "tiny", model, train_config, log=lambda line: None)
+    assert not (tmp_path / "run2").exists()

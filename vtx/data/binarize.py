@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import itertools
 import multiprocessing
 import signal
@@ -120,35 +121,39 @@ def encode_chunk(chunk: Chunk) -> dict:
         return stats
     source_tokens, source_lengths = _flatten(source, chunk.token_dtype)
     target_tokens, target_lengths = _flatten(target, chunk.token_dtype)
-    _write_array(Path(f"{chunk.shard_prefix}.bin"), np.concatenate([source_tokens, target_tokens]))
-    _write_array(Path(f"{chunk.shard_prefix}.idx"), np.stack([source_lengths, target_lengths]))
+    digests = {suffix: _write_array(Path(f"{chunk.shard_prefix}.{suffix}"), array)
+               for suffix, array in (("bin", np.concatenate([source_tokens, target_tokens])),
+                                     ("idx", np.stack([source_lengths, target_lengths])))}
     stats.update(sentences=len(source), source_tokens=int(source_lengths.sum()),
                  target_tokens=int(target_lengths.sum()),
                  max_source_length=int(source_lengths.max()),
                  max_target_length=int(target_lengths.max()))
     stats["shards"] = [{"name": chunk.shard_prefix.name, "sentences": len(source),
                         "source_tokens": stats["source_tokens"],
-                        "target_tokens": stats["target_tokens"]}]
+                        "target_tokens": stats["target_tokens"], "sha256": digests}]
     return stats
 
 
-def _write_array(path: Path, array: np.ndarray) -> None:
-    """Write `array`'s bytes to `path`; a full disk is said as such, with the shard (NumPy's
+def _write_array(path: Path, array: np.ndarray) -> str:
+    """Write `array`'s bytes to `path` and return their SHA-256 (kept in meta.json, so that a
+    shard damaged later is named); a full disk is said as such, with the shard (NumPy's
     `tofile` said only "N requested and M written").
 
     Raises:
         DataError: the disk or quota is full (the folder, which becomes --destdir when done).
         OSError: any other error writing it.
     """
+    data = np.ascontiguousarray(array).data
     try:
         with open(path, "wb") as handle:
-            handle.write(np.ascontiguousarray(array).data)
+            handle.write(data)
     except OSError as error:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         raise DataError(f"no room on the disk for shard {path.name} ({error.strerror}; writing "
                         f"into {path.parent}, which becomes --destdir when done; nothing is "
                         f"left there): free space and run again") from None
+    return hashlib.sha256(data).hexdigest()
 
 
 def _check_positions(chunk: Chunk, source: list[list[int]], target: list[list[int]]) -> None:

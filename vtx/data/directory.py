@@ -105,6 +105,9 @@ class DataDirectory:
                 "lengths_sha256": digest.hexdigest()}
 
 
+# What the input pipeline's check says of a shard holding an id past the vocabulary.
+IDS_BEYOND_THE_VOCABULARY = "a shard holds ids beyond the vocabulary"
+
 # What the input pipeline's functions take as their data directory.
 DataDir = DataDirectory | str | Path
 
@@ -158,11 +161,11 @@ _CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were
 def checked_reading(batches: Iterable, data_dir: DataDir) -> Iterator:
     """`batches` (an epoch read from `data_dir`); an error reading them is raised as the
     DataError naming a file of the directory that is no longer as its meta.json says (missing,
-    or of another size), when one is: `load_meta` checks the files once a process, and a shard
-    cut short or deleted after that (a disk filling, a `vtx preprocess --force` there) failed
-    hours into training in TensorFlow's or NumPy's words without the file (a traceback, or
-    "Size of available data is not a multiple of the data-type size"). Other errors are
-    raised as they are.
+    of another size, of other contents than its checksum), when one is: `load_meta` checks the
+    files once a process, and a shard cut short or deleted after that (a disk filling, a `vtx
+    preprocess --force` there) failed hours into training in TensorFlow's or NumPy's words
+    without the file (a traceback, or "Size of available data is not a multiple of the
+    data-type size"). Other errors are raised as they are.
 
     Raises:
         DataError: a file of `data_dir` changed since the run checked it (named).
@@ -172,16 +175,24 @@ def checked_reading(batches: Iterable, data_dir: DataDir) -> Iterator:
     except Exception as error:
         _CHECKED.clear()  # the check again, not its cached result
         try:
-            load_meta(data_dir)
+            meta = load_meta(data_dir)
+            _check_ids(Path(data_dir), meta)
         except (DataError, OSError, ValueError) as changed:
             raise changed from error
+        if IDS_BEYOND_THE_VOCABULARY in str(error):  # a shard without checksums (older vtx)
+            raise DataError(f"a shard of {data_dir} holds ids beyond its vocabulary of "
+                            f"{meta['vocab']['size']:,}: damaged since `vtx preprocess` wrote "
+                            f"it; run `vtx preprocess` again") from error
         raise
 
 
 def _check_files(data_dir: Path, meta: dict) -> None:
     """Every file meta.json names is there, each shard of the size its counts give: a shard cut
     short (a full disk, a copy interrupted) would otherwise be read as fewer or emptier pairs
-    without a word. Sizes only: reading every shard's lengths is for the pipeline."""
+    without a word. Each shard's lengths (.idx, 8 bytes a pair) are read: their SHA-256 where
+    meta.json keeps one, their sums and longest against its counts, so that a damaged length
+    never makes a batch past the model's positions or --max-tokens. The ids (.bin) are checked
+    when reading them fails (`checked_reading`)."""
     again = "run `vtx preprocess` again"
     vocabulary = data_dir / meta["vocab"]["model"]
     if not vocabulary.is_file():
@@ -203,3 +214,50 @@ def _check_files(data_dir: Path, meta: dict) -> None:
                     raise DataError(f"{file} holds {found:,} bytes where {data_dir / META_FILE} "
                                     f"counts {what} ({size:,} bytes): cut short or from another "
                                     f"run; {again}")
+            _check_lengths(data_dir / f"{shard['name']}.idx", shard, split, data_dir / META_FILE)
+
+
+def _check_lengths(index: Path, shard: dict, split: dict, meta_path: Path) -> None:
+    """A shard's lengths as meta.json says: their checksum (where kept), their sums and their
+    longest.
+
+    Raises:
+        DataError: they differ (the file named): damaged since `vtx preprocess` wrote them.
+    """
+    data = index.read_bytes()
+    damaged = f"{index}: damaged since `vtx preprocess` wrote it"
+    kept = (shard.get("sha256") or {}).get("idx")
+    if kept is not None and hashlib.sha256(data).hexdigest() != kept:
+        raise DataError(f"{damaged} (its SHA-256 is not the one {meta_path} keeps); run `vtx "
+                        f"preprocess` again")
+    lengths = np.frombuffer(data, np.int32).reshape(2, -1).astype(np.int64)
+    for side, name in ((0, "source"), (1, "target")):
+        total, longest = int(lengths[side].sum()), int(lengths[side].max(initial=0))
+        if (total != shard[f"{name}_tokens"] or longest > split[f"max_{name}_length"]
+                or int(lengths[side].min(initial=1)) < 0):
+            raise DataError(f"{damaged} (its {name} lengths sum to {total:,} with a longest of "
+                            f"{longest:,}, where {meta_path} counts {shard[f'{name}_tokens']:,} "
+                            f"with a longest of {split[f'max_{name}_length']:,}); run `vtx "
+                            f"preprocess` again")
+
+
+def _check_ids(data_dir: Path, meta: dict) -> None:
+    """Each shard's ids (.bin) against the SHA-256 meta.json keeps, where it keeps one.
+
+    Raises:
+        DataError: a shard's ids differ (the file named).
+    """
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            kept = (shard.get("sha256") or {}).get("bin")
+            if kept is None:
+                continue
+            file = data_dir / f"{shard['name']}.bin"
+            digest = hashlib.sha256()
+            with open(file, "rb") as handle:
+                while chunk := handle.read(1 << 24):
+                    digest.update(chunk)
+            if digest.hexdigest() != kept:
+                raise DataError(f"{file}: damaged since `vtx preprocess` wrote it (its SHA-256 "
+                                f"is not the one {data_dir / META_FILE} keeps); run `vtx "
+                                f"preprocess` again")

@@ -57,7 +57,7 @@ import numpy as np
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
-from vtx.data.directory import DataDir, opened
+from vtx.data.directory import IDS_BEYOND_THE_VOCABULARY, DataDir, opened
 from vtx.errors import DataError
 
 # Rows open at once while packing (at most; a shape keeps 4 batches' rows open): a pair goes into
@@ -272,6 +272,7 @@ class _Split:
     def __init__(self, data_dir: DataDir, split: str):
         data = opened(data_dir)
         self.dtype = np.dtype(data.meta["token_dtype"])
+        self.vocab_size = data.vocab_size
         self._shards: list[_Shard] = []
         shard, starts, lengths = [], [], []
         for index, entry in enumerate(data.split(split)["shards"]):
@@ -341,6 +342,8 @@ class _Split:
             chunks = [self._read_on(which, chunk, offset, length)
                       for chunk, (which, offset, length) in zip(chunks, runs)]
         buffer = np.frombuffer(b"".join(chunks), self.dtype)
+        if buffer.size and int(buffer.max()) >= self.vocab_size:
+            raise DataError(f"{IDS_BEYOND_THE_VOCABULARY} of {self.vocab_size:,} ids")
         run = np.cumsum(new_run) - 1
         at = np.empty(len(order), np.int64)
         at[order] = bases[run] + start - run_start[run]  # each pair's first id in the buffer

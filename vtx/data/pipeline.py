@@ -68,7 +68,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.data.directory import DataDir, DataDirectory, opened
+from vtx.data.directory import IDS_BEYOND_THE_VOCABULARY, DataDir, DataDirectory, opened
 from vtx.errors import ArgumentError
 
 _DTYPES = {"<u2": tf.uint16, "<i4": tf.int32}
@@ -263,9 +263,14 @@ def batch_shapes(max_tokens: int, boundaries: list[int],
 
 
 def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,
-                dtype: tf.DType, shuffle: bool) -> tf.data.Dataset:
-    """One shard -> dataset of {"source": [S'], "target": [T'], "index": []}, maybe permuted."""
+                dtype: tf.DType, shuffle: bool, vocab_size: int) -> tf.data.Dataset:
+    """One shard -> dataset of {"source": [S'], "target": [T'], "index": []}, maybe permuted.
+    An id past the vocabulary (a damaged shard) fails the read (`checked_reading` names it)."""
     tokens = tf.cast(tf.io.decode_raw(tf.io.read_file(prefix + ".bin"), dtype), tf.int32)
+    in_vocabulary = tf.debugging.assert_less(tokens, vocab_size,
+                                             message=IDS_BEYOND_THE_VOCABULARY)
+    with tf.control_dependencies([in_vocabulary]):
+        tokens = tf.identity(tokens)
     lengths = tf.cast(tf.io.decode_raw(tf.io.read_file(prefix + ".idx"), tf.int32), tf.int64)
     # lengths is [2n]: n source then n target lengths, laid out like the tokens.
     ends = tf.cumsum(lengths)
@@ -300,7 +305,8 @@ def _pairs(data: DataDirectory, split: str, seed: int | None, epoch: int) -> tf.
 
     @_plain
     def read(prefix, first, shard_seed):
-        return _read_shard(prefix, first, shard_seed, dtype, shuffle=seed is not None)
+        return _read_shard(prefix, first, shard_seed, dtype, shuffle=seed is not None,
+                           vocab_size=data.vocab_size)
 
     if seed is None:
         return files.flat_map(read)
