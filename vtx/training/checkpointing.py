@@ -40,7 +40,8 @@ def lock_save_dir(save_dir: Path) -> bool:
     """Hold the save dir's lock for this process (again: nothing to do).
 
     Returns:
-        False where the filesystem has no locks (the run goes on without one), else True.
+        False where no lock can be taken (a filesystem without locks, a read-only save dir:
+        the run goes on without one), else True.
 
     Raises:
         TrainingError: another process holds it (the holder its lock file names).
@@ -49,7 +50,10 @@ def lock_save_dir(save_dir: Path) -> bool:
     if key in _HELD:
         return True
     path = Path(save_dir) / LOCK_FILE
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only save dir: its writes fail later, each named
+        return False
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -362,11 +366,11 @@ class Checkpointer:
                 f"here")
 
     def lock(self) -> None:
-        """Hold the save dir's lock while this process trains (`lock_save_dir`); a filesystem
-        without locks is said and the run goes on."""
+        """Hold the save dir's lock while this process trains (`lock_save_dir`); where none can
+        be taken that is said and the run goes on."""
         if not lock_save_dir(self.save_dir):
-            self.log(f"warning: {self.save_dir} cannot be locked (its filesystem has no "
-                     f"locks): make sure no other run writes it")
+            self.log(f"warning: {self.save_dir} cannot be locked (read-only, or a filesystem "
+                     f"without locks): make sure no other run writes it")
 
     def _set_aside(self, path: Path, error: CheckpointError) -> None:
         if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)
