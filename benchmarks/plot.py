@@ -73,8 +73,6 @@ def plot_quickstart(rows: list[dict[str, str]], out: Path) -> None:
             f"whole script {int(row['script_s']):,} s"
         )
         ax.text(rates[index] + 60, index, note, va="center", fontsize=9)
-    ax.axvline(2500, color="#d62728", linestyle="--", linewidth=1)
-    ax.text(2520, len(rows) - 0.45, "2,500 (issue 12's target)", color="#d62728", fontsize=8)
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(rates) * 1.85)
