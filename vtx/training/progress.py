@@ -74,7 +74,9 @@ class Progress:
         kept, later, unreadable = [], 0, []
         for number, line in enumerate(lines, 1):
             row = _history_row(line)
-            if row is None:
+            if row is None and number == len(lines) and not _parses(line):
+                later += 1  # the last row, cut short by the kill that ended the run
+            elif row is None:
                 unreadable.append(number)
             elif row["step"] > step:
                 later += 1
@@ -87,9 +89,9 @@ class Progress:
                      f"checkpoint this run resumes from)")
         if unreadable:
             shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
-            self.log(f"{self.history_path}: {len(unreadable)} rows that are not a JSON object "
-                     f"with an integer step dropped (line {shown}; cut short by a kill, or "
-                     f"edited)")
+            rows = "1 row that is" if len(unreadable) == 1 else f"{len(unreadable)} rows that are"
+            self.log(f"{self.history_path}: {rows} not a JSON object with an integer step, "
+                     f"dropped (line {shown}: edited, or not vtx's)")
 
     def _reset(self, now: float) -> None:
         self._loss = self._nll = self._tokens = 0.0
@@ -151,6 +153,14 @@ class Progress:
     def plot(self) -> None:
         """Write learning_curve.png (train and valid loss per step) atomically."""
         write_learning_curve(self.history_path, self.save_dir / "learning_curve.png")
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def _history_row(line: str) -> dict | None:
