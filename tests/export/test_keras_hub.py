@@ -117,3 +117,7 @@ def test_keras_hub_samplers_and_max_length_are_refused_naming_vtx_settings(prese
         translator.compile(sampler="top_k")
     with pytest.raises(ValueError, match=r"max_length=20: the output's limit is max_len_a"):
         translator.generate("A man.", max_length=20)
+    with pytest.raises(ValueError, match="without a decoder prompt"):
+        translator.generate({"encoder_text": ["A man."], "decoder_text": ["Ein"]})
+    assert translator.generate({"encoder_text": ["A man."], "decoder_text": [""]}) == [
+        translator.generate("A man.")]

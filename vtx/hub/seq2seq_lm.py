@@ -126,15 +126,22 @@ class TransformerSeq2SeqLM(Seq2SeqLM):
         """vtx's search over a batch of `generate_preprocess` outputs.
 
         Args:
-            inputs: dict of "encoder_token_ids" and "encoder_padding_mask" [B, S] (decoder
-                entries ignored: the search starts at `<s>`).
+            inputs: dict of "encoder_token_ids" and "encoder_padding_mask" [B, S], and the
+                decoder's, which must hold `<s>` alone (the search starts there).
             stop_token_ids: unused (the search ends at `</s>`).
 
         Returns:
             dict of "decoder_token_ids" int32 [B, L + 2] (`<s>`, tokens, `</s>` where finished,
             `<pad>`) and "decoder_padding_mask" bool [B, L + 2]; a source of no pieces gives
             no tokens (""), as `vtx translate` gives.
+
+        Raises:
+            ValueError: a decoder prompt (vtx's search does not continue one).
         """
+        prompt = tf.reduce_sum(tf.cast(inputs["decoder_padding_mask"], tf.int32), axis=1)
+        if bool(tf.reduce_any(prompt > 1)):
+            raise ValueError("TransformerSeq2SeqLM translates from <s>: give the sources alone, "
+                             "without a decoder prompt (decoder_text)")
         source = _trimmed_source(inputs["encoder_token_ids"], inputs["encoder_padding_mask"])
         output = self._search(source)
         tokens, lengths = output.tokens[:, 0, :], output.lengths[:, 0]  # [B, L], [B]
