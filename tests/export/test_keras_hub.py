@@ -41,7 +41,9 @@ def source_lines(shared_data) -> list[str]:
 
     with gzip.open(shared_data / "multi30k" / "test_2016_flickr.en.gz", "rt",
                    encoding="utf-8") as handle:
-        return [next(handle).rstrip("\n") for _ in range(200)] + ["", " ", "\u200b"]
+        lines = [next(handle).rstrip("\n") for _ in range(200)]
+    # Past the model's 64 positions: cut as `vtx translate` cuts it.
+    return lines + ["", " ", "\u200b", " ".join(lines[:8])]
 
 
 @pytest.mark.slow
@@ -77,6 +79,24 @@ def test_preset_round_trips_the_weights_exactly(preset, trained_checkpoint):
     for variable, array in compared:
         assert np.array_equal(variable.numpy(), array), variable.path
     assert translator.decode_options.beam == 4
+    assert translator.preprocessor.encoder_sequence_length == 64  # the model's positions
+
+
+@pytest.mark.slow
+def test_calling_the_task_gives_vtx_teacher_forced_logits(preset, trained_checkpoint):
+    import vtx.hub  # noqa: F401
+    from vtx import checkpoints
+    from vtx.inference.translate import load_model
+
+    translator = keras_hub.models.Seq2SeqLM.from_preset(str(preset))
+    x, y, weights = translator.preprocessor({"encoder_text": ["A man is riding a bike.", "Hi."],
+                                             "decoder_text": ["Ein Mann fährt Rad.", "Hallo."]})
+    assert x["decoder_token_ids"].numpy()[:, 0].tolist() == [2, 2]  # <s> first
+    assert 3 in y.numpy()[1] and 2 not in x["encoder_token_ids"].numpy()  # </s>; no source <s>
+    model = load_model(checkpoints.load(trained_checkpoint))
+    expected = model((x["encoder_token_ids"].numpy(), x["decoder_token_ids"].numpy())).numpy()
+    real = x["decoder_padding_mask"].numpy()
+    np.testing.assert_array_equal(translator(x).numpy()[real], expected[real])
     assert translator.preprocessor.tokenizer.proto == checkpoints.load(trained_checkpoint).vocab
 
 

@@ -38,3 +38,7 @@ class TransformerSeq2SeqLMPreprocessor(Seq2SeqLMPreprocessor):
                                              sequence_length=self.decoder_sequence_length,
                                              return_padding_mask=True)
         self.built = True
+
+    def get_config(self):
+        return {**super().get_config(), "encoder_sequence_length": self.encoder_sequence_length,
+                "decoder_sequence_length": self.decoder_sequence_length}
