@@ -201,3 +201,35 @@ def test_converted_random_model_computes_vtx_logits():
                                attention_mask=torch.tensor(source != 0),
                                decoder_input_ids=torch.tensor(target)).logits.numpy()
     np.testing.assert_allclose(theirs, ours, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_reading_the_export_back_gives_the_checkpoint_exactly(exported, trained_checkpoint):
+    from vtx import checkpoints
+    from vtx.export.marian import read_marian
+
+    original = checkpoints.load(trained_checkpoint)
+    back = read_marian(exported[2])
+    assert back.meta["model_config"] == original.meta["model_config"]
+    assert back.vocab == original.vocab
+    assert len(back.model) == len(original.model)
+    weights = [(a, b) for a, b in zip(back.model, original.model) if a.dtype.kind == "f"]
+    assert len(weights) > 0  # dropout's int64 seed states are no weights
+    assert all(np.array_equal(a, b) for a, b in weights)
+
+
+@pytest.mark.slow
+def test_reading_a_marian_model_of_another_architecture_is_refused(exported, tmp_path):
+    import shutil
+
+    from vtx.export.marian import read_marian
+
+    copy = tmp_path / "gelu"
+    shutil.copytree(exported[2], copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config.update(activation_function="gelu", pad_token_id=5)
+    (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"not a MarianMTModel of vtx's architecture: "
+                                         r"activation_function 'gelu' \(vtx needs 'relu'\); "
+                                         r"pad_token_id 5 \(vtx needs 0\)"):
+        read_marian(copy)

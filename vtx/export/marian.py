@@ -21,7 +21,8 @@ Two differences are left, both said in docs/export.md: Marian's layer norms use 
 source, which vtx never does (call it with `add_special_tokens=False` to get vtx's source ids).
 
 The vocabulary is the SentencePiece pieces in id order (`vocab.json`), the SentencePiece model
-copied as `source.spm` and `target.spm`, so that MarianTokenizer's ids equal vtx's.
+copied as `source.spm` and `target.spm`, so that MarianTokenizer's ids equal vtx's. `read_marian`
+converts such a directory back into a vtx checkpoint.
 
 Shapes: D model width, F inner width, V vocabulary.
 """
@@ -64,60 +65,90 @@ def marian_config(config: ModelConfig) -> dict:
         decoder_start_token_id=BOS_ID,
         # Marian's default forces EOS at the length limit; vtx returns the cut hypothesis.
         forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, architectures=["MarianMTModel"])
+        tie_word_embeddings=True, architectures=["MarianMTModel"],
+        # Not Marian's (its layer norms take MARIAN_LAYER_NORM_EPSILON): what `read_marian`
+        # gives back to vtx, so that a round trip returns the configuration it started from.
+        vtx_layer_norm_epsilon=config.layer_norm_epsilon)
 
 
-def _linear(prefix: str, dense, perm: np.ndarray, into_stream: bool, from_stream: bool) -> dict:
-    """A Keras Dense layer as `{prefix}.weight` [out, in] and `{prefix}.bias` [out], its input
-    dimensions permuted when it reads the residual stream, its outputs when it writes to it."""
-    weight = dense.kernel.numpy().T  # [out, in]
-    bias = dense.bias.numpy()
-    if from_stream:
-        weight = weight[:, perm]
-    if into_stream:
-        weight, bias = weight[perm, :], bias[perm]
-    return {f"{prefix}.weight": weight, f"{prefix}.bias": bias}
+# How a vtx array lies in Marian's: "embedding" [V, D] with its columns permuted; "reads" and
+# "writes", a Keras kernel [in, out] transposed to [out, in], its inputs (it reads the residual
+# stream) or its outputs (it writes to it) permuted; "stream", a vector [D] of the stream
+# (layer norms, biases of what writes to it) permuted; "plain", unchanged.
+LAYOUTS = ("embedding", "reads", "writes", "stream", "plain")
 
 
-def _norm(prefix: str, norm, perm: np.ndarray) -> dict:
-    return {f"{prefix}.weight": norm.gamma.numpy()[perm], f"{prefix}.bias": norm.beta.numpy()[perm]}
+def to_marian(array: np.ndarray, layout: str, perm: np.ndarray) -> np.ndarray:
+    """vtx's `array` laid out as Marian holds it (`LAYOUTS`)."""
+    if layout == "embedding":
+        return array[:, perm]
+    if layout == "reads":
+        return array.T[:, perm]
+    if layout == "writes":
+        return array.T[perm, :]
+    return array[perm] if layout == "stream" else array
 
 
-def _attention(prefix: str, attention, perm: np.ndarray) -> dict:
-    state = {}
-    for name, dense in (("q_proj", attention.query_dense), ("k_proj", attention.key_dense),
-                        ("v_proj", attention.value_dense)):
-        state.update(_linear(f"{prefix}.{name}", dense, perm, False, True))
-    state.update(_linear(f"{prefix}.out_proj", attention.output_dense, perm, True, False))
-    return state
+def from_marian(array: np.ndarray, layout: str, perm: np.ndarray) -> np.ndarray:
+    """The inverse of `to_marian`: Marian's `array` as vtx holds it."""
+    inverse = np.argsort(perm)
+    if layout == "embedding":
+        return array[:, inverse]
+    if layout == "reads":
+        return array[:, inverse].T
+    if layout == "writes":
+        return array[inverse, :].T
+    return array[inverse] if layout == "stream" else array
 
 
-def _feed_forward(prefix: str, layer, perm: np.ndarray) -> dict:
-    return {**_linear(f"{prefix}.fc1", layer.feed_forward.inner, perm, False, True),
-            **_linear(f"{prefix}.fc2", layer.feed_forward.outer, perm, True, False),
-            **_norm(f"{prefix}.final_layer_norm", layer.feed_forward_norm, perm)}
+def _dense(prefix: str, dense, writes: bool) -> list:
+    return [(f"{prefix}.weight", dense.kernel, "writes" if writes else "reads"),
+            (f"{prefix}.bias", dense.bias, "stream" if writes else "plain")]
+
+
+def _norm(prefix: str, norm) -> list:
+    return [(f"{prefix}.weight", norm.gamma, "stream"), (f"{prefix}.bias", norm.beta, "stream")]
+
+
+def _attention(prefix: str, attention) -> list:
+    return (_dense(f"{prefix}.q_proj", attention.query_dense, False)
+            + _dense(f"{prefix}.k_proj", attention.key_dense, False)
+            + _dense(f"{prefix}.v_proj", attention.value_dense, False)
+            + _dense(f"{prefix}.out_proj", attention.output_dense, True))
+
+
+def _feed_forward(prefix: str, layer) -> list:
+    return (_dense(f"{prefix}.fc1", layer.feed_forward.inner, False)
+            + _dense(f"{prefix}.fc2", layer.feed_forward.outer, True)
+            + _norm(f"{prefix}.final_layer_norm", layer.feed_forward_norm))
+
+
+def weight_map(model) -> list[tuple[str, object, str]]:
+    """(name in `MarianMTModel.state_dict()`, vtx variable, layout) for every weight of vtx
+    Transformer `model` (the tied embeddings once, as `model.shared.weight`; positions and the
+    logits bias are Marian's own)."""
+    entries = [("model.shared.weight", model.embedding.embeddings, "embedding")]
+    for i, layer in enumerate(model.encoder_layers):
+        prefix = f"model.encoder.layers.{i}"
+        entries += (_attention(f"{prefix}.self_attn", layer.self_attention)
+                    + _norm(f"{prefix}.self_attn_layer_norm", layer.attention_norm)
+                    + _feed_forward(prefix, layer))
+    for i, layer in enumerate(model.decoder_layers):
+        prefix = f"model.decoder.layers.{i}"
+        entries += (_attention(f"{prefix}.self_attn", layer.self_attention)
+                    + _norm(f"{prefix}.self_attn_layer_norm", layer.attention_norm)
+                    + _attention(f"{prefix}.encoder_attn", layer.cross_attention)
+                    + _norm(f"{prefix}.encoder_attn_layer_norm", layer.cross_attention_norm)
+                    + _feed_forward(prefix, layer))
+    return entries
 
 
 def marian_state_dict(model) -> dict[str, np.ndarray]:
     """float32 arrays named as `MarianMTModel.state_dict()` names them, from vtx Transformer
-    `model` (the tied embeddings once, as `model.shared.weight`; positions and the logits bias
-    are Marian's own)."""
+    `model` (`weight_map`)."""
     perm = residual_permutation(model.config.d_model)
-    state = {"model.shared.weight": model.embedding.embeddings.numpy()[:, perm]}  # [V, D]
-    for i, layer in enumerate(model.encoder_layers):
-        prefix = f"model.encoder.layers.{i}"
-        state.update(_attention(f"{prefix}.self_attn", layer.self_attention, perm))
-        state.update(_norm(f"{prefix}.self_attn_layer_norm", layer.attention_norm, perm))
-        state.update(_feed_forward(prefix, layer, perm))
-    for i, layer in enumerate(model.decoder_layers):
-        prefix = f"model.decoder.layers.{i}"
-        state.update(_attention(f"{prefix}.self_attn", layer.self_attention, perm))
-        state.update(_norm(f"{prefix}.self_attn_layer_norm", layer.attention_norm, perm))
-        state.update(_attention(f"{prefix}.encoder_attn", layer.cross_attention, perm))
-        state.update(_norm(f"{prefix}.encoder_attn_layer_norm", layer.cross_attention_norm,
-                           perm))
-        state.update(_feed_forward(prefix, layer, perm))
-    return {name: np.ascontiguousarray(array, np.float32) for name, array in state.items()}
+    return {name: np.ascontiguousarray(to_marian(variable.numpy(), layout, perm), np.float32)
+            for name, variable, layout in weight_map(model)}
 
 
 # Marian's own tensors, not vtx weights: its sinusoidal tables, the logits bias (zero here), and
@@ -265,3 +296,71 @@ def translate_lines(marian, tokenizer, lines: Iterable[str],
             for index, text in zip(rows, texts):
                 outputs[index] = text
     return outputs
+
+
+def vtx_config(marian_config) -> ModelConfig:
+    """The vtx model configuration of a `transformers.MarianConfig` of vtx's architecture.
+
+    Raises:
+        ValueError: a setting vtx's model has no counterpart for (each named with its value).
+    """
+    wanted = {"activation_function": "relu", "scale_embedding": True,
+              "share_encoder_decoder_embeddings": True, "pad_token_id": PAD_ID,
+              "eos_token_id": EOS_ID, "decoder_start_token_id": BOS_ID,
+              "decoder_layers": marian_config.encoder_layers,
+              "decoder_ffn_dim": marian_config.encoder_ffn_dim,
+              "decoder_attention_heads": marian_config.encoder_attention_heads,
+              "decoder_vocab_size": marian_config.vocab_size}
+    problems = [f"{name} {getattr(marian_config, name)!r} (vtx needs {value!r})"
+                for name, value in wanted.items() if getattr(marian_config, name) != value]
+    if problems:
+        raise ValueError("not a MarianMTModel of vtx's architecture: " + "; ".join(problems))
+    return ModelConfig(
+        vocab_size=marian_config.vocab_size, num_layers=marian_config.encoder_layers,
+        d_model=marian_config.d_model, d_ff=marian_config.encoder_ffn_dim,
+        num_heads=marian_config.encoder_attention_heads, dropout=marian_config.dropout,
+        attention_dropout=marian_config.attention_dropout,
+        relu_dropout=marian_config.activation_dropout,
+        max_positions=marian_config.max_position_embeddings,
+        layer_norm_epsilon=getattr(marian_config, "vtx_layer_norm_epsilon",
+                                   MARIAN_LAYER_NORM_EPSILON))
+
+
+def read_marian(directory: str | Path) -> Checkpoint:
+    """A vtx checkpoint (step 0, no optimizer state) of a MarianMTModel directory of vtx's
+    architecture and vocabulary conventions, such as `write_marian` writes: the inverse
+    conversion, exact (`write_marian` then `read_marian` gives the weights, configuration and
+    vocabulary back). A model trained in Transformers keeps Marian's layer-norm epsilon.
+
+    Raises:
+        ValueError: an architecture or vocabulary vtx's model lacks (`vtx_config`; special ids,
+            `vocab.json` not in the SentencePiece model's id order, a non-zero
+            `final_logits_bias`), or weights of other shapes; each named.
+    """
+    from transformers import MarianMTModel
+
+    from vtx.data.vocab import Vocabulary
+    from vtx.models.transformer import build
+
+    directory = Path(directory)
+    marian = MarianMTModel.from_pretrained(str(directory), local_files_only=True)
+    config = vtx_config(marian.config)
+    vocab_bytes = (directory / SENTENCEPIECE_FILES[0]).read_bytes()
+    vocab = Vocabulary.from_bytes(vocab_bytes, str(directory / SENTENCEPIECE_FILES[0]))
+    vocabulary = json.loads((directory / VOCABULARY_FILE).read_text(encoding="utf-8"))
+    if vocabulary != {piece: i for i, piece in enumerate(vocab.pieces(range(vocab.size)))}:
+        raise ValueError(f"{directory / VOCABULARY_FILE}: its ids are not the SentencePiece "
+                         f"model's (vtx reads ids from {SENTENCEPIECE_FILES[0]})")
+    state = {name: tensor.detach().numpy() for name, tensor in marian.state_dict().items()}
+    if np.any(state["final_logits_bias"] != 0):
+        raise ValueError(f"{directory}: final_logits_bias is not zero; vtx's model has none")
+    model = build(config)
+    perm = residual_permutation(config.d_model)
+    for name, variable, layout in weight_map(model):
+        array = from_marian(state[name], layout, perm)
+        if tuple(array.shape) != tuple(variable.shape):
+            raise ValueError(f"{directory}: {name} has shape {state[name].shape}, vtx's model "
+                             f"of its configuration needs {tuple(variable.shape)}")
+        variable.assign(array)
+    return Checkpoint(model=[np.asarray(v.numpy()) for v in model.variables], optimizer=[],
+                      meta={"step": 0, "model_config": config.to_dict()}, vocab=vocab_bytes)
