@@ -1,4 +1,5 @@
-"""`vtx export`: a checkpoint as a TF SavedModel (strings in, strings out) or a CTranslate2 model."""
+"""`vtx export`: a checkpoint as a TF SavedModel (strings in, strings out), a CTranslate2 model,
+a Hugging Face Transformers MarianMT model or a keras-hub preset."""
 
 import click
 
@@ -6,14 +7,16 @@ from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, library_error,
                              search_options)
 
-FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
+# vtx.export.FORMATS, kept here so that --help needs no import
+FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 
 
 @click.command("export")
 @checkpoint_option
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),
-              help="savedmodel: TensorFlow SavedModel with SentencePiece and beam search in the "
-                   "graph; ctranslate2: CTranslate2 model directory + sentencepiece.model.")
+              help="savedmodel: TensorFlow SavedModel, SentencePiece and beam search in the "
+                   "graph; ctranslate2: CTranslate2 model + sentencepiece.model; transformers: "
+                   "MarianMTModel + MarianTokenizer; keras-hub: preset of vtx.hub's Seq2SeqLM.")
 @click.option("--output", required=True, type=click.Path(), callback=creatable_in_folder,
               help="Directory to create (written under a temporary name, then renamed).")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
@@ -22,7 +25,8 @@ def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formul
            max_len_b, stop):
     """Export a trained model for serving without vtx.
 
-    The search options are baked into a SavedModel; CTranslate2 takes its own when translating.
+    The search options are baked into a SavedModel and a keras-hub preset (its default);
+    CTranslate2 and Transformers take their own when translating.
     """
     from vtx.export import export as export_model
     from vtx.inference.decoding import DecodeOptions

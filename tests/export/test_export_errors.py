@@ -23,7 +23,8 @@ def test_unknown_format_is_a_usage_error_naming_it(tmp_path):
     checkpoint.write_bytes(b"")
     result = run_export("--checkpoint", checkpoint, "--format", "onnx", "--output", tmp_path / "o")
     assert result.exit_code == 2
-    assert "'onnx' is not one of 'savedmodel', 'ctranslate2'" in result.output
+    assert ("'onnx' is not one of 'savedmodel', 'ctranslate2', 'transformers', 'keras-hub'"
+            in result.output)
     with pytest.raises(ValueError, match="unknown export format 'onnx'"):
         from vtx.export import export
         export(checkpoint, tmp_path / "o", "onnx")
@@ -45,7 +46,7 @@ def test_an_output_in_the_way_is_refused_naming_the_library_arguments(tmp_path):
     output.mkdir()
     (output / "notes.txt").write_text("mine")
     with pytest.raises(ArgumentError, match=r"^output .* is a non-empty directory that holds no "
-                                            r"export \(saved_model.pb or model.bin\); not "):
+                                            r"export \(saved_model.pb or model.bin or "):
         export(never_read, output, "ctranslate2", force=True)
 
 

@@ -1,9 +1,13 @@
 """Export a trained checkpoint for serving outside vtx.
 
-Two formats:
+Four formats:
   * "savedmodel": a TensorFlow SavedModel whose signature maps raw strings to translations, with
     SentencePiece and beam search inside the graph (`vtx.export.savedmodel`);
-  * "ctranslate2": a CTranslate2 model directory built from the same weights (`vtx.export.ct2`).
+  * "ctranslate2": a CTranslate2 model directory built from the same weights (`vtx.export.ct2`);
+  * "transformers": a Hugging Face Transformers MarianMT model and tokenizer directory
+    (`vtx.export.marian`);
+  * "keras-hub": a keras-hub preset of vtx's Seq2SeqLM task (`vtx.hub`), whose `generate()`
+    runs vtx's own beam search.
 
 The output is written under a temporary name beside the target and renamed into place at the end,
 so a directory at the target path is always a complete export.
@@ -17,9 +21,9 @@ from vtx import atomic
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 
-FORMATS = ("savedmodel", "ctranslate2")
+FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 # A directory holding one of these is a previous export, which `force` may replace.
-_EXPORT_MARKERS = ("saved_model.pb", "model.bin")
+_EXPORT_MARKERS = ("saved_model.pb", "model.bin", "model.safetensors", "model.weights.h5")
 
 
 def _check_output(output: Path, force: bool) -> None:
@@ -42,6 +46,30 @@ def _check_output(output: Path, force: bool) -> None:
                             markers=" or ".join(_EXPORT_MARKERS))
 
 
+def _savedmodel(checkpoint, directory: Path, options: DecodeOptions) -> None:
+    from vtx.export.savedmodel import write_savedmodel
+    write_savedmodel(checkpoint, directory, options)
+
+
+def _ctranslate2(checkpoint, directory: Path, options: DecodeOptions) -> None:
+    from vtx.export.ct2 import write_ctranslate2
+    write_ctranslate2(checkpoint, directory)
+
+
+def _transformers(checkpoint, directory: Path, options: DecodeOptions) -> None:
+    from vtx.export.marian import write_marian
+    write_marian(checkpoint, directory)
+
+
+def _keras_hub(checkpoint, directory: Path, options: DecodeOptions) -> None:
+    from vtx.hub.preset import write_preset
+    write_preset(checkpoint, directory, options)
+
+
+_WRITERS = {"savedmodel": _savedmodel, "ctranslate2": _ctranslate2,
+            "transformers": _transformers, "keras-hub": _keras_hub}
+
+
 def export(checkpoint_path: str | Path, output: str | Path, format: str,
            options: DecodeOptions = DecodeOptions(), force: bool = False) -> Path:
     """Export the checkpoint at `checkpoint_path` to directory `output` in `format`.
@@ -50,8 +78,9 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         checkpoint_path: a checkpoint file that carries its SentencePiece vocabulary.
         output: the directory to create.
         format: one of FORMATS.
-        options: decoding settings baked into a SavedModel (beam, lenpen, lenpen_formula,
-            max_len_a, max_len_b); a CTranslate2 model takes them at translation time instead.
+        options: decoding settings baked into a SavedModel or a keras-hub preset (beam, lenpen,
+            lenpen_formula, max_len_a, max_len_b, stop); CTranslate2 and Transformers models
+            take theirs at translation time instead.
         force: replace an existing export at `output`.
 
     Returns:
@@ -71,10 +100,5 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     checkpoint = checkpoints.load(checkpoint_path)
     checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
     with atomic.replaced_on_success(output) as tmp:
-        if format == "savedmodel":
-            from vtx.export.savedmodel import write_savedmodel
-            write_savedmodel(checkpoint, tmp, options)
-        else:
-            from vtx.export.ct2 import write_ctranslate2
-            write_ctranslate2(checkpoint, tmp)
+        _WRITERS[format](checkpoint, tmp, options)
     return output

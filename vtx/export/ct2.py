@@ -133,6 +133,16 @@ def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
     (Path(directory) / SENTENCEPIECE_FILE).write_bytes(checkpoint.vocab)
 
 
+def by_length_limit(lengths: list[int], options: DecodeOptions,
+                    max_positions: int) -> list[tuple[int, list[int]]]:
+    """(limit, indices) for each distinct `options.length_limit` of sources of `lengths` pieces,
+    in increasing order, sources of no pieces left out (they translate to "")."""
+    limits = [options.length_limit(length, max_positions) for length in lengths]
+    wanted = [i for i, length in enumerate(lengths) if length]
+    return [(limit, [i for i in wanted if limits[i] == limit])
+            for limit in sorted({limits[i] for i in wanted})]
+
+
 def translate_lines(translator, processor, lines: Iterable[str],
                     options: DecodeOptions = DecodeOptions(lenpen_formula="fairseq"),
                     max_positions: int = 1024, max_batch_size: int = 64) -> list[str]:
@@ -160,12 +170,9 @@ def translate_lines(translator, processor, lines: Iterable[str],
                          f"{options.lenpen_formula}")
     lines = list(lines)
     pieces = [processor.encode(line, out_type=str)[:max_positions] for line in lines]
-    # CTranslate2 takes one length limit per call: group sentences of equal limit.
-    limits = [options.length_limit(len(p), max_positions) for p in pieces]
     outputs = [""] * len(lines)
-    wanted = [i for i, line_pieces in enumerate(pieces) if line_pieces]  # "" for no pieces
-    for limit in sorted({limits[i] for i in wanted}):
-        group = [i for i in wanted if limits[i] == limit]
+    # CTranslate2 takes one length limit per call: sentences of equal limit go together.
+    for limit, group in by_length_limit([len(p) for p in pieces], options, max_positions):
         # Both stop after `limit` decoding steps, an EOS step included (vtx's |Y|).
         results = translator.translate_batch([pieces[i] for i in group], beam_size=options.beam,
                                              length_penalty=options.lenpen,
