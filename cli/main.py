@@ -5,6 +5,7 @@ so `vtx --help` answers instantly.
 """
 
 import errno
+import os
 import signal
 import sys
 import threading
@@ -36,12 +37,16 @@ class Vtx(click.Group):
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {signum: signal.signal(signum, _stop) for signum in
                     (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
+        if main_thread:
+            stop.watch(_stop)  # a long TensorFlow call is waited for where a signal can end it
         try:
             result = self._invoke(ctx)
         except KeyboardInterrupt:
             # Raised through the command, so its cleanups (an output's hidden temporary) have
             # run. SystemExit passes click's standalone main, which would make this an Abort.
             _interrupted(ctx, signal.SIGINT)
+        except SystemExit as end:
+            _exit(end.code)
         except Exception:
             # A signal's exception raised where a library catches everything and fails another
             # way: Keras's `ops.shape` has a bare `except:`, so a SIGTERM landing there while
@@ -53,6 +58,8 @@ class Vtx(click.Group):
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if main_thread:
+                stop.watch(None)
             noted = stop.claim()  # not left to a later command in this process
         # Swallowed where no output was on its way (`vtx.stop`): the exit is still the signal's.
         if noted is not None:
@@ -84,7 +91,17 @@ def _interrupted(ctx: click.Context, signum: int) -> None:
     if signum == signal.SIGINT:
         command = f"vtx {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "vtx"
         click.echo(f"{command}: interrupted (SIGINT)", err=True)
-    sys.exit(128 + signum)
+    _exit(128 + signum)
+
+
+def _exit(code) -> None:
+    """sys.exit(code); at once where a search the signal cut short still runs on its thread
+    (`stop.interruptible`): the cleanups have run, and the interpreter's exit would wait on it."""
+    if stop.abandoned():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
+    sys.exit(code)
 
 
 def _closed_pipe(error: BaseException | None) -> bool:

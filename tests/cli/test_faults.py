@@ -625,25 +625,55 @@ def test_a_reader_gone_from_the_pipe_ends_translate_quietly(tmp_path):
     assert not errors and "Traceback" not in gone.stderr, gone.stderr
 
 
-def test_sigterm_mid_output_leaves_neither_the_output_nor_its_temporary(tmp_path):
-    """Python's default SIGTERM ended the process on the spot: no file under the output's name,
-    but its hidden temporary stayed for good. Now the cleanups run, as on Ctrl-C."""
-    import signal
+def _translating_into_out_de(tmp_path, lines, *flags):
+    """`vtx translate` of `lines` into out.de, once its output's hidden temporary exists."""
     import subprocess
     import sys
     import time
 
-    (tmp_path / "in.en").write_text("A dog runs in the park .\n" * 5000)
+    (tmp_path / "in.en").write_text(lines)
     vtx = Path(sys.executable).with_name("vtx")
     process = subprocess.Popen([str(vtx), "translate", "--checkpoint", str(FIXTURE_MODEL),
-                                "--input", "in.en", "--output", "out.de", "--buffer-size", "1"],
+                                "--input", "in.en", "--output", "out.de", *flags],
                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".out.de.tmp-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list(tmp_path.glob(".out.de.tmp-*")), "the output was never started"
+    return process
+
+
+def test_sigterm_mid_output_leaves_neither_the_output_nor_its_temporary(tmp_path):
+    """Python's default SIGTERM ended the process on the spot: no file under the output's name,
+    but its hidden temporary stayed for good. Now the cleanups run, as on Ctrl-C."""
+    import signal
+
+    process = _translating_into_out_de(tmp_path, "A dog runs in the park .\n" * 5000,
+                                       "--buffer-size", "1")
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr.decode()[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+def test_sigterm_ends_a_wide_beams_search_at_once_and_writes_nothing(tmp_path):
+    """`vtx translate --beam 100000` held a SIGTERM for as long as its search of one line ran
+    (minutes): Python runs a handler only between the TensorFlow calls. A beam of 20,000 searches
+    this line for 20 s or more on a 2-core CPU; the signal ends it within seconds now."""
+    import signal
+    import subprocess
+    import time
+
+    process = _translating_into_out_de(
+        tmp_path, "A man in a blue shirt is standing on a ladder cleaning windows .\n",
+        "--beam", "20000")
+    time.sleep(2)  # into the search
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("SIGTERM did not end the search within 10 s")
     assert process.returncode == 128 + signal.SIGTERM, stderr.decode()[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
 

@@ -85,11 +85,21 @@ VALIDATION = {"bleu": TRANSLATION,
 
 
 def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
-    """About the memory one sentence's search takes: per hypothesis, the self-attention cache
-    (layers x keys and values x d_model x max length) and the float32 scores over the vocabulary
-    (logits, log-probabilities and candidates), plus the sentence's encoder keys and values."""
+    """About the most memory one sentence's beam search takes, so that it errs high.
+
+    Per hypothesis: the self-attention cache at the length limit L (layers x keys and values x
+    d_model x L), the float32 scores over the vocabulary V (the logits and the log-sum-exp's
+    passes over them: 4 V), the 2K + 2 candidates taken from each row (values, ids,
+    log-probabilities and their mask: 4 of them, up to V each, which a wide beam reaches) and the
+    token arrays of the live, finished and candidate hypotheses (16 x L); plus the sentence's
+    encoder keys and values.
+    `benchmarks/search_memory.py` sets it against the peak memory measured; tracing the search
+    takes ~100 MiB more, once.
+    """
     length = options.length_limit(source_length, config.max_positions)
-    per_hypothesis = 4 * (2 * config.num_layers * config.d_model * length + 3 * config.vocab_size)
+    candidates = min(config.vocab_size, 2 * options.beam + 2)  # `beam_search._Search.candidates`
+    per_hypothesis = 4 * (2 * config.num_layers * config.d_model * length
+                          + 4 * config.vocab_size + 4 * candidates + 16 * (length + 1))
     return options.beam * per_hypothesis + 4 * 2 * config.num_layers * config.d_model * source_length
 
 

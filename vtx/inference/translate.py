@@ -188,7 +188,7 @@ class Translator:
             ArgumentError: one sentence alone does not fit (names `beam`).
         """
         try:
-            output = self._search(source)
+            output = stop.interruptible(self._search, source)  # a signal ends it at once
             return output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy()
         except Exception as error:
             if not out_of_device_memory(error):
