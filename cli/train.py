@@ -68,7 +68,12 @@ def _device_names(ctx, param, value):
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset: base and big as in the paper's Table 3, parse-big for "
-                   "parsing (section 6.3), tiny for tests.")
+                   "parsing (section 6.3), tiny for tests; with --finetune-from, the "
+                   "checkpoint's model.")
+@click.option("--finetune-from", type=click.Path(dir_okay=False), metavar="CHECKPOINT",
+              help="Start from this checkpoint's weights and model (dropout flags may change), "
+                   "with a fresh optimizer, schedule and data position; DATA_DIR must have its "
+                   "vocabulary. A --save-dir holding checkpoints resumes instead.")
 @click.option("--save-dir", type=click.Path(file_okay=False), callback=creatable_folder,
               help="Folder of the run's checkpoints, config, history and learning curve; a "
                    "run resumes from it where it holds a checkpoint.")
@@ -195,9 +200,15 @@ def _device_names(ctx, param, value):
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
           eval_beam, eval_lenpen, eval_constrain_trees, best_checkpoint_metric, xla_cache_dir,
-          prefetch, profile, **train_options):
+          prefetch, profile, finetune_from, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
+
+    if finetune_from and dry_run:
+        raise click.UsageError("--dry-run builds a preset's model; --finetune-from trains the "
+                               "checkpoint's (leave one out)")
+    if finetune_from and _given("arch") is None:
+        arch = None  # the checkpoint's model; a --arch given must be it
 
     overrides = dict(num_layers=layers, d_model=d_model, d_ff=d_ff, num_heads=heads,
                      dropout=dropout, attention_dropout=attention_dropout,
@@ -254,11 +265,22 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                                 devices=devices, prefetch=prefetch, profile=profile,
                                 tensorboard_dir=tensorboard_dir,
                                 log=lambda line: click.echo(line, err=True),
-                                eval_metric=eval_metric, eval_options=eval_options)
+                                eval_metric=eval_metric, eval_options=eval_options,
+                                finetune_from=finetune_from)
         except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
             raise library_error(error, FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
+
+
+def _given(name):
+    """The value of option `name` where the command line (or the environment) set it, else
+    None (its default)."""
+    context = click.get_current_context()
+    source = context.get_parameter_source(name)
+    if source in (None, click.core.ParameterSource.DEFAULT):
+        return None
+    return context.params[name]
 
 
 @contextlib.contextmanager

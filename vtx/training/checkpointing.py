@@ -217,6 +217,25 @@ class Checkpointer:
             if warning:
                 self.log(warning)
 
+    def start_from(self, start: checkpoints.Checkpoint, path, state: RunState) -> None:
+        """Load the weights of `start` (read from `path`) into the model for a fine-tuning run:
+        the floating-point variables only; the optimizer, the dropout's random state and
+        `state` stay this run's fresh ones (step 0, each worker at the start of its data).
+
+        Raises:
+            TrainingError: its variables' shapes are not this model's.
+        """
+        model = self.engine.model.variables
+        if [tuple(v.shape) for v in model] != [a.shape for a in start.model]:
+            raise TrainingError(f"--finetune-from {path}: its variables' shapes are not those of "
+                                f"this run's model")
+        for variable, array in zip(model, start.model):
+            if np.issubdtype(array.dtype, np.floating):
+                variable.assign(array)
+        state.finetuned_from = str(path)
+        self.log(f"fine-tuning from {path} (step {start.meta.get('step')}): its weights, a "
+                 f"fresh optimizer and learning-rate schedule, the data from its start")
+
     def _check_vocabulary(self, path, saved: bytes | None) -> None:
         """Refuse a checkpoint trained on other pieces than this run's vocabulary (a data
         directory preprocessed again, or another one): of the same size, it would load and
@@ -362,8 +381,9 @@ class Checkpointer:
         return (f"no numbered checkpoint of {self.save_dir} loads, but its {best.name} (step "
                 f"{kept.meta.get('step')}{said}) does: starting over from step 0 would replace "
                 f"it with a worse model; train in another --save-dir (copy {best.name} out "
-                f"first to keep it), or move {best.name} out of {self.save_dir} to start over "
-                f"here")
+                f"first to keep it; --finetune-from {best} there trains on from its weights, with a "
+                f"fresh optimizer and schedule), or move {best.name} out of {self.save_dir} to "
+                f"start over here")
 
     def lock(self) -> None:
         """Hold the save dir's lock while this process trains (`lock_save_dir`); where none can
