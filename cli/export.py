@@ -3,14 +3,15 @@
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, library_error,
-                             search_options)
+from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, ema_option,
+                             library_error, search_options)
 
 FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --help needs no import
 
 
 @click.command("export")
 @checkpoint_option
+@ema_option
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),
               help="savedmodel: TensorFlow SavedModel with SentencePiece and beam search in the "
                    "graph; ctranslate2: CTranslate2 model directory + sentencepiece.model.")
@@ -19,7 +20,7 @@ FORMATS = ("savedmodel", "ctranslate2")  # vtx.export.FORMATS, kept here so --he
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
 @search_options(TRANSLATION)
 def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formula, max_len_a,
-           max_len_b, stop):
+           max_len_b, stop, ema):
     """Export a trained model for serving without vtx.
 
     The search options are baked into a SavedModel; CTranslate2 takes its own when translating.
@@ -32,7 +33,7 @@ def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formul
         path = resolve_checkpoint(checkpoint)
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
-        written = export_model(path, output, export_format, options, force=force)
+        written = export_model(path, output, export_format, options, force=force, ema=ema)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, {**SEARCH_FLAGS, "output": "--output",
                                    "force": "--force"}) from error

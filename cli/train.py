@@ -185,6 +185,16 @@ def _device_names(ctx, param, value):
               default=None,
               help="What checkpoint_best is the best of: validation loss (lowest), bleu or f1 "
                    "(highest).  [default: the --eval-* metric if any, else loss]")
+@click.option("--ema-decay", type=FiniteFloat(0, 1, max_open=True), default=None,
+              metavar="D",
+              help="Keep an exponential moving average of the weights, ema = D x ema + "
+                   "(1 - D) x weights after each update, in every checkpoint. The --ema flag of "
+                   "translate, parse, average-checkpoints and export uses it.  [default: none]")
+@click.option("--ema-start-step", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --ema-decay: up to this update the average follows the weights.")
+@click.option("--validate-ema", is_flag=True,
+              help="With --ema-decay: validations (loss, --eval-*, checkpoint_best, --patience) "
+                   "score the averaged weights.")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
@@ -251,6 +261,10 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             if value is not None and not eval_metric:
                 raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
                                        f"search of each validation's metric)")
+        for flag, given in (("--ema-start-step", train_options["ema_start_step"]),
+                            ("--validate-ema", train_options["validate_ema"])):
+            if given and train_options["ema_decay"] is None:
+                raise click.UsageError(f"{flag} goes with --ema-decay (the average it acts on)")
         if eval_constrain_trees and not eval_gold:
             raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
         eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}

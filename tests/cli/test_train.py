@@ -377,3 +377,25 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
             f"model of --finetune-from {start} (num_layers 2, d_model 64") in result.stderr
     result = vtx("train", data, "--finetune-from", start, "--dry-run")
     assert result.returncode == 2 and "--dry-run builds a preset's model" in result.stderr
+
+
+def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_small, tmp_path):
+    save = tmp_path / "run"
+    result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
+                 "--ema-decay", 0.5, "--validate-ema", *SMALL[:-4],
+                 "--validate-interval-steps", 2, "--save-interval-minutes", 0)
+    assert result.returncode == 0, result.stderr
+    saved = checkpoints.load(checkpoints.checkpoint_path(save, 2))
+    assert saved.ema is not None and saved.meta["train_config"]["ema_decay"] == 0.5
+    assert any(not np.array_equal(a, b) for a, b in zip(saved.ema, saved.model))
+    result = subprocess.run([VTX, "translate", "--checkpoint", save, "--ema", "--beam", "1"],
+                            input="A dog runs.\n", capture_output=True, text=True)
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("flag", [["--ema-start-step", "5"], ["--validate-ema"]])
+def test_ema_flags_without_ema_decay_are_usage_errors(multi30k_small, tmp_path, flag):
+    result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *flag)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{flag[0]} goes with --ema-decay (the average it acts on)" in result.stderr
+    assert not (tmp_path / "run").exists()
