@@ -76,8 +76,10 @@ def main() -> None:
                                       best_checkpoint_metric="bleu" if args.scores else "loss",
                                       save_interval_minutes=0, save_interval_steps=args.save_every,
                                       ema_decay=args.ema_decay, ema_start_step=args.ema_start_step)
-    # A worker of a TF_CONFIG cluster takes every device it sees (--devices is refused there).
-    devices = None if os.environ.get("TF_CONFIG") else [f"/cpu:{i}" for i in range(args.devices)]
+    # A worker of a TF_CONFIG cluster, or of a Slurm step of several tasks, takes every device
+    # it sees (--devices is refused there).
+    several = os.environ.get("TF_CONFIG") or int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
+    devices = None if several else [f"/cpu:{i}" for i in range(args.devices)]
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices),
                       prefetch=args.prefetch)
     if args.show_placement:
