@@ -42,9 +42,9 @@ def srun(environment, *command):
     return result.returncode, result.stdout + result.stderr
 
 
-def test_two_slurm_tasks_join_one_cluster_and_train_the_same_weights(slurm, tmp_path):
+def test_two_slurm_tasks_join_one_cluster_and_train_the_same_weights_and_ema(slurm, tmp_path):
     status, output = srun(slurm, sys.executable, "-m", "tests.training.driver", tmp_path,
-                          "--max-steps", 3)
+                          "--max-steps", 3, "--ema-decay", 0.5)
     assert status == 0, output[-3000:]
     for worker in (0, 1):
         assert any(line.startswith("Slurm job ") and "2 workers (" in line
@@ -54,6 +54,10 @@ def test_two_slurm_tasks_join_one_cluster_and_train_the_same_weights(slurm, tmp_
     assert sorted(weights[0].files) == sorted(weights[1].files)
     for key in weights[0].files:
         np.testing.assert_array_equal(weights[0][key], weights[1][key])
+    # The weights' EMA, stepped on each worker's device from its own weights: the same too.
+    averages = [np.load(tmp_path / f"final_ema_{worker}.npz") for worker in (0, 1)]
+    for key in averages[0].files:
+        np.testing.assert_array_equal(averages[0][key], averages[1][key])
     assert [p.name for p in checkpoints.list_checkpoints(tmp_path)] == ["checkpoint_00000003.npz"]
 
 

@@ -351,7 +351,8 @@ def peer_failure(error: Exception, num_workers: int) -> str | None:
         return None
     return (f"another worker of this run stopped or cannot be reached ({type(error).__name__}: "
             f"{tf_message(error)}); the checkpoints written are kept: see that worker's log for "
-            f"why, then start every worker again (the same TF_CONFIG) to resume from the newest")
+            f"why, then start every worker again (the same TF_CONFIG, or srun) to resume from the "
+            f"newest")
 
 
 def unseen_gpus_warning() -> str | None:

@@ -119,11 +119,9 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
 
     save_dir = Path(save_dir)
     data = DataDirectory.open(data_dir)  # names a missing or damaged meta.json
-    if finetune_from:
-        model_config, start = _finetuned_model(save_dir, finetune_from, data, arch, overrides,
-                                               log)
-    else:
-        model_config, start = resolve_model_config(data, arch, overrides), None
+    model_config, start = (
+        _finetuned_model(save_dir, finetune_from, data, arch, overrides, log) if finetune_from
+        else (resolve_model_config(data, arch, overrides), None))
     _check_outside_data(save_dir, data)
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
@@ -152,10 +150,7 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     trainer.state.training_data = data.training_data()
     trainer.resume()
     if finetune_from and trainer.checkpointer.resumed_from is None:
-        if start is None:  # the save dir's checkpoints were listed but none loads
-            start = finetune.load_start(finetune_from)
-            finetune.check_vocabulary(start, finetune_from, data)
-        trainer.checkpointer.start_from(start, finetune_from, trainer.state)
+        _start_finetuning(trainer, finetune_from, start, data)
     del start  # the weights are on the devices: the host's copy is not kept for the run
     boundaries = _resumed_boundaries(trainer, boundaries, data, splits, log)
     packed = _resumed_packing(trainer, packed, log)
@@ -197,6 +192,20 @@ def _finetuned_model(save_dir: Path, finetune_from, data: DataDirectory, arch: s
     start = finetune.load_start(finetune_from)
     finetune.check_vocabulary(start, finetune_from, data)
     return finetune.model_config(start.meta["model_config"], finetune_from, arch, overrides), start
+
+
+def _start_finetuning(trainer, finetune_from, start, data: DataDirectory) -> None:
+    """Load the weights of `start`, the checkpoint `finetune_from`, into a trainer that resumed
+    nothing; read now where `_finetuned_model` left it (None: the save dir's checkpoints were
+    listed, but none loaded).
+
+    Raises:
+        ValueError: it does not load, or the data's vocabulary is not its.
+    """
+    if start is None:
+        start = finetune.load_start(finetune_from)
+        finetune.check_vocabulary(start, finetune_from, data)
+    trainer.checkpointer.start_from(start, finetune_from, trainer.state)
 
 
 def _has_validation(data: DataDirectory, train_config: TrainConfig, eval_metric: str | None,
