@@ -192,7 +192,7 @@ def _device_names(ctx, param, value):
                    "translate, parse, average-checkpoints and export uses it.  [default: none]")
 @click.option("--ema-start-step", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --ema-decay: up to this update the average follows the weights.")
-@click.option("--validate-ema", is_flag=True,
+@click.option("--validate-with-ema", "validate_ema", is_flag=True,
               help="With --ema-decay: validations (loss, --eval-*, checkpoint_best, --patience) "
                    "score the averaged weights.")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
@@ -262,7 +262,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                 raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
                                        f"search of each validation's metric)")
         for flag, given in (("--ema-start-step", train_options["ema_start_step"]),
-                            ("--validate-ema", train_options["validate_ema"])):
+                            ("--validate-with-ema", train_options["validate_ema"])):
             if given and train_options["ema_decay"] is None:
                 raise click.UsageError(f"{flag} goes with --ema-decay (the average it acts on)")
         if eval_constrain_trees and not eval_gold:

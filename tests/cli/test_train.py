@@ -382,7 +382,7 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
 def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_small, tmp_path):
     save = tmp_path / "run"
     result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
-                 "--ema-decay", 0.5, "--validate-ema", *SMALL[:-4],
+                 "--ema-decay", 0.5, "--validate-with-ema", *SMALL[:-4],
                  "--validate-interval-steps", 2, "--save-interval-minutes", 0)
     assert result.returncode == 0, result.stderr
     saved = checkpoints.load(checkpoints.checkpoint_path(save, 2))
@@ -393,7 +393,7 @@ def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_sma
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("flag", [["--ema-start-step", "5"], ["--validate-ema"]])
+@pytest.mark.parametrize("flag", [["--ema-start-step", "5"], ["--validate-with-ema"]])
 def test_ema_flags_without_ema_decay_are_usage_errors(multi30k_small, tmp_path, flag):
     result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *flag)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -1,5 +1,5 @@
 """The weights' exponential moving average (`vtx train --ema-decay`): stepped in the compiled
-update on every replica, kept in every checkpoint, scored by --validate-ema."""
+update on every replica, kept in every checkpoint, scored by --validate-with-ema."""
 
 import json
 import re
@@ -88,7 +88,7 @@ def test_resuming_a_checkpoint_without_ema_starts_the_ema_from_its_weights(tmp_p
 
 
 def test_validate_ema_scores_the_averaged_weights_and_leaves_the_trained_ones(tmp_path):
-    """The validation loss of --validate-ema is that of the EMA's weights; the checkpoint saved
+    """The validation loss of --validate-with-ema is that of the EMA's weights; the checkpoint saved
     after it holds the trained weights and the EMA apart, as before the validation."""
     valid = epoch_maker(make_pairs(8, 20, seed=9), 4)(0, 0)
     trainer = make_trainer(tmp_path / "run", max_steps=2, ema_decay=0.5, validate_ema=True,

@@ -217,7 +217,7 @@ class TrainingLoop:
         # A signal received during the update: the loss alone would be thrown away.
         if score_valid is not None and self.collectives.any_worker(self.stop_signal is not None):
             return None
-        # --validate-ema: the model holds the EMA's weights for the validation (swapped back
+        # --validate-with-ema: the model holds the EMA's weights for the validation (swapped back
         # after it, exactly).
         with (self.engine.ema.swapped() if self.config.validate_ema
               else contextlib.nullcontext()):

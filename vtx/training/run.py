@@ -238,7 +238,7 @@ def _has_validation(data: DataDirectory, train_config: TrainConfig, eval_metric:
                          f"validation split in {data} and --validate-interval-steps above 0 "
                          f"(now {train_config.validate_interval_steps})")
     if train_config.validate_ema and not (has_valid and train_config.validate_interval_steps):
-        raise ValueError(f"--validate-ema scores the averaged weights at each validation: it "
+        raise ValueError(f"--validate-with-ema scores the averaged weights at each validation: it "
                          f"needs a validation split in {data} and --validate-interval-steps "
                          f"above 0 (now {train_config.validate_interval_steps})")
     if not has_valid and train_config.validate_interval_steps:
