@@ -33,7 +33,10 @@ the script prints a note and measures vtx alone.
 Usage: python benchmarks/train_throughput.py [--archs base,tiny,quickstart]
            [--precisions float32,mixed_bfloat16] [--steps-base 2] [--steps-tiny 20]
            [--warmup-base 1] [--warmup-tiny 3] [--tokens 4096] [--length 32]
-           [--reference torch|none] [--jit-compile]
+           [--reference torch|none] [--jit-compile] [--ema-decay D]
+
+`--ema-decay D` times vtx's update with the weights' moving average stepped in it (`vtx train
+--ema-decay`; the reference keeps none): run once with and once without for its cost.
 """
 
 from __future__ import annotations
@@ -121,7 +124,8 @@ def measure_vtx(arch: str, precision: str, args) -> dict:
     model_config = model_config_for(arch)
     batches = synthetic_batches(model_config.vocab_size, args.tokens, args.length)
     train_config = TrainConfig(max_tokens=args.tokens, precision=precision,
-                               jit_compile=args.jit_compile, validate_interval_steps=0)
+                               jit_compile=args.jit_compile, validate_interval_steps=0,
+                               ema_decay=args.ema_decay)
     with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
         trainer = Trainer(model_config, train_config, save_dir,
                           strategy=tf.distribute.MirroredStrategy(["/cpu:0"]), log=lambda _: None)
@@ -166,6 +170,8 @@ def run_worker(framework: str, arch: str, precision: str, args) -> dict | None:
                "--warmup-tiny", str(args.warmup_tiny),
                "--tokens", str(args.tokens), "--length", str(args.length),
                "--threads", str(args.threads)] + (["--jit-compile"] if args.jit_compile else [])
+    if args.ema_decay is not None:
+        command += ["--ema-decay", str(args.ema_decay)]
     return run_child(command, f"{framework} {arch} {precision}")
 
 
@@ -227,6 +233,7 @@ def main(args) -> None:
     print(f"machine: {_cpu_model()}")
     print(f"batch: {args.tokens // args.length} x {args.length} tokens a side; warm-up updates: "
           f"base {args.warmup_base}, tiny {args.warmup_tiny}; jit_compile={args.jit_compile}; "
+          f"vtx ema_decay={args.ema_decay}; "
           f"cpus={os.cpu_count()}; load average before: {_load()}")
     print("tok/s: target tokens per second of wall time over the timed updates; s/step: fastest-"
           "slowest wall seconds of one update, then the process's CPU seconds per update")
@@ -270,6 +277,8 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--reference", choices=("torch", "none"), default="torch")
     parser.add_argument("--jit-compile", action="store_true", help="XLA on vtx's gradient function")
+    parser.add_argument("--ema-decay", type=float, default=None,
+                        help="vtx keeps the weights' EMA of this decay (vtx train --ema-decay)")
     parser.add_argument("--worker", choices=("vtx", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.tokens < args.length or args.length < 2:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import click
 
+from vtx_cli.options import ema_option
+
 
 @click.command("average-checkpoints")
 @click.option("--inputs", "inputs", multiple=True, required=True, type=click.Path(exists=True),
@@ -19,7 +21,8 @@ import click
               help="Where to write the averaged checkpoint (.npz), not under a numbered "
                    "checkpoint's name (checkpoint_NNNNNNNN.npz: train would resume from it).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
-def average_checkpoints(inputs, num_last, upper_bound, output, force):
+@ema_option
+def average_checkpoints(inputs, num_last, upper_bound, output, force, ema):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
     from vtx import checkpoints
 
@@ -46,7 +49,7 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force):
         raise click.UsageError("--num-last and --upper-bound go with a directory in --inputs")
     try:
         checkpoints.check_output(output, force, paths)
-        averaged = checkpoints.average(paths)
+        averaged = checkpoints.average(paths, ema)
         checkpoints.save(output, averaged)
     except (OSError, ValueError, MemoryError) as error:
         raise click.ClickException(str(error)) from error

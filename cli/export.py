@@ -4,8 +4,8 @@ a Hugging Face Transformers MarianMT model or a keras-hub preset."""
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, library_error,
-                             search_options)
+from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, ema_option,
+                             library_error, search_options)
 
 # vtx.export.FORMATS, kept here so that --help needs no import
 FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
@@ -13,6 +13,7 @@ FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 
 @click.command("export")
 @checkpoint_option
+@ema_option
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),
               help="savedmodel: TensorFlow SavedModel, SentencePiece and beam search in the "
                    "graph; ctranslate2: CTranslate2 model + sentencepiece.model; transformers: "
@@ -22,7 +23,7 @@ FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")
 @search_options(TRANSLATION)
 def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formula, max_len_a,
-           max_len_b, stop):
+           max_len_b, stop, ema):
     """Export a trained model for serving without vtx.
 
     The search options are baked into a SavedModel and a keras-hub preset (its default);
@@ -36,7 +37,7 @@ def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formul
         path = resolve_checkpoint(checkpoint)
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop)
-        written = export_model(path, output, export_format, options, force=force)
+        written = export_model(path, output, export_format, options, force=force, ema=ema)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, {**SEARCH_FLAGS, "output": "--output",
                                    "force": "--force"}) from error

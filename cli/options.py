@@ -46,6 +46,12 @@ SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "input_path": "--input",
                 "output_path": "--output"}
 
+# --ema of translate, parse, average-checkpoints and export: the checkpoint's EMA weights.
+ema_option = click.option(
+    "--ema", is_flag=True,
+    help="Use the checkpoint's exponential moving average of the weights (kept by `vtx train "
+         "--ema-decay`) instead of its weights.")
+
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")

@@ -3,7 +3,8 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
+from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, ema_option, library_error,
+                             search_options)
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
@@ -12,6 +13,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
 
 @click.command()
 @checkpoint_option
+@ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Whitespace-tokenized sentences, one per line.  [default: stdin]")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
@@ -33,7 +35,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
                    "words in their slots (prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
-          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force):
+          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
@@ -47,7 +49,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
         parsed = lib.parse_file(checkpoint, input_path, output_path, options, buffer_size, force,
                                 gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
-                                log=lambda message: click.echo(message, err=True))
+                                log=lambda message: click.echo(message, err=True), ema=ema)
     except (OSError, ValueError, MemoryError) as error:  # also a --beam too wide for the memory
         raise library_error(error, FLAGS) from error
     if parsed.scores is not None:

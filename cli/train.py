@@ -68,7 +68,12 @@ def _device_names(ctx, param, value):
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset: base and big as in the paper's Table 3, parse-big for "
-                   "parsing (section 6.3), tiny for tests.")
+                   "parsing (section 6.3), tiny for tests; with --finetune-from, the "
+                   "checkpoint's model.")
+@click.option("--finetune-from", type=click.Path(dir_okay=False), metavar="CHECKPOINT",
+              help="Start from this checkpoint's weights and model (dropout flags may change), "
+                   "with a fresh optimizer, schedule and data position; DATA_DIR must have its "
+                   "vocabulary. A --save-dir holding checkpoints resumes instead.")
 @click.option("--save-dir", type=click.Path(file_okay=False), callback=creatable_folder,
               help="Folder of the run's checkpoints, config, history and learning curve; a "
                    "run resumes from it where it holds a checkpoint.")
@@ -180,6 +185,16 @@ def _device_names(ctx, param, value):
               default=None,
               help="What checkpoint_best is the best of: validation loss (lowest), bleu or f1 "
                    "(highest).  [default: the --eval-* metric if any, else loss]")
+@click.option("--ema-decay", type=FiniteFloat(0, 1, max_open=True), default=None,
+              metavar="D",
+              help="Keep an exponential moving average of the weights, ema = D x ema + "
+                   "(1 - D) x weights after each update, in every checkpoint. The --ema flag of "
+                   "translate, parse, average-checkpoints and export uses it.  [default: none]")
+@click.option("--ema-start-step", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --ema-decay: up to this update the average follows the weights.")
+@click.option("--validate-with-ema", "validate_ema", is_flag=True,
+              help="With --ema-decay: validations (loss, --eval-*, checkpoint_best, --patience) "
+                   "score the averaged weights.")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
@@ -195,9 +210,15 @@ def _device_names(ctx, param, value):
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
           eval_beam, eval_lenpen, eval_constrain_trees, best_checkpoint_metric, xla_cache_dir,
-          prefetch, profile, **train_options):
+          prefetch, profile, finetune_from, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
+
+    if finetune_from and dry_run:
+        raise click.UsageError("--dry-run builds a preset's model; --finetune-from trains the "
+                               "checkpoint's (leave one out)")
+    if finetune_from and _given("arch") is None:
+        arch = None  # the checkpoint's model; a --arch given must be it
 
     overrides = dict(num_layers=layers, d_model=d_model, d_ff=d_ff, num_heads=heads,
                      dropout=dropout, attention_dropout=attention_dropout,
@@ -240,6 +261,10 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             if value is not None and not eval_metric:
                 raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
                                        f"search of each validation's metric)")
+        for flag, given in (("--ema-start-step", train_options["ema_start_step"]),
+                            ("--validate-with-ema", train_options["validate_ema"])):
+            if given and train_options["ema_decay"] is None:
+                raise click.UsageError(f"{flag} goes with --ema-decay (the average it acts on)")
         if eval_constrain_trees and not eval_gold:
             raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
         eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
@@ -254,11 +279,22 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                                 devices=devices, prefetch=prefetch, profile=profile,
                                 tensorboard_dir=tensorboard_dir,
                                 log=lambda line: click.echo(line, err=True),
-                                eval_metric=eval_metric, eval_options=eval_options)
+                                eval_metric=eval_metric, eval_options=eval_options,
+                                finetune_from=finetune_from)
         except (OSError, ValueError, MemoryError, DataError, TrainingError) as error:
             raise library_error(error, FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
+
+
+def _given(name):
+    """The value of option `name` where the command line (or the environment) set it, else
+    None (its default)."""
+    context = click.get_current_context()
+    source = context.get_parameter_source(name)
+    if source in (None, click.core.ParameterSource.DEFAULT):
+        return None
+    return context.params[name]
 
 
 @contextlib.contextmanager

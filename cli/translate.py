@@ -3,13 +3,15 @@
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import SEARCH_FLAGS, checkpoint_option, library_error, search_options
+from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, ema_option, library_error,
+                             search_options)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input"}
 
 
 @click.command()
 @checkpoint_option
+@ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Source text, one sentence per line; read as gzip when named .gz.  "
                    "[default: stdin]")
@@ -30,7 +32,7 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def translate(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
-              max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force):
+              max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, ema):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions
@@ -47,7 +49,7 @@ def translate(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),
                                   log=lambda message: click.echo(message, err=True),
-                                  other_inputs={"--reference": reference})
+                                  other_inputs={"--reference": reference}, ema=ema)
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)

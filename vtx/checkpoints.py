@@ -3,7 +3,8 @@
 A checkpoint holds the model's variables (weights and dropout RNG state, in the model's variable
 order), the optimizer's variables, and a JSON `meta` record: step, data-stream position, model and
 training configuration. It may also carry the SentencePiece model bytes, so that a single file is
-enough to translate. The meta record's `checksum` (SHA-256 over the rest of the meta and every
+enough to translate, and the exponential moving average of the weights (`vtx train --ema-decay`),
+which `load(path, ema=True)` returns in place of the weights. The meta record's `checksum` (SHA-256 over the rest of the meta and every
 other entry's name, dtype, shape and bytes) is verified by `load`, so that damage the zip format
 does not notice (an entry lost from its directory, contents rewritten) is caught too; files written
 before it existed load without the check. `average` is a pure function over such files (fairseq's
@@ -41,6 +42,9 @@ class Checkpoint:
     optimizer: list  # np.ndarray per optimizer variable, in `optimizer.variables` order
     meta: dict  # step, position, model_config, train_config, ...
     vocab: bytes | None = None  # serialized SentencePiece model
+    # np.ndarray per model variable: the EMA of the weights (`vtx train --ema-decay`), the
+    # integer variables (dropout RNG state) as in `model`; None: trained without one.
+    ema: list | None = None
 
 
 def checkpoint_path(save_dir: str | Path, step: int) -> Path:
@@ -115,6 +119,7 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
     path = Path(path)
     arrays = {f"model_{i:05d}": a for i, a in enumerate(checkpoint.model)}
     arrays.update({f"optimizer_{i:05d}": a for i, a in enumerate(checkpoint.optimizer)})
+    arrays.update({f"ema_{i:05d}": a for i, a in enumerate(checkpoint.ema or ())})
     if checkpoint.vocab is not None:
         arrays["vocab"] = np.frombuffer(checkpoint.vocab, dtype=np.uint8)
     meta = {**checkpoint.meta, _CHECKSUM: _checksum(arrays, checkpoint.meta)}
@@ -124,10 +129,14 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
             np.savez(handle, **arrays)
 
 
-def load(path: str | Path) -> Checkpoint:
+def load(path: str | Path, ema: bool = False) -> Checkpoint:
     """Read a checkpoint file and verify its checksum (when it has one).
 
+    Args:
+        ema: return the checkpoint with its EMA's weights as its model (`with_ema_weights`).
+
     Raises:
+        ValueError: `ema` and the checkpoint holds no EMA (the file named).
         OSError: the file cannot be opened.
         CheckpointError: the file is damaged or not a vtx checkpoint (the message names it).
         MemoryError: the host's memory ran out reading a checkpoint whose entries hold the
@@ -152,7 +161,23 @@ def load(path: str | Path) -> Checkpoint:
         # does not parse): each one means "damaged".
         except Exception as error:
             raise _damaged(path, f"{type(error).__name__}: {error}") from error
-    return _from_arrays(path, arrays)
+    checkpoint = _from_arrays(path, arrays)
+    return with_ema_weights(checkpoint, path) if ema else checkpoint
+
+
+def with_ema_weights(checkpoint: Checkpoint, path: str | Path) -> Checkpoint:
+    """`checkpoint` (read from `path`) with the EMA of its weights as its model (what `--ema`
+    of translate, parse, average-checkpoints and export use), marked `"weights": "ema"` in its
+    meta, holding no EMA of its own.
+
+    Raises:
+        ValueError: it holds no EMA (the file named).
+    """
+    if checkpoint.ema is None:
+        raise ValueError(f"{path} holds no EMA of its weights (its run trained without "
+                         f"--ema-decay): leave --ema out to use its weights")
+    return Checkpoint(model=checkpoint.ema, optimizer=checkpoint.optimizer,
+                      meta={**checkpoint.meta, "weights": "ema"}, vocab=checkpoint.vocab)
 
 
 def _entries_fit(handle) -> bool:
@@ -205,10 +230,14 @@ def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
     if reason := _invalid_model_config(model_config):
         raise _damaged(path, f"its model configuration is not one vtx builds: {reason}")
     names = sorted(arrays)
-    return Checkpoint(model=[arrays[n] for n in names if n.startswith("model_")],
+    model = [arrays[n] for n in names if n.startswith("model_")]
+    ema = [arrays[n] for n in names if n.startswith("ema_")] or None
+    if ema is not None and [a.shape for a in ema] != [a.shape for a in model]:
+        raise _damaged(path, "its EMA's variables are not of its model's shapes")
+    return Checkpoint(model=model,
                       optimizer=[arrays[n] for n in names if n.startswith("optimizer_")],
                       meta=meta,
-                      vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None)
+                      vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None, ema=ema)
 
 
 def _invalid_model_config(values: dict) -> str | None:
@@ -249,13 +278,16 @@ def set_aside(path: str | Path) -> Path:
     return atomic.move_aside(path, DAMAGED_SUFFIX)
 
 
-def average(paths: list[str | Path]) -> Checkpoint:
-    """Mean of the floating-point model variables of `paths`.
+def average(paths: list[str | Path], ema: bool = False) -> Checkpoint:
+    """Mean of the floating-point model variables of `paths` (`ema`: of their EMAs' weights,
+    `with_ema_weights`).
 
     Integer state (dropout RNG counters) and the optimizer state are copied from the checkpoint
-    with the highest step; so is the meta record, with `averaged_from` added.
+    with the highest step; so is the meta record, with `averaged_from` added. The average holds
+    no EMA.
 
     Raises:
+        ValueError: `ema` and a checkpoint holds no EMA (named).
         ValueError: no paths, a file given twice (it would weigh double), or checkpoints of
             different architectures or vocabularies (pieces, not bytes: the newest's
             vocabulary goes with the averaged weights).
@@ -268,7 +300,8 @@ def average(paths: list[str | Path]) -> Checkpoint:
             same = f" (as {seen[real]})" if str(seen[real]) != str(path) else ""
             raise ValueError(f"{path} is given twice{same}: it would weigh double in the mean")
         seen[real] = path
-    loaded = sorted(((load(p), p) for p in paths), key=lambda pair: pair[0].meta.get("step", 0))
+    loaded = sorted(((load(p, ema), p) for p in paths),
+                    key=lambda pair: pair[0].meta.get("step", 0))
     checkpoints = [checkpoint for checkpoint, _ in loaded]
     newest = checkpoints[-1]
     _refuse_copies(loaded)

@@ -197,6 +197,12 @@ class TrainConfig(_JsonConfig):
     # computed at each validation, "bleu" or "f1" (highest; vtx.training.validation).
     best_checkpoint_metric: str = "loss"
     patience: int = 0  # stop after this many validations without a new best; 0 disables
+    # An exponential moving average of the weights, kept on the devices and in every
+    # checkpoint (`vtx.training.ema`): after update t, ema = d * ema + (1 - d) * weights, with d
+    # this decay, or 0 (the EMA follows the weights) for t <= `ema_start_step`. None: no EMA.
+    ema_decay: float | None = None
+    ema_start_step: int = 0
+    validate_ema: bool = False  # validations (loss and task metric) score the EMA's weights
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "update_freq", "max_steps", "warmup_steps", "log_interval_steps",
@@ -219,4 +225,10 @@ class TrainConfig(_JsonConfig):
                              f"{self.best_checkpoint_metric!r}")
         if self.lr_scale <= 0:
             raise ValueError(f"lr_scale must be positive, got {self.lr_scale}")
+        if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.ema_decay is None and (self.ema_start_step or self.validate_ema):
+            raise ValueError("ema_start_step and validate_ema need an EMA (ema_decay)")
+        if self.ema_start_step < 0:
+            raise ValueError(f"ema_start_step must be >= 0, got {self.ema_start_step}")
 

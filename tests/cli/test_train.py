@@ -356,3 +356,46 @@ def test_a_profile_range_that_could_trace_nothing_is_refused_at_once(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "Invalid value for '--profile': the trace's folder " in result.stderr
     assert "is not a directory" in result.stderr
+
+
+def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(multi30k_small,
+                                                                             tmp_path):
+    data, flags = multi30k_small / "data", SMALL[2:]  # without --arch tiny
+    assert vtx("train", data, "--save-dir", tmp_path / "a", "--max-steps", 1,
+               *SMALL).returncode == 0
+    start = checkpoints.checkpoint_path(tmp_path / "a", 1)
+    result = vtx("train", data, "--save-dir", tmp_path / "b", "--max-steps", 1,
+                 "--finetune-from", start, *flags)
+    assert result.returncode == 0, result.stderr
+    assert f"model: fine-tuned from {start}, " in result.stderr
+    saved = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert (saved["arch"], saved["finetuned_from"]) == (None, str(start))
+    result = vtx("train", data, "--save-dir", tmp_path / "c", "--max-steps", 1,
+                 "--finetune-from", start, "--arch", "big", *flags)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (f"Error: --arch big (num_layers 6, d_model 1024, d_ff 4096, num_heads 16) is not the "
+            f"model of --finetune-from {start} (num_layers 2, d_model 64") in result.stderr
+    result = vtx("train", data, "--finetune-from", start, "--dry-run")
+    assert result.returncode == 2 and "--dry-run builds a preset's model" in result.stderr
+
+
+def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_small, tmp_path):
+    save = tmp_path / "run"
+    result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
+                 "--ema-decay", 0.5, "--validate-with-ema", *SMALL[:-4],
+                 "--validate-interval-steps", 2, "--save-interval-minutes", 0)
+    assert result.returncode == 0, result.stderr
+    saved = checkpoints.load(checkpoints.checkpoint_path(save, 2))
+    assert saved.ema is not None and saved.meta["train_config"]["ema_decay"] == 0.5
+    assert any(not np.array_equal(a, b) for a, b in zip(saved.ema, saved.model))
+    result = subprocess.run([VTX, "translate", "--checkpoint", save, "--ema", "--beam", "1"],
+                            input="A dog runs.\n", capture_output=True, text=True)
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("flag", [["--ema-start-step", "5"], ["--validate-with-ema"]])
+def test_ema_flags_without_ema_decay_are_usage_errors(multi30k_small, tmp_path, flag):
+    result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *flag)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{flag[0]} goes with --ema-decay (the average it acts on)" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -2,7 +2,7 @@
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
         [--dropout P] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
-        [--prefetch K] [--show-placement] [--jit]
+        [--prefetch K] [--show-placement] [--jit] [--ema-decay D [--ema-start-step N]]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
 Prints `loss-step-1: X` and writes SAVE_DIR/final_weights_<worker>.npz.
@@ -34,6 +34,10 @@ def main() -> None:
                         help="print the devices of the first update's batches")
     parser.add_argument("--precision", default="float32")
     parser.add_argument("--jit", action="store_true", help="XLA (--jit of vtx train)")
+    parser.add_argument("--ema-decay", type=float,
+                        help="keep the weights' EMA; SAVE_DIR/final_ema_<worker>.npz then holds "
+                             "every replica's copy of it")
+    parser.add_argument("--ema-start-step", type=int, default=0)
     parser.add_argument("--cpu-flags", help="this CPU's flags as `auto` reads them (mocked)")
     parser.add_argument("--bf16-speedup", type=float,
                         help="what `auto`'s timing of bfloat16 against float32 returns (stubbed)")
@@ -70,9 +74,12 @@ def main() -> None:
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
                                       validate_interval_steps=1 if args.scores else 0,
                                       best_checkpoint_metric="bleu" if args.scores else "loss",
-                                      save_interval_minutes=0, save_interval_steps=args.save_every)
-    # A worker of a TF_CONFIG cluster takes every device it sees (--devices is refused there).
-    devices = None if os.environ.get("TF_CONFIG") else [f"/cpu:{i}" for i in range(args.devices)]
+                                      save_interval_minutes=0, save_interval_steps=args.save_every,
+                                      ema_decay=args.ema_decay, ema_start_step=args.ema_start_step)
+    # A worker of a TF_CONFIG cluster, or of a Slurm step of several tasks, takes every device
+    # it sees (--devices is refused there).
+    several = os.environ.get("TF_CONFIG") or int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
+    devices = None if several else [f"/cpu:{i}" for i in range(args.devices)]
     trainer = Trainer(model_config, train_config, args.save_dir, strategy=make_strategy(devices),
                       prefetch=args.prefetch)
     if args.show_placement:
@@ -130,6 +137,13 @@ def main() -> None:
     weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
     out = Path(args.save_dir) / f"final_weights_{trainer.engine.topology.worker_index}.npz"
     np.savez(out, **weights)
+    if trainer.engine.ema is not None:
+        local = trainer.engine.strategy.experimental_local_results
+        copies = {f"r{replica}_{index:04d}": np.asarray(copy.numpy())
+                  for index, average in enumerate(trainer.engine.ema.variables)
+                  for replica, copy in enumerate(local(average))}
+        np.savez(Path(args.save_dir) / f"final_ema_{trainer.engine.topology.worker_index}.npz",
+                 **copies)
     print(f"finished at step {trainer.state.step}", flush=True)
 
 

@@ -245,8 +245,9 @@ def test_a_save_dir_whose_best_loads_is_not_started_over_when_no_numbered_checkp
         f"no numbered checkpoint of {tmp_path} loads, but its checkpoint_best.npz (step "
         f"{meta['step']}, validation loss {meta['best_valid']:.3f}) does: starting over from "
         f"step 0 would replace it with a worse model; train in another --save-dir (copy "
-        f"checkpoint_best.npz out first to keep it), or move checkpoint_best.npz out of "
-        f"{tmp_path} to start over here")
+        f"checkpoint_best.npz out first to keep it; --finetune-from {best} there trains on "
+        f"from its weights, with a fresh optimizer and schedule), or move checkpoint_best.npz "
+        f"out of {tmp_path} to start over here")
     assert best.read_bytes() == kept and again.state.step == 0
     # A damaged best beside a numbered checkpoint that loads is said when resumed.
     shutil.copy(kept_newest, newest)

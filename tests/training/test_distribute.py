@@ -214,3 +214,59 @@ def test_worker_addresses_are_in_topology_order_chief_first():
     assert worker_addresses(tf_config) == (["host0:2222", "host1:2222", "host2:2222"], 2)
     assert worker_addresses(json.loads(cluster_config("chief", 0)))[1] == 0
     assert worker_addresses({}) == ([], 0)
+
+
+SLURM_STEP = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3",
+              "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu[07-08]",
+              "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+
+
+def slurm_step(monkeypatch, **changes):
+    for name, value in {**SLURM_STEP, **changes}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_slurm_step_resolves_to_the_tf_config_it_replaces(monkeypatch):
+    """srun -N 2 --ntasks-per-node 2, task 3: four workers, two a node in node order, each on its
+    node's port from 20000 + the job id; this one is the fourth."""
+    from vtx.training.distribute import slurm_tf_config
+
+    slurm_step(monkeypatch, CUDA_VISIBLE_DEVICES="")  # its GPUs set (none): none assigned
+    tf_config, said = slurm_tf_config()
+    assert tf_config == {"cluster": {"worker": ["gpu07:24242", "gpu07:24243", "gpu08:24242",
+                                                "gpu08:24243"]},
+                         "task": {"type": "worker", "index": 3}}
+    check_tf_config(json.dumps(tf_config))
+    assert worker_addresses(tf_config) == (tf_config["cluster"]["worker"], 3)
+    assert said == ("Slurm job 4242 step 0: 4 workers (gpu07:24242, gpu07:24243, gpu08:24242, "
+                    "gpu08:24243); this task is worker 3 (SLURM_PROCID 3), with no GPU set")
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    assert topology(SimpleNamespace(num_replicas_in_sync=4)) == Topology(3, 4, 1, False)
+
+
+def test_a_slurm_task_gets_its_share_of_its_nodes_gpus(tmp_path, monkeypatch):
+    from vtx.training.distribute import slurm_tf_config
+
+    fake_nvidia_smi(tmp_path, "GPU 0: A\\nGPU 1: B\\nGPU 2: C\\nGPU 3: D\\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    slurm_step(monkeypatch)
+    _, said = slurm_tf_config()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2,3"  # the node's second task: GPUs 2 and 3
+    assert said.endswith("this task is worker 3 (SLURM_PROCID 3), with GPUs 2,3 "
+                         "(CUDA_VISIBLE_DEVICES)")
+    fake_nvidia_smi(tmp_path, "GPU 0: A\\n")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(ValueError, match=r"this Slurm job step does not resolve into a cluster "
+                                         r"of workers \(2 tasks on a node would share its 1 "
+                                         r"GPUs; .*SLURM_PROCID='3'"):
+        slurm_tf_config()
+
+
+def test_one_slurm_task_or_none_is_no_cluster(monkeypatch):
+    from vtx.training.distribute import slurm_tf_config
+
+    slurm_step(monkeypatch, SLURM_STEP_NUM_TASKS="1", SLURM_PROCID="0")
+    assert slurm_tf_config() is None
+    monkeypatch.delenv("SLURM_PROCID")
+    assert slurm_tf_config() is None

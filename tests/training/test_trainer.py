@@ -196,7 +196,7 @@ def test_a_worker_whose_peer_dies_says_so_and_keeps_the_checkpoints(tmp_path):
     assert ("TrainingError: another worker of this run stopped or cannot be reached "
             "(UnavailableError: ") in output, output[-3000:]
     assert ("the checkpoints written are kept: see that worker's log for why, then start every "
-            "worker again (the same TF_CONFIG) to resume from the newest") in output
+            "worker again (the same TF_CONFIG, or srun) to resume from the newest") in output
     assert checkpoints.list_checkpoints(tmp_path / "w0")
 
 

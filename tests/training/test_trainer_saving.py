@@ -504,29 +504,31 @@ def test_a_run_resumed_at_any_step_ends_on_exactly_the_weights_of_the_straight_r
         tmp_path, update_freq, jit):
     """Batches of every shape (here each padded to its own longest pair) run through one traced
     program, whichever shape a process meets first: a run resumed after step 1 or 2 ends bit for
-    bit where the run it continues ends. It was up to ~1e-6 away: TensorFlow traced the first shape of
-    a process alone and later ones together, and the two programs sum in other orders; with XLA
-    too (compiled per shape from either program)."""
+    bit where the run it continues ends, its weights' EMA too. It was up to ~1e-6 away:
+    TensorFlow traced the first shape of a process alone and later ones together, and the two
+    programs sum in other orders; with XLA too (compiled per shape from either program)."""
     make_epoch = epoch_maker(make_pairs(48, 20, seed=4), 2)
     # With XLA each run compiles a program for each shape it meets (here 3 in 5 steps; ~20-30 s
     # each at 2 layers on a 2-core AMD EPYC Zen 3): 3 steps (6 programs instead of 8), and one
     # layer, which XLA compiles in about half the time; what is checked does not depend on them.
     last = 3 if jit else 5
     options = dict(max_steps=last, save_interval_steps=1, keep_last=0, dropout=0.1,
-                   update_freq=update_freq, jit_compile=jit, num_layers=1)
+                   update_freq=update_freq, jit_compile=jit, num_layers=1, ema_decay=0.9,
+                   ema_start_step=1)
     make_trainer(tmp_path / "straight", **options).fit(make_epoch)
     # Each resumed run meets first a batch of another shape than the straight run's first.
     first = [make_epoch(0, step * update_freq)[0]["target_in"].shape for step in (0, 1, 2)]
     assert first[0] not in first[1:]
-    final = checkpoints.load(checkpoints.checkpoint_path(tmp_path / "straight", last)).model
+    final = checkpoints.load(checkpoints.checkpoint_path(tmp_path / "straight", last))
     for step in (1, 2):
         resumed = tmp_path / f"from_{step}"
         resumed.mkdir()
         shutil.copy(checkpoints.checkpoint_path(tmp_path / "straight", step), resumed)
         make_trainer(resumed, **options).fit(make_epoch)
-        for ours, theirs in zip(checkpoints.load(checkpoints.checkpoint_path(resumed, last)).model,
-                                final):
-            np.testing.assert_array_equal(ours, theirs)
+        ours = checkpoints.load(checkpoints.checkpoint_path(resumed, last))
+        # The weights and their EMA (`--ema-decay`), bit for bit.
+        for mine, theirs in zip(ours.model + ours.ema, final.model + final.ema):
+            np.testing.assert_array_equal(mine, theirs)
 
 
 def test_a_checkpoint_write_left_by_a_killed_run_is_removed_when_resumed(tmp_path):

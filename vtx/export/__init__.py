@@ -71,7 +71,8 @@ _WRITERS = {"savedmodel": _savedmodel, "ctranslate2": _ctranslate2,
 
 
 def export(checkpoint_path: str | Path, output: str | Path, format: str,
-           options: DecodeOptions = DecodeOptions(), force: bool = False) -> Path:
+           options: DecodeOptions = DecodeOptions(), force: bool = False,
+           ema: bool = False) -> Path:
     """Export the checkpoint at `checkpoint_path` to directory `output` in `format`.
 
     Args:
@@ -82,6 +83,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
             lenpen_formula, max_len_a, max_len_b, stop); CTranslate2 and Transformers models
             take theirs at translation time instead.
         force: replace an existing export at `output`.
+        ema: export the checkpoint's EMA weights (`checkpoints.with_ema_weights`).
 
     Returns:
         `output` as a Path.
@@ -97,7 +99,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
     output = Path(output)
     _check_output(output, force)
-    checkpoint = checkpoints.load(checkpoint_path)
+    checkpoint = checkpoints.load(checkpoint_path, ema)
     checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
     with atomic.replaced_on_success(output) as tmp:
         _WRITERS[format](checkpoint, tmp, options)

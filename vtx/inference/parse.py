@@ -175,13 +175,15 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
                output_path: str | Path | None, options: DecodeOptions, buffer_size: int = 1024,
                force: bool = False, gold_path: str | Path | None = None,
                warn: Callable[[str], None] = lambda message: None,
-               log: Callable[[str], None] = lambda message: None) -> ParsedFile:
+               log: Callable[[str], None] = lambda message: None,
+               ema: bool = False) -> ParsedFile:
     """`vtx parse` as a library call: the sentences of `input_path` (None: stdin) parsed into
     trees in `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's
     newest) and, with `gold_path`, scored against its trees.
 
     The input, the output, the gold trees and the checkpoint are all checked before any parsing;
-    `log` is told the checkpoint used, then the repairs made.
+    `log` is told the checkpoint used, then the repairs made. `ema`: the checkpoint's EMA
+    weights (`checkpoints.with_ema_weights`).
 
     Raises:
         OutputExistsError: `output_path` exists and `force` is false.
@@ -198,7 +200,7 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
         source = open_source(input_path, stack)
         lines = list(read_lines(source, input_path or STDIN))
     gold = read_gold(gold_path, len(lines)) if gold_path else None
-    translator = load_translator(path, options, warn)
+    translator = load_translator(path, options, warn, ema)
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     log(f"checkpoint: {path}")
     with output_sink(output_path, force=force) as write:

@@ -350,7 +350,8 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                    buffer_size: int = 1024, force: bool = False,
                    warn: Callable[[str], None] = lambda message: None,
                    log: Callable[[str], None] = lambda message: None,
-                   other_inputs: dict[str, str | Path | None] | None = None) -> list[str]:
+                   other_inputs: dict[str, str | Path | None] | None = None,
+                   ema: bool = False) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest).
 
@@ -358,6 +359,7 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         The best hypothesis of every line, in input order.
 
     `other_inputs` (flag -> file) are files of the caller that `output_path` may not be either.
+    `ema`: the checkpoint's EMA weights (`checkpoints.with_ema_weights`).
 
     Raises:
         OutputExistsError: `output_path` exists and `force` is false (checked before any work).
@@ -369,7 +371,7 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                         {"--input": input_path, **(other_inputs or {})})
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
-        translator = load_translator(path, options, warn)
+        translator = load_translator(path, options, warn, ema)
         log(f"checkpoint: {path}")
         progress = LineProgress(log, "translated", lines_in_file(input_path) if input_path
                                     else None)
@@ -460,13 +462,15 @@ def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
 
 
 def load_translator(path: str | Path, options: DecodeOptions,
-                    warn: Callable[[str], None] = lambda message: None) -> Translator:
-    """A Translator from a checkpoint file that carries its vocabulary.
+                    warn: Callable[[str], None] = lambda message: None,
+                    ema: bool = False) -> Translator:
+    """A Translator from a checkpoint file that carries its vocabulary (`ema`: its EMA
+    weights, `checkpoints.with_ema_weights`).
 
     Raises:
         ValueError: the checkpoint is unreadable, has no vocabulary, or its vocabulary does not
             match the model's embedding size.
     """
-    checkpoint = checkpoints.load(path)
+    checkpoint = checkpoints.load(path, ema)
     vocab = checkpoint_vocabulary(checkpoint, path)
     return Translator(load_model(checkpoint), vocab, options, warn)

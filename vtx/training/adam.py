@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 
-def _handle(variable):
+def resource_handle(variable):
     """The resource handle of a Keras or TensorFlow variable (in an update context, of the
     current device's copy of a mirrored one)."""
     if isinstance(variable, keras.Variable):
@@ -77,8 +77,8 @@ class FusedAdam(keras.optimizers.Adam):
                 scalars_on[variable.device] = self._kernel_scalars(learning_rate)
             index = self._get_variable_index(variable)
             return tf.raw_ops.ResourceApplyAdam(
-                var=_handle(variable), m=_handle(self._momentums[index]),
-                v=_handle(self._velocities[index]), grad=tf.cast(gradient, tf.float32),
+                var=resource_handle(variable), m=resource_handle(self._momentums[index]),
+                v=resource_handle(self._velocities[index]), grad=tf.cast(gradient, tf.float32),
                 **scalars_on[variable.device])
 
         for gradient, variable in grads_and_vars:
@@ -121,8 +121,8 @@ class FusedAdam(keras.optimizers.Adam):
         slots, shapes = [], []
         for variable in variables:
             index = self._get_variable_index(variable.value)
-            slots.append([_handle(variable), _handle(self._momentums[index]),
-                          _handle(self._velocities[index])])
+            slots.append([resource_handle(variable), resource_handle(self._momentums[index]),
+                          resource_handle(self._velocities[index])])
             shapes.append(tuple(variable.shape))
         parts = tf.split(gradients, [start] + [math.prod(shape) for shape in shapes])[1:]
         self._select_program(ok, self._select_scalars(self.learning_rate), scale, parts, slots,
@@ -152,8 +152,8 @@ class FusedAdam(keras.optimizers.Adam):
                 scalars_on[variable.device] = self._select_scalars(learning_rate)
             index = self._get_variable_index(variable)
             return _select_step(ok, scalars_on[variable.device], tf.cast(gradient, tf.float32),
-                                [_handle(variable), _handle(self._momentums[index]),
-                                 _handle(self._velocities[index])])
+                                [resource_handle(variable), resource_handle(self._momentums[index]),
+                                 resource_handle(self._velocities[index])])
 
         for gradient, variable in grads_and_vars:
             distribution.extended.update(variable, apply, args=(gradient, learning_rate, ok),

@@ -147,7 +147,7 @@ class Checkpointer:
             checkpoints.save(path, checkpoints.Checkpoint(
                 model=[np.asarray(v.numpy()) for v in self.engine.model.variables],
                 optimizer=[np.asarray(v.numpy()) for v in self.engine.optimizer.variables],
-                meta=self._meta(state), vocab=self.vocab))
+                meta=self._meta(state), vocab=self.vocab, ema=self._ema_arrays()))
         except OSError as error:
             if not disk_full(error):
                 raise
@@ -162,6 +162,36 @@ class Checkpointer:
             for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
                 old.unlink(missing_ok=True)
         return path
+
+    def _ema_arrays(self) -> list | None:
+        """The checkpoint's EMA entries (`checkpoints.Checkpoint.ema`): the engine's averages
+        for the trainable variables, the model's own values for the others; None without."""
+        if self.engine.ema is None:
+            return None
+        averages = iter(self.engine.ema.arrays())
+        return [next(averages) if v.trainable else np.asarray(v.numpy())
+                for v in self.engine.model.variables]
+
+    def _restore_ema(self, path, checkpoint: checkpoints.Checkpoint) -> str | None:
+        """Load the checkpoint's EMA into the engine's; a warning where one of them has none
+        (a run given --ema-decay, or not, on resuming), or their decays differ."""
+        ema, saved = self.engine.ema, (checkpoint.meta.get("train_config") or {})
+        if ema is None:
+            return (None if checkpoint.ema is None else
+                    f"warning: {path} holds an EMA of the weights, which this run (without "
+                    f"--ema-decay) does not keep: its checkpoints hold none; --ema-decay "
+                    f"{saved.get('ema_decay')} keeps it")
+        if checkpoint.ema is None:
+            ema.follow_weights()
+            return (f"warning: {path} holds no EMA of the weights (trained without "
+                    f"--ema-decay): this run's EMA starts from its weights")
+        ema.assign([array for array, variable in zip(checkpoint.ema, self.engine.model.variables)
+                    if variable.trainable])
+        if saved.get("ema_decay") != self.config.ema_decay:
+            return (f"warning: resumed with --ema-decay {self.config.ema_decay:g} (the "
+                    f"checkpoint's run: {saved.get('ema_decay')}): the EMA goes on from the "
+                    f"checkpoint's with the new decay")
+        return None
 
     def restore(self, path, state: RunState) -> None:
         """Load weights, optimizer state and RNG state from `path` into the engine, and the run
@@ -200,6 +230,7 @@ class Checkpointer:
                 raise TrainingError(f"{path}: variable shapes do not match this model")
             for variable, array in zip(variables, arrays):
                 variable.assign(array)
+        ema_warning = self._restore_ema(path, checkpoint)
         meta = checkpoint.meta
         state.load_meta(meta)
         if self.vocab is None:
@@ -212,10 +243,32 @@ class Checkpointer:
             precision_warning(saved, self.requested_precision, self.config.precision),
             effective_batch_warning(path, meta.get("num_replicas"), saved.get("update_freq", 1),
                                     self.engine.strategy.num_replicas_in_sync,
-                                    self.config.update_freq))
+                                    self.config.update_freq),
+            ema_warning)
         for warning in warnings:
             if warning:
                 self.log(warning)
+
+    def start_from(self, start: checkpoints.Checkpoint, path, state: RunState) -> None:
+        """Load the weights of `start` (read from `path`) into the model for a fine-tuning run:
+        the floating-point variables only; the optimizer, the dropout's random state and
+        `state` stay this run's fresh ones (step 0, each worker at the start of its data).
+
+        Raises:
+            TrainingError: its variables' shapes are not this model's.
+        """
+        model = self.engine.model.variables
+        if [tuple(v.shape) for v in model] != [a.shape for a in start.model]:
+            raise TrainingError(f"--finetune-from {path}: its variables' shapes are not those of "
+                                f"this run's model")
+        for variable, array in zip(model, start.model):
+            if np.issubdtype(array.dtype, np.floating):
+                variable.assign(array)
+        if self.engine.ema is not None:
+            self.engine.ema.follow_weights()
+        state.finetuned_from = str(path)
+        self.log(f"fine-tuning from {path} (step {start.meta.get('step')}): its weights, a "
+                 f"fresh optimizer and learning-rate schedule, the data from its start")
 
     def _check_vocabulary(self, path, saved: bytes | None) -> None:
         """Refuse a checkpoint trained on other pieces than this run's vocabulary (a data
@@ -362,8 +415,9 @@ class Checkpointer:
         return (f"no numbered checkpoint of {self.save_dir} loads, but its {best.name} (step "
                 f"{kept.meta.get('step')}{said}) does: starting over from step 0 would replace "
                 f"it with a worse model; train in another --save-dir (copy {best.name} out "
-                f"first to keep it), or move {best.name} out of {self.save_dir} to start over "
-                f"here")
+                f"first to keep it; --finetune-from {best} there trains on from its weights, with a "
+                f"fresh optimizer and schedule), or move {best.name} out of {self.save_dir} to "
+                f"start over here")
 
     def lock(self) -> None:
         """Hold the save dir's lock while this process trains (`lock_save_dir`); where none can

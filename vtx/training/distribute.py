@@ -1,5 +1,5 @@
-"""Choosing the tf.distribute strategy (every visible GPU on one host, or many hosts by TF_CONFIG),
-and the collectives by which the workers of a run agree.
+"""Choosing the tf.distribute strategy (every visible GPU on one host, or many hosts by TF_CONFIG
+or a Slurm job step), and the collectives by which the workers of a run agree.
 
 With the Keras and TensorFlow that pyproject.toml pins, `model.fit` fails under MultiWorkerMirroredStrategy
 (keras-team/keras#20585) and `jit_compile` inside `fit` fails under MirroredStrategy, so vtx trains
@@ -43,9 +43,10 @@ def _to_stderr(line: str) -> None:
 
 def make_strategy(devices: list[str] | None = None,
                   log: Callable[[str], None] = _to_stderr) -> tf.distribute.Strategy:
-    """MultiWorkerMirroredStrategy when TF_CONFIG is set, else MirroredStrategy over `devices`
-    (default: every visible GPU, or the CPU when there is none). With TF_CONFIG, it waits until
-    every worker of the cluster has started, after saying so through `log`.
+    """MultiWorkerMirroredStrategy when TF_CONFIG is set or this process is a task of a Slurm
+    job step of several (`srun`: `slurm_tf_config`, said through `log`), else MirroredStrategy
+    over `devices` (default: every visible GPU, or the CPU when there is none). With several
+    workers, it waits until every worker of the cluster has started, after saying so.
 
     Raises:
         ArgumentError: `devices` names a device TensorFlow does not see here, one twice, or is
@@ -53,6 +54,11 @@ def make_strategy(devices: list[str] | None = None,
         ValueError: a TF_CONFIG that is not a cluster of workers (`check_tf_config`).
         OSError: this worker cannot listen on its TF_CONFIG address (its port in use).
     """
+    if not os.environ.get("TF_CONFIG") and (slurm := slurm_tf_config()) is not None:
+        tf_config, said = slurm
+        log(said)
+        # Every later reader of the cluster (`topology`, TensorFlow's resolver) reads it here.
+        os.environ["TF_CONFIG"] = json.dumps(tf_config)
     if os.environ.get("TF_CONFIG"):
         if devices:
             raise ArgumentError("{devices} does not apply to a run of several workers "
@@ -83,6 +89,62 @@ def _join_cluster(tf_config: dict, log: Callable[[str], None]) -> tf.distribute.
                       f"port {port} (TensorFlow: {tf_message(error, lines=1)}): another "
                       f"process, such as a worker of an earlier run, holds it; end it or give "
                       f"this worker a free port in TF_CONFIG's cluster") from error
+
+
+# The first port of a Slurm job's workers on a node (task k of the node listens on the next k-th):
+# offset by the job id, so that two jobs sharing a node are unlikely to meet.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 20000
+
+
+def slurm_tf_config() -> tuple[dict, str] | None:
+    """(the TF_CONFIG of this task's cluster, a line saying it) when this process is a task of
+    a Slurm job step of several tasks (`srun -n N`, N > 1), by TensorFlow's
+    `SlurmClusterResolver` over the step's variables: one worker a task, in the order of the
+    step's nodes and tasks, each listening on a port from SLURM_PORT_BASE offset by the job id.
+    Where nvidia-smi lists GPUs and CUDA_VISIBLE_DEVICES is not set (by Slurm's --gpus-per-task,
+    or by hand), each task of a node gets its share of the node's GPUs (set in
+    CUDA_VISIBLE_DEVICES). None outside such a step.
+
+    Raises:
+        ValueError: the step's variables do not resolve, or a node has more tasks than GPUs
+            (TensorFlow's words and the variables named).
+    """
+    from tensorflow.python.distribute.cluster_resolver.slurm_cluster_resolver import (
+        SlurmClusterResolver, expand_tasks_per_node)
+
+    environ = os.environ  # the resolver reads it, and sets CUDA_VISIBLE_DEVICES in it
+    tasks = environ.get("SLURM_STEP_NUM_TASKS", "1")
+    if "SLURM_PROCID" not in environ or not tasks.isdecimal() or int(tasks) < 2:
+        return None
+    job = environ.get("SLURM_JOB_ID", "0")
+    port = SLURM_PORT_BASE + (int(job) if job.isdecimal() else 0) % SLURM_PORT_SPAN
+    names = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
+             "SLURM_STEP_TASKS_PER_NODE")
+    given = ", ".join(f"{name}={environ.get(name)!r}" for name in names)
+    gpus = [] if "CUDA_VISIBLE_DEVICES" in environ else compile_cache.listed_gpus()
+    try:
+        most = max(expand_tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE", "")))
+        if len(gpus) >= most:
+            resolver = SlurmClusterResolver(port_base=port, gpus_per_node=len(gpus))
+        elif gpus:
+            raise ValueError(f"{most} tasks on a node would share its {len(gpus)} GPUs; run "
+                             f"one task per GPU or per node (srun --ntasks-per-node)")
+        else:  # GPUs set already, or none: one nominal GPU a task, none set
+            resolver = SlurmClusterResolver(port_base=port, gpus_per_node=most, gpus_per_task=1,
+                                            auto_set_gpu=False)
+        cluster = resolver.cluster_spec().as_dict()
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise ValueError(f"this Slurm job step does not resolve into a cluster of workers "
+                         f"({error}; {given})") from error
+    tf_config = {"cluster": cluster, "task": {"type": resolver.task_type,
+                                              "index": resolver.task_id}}
+    workers = cluster["worker"]
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    share = f"GPUs {visible} (CUDA_VISIBLE_DEVICES)" if visible else "no GPU set"
+    said = (f"Slurm job {job} step {environ.get('SLURM_STEP_ID')}: {len(workers)} workers "
+            f"({', '.join(workers)}); this task is worker {resolver.task_id} (SLURM_PROCID "
+            f"{environ['SLURM_PROCID']}), with {share}")
+    return tf_config, said
 
 
 def worker_addresses(tf_config: dict) -> tuple[list[str], int]:
@@ -289,7 +351,8 @@ def peer_failure(error: Exception, num_workers: int) -> str | None:
         return None
     return (f"another worker of this run stopped or cannot be reached ({type(error).__name__}: "
             f"{tf_message(error)}); the checkpoints written are kept: see that worker's log for "
-            f"why, then start every worker again (the same TF_CONFIG) to resume from the newest")
+            f"why, then start every worker again (the same TF_CONFIG, or srun) to resume from the "
+            f"newest")
 
 
 def unseen_gpus_warning() -> str | None:

@@ -33,6 +33,7 @@ from vtx.models import transformer
 from vtx.training.adam import FusedAdam
 from vtx.training.compiling import format_shape
 from vtx.training.distribute import SUM, Collectives, Topology
+from vtx.training.ema import WeightAverage
 from vtx.training.loss import label_smoothed_loss
 from vtx.training.schedule import TransformerSchedule, paper_learning_rate
 from vtx.training.stream import BatchStream, PrefetchedStream
@@ -147,6 +148,11 @@ class UpdateEngine:
                 [self._local_variable((_HEADER + sum(v.shape.num_elements() for v in variables),))]
                 if programs else [self._local_variable(v.shape) for v in variables])
             self._sums = self._local_variable((3,))  # loss, nll, tokens
+        # The weights' moving average (`--ema-decay`), stepped in the update; None without.
+        self.ema = (WeightAverage([v for v in self.model.variables if v.trainable],
+                                  train_config.ema_decay, train_config.ema_start_step, strategy,
+                                  train_config.jit_compile)
+                    if train_config.ema_decay is not None else None)
         self._make_programs(train_config.jit_compile, whole_update_jit, programs)
 
     def _make_programs(self, jit_compile: bool, whole_update_jit: bool, programs: bool) -> None:
@@ -280,6 +286,8 @@ class UpdateEngine:
         else:  # without XLA: Adam's fused kernels behind one branch
             tf.cond(ok, lambda: self.strategy.run(self._apply_replica, args=(grads,)),
                     lambda: self._skip(overflowed))
+        if self.ema is not None:  # after Adam: it averages the weights Adam just wrote
+            self.ema.update(ok, tf.identity(self.optimizer.iterations.value))
         stepped = tf.cast(tf.identity(self.optimizer.iterations.value) - iterations, tf.float32)
         scale = (tf.cast(tf.identity(self.optimizer.dynamic_scale.value), tf.float32)
                  if self._loss_scaled else 1.0)

@@ -217,15 +217,20 @@ class TrainingLoop:
         # A signal received during the update: the loss alone would be thrown away.
         if score_valid is not None and self.collectives.any_worker(self.stop_signal is not None):
             return None
-        loss, nll = self.engine.evaluate(make_valid())
-        score, interrupted = None, False
+        # --validate-with-ema: the model holds the EMA's weights for the validation (swapped back
+        # after it, exactly).
+        with (self.engine.ema.swapped() if self.config.validate_ema
+              else contextlib.nullcontext()):
+            loss, nll = self.engine.evaluate(make_valid())
+            score, interrupted = None, False
+            if score_valid is not None:
+                try:
+                    # Each worker asks its own flag (their decoding batches may differ in
+                    # number: each sizes them by its own memory); they agree once it is over.
+                    score = score_valid(lambda: self.stop_signal is not None)
+                except SearchInterrupted:
+                    interrupted = True
         if score_valid is not None:
-            try:
-                # Each worker asks its own flag (their decoding batches may differ in number:
-                # each sizes them by its own memory); they agree once it is over.
-                score = score_valid(lambda: self.stop_signal is not None)
-            except SearchInterrupted:
-                interrupted = True
             if self.collectives.any_worker(interrupted):
                 return None
             if self.topology.num_workers > 1:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from vtx import atomic, checkpoints, config
 from vtx.config import ModelConfig, TrainConfig
+from vtx.training import finetune
 
 if TYPE_CHECKING:  # the data modules are imported where used, as below
     from vtx.data.directory import DataDirectory
@@ -59,12 +60,14 @@ def check_run_config(save_dir: Path, model_config: ModelConfig) -> None:
                                    "use a new --save-dir or the same model flags")
 
 
-def write_run_config(save_dir: Path, data_dir, arch: str, model_config: ModelConfig,
-                     train_config: TrainConfig) -> None:
-    """Save the resolved configuration beside the checkpoints (once `check_run_config` passed)."""
+def write_run_config(save_dir: Path, data_dir, arch: str | None, model_config: ModelConfig,
+                     train_config: TrainConfig, finetuned_from: str | None = None) -> None:
+    """Save the resolved configuration beside the checkpoints (once `check_run_config` passed);
+    `arch` None: a fine-tuning's model, the checkpoint's (`finetuned_from`)."""
     path = save_dir / CONFIG_FILE
     record = {"arch": arch, "data_dir": str(Path(data_dir).resolve()),
-              "model": model_config.to_dict(), "train": train_config.to_dict()}
+              "model": model_config.to_dict(), "train": train_config.to_dict(),
+              "finetuned_from": finetuned_from}
     save_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
@@ -73,10 +76,15 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
           devices: list[str] | None = None, tensorboard_dir: str | None = None,
           log: Callable[[str], None] = print, eval_metric: str | None = None,
           eval_options: dict | None = None, prefetch: int = 2,
-          profile: tuple[int, int] | None = None) -> int | None:
+          profile: tuple[int, int] | None = None,
+          finetune_from: str | Path | None = None) -> int | None:
     """Train (or resume) on `data_dir`, writing to `save_dir`.
 
     Args:
+        arch: the preset; None with `finetune_from` (the checkpoint's model).
+        finetune_from: a checkpoint whose weights a new run starts from, with a fresh optimizer,
+            schedule and data position (`vtx.training.finetune`); ignored (said) where
+            `save_dir` holds checkpoints, which the run resumes from.
         prefetch: training batches read and placed on the devices ahead (`Trainer`).
         profile: (first, last): updates traced by TensorFlow's profiler (`Trainer`).
         eval_metric: "bleu" or "f1": decode and score the validation set at each validation
@@ -99,18 +107,21 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
     # The workers agree from the Trainer's start (precision, resume): one gone fails a collective.
     with peer_failures_said(topology(strategy).num_workers):
         return _train(strategy, data_dir, save_dir, arch, overrides, train_config,
-                      tensorboard_dir, log, eval_metric, eval_options, prefetch, profile)
+                      tensorboard_dir, log, eval_metric, eval_options, prefetch, profile,
+                      finetune_from)
 
 
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
-           eval_metric, eval_options, prefetch, profile) -> int | None:
+           eval_metric, eval_options, prefetch, profile, finetune_from) -> int | None:
     from vtx.data import pipeline
     from vtx.data.directory import DataDirectory
     from vtx.training.trainer import Trainer
 
     save_dir = Path(save_dir)
     data = DataDirectory.open(data_dir)  # names a missing or damaged meta.json
-    model_config = resolve_model_config(data, arch, overrides)
+    model_config, start = (
+        _finetuned_model(save_dir, finetune_from, data, arch, overrides, log) if finetune_from
+        else (resolve_model_config(data, arch, overrides), None))
     _check_outside_data(save_dir, data)
     # Nothing is written into save_dir before the configuration, the data and the checkpoints
     # agree: a refused run must not block a later correct one.
@@ -138,15 +149,20 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     packed = _packing(data, train_config, model_config, boundaries, splits, log)
     trainer.state.training_data = data.training_data()
     trainer.resume()
+    if finetune_from and trainer.checkpointer.resumed_from is None:
+        _start_finetuning(trainer, finetune_from, start, data)
+    del start  # the weights are on the devices: the host's copy is not kept for the run
     boundaries = _resumed_boundaries(trainer, boundaries, data, splits, log)
     packed = _resumed_packing(trainer, packed, log)
     # One writer: workers may share the save dir (hosts and pids apart, their temporaries could
     # meet or be taken for a dead process's). A run with nothing to train keeps the record of the
     # run that trained.
     if trainer.engine.topology.is_chief and not trainer.nothing_to_train():
-        write_run_config(save_dir, data, arch, model_config, train_config)
+        write_run_config(save_dir, data, arch, model_config, train_config,
+                         trainer.state.finetuned_from)
     shards, shard = trainer.engine.topology.num_workers, trainer.engine.topology.worker_index
-    log(f"model: {arch}, {trainer.model.count_params()} parameters; "
+    said = arch if arch else f"fine-tuned from {trainer.state.finetuned_from}"
+    log(f"model: {said}, {trainer.model.count_params()} parameters; "
         f"{strategy.num_replicas_in_sync} replicas on {shards} worker(s); "
         f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} micro-batches")
 
@@ -158,6 +174,38 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     make_epoch, make_valid = _batch_readers(data, train_config, boundaries, sides, packed,
                                             shards, shard)
     return trainer.fit(make_epoch, make_valid if has_valid else None, score_valid, shapes)
+
+
+def _finetuned_model(save_dir: Path, finetune_from, data: DataDirectory, arch: str | None,
+                     overrides: dict, log: Callable[[str], None]):
+    """(the model configuration, the checkpoint to start from) of a fine-tuning run: the model of
+    `finetune_from`, or where the save dir holds checkpoints (the run resumes from them) of its
+    newest, whose start is then not read (None).
+
+    Raises:
+        ValueError: the checkpoint does not load, --arch or a size flag disagrees with its
+            model, or the data's vocabulary is not its (`vtx.training.finetune`).
+    """
+    resumed = finetune.resumed_model_config(save_dir, finetune_from, log)
+    if resumed is not None:
+        return finetune.model_config(*resumed, arch, overrides), None
+    start = finetune.load_start(finetune_from)
+    finetune.check_vocabulary(start, finetune_from, data)
+    return finetune.model_config(start.meta["model_config"], finetune_from, arch, overrides), start
+
+
+def _start_finetuning(trainer, finetune_from, start, data: DataDirectory) -> None:
+    """Load the weights of `start`, the checkpoint `finetune_from`, into a trainer that resumed
+    nothing; read now where `_finetuned_model` left it (None: the save dir's checkpoints were
+    listed, but none loaded).
+
+    Raises:
+        ValueError: it does not load, or the data's vocabulary is not its.
+    """
+    if start is None:
+        start = finetune.load_start(finetune_from)
+        finetune.check_vocabulary(start, finetune_from, data)
+    trainer.checkpointer.start_from(start, finetune_from, trainer.state)
 
 
 def _has_validation(data: DataDirectory, train_config: TrainConfig, eval_metric: str | None,
@@ -189,6 +237,10 @@ def _has_validation(data: DataDirectory, train_config: TrainConfig, eval_metric:
         raise ValueError(f"--patience {train_config.patience} counts validations: it needs a "
                          f"validation split in {data} and --validate-interval-steps above 0 "
                          f"(now {train_config.validate_interval_steps})")
+    if train_config.validate_ema and not (has_valid and train_config.validate_interval_steps):
+        raise ValueError(f"--validate-with-ema scores the averaged weights at each validation: it "
+                         f"needs a validation split in {data} and --validate-interval-steps "
+                         f"above 0 (now {train_config.validate_interval_steps})")
     if not has_valid and train_config.validate_interval_steps:
         log(f"warning: {data} has no validation split (`vtx preprocess --validpref`): this "
             f"run does not validate, so it keeps no checkpoint_best")

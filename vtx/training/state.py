@@ -39,6 +39,9 @@ class RunState:
     training_data: dict | None = None
     # The step's validation was interrupted by a stop signal: made first when resumed.
     validation_pending: bool = False
+    # The checkpoint a fine-tuning run started from (`vtx train --finetune-from`); None: a run
+    # from random weights.
+    finetuned_from: str | None = None
 
     @classmethod
     def fresh(cls, num_workers: int) -> "RunState":
@@ -57,7 +60,7 @@ class RunState:
                 "validation_pending": self.validation_pending,
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
                                   if self.packed_shapes else None),
-                "training_data": self.training_data}
+                "training_data": self.training_data, "finetuned_from": self.finetuned_from}
 
     def load_meta(self, meta: dict) -> None:
         """Take a checkpoint's state (`to_meta`'s fields) in place, keeping this run's
@@ -74,3 +77,4 @@ class RunState:
         self.bucket_boundaries = meta.get("bucket_boundaries")
         self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         self.validation_pending = meta.get("validation_pending", False)
+        self.finetuned_from = meta.get("finetuned_from")
