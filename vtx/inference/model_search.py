@@ -13,7 +13,8 @@ import tensorflow as tf
 from vtx.config import PAD_ID
 from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
-from vtx.inference.decoding import DecodeOptions
+from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.sampling import sampling_search
 from vtx.models.transformer import Transformer
 
 
@@ -57,7 +58,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
                    nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
-                   ) -> Callable[[tf.Tensor], SearchOutput]:
+                   sampling: SamplingOptions | None = None,
+                   ) -> Callable[..., SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
 
     The function is traced once, for any (B, S): no batch ever retraces. Without XLA one graph
@@ -66,17 +68,19 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see
     `output_length_limits`); `tree_pieces` (the vocabulary's pieces), when given, constrains the
     output to a well-formed tree with one word slot per source word
-    (`vtx.inference.tree_constraint`).
+    (`vtx.inference.tree_constraint`). With `sampling` it draws `nbest` samples per sentence
+    (`vtx.inference.sampling`) and takes (source_ids, line_ids int32 [B]): each sentence's line
+    id, on which with the seed its samples depend; beam_size and stop are then unused.
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
     """
     if not (max_len_a >= 0 and max_len_b >= 0):
         raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
-    if beam_size == 1 and nbest != 1:
+    if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
 
-    def search(source_ids):
+    def search(source_ids, line_ids=None):
         source_ids = tf.cast(source_ids, tf.int32)
         batch_size = source_ids.shape[0]
         if batch_size is None:  # traced for any batch size: known when the graph runs
@@ -94,7 +98,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # under XLA, whose cache holds all max_length positions from the start, it pays up to
         # a wide beam; without XLA, whose cache grows, up to a narrow one (the two constants).
         widest = GROUPED_BEAM_WITHOUT_XLA if grow else GROUPED_BEAM_WITH_XLA
-        grouped = 1 < beam_size <= widest
+        grouped = 1 < beam_size <= widest and sampling is None
         state = model.init_state(source_ids, None if grow else max_length,
                                  group=beam_size if grouped else 1)
         # Weights the step would otherwise rebuild at every position: built once, here.
@@ -105,6 +109,8 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
                       growing=model.GROWING_STATE if grow else (), drop_done=grow)
+        if sampling is not None:
+            return sampling_search(step, state, batch_size, line_ids, sampling, nbest, **common)
         if beam_size == 1:
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,
@@ -117,16 +123,23 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
     # their source would be most of the trace's time: every `vtx translate` and BLEU or F1
     # validation starts sooner without it.
-    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)],
-                       jit_compile=jit_compile or None, autograph=False)
+    signature = [tf.TensorSpec([None, None], tf.int32)]
+    if sampling is not None:
+        signature.append(tf.TensorSpec([None], tf.int32))
+        traced = search
+    else:  # one argument exactly, as its signature
+        traced = lambda source_ids: search(source_ids)
+    return tf.function(traced, input_signature=signature, jit_compile=jit_compile or None,
+                       autograph=False)
 
 
 def search_for(model: Transformer, options: DecodeOptions,
-               pieces: Sequence[str] | None = None) -> Callable[[tf.Tensor], SearchOutput]:
+               pieces: Sequence[str] | None = None) -> Callable[..., SearchOutput]:
     """`make_search_fn` with the settings of `options` (vtx.inference.decoding); with
     `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
                           length_penalty=options.lenpen_formula, max_len_a=options.max_len_a,
                           max_len_b=options.max_len_b, nbest=options.nbest, stop=options.stop,
                           jit_compile=options.jit_compile,
-                          tree_pieces=pieces if options.constrain_trees else None)
+                          tree_pieces=pieces if options.constrain_trees else None,
+                          sampling=options.sampling)

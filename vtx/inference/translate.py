@@ -11,12 +11,14 @@ import contextlib
 import dataclasses
 import gzip
 import itertools
+import json
+import math
 import stat
 import sys
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -33,6 +35,27 @@ from vtx.progress_lines import LineProgress
 class Hypothesis:
     text: str
     score: float  # log P(Y | X) / lp(|Y|)
+    tokens: tuple[int, ...] = ()  # its pieces' ids, without EOS
+    finished: bool = True  # it ended with EOS (False: cut at the length limit)
+    # With `DecodeOptions.positional_scores`: log P of each token, then of EOS when finished.
+    positional_scores: tuple[float, ...] | None = None
+
+
+class Found(NamedTuple):
+    """A batch's search results as numpy arrays (`beam_search.SearchOutput`'s fields)."""
+
+    tokens: np.ndarray  # int32 [B, R, T]
+    lengths: np.ndarray  # int32 [B, R]
+    scores: np.ndarray  # float32 [B, R]
+    finished: np.ndarray  # bool [B, R]
+
+    @classmethod
+    def concatenate(cls, parts: list["Found"]) -> "Found":
+        longest = max(part.tokens.shape[2] for part in parts)  # each stops on its own
+        tokens = [np.pad(part.tokens, [(0, 0), (0, 0), (0, longest - part.tokens.shape[2])])
+                  for part in parts]
+        return cls(np.concatenate(tokens), *(np.concatenate([getattr(part, name) for part in parts])
+                                             for name in cls._fields[1:]))
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -96,6 +119,7 @@ class Translator:
         if pieces is not None:
             tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
         self._search = search_for(model, options, pieces)
+        self._scorer = None  # made when first needed (`_positional_scores`)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
         # Source positions a batch may hold, lowered when the device ran out of memory.
@@ -142,20 +166,23 @@ class Translator:
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
-        for index, hypotheses in zip(wanted, self.search_ids(encoded, on_batch=on_batch)):
+        line_ids = [first_line_number - 1 + i for i in wanted]
+        for index, hypotheses in zip(wanted, self.search_ids(encoded, on_batch=on_batch,
+                                                             line_ids=line_ids)):
             results[index] = hypotheses
         return results
 
     def search_ids(self, encoded: list[list[int]],
                    should_stop: Callable[[], bool] | None = None,
                    on_batch: Callable[[list[str]], None] | None = None,
-                   ) -> list[list[Hypothesis]]:
+                   line_ids: Sequence[int] | None = None) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order, finished ones first; fewer where fewer exist: the search's
         empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
         first one (a search with every token forbidden from its first step), so that every
         sentence gets a hypothesis. `should_stop` is asked before each batch's search,
-        `on_batch` told each batch's best texts after it (progress).
+        `on_batch` told each batch's best texts after it (progress). `line_ids`: each list's
+        line id (default its index), on which with the seed its samples depend (sampling).
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
@@ -168,28 +195,58 @@ class Translator:
                 pad_rows=self.options.jit_compile)):
             if should_stop is not None and should_stop():
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
-            tokens, lengths, scores = self._search_batch(source)
+            lines = np.zeros(len(source), np.int32)  # padding rows: line 0, never read
+            lines[:len(rows)] = rows if line_ids is None else [line_ids[i] for i in rows]
+            found = self._search_batch(source, lines)
+            positional = self._positional_scores(source, found)
             for row, index in enumerate(rows):
                 # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
-                results[index] = [
-                    Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
-                               float(scores[row, r]))
-                    for r in range(self.options.nbest) if r == 0 or scores[row, r] > -np.inf]
+                results[index] = [self._hypothesis(found, row, r, positional)
+                                  for r in range(self.options.nbest)
+                                  if r == 0 or found.scores[row, r] > -np.inf]
             if on_batch is not None:
                 on_batch([results[index][0].text for index in rows])
         return results
 
-    def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Tokens [B, R, T], lengths [B, R] and scores [B, R] of the search of `source` [B, S];
-        when the device runs out of memory, of its halves (each halved again as needed), and
-        later batches hold at most as many source positions as the half that fitted.
+    def _hypothesis(self, found: Found, row: int, rank: int,
+                    positional: np.ndarray | None) -> Hypothesis:
+        """Hypothesis `rank` of sentence `row` of a batch; `positional` [B, R, T + 1] or None."""
+        length = int(found.lengths[row, rank])
+        tokens = found.tokens[row, rank, :length].tolist()
+        finished = bool(found.finished[row, rank])
+        scores = None if positional is None else tuple(
+            positional[row, rank, :length + finished].tolist())
+        return Hypothesis(self.vocab.decode(tokens), float(found.scores[row, rank]),
+                          tuple(tokens), finished, scores)
+
+    def _positional_scores(self, source: np.ndarray, found: Found) -> np.ndarray | None:
+        """float32 [B, R, T + 1] each token's log-prob (`scoring.forced_log_probs`) when the
+        options ask for them, else None (no work)."""
+        if not self.options.positional_scores:
+            return None
+        if self._scorer is None:
+            from vtx.inference.scoring import make_scorer
+            self._scorer = make_scorer([self.model])
+        rows, nbest, width = found.tokens.shape
+        flat = lambda x: x.reshape((rows * nbest,) + x.shape[2:])
+        log_probs = self._scorer(np.repeat(source, nbest, axis=0), flat(found.tokens),
+                                 flat(found.lengths), flat(found.finished)).numpy()
+        return log_probs.reshape(rows, nbest, width + 1)
+
+    def _search_batch(self, source: np.ndarray, lines: np.ndarray) -> Found:
+        """The search results of `source` [B, S] (`lines` [B]: the line ids, read by sampling
+        only); when the device runs out of memory, of its halves (each halved again as
+        needed), and later batches hold at most as many source positions as the half that
+        fitted.
 
         Raises:
             ArgumentError: one sentence alone does not fit (names `beam`).
         """
         try:
-            output = self._search(source)
-            return output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy()
+            sampled = self.options.sampling is not None
+            output = self._search(source, lines) if sampled else self._search(source)
+            return Found(output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy(),
+                         output.finished.numpy())
         except Exception as error:
             if not out_of_device_memory(error):
                 raise
@@ -204,11 +261,8 @@ class Translator:
                 self.warn(f"out of the device's memory searching {rows} sentences of up to "
                           f"{width} pieces at once: batches of at most {half * width} source "
                           f"positions from now on")
-        parts = [self._search_batch(source[:half]), self._search_batch(source[half:])]
-        longest = max(tokens.shape[2] for tokens, _, _ in parts)  # each stops on its own
-        tokens = [np.pad(t, [(0, 0), (0, 0), (0, longest - t.shape[2])]) for t, _, _ in parts]
-        return (np.concatenate(tokens), np.concatenate([lengths for _, lengths, _ in parts]),
-                np.concatenate([scores for _, _, scores in parts]))
+        return Found.concatenate([self._search_batch(source[:half], lines[:half]),
+                                  self._search_batch(source[half:], lines[half:])])
 
 
 STDIN = "standard input"  # the input's name in messages when it is not a file
@@ -252,20 +306,46 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
             yield decode_line(raw, name, number).rstrip("\r\n")
 
 
+def _finite(value: float) -> float | None:
+    """JSON has no infinity nor nan: null stands for them."""
+    return value if math.isfinite(value) else None
+
+
+def json_record(translator: Translator, line_id: int, source: str,
+                hypotheses: list[Hypothesis]) -> str:
+    """One input line's jsonl record: its id (0 for the first line), its source, and per
+    hypothesis its text, score, pieces and (when computed) positional scores."""
+    records = []
+    for hypothesis in hypotheses:
+        record = {"text": hypothesis.text, "score": _finite(hypothesis.score),
+                  "tokens": translator.vocab.pieces(hypothesis.tokens),
+                  "finished": hypothesis.finished}
+        if hypothesis.positional_scores is not None:
+            record["positional_scores"] = [_finite(x) for x in hypothesis.positional_scores]
+        records.append(record)
+    return json.dumps({"id": line_id, "source": source, "hypotheses": records},
+                      ensure_ascii=False)
+
+
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
-                     buffer_size: int, progress: LineProgress | None = None) -> list[str]:
+                     buffer_size: int, progress: LineProgress | None = None,
+                     output_format: str = "text") -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
-    for a line of no pieces, and the rest of a sentence's R when fewer exist). Returns the best
+    for a line of no pieces, and the rest of a sentence's R when fewer exist); with
+    `output_format` "jsonl", one `json_record` per input line. Returns the best
     hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
     finished at the end."""
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
-        for hypotheses in translator.translate(chunk, number,
-                                               progress.batch if progress else None):
+        for offset, hypotheses in enumerate(translator.translate(
+                chunk, number, progress.batch if progress else None)):
             best.append(hypotheses[0].text if hypotheses else "")
+            if output_format == "jsonl":
+                write(json_record(translator, number - 1 + offset, chunk[offset], hypotheses))
+                continue
             if translator.options.nbest == 1:
                 write(best[-1])
                 continue
@@ -350,9 +430,11 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                    buffer_size: int = 1024, force: bool = False,
                    warn: Callable[[str], None] = lambda message: None,
                    log: Callable[[str], None] = lambda message: None,
-                   other_inputs: dict[str, str | Path | None] | None = None) -> list[str]:
+                   other_inputs: dict[str, str | Path | None] | None = None,
+                   output_format: str = "text") -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
-    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest).
+    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest),
+    written as `output_format` says (`translate_stream`).
 
     Returns:
         The best hypothesis of every line, in input order.
@@ -375,7 +457,7 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size, progress)
+                                    write, buffer_size, progress, output_format)
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,
