@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
@@ -62,3 +63,30 @@ def make_scorer(models: Sequence) -> Callable[..., tf.Tensor]:
         models, source, target, lengths, finished), input_signature=[
             spec([None, None], tf.int32), spec([None, None], tf.int32), spec([None], tf.int32),
             spec([None], tf.bool)], autograph=False)
+
+
+# Bytes of float32 [rows, T + 1, V] scores one forced pass may hold (its logits, their
+# log-softmax and, for an ensemble, each model's): passes over more rows are cut in chunks.
+FORCED_BYTES = 1 << 28
+
+
+def forced_in_chunks(scorer: Callable[..., tf.Tensor], models: int, vocab_size: int,
+                     source_ids: np.ndarray, target_ids: np.ndarray, lengths: np.ndarray,
+                     finished: np.ndarray) -> np.ndarray:
+    """`make_scorer`'s log-probs of N rows, computed a few rows at a time so that the scores
+    over the vocabulary stay within FORCED_BYTES.
+
+    Args:
+        scorer: from `make_scorer` of `models` models of `vocab_size` tokens.
+        source_ids: int32 [N, S]; target_ids int32 [N, T]; lengths int32 [N]; finished bool [N].
+
+    Returns:
+        float32 [N, T + 1] (`forced_log_probs`).
+    """
+    rows, width = target_ids.shape
+    per_row = 4 * vocab_size * (width + 1) * (2 + models)
+    step = max(1, FORCED_BYTES // per_row)
+    parts = [scorer(source_ids[start:start + step], target_ids[start:start + step],
+                    lengths[start:start + step], finished[start:start + step]).numpy()
+             for start in range(0, rows, step)]
+    return np.concatenate(parts) if parts else np.zeros((0, width + 1), np.float32)

@@ -224,13 +224,15 @@ class Translator:
         options ask for them, else None (no work)."""
         if not self.options.positional_scores:
             return None
+        from vtx.inference.scoring import forced_in_chunks, make_scorer
+
         if self._scorer is None:
-            from vtx.inference.scoring import make_scorer
             self._scorer = make_scorer([self.model])
         rows, nbest, width = found.tokens.shape
         flat = lambda x: x.reshape((rows * nbest,) + x.shape[2:])
-        log_probs = self._scorer(np.repeat(source, nbest, axis=0), flat(found.tokens),
-                                 flat(found.lengths), flat(found.finished)).numpy()
+        log_probs = forced_in_chunks(self._scorer, 1, self.vocab.size,
+                                     np.repeat(source, nbest, axis=0), flat(found.tokens),
+                                     flat(found.lengths), flat(found.finished))
         return log_probs.reshape(rows, nbest, width + 1)
 
     def _search_batch(self, source: np.ndarray, lines: np.ndarray) -> Found:
@@ -552,3 +554,27 @@ def load_translator(path: str | Path, options: DecodeOptions,
     checkpoint = checkpoints.load(path)
     vocab = checkpoint_vocabulary(checkpoint, path)
     return Translator(load_model(checkpoint), vocab, options, warn)
+
+
+def load_models(paths: Sequence[str | Path]) -> tuple[list, object]:
+    """The models of checkpoint files that carry one vocabulary (an ensemble), and it.
+
+    Raises:
+        ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
+            vocabularies (both files and the first differing piece named).
+    """
+    from vtx.data.vocab import differing_pieces
+
+    models, vocab, first = [], None, None
+    for path in paths:
+        checkpoint = checkpoints.load(path)
+        this = checkpoint_vocabulary(checkpoint, path)
+        if vocab is None:
+            vocab, first = this, path
+        elif differ := differing_pieces(vocab, this):
+            index, ours, theirs = differ[0]
+            raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
+                             f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
+                             f"ensemble needs one")
+        models.append(load_model(checkpoint))
+    return models, vocab
