@@ -8,7 +8,7 @@ from vtx_cli.options import (SEARCH_FLAGS, FiniteFloat, checkpoint_option, libra
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
-         "temperature": "--temperature"}
+         "temperature": "--temperature", "prefix_path": "--prefix"}
 # Flags of one mode, and the flags that mode has no use for: given together, refused.
 NEEDS = {"sampling_topk": "sampling", "sampling_topp": "sampling", "temperature": "sampling",
          "seed": "sampling"}
@@ -76,10 +76,13 @@ def check_combinations(ctx: click.Context) -> None:
               show_default=True,
               help="text: a line per hypothesis; jsonl: a JSON record per input line (id, "
                    "source, and per hypothesis its text, score, tokens and positional scores).")
+@click.option("--prefix", "prefix_path", type=click.Path(exists=True, dir_okay=False),
+              help="Target prefixes, one per input line (raw text; an empty line: none): "
+                   "every hypothesis of the line starts with its prefix.")
 @click.pass_context
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
-              sampling_topk, sampling_topp, temperature, seed, output_format):
+              sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -101,7 +104,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
                                                                          err=True),
                                   log=lambda message: click.echo(message, err=True),
                                   other_inputs={"--reference": reference},
-                                  output_format=output_format)
+                                  output_format=output_format, prefix_path=prefix_path)
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)

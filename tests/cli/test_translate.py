@@ -241,3 +241,23 @@ def test_jsonl_gives_a_record_per_input_line_with_tokens_and_positional_scores(
             assert "".join(hypothesis["tokens"]).replace("\u2581", " ").strip() == \
                 hypothesis["text"]
             assert len(hypothesis["positional_scores"]) == len(hypothesis["tokens"]) + 1
+
+
+def test_prefix_starts_every_output_and_a_prefix_file_of_another_length_is_refused(
+        trained_checkpoint, tmp_path):
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    (tmp_path / "prefix.de").write_text("Ein Hund\n\n")
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--input",
+                 tmp_path / "src.en", "--prefix", tmp_path / "prefix.de")
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("Ein Hund ") and len(lines) == 2
+    (tmp_path / "short.de").write_text("Ein Hund\n")
+    for args in (["--input", tmp_path / "src.en"], []):  # counted first, or as it is read
+        refused = vtx("translate", "--checkpoint", trained_checkpoint, *args, "--prefix",
+                      tmp_path / "short.de", "--output", tmp_path / "out.de",
+                      stdin=b"A man is riding a bike.\nTwo dogs play.\n")
+        assert refused.returncode == 1
+        assert refused.stderr.decode().splitlines()[-1].startswith(
+            f"Error: --prefix {tmp_path / 'short.de'} has 1 lines, the input ")
+        assert not (tmp_path / "out.de").exists()

@@ -78,6 +78,8 @@ class DecodeOptions:
     # Also each output token's log-prob (`Hypothesis.positional_scores`): a forward pass of
     # the outputs after the search, none without it.
     positional_scores: bool = False
+    # Every hypothesis starts with its line's given target prefix (`vtx.inference.prefix`).
+    prefix: bool = False
 
     @property
     def rows_per_sentence(self) -> int:

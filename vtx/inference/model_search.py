@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.inference import prefix as forced_prefix
 from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -58,7 +59,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
                    nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
-                   sampling: SamplingOptions | None = None,
+                   sampling: SamplingOptions | None = None, prefix: bool = False,
                    ) -> Callable[..., SearchOutput]:
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
 
@@ -70,7 +71,9 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     output to a well-formed tree with one word slot per source word
     (`vtx.inference.tree_constraint`). With `sampling` it draws `nbest` samples per sentence
     (`vtx.inference.sampling`) and takes (source_ids, line_ids int32 [B]): each sentence's line
-    id, on which with the seed its samples depend; beam_size and stop are then unused.
+    id, on which with the seed its samples depend; beam_size and stop are then unused. With
+    `prefix` it takes after those (prefix_ids int32 [B, P], PAD-padded, prefix_lengths int32
+    [B]): every hypothesis starts with its sentence's prefix (`vtx.inference.prefix`).
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
@@ -80,7 +83,7 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
 
-    def search(source_ids, line_ids=None):
+    def search(source_ids, line_ids=None, prefix_ids=None, prefix_lengths=None):
         source_ids = tf.cast(source_ids, tf.int32)
         batch_size = source_ids.shape[0]
         if batch_size is None:  # traced for any batch size: known when the graph runs
@@ -106,6 +109,9 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         if tree_pieces is not None:
             step = tree_constraint.constrained(step, tree_pieces)
             state = tree_constraint.initial_state(source_ids, state, tree_pieces)
+        if prefix:
+            step = forced_prefix.constrained(step)
+            state = forced_prefix.initial_state(state, prefix_ids, prefix_lengths)
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
                       growing=model.GROWING_STATE if grow else (), drop_done=grow)
@@ -123,14 +129,15 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
     # their source would be most of the trace's time: every `vtx translate` and BLEU or F1
     # validation starts sooner without it.
-    signature = [tf.TensorSpec([None, None], tf.int32)]
+    inputs = {"source_ids": [None, None]}
     if sampling is not None:
-        signature.append(tf.TensorSpec([None], tf.int32))
-        traced = search
-    else:  # one argument exactly, as its signature
-        traced = lambda source_ids: search(source_ids)
-    return tf.function(traced, input_signature=signature, jit_compile=jit_compile or None,
-                       autograph=False)
+        inputs["line_ids"] = [None]
+    if prefix:
+        inputs.update(prefix_ids=[None, None], prefix_lengths=[None])
+    traced = lambda *args: search(**dict(zip(inputs, args)))
+    return tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.int32)
+                                                for shape in inputs.values()],
+                       jit_compile=jit_compile or None, autograph=False)
 
 
 def search_for(model: Transformer, options: DecodeOptions,
@@ -142,4 +149,4 @@ def search_for(model: Transformer, options: DecodeOptions,
                           max_len_b=options.max_len_b, nbest=options.nbest, stop=options.stop,
                           jit_compile=options.jit_compile,
                           tree_pieces=pieces if options.constrain_trees else None,
-                          sampling=options.sampling)
+                          sampling=options.sampling, prefix=options.prefix)

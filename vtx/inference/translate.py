@@ -23,11 +23,11 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
-from vtx.config import ModelConfig
+from vtx.config import PAD_ID, ModelConfig
 from vtx.data.text import count_lines, decode_line, lines_in_file, open_binary
 from vtx.errors import ArgumentError, DataError, SearchInterrupted, out_of_device_memory
-from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
-                                   search_bytes)
+from vtx.inference.decoding import (LENGTH_BUCKET, DecodeOptions, available_memory,
+                                   padded_batches, search_bytes)
 from vtx.progress_lines import LineProgress
 
 
@@ -156,26 +156,47 @@ class Translator:
         return ids
 
     def translate(self, lines: list[str], first_line_number: int = 1,
-                  on_batch: Callable[[list[str]], None] | None = None) -> list[list[Hypothesis]]:
+                  on_batch: Callable[[list[str]], None] | None = None,
+                  prefixes: list[str] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
-        sentence up). `on_batch`: see `search_ids`."""
+        sentence up). `on_batch`: see `search_ids`. `prefixes` (with `options.prefix`): each
+        line's target prefix, raw text ("" for none).
+
+        Raises:
+            ArgumentError: a prefix leaves no room for EOS within its line's length limit.
+        """
         results: list[list[Hypothesis]] = [[] for _ in lines]
         encoded = [(i, self.encode(line, first_line_number + i))
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
         line_ids = [first_line_number - 1 + i for i in wanted]
-        for index, hypotheses in zip(wanted, self.search_ids(encoded, on_batch=on_batch,
-                                                             line_ids=line_ids)):
+        prefix_ids = None
+        if self.options.prefix:
+            prefix_ids = [self._encode_prefix(prefixes[i], len(ids), first_line_number + i)
+                          for i, ids in zip(wanted, encoded)]
+        for index, hypotheses in zip(wanted, self.search_ids(
+                encoded, on_batch=on_batch, line_ids=line_ids, prefixes=prefix_ids)):
             results[index] = hypotheses
         return results
+
+    def _encode_prefix(self, text: str, source_length: int, line_number: int) -> list[int]:
+        """A line's prefix ids, checked against its output length limit."""
+        ids = self.vocab.encode(text) if text.strip() else []
+        limit = self.options.length_limit(source_length, self.model.config.max_positions)
+        if len(ids) >= limit:  # and EOS
+            raise ArgumentError("{prefix_path} line {line}: {pieces} pieces, but the output of "
+                                "that line holds at most {limit} tokens with EOS (raise "
+                                "{max_len_b})", line=line_number, pieces=len(ids), limit=limit)
+        return ids
 
     def search_ids(self, encoded: list[list[int]],
                    should_stop: Callable[[], bool] | None = None,
                    on_batch: Callable[[list[str]], None] | None = None,
-                   line_ids: Sequence[int] | None = None) -> list[list[Hypothesis]]:
+                   line_ids: Sequence[int] | None = None,
+                   prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order, finished ones first; fewer where fewer exist: the search's
         empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
@@ -183,6 +204,8 @@ class Translator:
         sentence gets a hypothesis. `should_stop` is asked before each batch's search,
         `on_batch` told each batch's best texts after it (progress). `line_ids`: each list's
         line id (default its index), on which with the seed its samples depend (sampling).
+        `prefixes` (with `options.prefix`): each list's target prefix ids, every hypothesis
+        starting with them.
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
@@ -195,9 +218,8 @@ class Translator:
                 pad_rows=self.options.jit_compile)):
             if should_stop is not None and should_stop():
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
-            lines = np.zeros(len(source), np.int32)  # padding rows: line 0, never read
-            lines[:len(rows)] = rows if line_ids is None else [line_ids[i] for i in rows]
-            found = self._search_batch(source, lines)
+            found = self._search_batch(source, self._search_inputs(
+                len(source), rows, line_ids, prefixes))
             positional = self._positional_scores(source, found)
             for row, index in enumerate(rows):
                 # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
@@ -235,18 +257,37 @@ class Translator:
                                      flat(found.lengths), flat(found.finished))
         return log_probs.reshape(rows, nbest, width + 1)
 
-    def _search_batch(self, source: np.ndarray, lines: np.ndarray) -> Found:
-        """The search results of `source` [B, S] (`lines` [B]: the line ids, read by sampling
-        only); when the device runs out of memory, of its halves (each halved again as
-        needed), and later batches hold at most as many source positions as the half that
-        fitted.
+    def _search_inputs(self, height: int, rows: list[int], line_ids, prefixes
+                       ) -> list[np.ndarray]:
+        """The search's inputs after a batch's source, for its `rows` (the rest padding): the
+        line ids int32 [B] when sampling; prefix ids int32 [B, P] and lengths int32 [B] with
+        `options.prefix`."""
+        inputs = []
+        if self.options.sampling is not None:
+            lines = np.zeros(height, np.int32)  # padding rows: line 0, never read
+            lines[:len(rows)] = rows if line_ids is None else [line_ids[i] for i in rows]
+            inputs.append(lines)
+        if self.options.prefix:
+            longest = max(len(prefixes[i]) for i in rows)
+            # P a multiple of LENGTH_BUCKET: few shapes for XLA to compile.
+            width = max(1, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
+            ids, lengths = np.full((height, width), PAD_ID, np.int32), np.zeros(height, np.int32)
+            for row, index in enumerate(rows):
+                ids[row, :len(prefixes[index])] = prefixes[index]
+                lengths[row] = len(prefixes[index])
+            inputs += [ids, lengths]
+        return inputs
+
+    def _search_batch(self, source: np.ndarray, inputs: list[np.ndarray]) -> Found:
+        """The search results of `source` [B, S] (`inputs`: `_search_inputs`, row-aligned);
+        when the device runs out of memory, of its halves (each halved again as needed), and
+        later batches hold at most as many source positions as the half that fitted.
 
         Raises:
             ArgumentError: one sentence alone does not fit (names `beam`).
         """
         try:
-            sampled = self.options.sampling is not None
-            output = self._search(source, lines) if sampled else self._search(source)
+            output = self._search(source, *inputs)
             return Found(output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy(),
                          output.finished.numpy())
         except Exception as error:
@@ -263,8 +304,8 @@ class Translator:
                 self.warn(f"out of the device's memory searching {rows} sentences of up to "
                           f"{width} pieces at once: batches of at most {half * width} source "
                           f"positions from now on")
-        return Found.concatenate([self._search_batch(source[:half], lines[:half]),
-                                  self._search_batch(source[half:], lines[half:])])
+        return Found.concatenate([self._search_batch(source[:half], [x[:half] for x in inputs]),
+                                  self._search_batch(source[half:], [x[half:] for x in inputs])])
 
 
 STDIN = "standard input"  # the input's name in messages when it is not a file
@@ -331,19 +372,31 @@ def json_record(translator: Translator, line_id: int, source: str,
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
                      buffer_size: int, progress: LineProgress | None = None,
-                     output_format: str = "text") -> list[str]:
+                     output_format: str = "text", prefixes: list[str] | None = None,
+                     prefix_path: str | Path = "") -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist); with
-    `output_format` "jsonl", one `json_record` per input line. Returns the best
+    `output_format` "jsonl", one `json_record` per input line. `prefixes`: a target prefix
+    per input line (`Translator.translate`), read from `prefix_path`. Returns the best
     hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
-    finished at the end."""
+    finished at the end.
+
+    Raises:
+        ArgumentError: `prefixes` has another number of lines than `lines`.
+    """
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
+        chunk_prefixes = None
+        if prefixes is not None:
+            chunk_prefixes = prefixes[number - 1:number - 1 + len(chunk)]
+            if len(chunk_prefixes) < len(chunk):
+                raise ArgumentError("{prefix_path} {path} has {count} lines, the input more",
+                                    path=prefix_path, count=len(prefixes))
         for offset, hypotheses in enumerate(translator.translate(
-                chunk, number, progress.batch if progress else None)):
+                chunk, number, progress.batch if progress else None, chunk_prefixes)):
             best.append(hypotheses[0].text if hypotheses else "")
             if output_format == "jsonl":
                 write(json_record(translator, number - 1 + offset, chunk[offset], hypotheses))
@@ -357,6 +410,9 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
         number += len(chunk)
         if progress:  # with the chunk's empty lines, not searched
             progress.reach(number - 1)
+    if prefixes is not None and len(prefixes) != number - 1:
+        raise ArgumentError("{prefix_path} {path} has {count} lines, the input {lines}",
+                            path=prefix_path, count=len(prefixes), lines=number - 1)
     if progress:
         progress.finish()
     return best
@@ -433,10 +489,12 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                    warn: Callable[[str], None] = lambda message: None,
                    log: Callable[[str], None] = lambda message: None,
                    other_inputs: dict[str, str | Path | None] | None = None,
-                   output_format: str = "text") -> list[str]:
+                   output_format: str = "text", prefix_path: str | Path | None = None,
+                   ) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest),
-    written as `output_format` says (`translate_stream`).
+    written as `output_format` says (`translate_stream`); with `prefix_path` (and
+    `options.prefix`) each line's hypotheses start with that file's line.
 
     Returns:
         The best hypothesis of every line, in input order.
@@ -450,7 +508,11 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
             of the inputs.
     """
     path = check_output(output_path, force, checkpoint,
-                        {"--input": input_path, **(other_inputs or {})})
+                        {"--input": input_path, "--prefix": prefix_path, **(other_inputs or {})})
+    prefixes = read_references(prefix_path) if prefix_path else None
+    if prefixes is not None:
+        check_reference_length(input_path, prefix_path, prefixes, "prefix_path")
+        options = dataclasses.replace(options, prefix=True)
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         translator = load_translator(path, options, warn)
@@ -459,7 +521,8 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size, progress, output_format)
+                                    write, buffer_size, progress, output_format, prefixes,
+                                    prefix_path or "")
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,
@@ -506,9 +569,10 @@ def read_references(reference_path: str | Path) -> list[str]:
 
 
 def check_reference_length(input_path: str | Path | None, reference_path: str | Path,
-                           references: list[str]) -> None:
-    """Compare the lines of an `--input` file with its references before the search (`bleu`
-    would say so after it); standard input, read once, is compared by `bleu` only.
+                           references: list[str], argument: str = "reference_path") -> None:
+    """Compare the lines of an `--input` file with its references (or, `argument` naming it,
+    another file of a line per input line) before the search (`bleu` would say so after it);
+    standard input, read once, is compared by `bleu` (or `translate_stream`) only.
 
     Raises:
         ArgumentError: other numbers of lines, as `bleu` says it.
@@ -519,7 +583,7 @@ def check_reference_length(input_path: str | Path | None, reference_path: str | 
     with damaged_gzip_named(input_path), open_binary(Path(input_path)) as handle:
         count = count_lines(handle)
     if count != len(references):
-        raise ArgumentError("{reference_path} {path} has {references} lines, the input "
+        raise ArgumentError("{" + argument + "} {path} has {references} lines, the input "
                             "{hypotheses}", path=reference_path, references=len(references),
                             hypotheses=count)
 
