@@ -3,8 +3,7 @@
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import (SEARCH_FLAGS, FiniteFloat, checkpoint_option, library_error,
-                             search_options)
+from vtx_cli.options import SEARCH_FLAGS, FiniteFloat, library_error, search_options
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -38,7 +37,9 @@ def check_combinations(ctx: click.Context) -> None:
 
 
 @click.command()
-@checkpoint_option
+@click.option("--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
+              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
+                   "repeated: an ensemble, the mean of the models' probabilities.")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Source text, one sentence per line; read as gzip when named .gz.  "
                    "[default: stdin]")
@@ -99,7 +100,8 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
         references = lib.read_references(reference) if reference else None
         if reference:
             lib.check_reference_length(input_path, reference, references)
-        best = lib.translate_file(checkpoint, input_path, output_path, options, buffer_size,
+        best = lib.translate_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
+                                  input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),
                                   log=lambda message: click.echo(message, err=True),

@@ -261,3 +261,20 @@ def test_prefix_starts_every_output_and_a_prefix_file_of_another_length_is_refus
         assert refused.stderr.decode().splitlines()[-1].startswith(
             f"Error: --prefix {tmp_path / 'short.de'} has 1 lines, the input ")
         assert not (tmp_path / "out.de").exists()
+
+
+def test_an_ensemble_of_two_copies_translates_as_one_and_vocabularies_must_match(
+        trained_checkpoint, random_parser_checkpoint):
+    stdin = b"A man is riding a bike.\nTwo dogs play.\n"
+    one = vtx("translate", "--checkpoint", trained_checkpoint, "--nbest", "2", stdin=stdin)
+    two = vtx("translate", "--checkpoint", trained_checkpoint, "--checkpoint",
+              trained_checkpoint.parent, "--nbest", "2", stdin=stdin)
+    assert two.returncode == 0, two.stderr.decode()
+    texts = lambda result: [line.split("\t")[1] for line in result.stdout.decode().splitlines()]
+    assert texts(two) == texts(one)
+    mixed = vtx("translate", "--checkpoint", trained_checkpoint, "--checkpoint",
+                random_parser_checkpoint, stdin=stdin)
+    assert mixed.returncode == 1
+    assert mixed.stderr.decode().splitlines()[-1].startswith(
+        f"Error: --checkpoint {trained_checkpoint} and --checkpoint {random_parser_checkpoint} "
+        f"have different vocabularies")

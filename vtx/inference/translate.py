@@ -99,7 +99,8 @@ class Translator:
     """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
 
     Args:
-        model: a vtx Transformer.
+        model: a vtx Transformer, or a list of them of one vocabulary (an ensemble: the mean of
+            their probabilities at each step, `model_search.decoder`).
         vocab: a `vtx.data.vocab.Vocabulary` (encode/decode).
         options: search settings.
         warn: receives warnings (truncated lines).
@@ -114,11 +115,15 @@ class Translator:
         from vtx.inference import tree_constraint
         from vtx.inference.model_search import search_for
 
-        self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
+        self.models = list(model) if isinstance(model, (list, tuple)) else [model]
+        self.model, self.vocab, self.options, self.warn = self.models[0], vocab, options, warn
+        # Positions every model of an ensemble has.
+        self.max_positions = min(m.config.max_positions for m in self.models)
         pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
         if pieces is not None:
             tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
-        self._search = search_for(model, options, pieces)
+        self._search = search_for(self.models if len(self.models) > 1 else self.model, options,
+                                  pieces)
         self._scorer = None  # made when first needed (`_positional_scores`)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
@@ -136,7 +141,7 @@ class Translator:
         by_device = max(1, self._device_positions // width)  # after running out (below)
         if self.memory_budget is None:
             return by_device
-        one = search_bytes(self.options, self.model.config, width)
+        one = sum(search_bytes(self.options, m.config, width) for m in self.models)
         if one > self.memory_budget:
             raise ArgumentError("{beam} {size}: the search of one sentence of {width} pieces "
                                 "needs about {need:.1f} GiB, more than the {budget:.1f} GiB it "
@@ -148,7 +153,7 @@ class Translator:
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
         ids = self.vocab.encode(text)
-        limit = self.model.config.max_positions
+        limit = self.max_positions
         if len(ids) > limit:
             self.warn(f"line {line_number}: {len(ids)} tokens, truncated to the model's "
                       f"{limit} positions")
@@ -185,7 +190,7 @@ class Translator:
     def _encode_prefix(self, text: str, source_length: int, line_number: int) -> list[int]:
         """A line's prefix ids, checked against its output length limit."""
         ids = self.vocab.encode(text) if text.strip() else []
-        limit = self.options.length_limit(source_length, self.model.config.max_positions)
+        limit = self.options.length_limit(source_length, self.max_positions)
         if len(ids) >= limit:  # and EOS
             raise ArgumentError("{prefix_path} line {line}: {pieces} pieces, but the output of "
                                 "that line holds at most {limit} tokens with EOS (raise "
@@ -249,10 +254,10 @@ class Translator:
         from vtx.inference.scoring import forced_in_chunks, make_scorer
 
         if self._scorer is None:
-            self._scorer = make_scorer([self.model])
+            self._scorer = make_scorer(self.models)
         rows, nbest, width = found.tokens.shape
         flat = lambda x: x.reshape((rows * nbest,) + x.shape[2:])
-        log_probs = forced_in_chunks(self._scorer, 1, self.vocab.size,
+        log_probs = forced_in_chunks(self._scorer, len(self.models), self.vocab.size,
                                      np.repeat(source, nbest, axis=0), flat(found.tokens),
                                      flat(found.lengths), flat(found.finished))
         return log_probs.reshape(rows, nbest, width + 1)
@@ -483,7 +488,7 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False, force: b
             handle.flush()  # what is left: an error here, not unnamed at close or exit
 
 
-def translate_file(checkpoint: str | Path, input_path: str | Path | None,
+def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | Path | None,
                    output_path: str | Path | None, options: DecodeOptions,
                    buffer_size: int = 1024, force: bool = False,
                    warn: Callable[[str], None] = lambda message: None,
@@ -492,8 +497,8 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
                    output_format: str = "text", prefix_path: str | Path | None = None,
                    ) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
-    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest),
-    written as `output_format` says (`translate_stream`); with `prefix_path` (and
+    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
+    a list of them: their ensemble), written as `output_format` says (`translate_stream`); with `prefix_path` (and
     `options.prefix`) each line's hypotheses start with that file's line.
 
     Returns:
@@ -507,16 +512,22 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         OSError, ValueError: an unreadable input or checkpoint (named), or `output_path` is one
             of the inputs.
     """
-    path = check_output(output_path, force, checkpoint,
-                        {"--input": input_path, "--prefix": prefix_path, **(other_inputs or {})})
+    several = not isinstance(checkpoint, (str, Path))
+    paths = [check_output(output_path, force, one, {
+        "--input": input_path, "--prefix": prefix_path, **(other_inputs or {})})
+        for one in (checkpoint if several else [checkpoint])]
     prefixes = read_references(prefix_path) if prefix_path else None
     if prefixes is not None:
         check_reference_length(input_path, prefix_path, prefixes, "prefix_path")
         options = dataclasses.replace(options, prefix=True)
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
-        translator = load_translator(path, options, warn)
-        log(f"checkpoint: {path}")
+        if len(paths) == 1:
+            translator = load_translator(paths[0], options, warn)
+        else:
+            translator = Translator(*load_models(paths), options, warn)
+        for path in paths:
+            log(f"checkpoint: {path}")
         progress = LineProgress(log, "translated", lines_in_file(input_path) if input_path
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
