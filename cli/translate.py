@@ -7,10 +7,11 @@ from vtx_cli.options import SEARCH_FLAGS, FiniteFloat, library_error, search_opt
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
-         "temperature": "--temperature", "prefix_path": "--prefix"}
+         "temperature": "--temperature", "prefix_path": "--prefix",
+         "alignment_layer": "--alignment-layer"}
 # Flags of one mode, and the flags that mode has no use for: given together, refused.
 NEEDS = {"sampling_topk": "sampling", "sampling_topp": "sampling", "temperature": "sampling",
-         "seed": "sampling"}
+         "seed": "sampling", "alignment_layer": "print_alignment"}
 UNUSED_BY = {"sampling": ("beam", "stop")}
 
 
@@ -80,10 +81,18 @@ def check_combinations(ctx: click.Context) -> None:
 @click.option("--prefix", "prefix_path", type=click.Path(exists=True, dir_okay=False),
               help="Target prefixes, one per input line (raw text; an empty line: none): "
                    "every hypothesis of the line starts with its prefix.")
+@click.option("--print-alignment", is_flag=True,
+              help="Also each hypothesis's word alignment, `i-j` pairs (source piece i, target "
+                   "piece j) from --alignment-layer's cross-attention: after a tab in text, a "
+                   "field in jsonl.")
+@click.option("--alignment-layer", type=int, default=-1, show_default=True,
+              help="The decoder layer whose cross-attention, averaged over heads, aligns "
+                   "(from 0; negative: from the last).")
 @click.pass_context
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
-              sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path):
+              sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
+              print_alignment, alignment_layer):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -95,7 +104,8 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=jit, sampling=sampler,
-                                positional_scores=output_format == "jsonl")
+                                positional_scores=output_format == "jsonl",
+                                alignment_layer=alignment_layer if print_alignment else None)
         # A bad reference file is said before the search, not after it.
         references = lib.read_references(reference) if reference else None
         if reference:

@@ -278,3 +278,25 @@ def test_an_ensemble_of_two_copies_translates_as_one_and_vocabularies_must_match
     assert mixed.stderr.decode().splitlines()[-1].startswith(
         f"Error: --checkpoint {trained_checkpoint} and --checkpoint {random_parser_checkpoint} "
         f"have different vocabularies")
+
+
+def test_print_alignment_ends_each_line_with_its_pairs_and_fills_the_jsonl_field(
+        trained_checkpoint):
+    import json
+
+    stdin = b"A man is riding a bike.\n\nTwo dogs play.\n"
+    text = vtx("translate", "--checkpoint", trained_checkpoint, "--print-alignment",
+               stdin=stdin)
+    assert text.returncode == 0, text.stderr.decode()
+    lines = [line.split("\t") for line in text.stdout.decode().splitlines()]
+    assert [len(fields) for fields in lines] == [2, 2, 2] and lines[1] == ["", ""]
+    records = [json.loads(line) for line in vtx(
+        "translate", "--checkpoint", trained_checkpoint, "--print-alignment",
+        "--alignment-layer", "0", "--output-format", "jsonl", stdin=stdin).stdout.splitlines()]
+    for record in (records[0], records[2]):
+        pairs = record["hypotheses"][0]["alignment"].split()
+        assert len(pairs) == len(record["hypotheses"][0]["tokens"])
+    refused = vtx("translate", "--checkpoint", trained_checkpoint, "--alignment-layer", "1",
+                  stdin=stdin)
+    assert refused.returncode == 2
+    assert "--alignment-layer needs --print-alignment" in refused.stderr.decode()

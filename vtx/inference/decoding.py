@@ -80,6 +80,9 @@ class DecodeOptions:
     positional_scores: bool = False
     # Every hypothesis starts with its line's given target prefix (`vtx.inference.prefix`).
     prefix: bool = False
+    # Also each output's word alignment from this decoder layer's cross-attention (negative:
+    # from the last), a pass after the search (`vtx.inference.alignment`); None: none.
+    alignment_layer: int | None = None
 
     @property
     def rows_per_sentence(self) -> int:

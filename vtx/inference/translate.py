@@ -39,6 +39,8 @@ class Hypothesis:
     finished: bool = True  # it ended with EOS (False: cut at the length limit)
     # With `DecodeOptions.positional_scores`: log P of each token, then of EOS when finished.
     positional_scores: tuple[float, ...] | None = None
+    # With `DecodeOptions.alignment_layer`: `i-j` pairs, source piece i of target piece j.
+    alignment: str | None = None
 
 
 class Found(NamedTuple):
@@ -125,6 +127,13 @@ class Translator:
         self._search = search_for(self.models if len(self.models) > 1 else self.model, options,
                                   pieces)
         self._scorer = None  # made when first needed (`_positional_scores`)
+        self._aligner = None  # likewise (`_alignments`)
+        layers = self.model.config.num_layers
+        if options.alignment_layer is not None and not (
+                -layers <= options.alignment_layer < layers):
+            raise ArgumentError("{alignment_layer} {value}: the model has {layers} decoder "
+                                "layers (0 to {last}, or -1 for the last)",
+                                value=options.alignment_layer, layers=layers, last=layers - 1)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
         # Source positions a batch may hold, lowered when the device ran out of memory.
@@ -226,25 +235,49 @@ class Translator:
             found = self._search_batch(source, self._search_inputs(
                 len(source), rows, line_ids, prefixes))
             positional = self._positional_scores(source, found)
+            alignments = self._alignments(source, found)
             for row, index in enumerate(rows):
                 # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
-                results[index] = [self._hypothesis(found, row, r, positional)
+                results[index] = [self._hypothesis(found, row, r, positional, alignments)
                                   for r in range(self.options.nbest)
                                   if r == 0 or found.scores[row, r] > -np.inf]
             if on_batch is not None:
                 on_batch([results[index][0].text for index in rows])
         return results
 
-    def _hypothesis(self, found: Found, row: int, rank: int,
-                    positional: np.ndarray | None) -> Hypothesis:
-        """Hypothesis `rank` of sentence `row` of a batch; `positional` [B, R, T + 1] or None."""
+    def _hypothesis(self, found: Found, row: int, rank: int, positional: np.ndarray | None,
+                    alignments: list[list[str]] | None) -> Hypothesis:
+        """Hypothesis `rank` of sentence `row` of a batch; `positional` [B, R, T + 1] or None,
+        `alignments` [B][R] or None."""
         length = int(found.lengths[row, rank])
         tokens = found.tokens[row, rank, :length].tolist()
         finished = bool(found.finished[row, rank])
         scores = None if positional is None else tuple(
             positional[row, rank, :length + finished].tolist())
         return Hypothesis(self.vocab.decode(tokens), float(found.scores[row, rank]),
-                          tuple(tokens), finished, scores)
+                          tuple(tokens), finished, scores,
+                          None if alignments is None else alignments[row][rank])
+
+    def _alignments(self, source: np.ndarray, found: Found) -> list[list[str]] | None:
+        """`alignment.hard_alignment` of every hypothesis [B][R] (the first model's chosen
+        layer) when the options ask for them, else None (no work)."""
+        from vtx.inference.alignment import hard_alignment, make_aligner
+        from vtx.inference.scoring import FORCED_BYTES
+
+        if self.options.alignment_layer is None:
+            return None
+        if self._aligner is None:
+            self._aligner = make_aligner(self.model, self.options.alignment_layer)
+        rows, nbest, width = found.tokens.shape
+        # Rows of [T + 1, S] weights (and [H, T + 1, S] scores) a pass holds.
+        step = max(1, FORCED_BYTES // (8 * self.model.config.num_heads * (width + 1)
+                                       * source.shape[1]))
+        flat = found.tokens.reshape(rows * nbest, width)
+        sources = np.repeat(source, nbest, axis=0)
+        weights = np.concatenate([self._aligner(sources[i:i + step], flat[i:i + step]).numpy()
+                                  for i in range(0, rows * nbest, step)])
+        return [[hard_alignment(weights[row * nbest + r], int(found.lengths[row, r]))
+                 for r in range(nbest)] for row in range(rows)]
 
     def _positional_scores(self, source: np.ndarray, found: Found) -> np.ndarray | None:
         """float32 [B, R, T + 1] each token's log-prob (`scoring.forced_log_probs`) when the
@@ -370,6 +403,8 @@ def json_record(translator: Translator, line_id: int, source: str,
                   "finished": hypothesis.finished}
         if hypothesis.positional_scores is not None:
             record["positional_scores"] = [_finite(x) for x in hypothesis.positional_scores]
+        if hypothesis.alignment is not None:
+            record["alignment"] = hypothesis.alignment
         records.append(record)
     return json.dumps({"id": line_id, "source": source, "hypotheses": records},
                       ensure_ascii=False)
@@ -382,8 +417,9 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
-    for a line of no pieces, and the rest of a sentence's R when fewer exist); with
-    `output_format` "jsonl", one `json_record` per input line. `prefixes`: a target prefix
+    for a line of no pieces, and the rest of a sentence's R when fewer exist; with alignments
+    each line ends with a tab and the hypothesis's `i-j` pairs); with `output_format` "jsonl",
+    one `json_record` per input line. `prefixes`: a target prefix
     per input line (`Translator.translate`), read from `prefix_path`. Returns the best
     hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
     finished at the end.
@@ -406,12 +442,16 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
             if output_format == "jsonl":
                 write(json_record(translator, number - 1 + offset, chunk[offset], hypotheses))
                 continue
+            # With alignments, each line ends with a tab and its hypothesis's alignment.
+            aligned = translator.options.alignment_layer is not None
+            ending = lambda hypothesis: f"\t{hypothesis.alignment or ''}" if aligned else ""
+            empty = Hypothesis("", float("nan"))
             if translator.options.nbest == 1:
-                write(best[-1])
+                write(best[-1] + ending(hypotheses[0] if hypotheses else empty))
                 continue
             missing = translator.options.nbest - len(hypotheses)
-            for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
-                write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
+            for hypothesis in hypotheses + [empty] * missing:
+                write(f"{hypothesis.score:.4f}\t{hypothesis.text}{ending(hypothesis)}")
         number += len(chunk)
         if progress:  # with the chunk's empty lines, not searched
             progress.reach(number - 1)
