@@ -222,6 +222,10 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
                                             r"GiB .*; use a smaller beam$") as error:
         refused.translate(lines[:1])
     assert error.value.arguments == ["beam"]
+    sampled = translate.Translator(model, vocab, DecodeOptions(
+        nbest=1000, sampling=SamplingOptions()), memory_budget=2**20)
+    with pytest.raises(ArgumentError, match=r"^nbest 1000: .*; use a smaller nbest$"):
+        sampled.translate(lines[:1])
 
 
 SHORT = ["A dog.", "A girl.", "Two men.", "A cat.", "A boy runs.", "A red car.", "People.",

@@ -133,7 +133,8 @@ def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
     (logits, log-probabilities and candidates), plus the sentence's encoder keys and values."""
     length = options.length_limit(source_length, config.max_positions)
     per_hypothesis = 4 * (2 * config.num_layers * config.d_model * length + 3 * config.vocab_size)
-    return options.rows_per_sentence * per_hypothesis + 4 * 2 * config.num_layers * config.d_model * source_length
+    memory = 4 * 2 * config.num_layers * config.d_model * source_length
+    return options.rows_per_sentence * per_hypothesis + memory
 
 
 def available_memory() -> int | None:

@@ -94,7 +94,8 @@ def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, g
             sum((named(part[3], name) for name, part in zip(names, parts)), ()))
 
 
-def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4, alpha: float = 0.6,
+def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
+                   alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
                    nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
@@ -164,15 +165,22 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
                            nbest=nbest, stop=stop,
                            beam_invariant=invariant, **common)
 
+    return _traced(search, jit_compile, sampling is not None, prefix)
+
+
+def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
+            prefixed: bool) -> Callable[..., SearchOutput]:
+    """`search` as a tf.function of int32 inputs: source_ids [B, S], then line_ids [B] when
+    `sampled`, then prefix_ids [B, P] and prefix_lengths [B] when `prefixed`."""
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
     # their source would be most of the trace's time: every `vtx translate` and BLEU or F1
     # validation starts sooner without it.
     inputs = {"source_ids": [None, None]}
-    if sampling is not None:
+    if sampled:
         inputs["line_ids"] = [None]
-    if prefix:
+    if prefixed:
         inputs.update(prefix_ids=[None, None], prefix_lengths=[None])
     traced = lambda *args: search(**dict(zip(inputs, args)))
     return tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.int32)

@@ -152,12 +152,20 @@ class Translator:
             return by_device
         one = sum(search_bytes(self.options, m.config, width) for m in self.models)
         if one > self.memory_budget:
-            raise ArgumentError("{beam} {size}: the search of one sentence of {width} pieces "
-                                "needs about {need:.1f} GiB, more than the {budget:.1f} GiB it "
-                                "may use (half of the available memory); use a smaller {beam}",
-                                size=self.options.beam, width=width, need=one / 2**30,
-                                budget=self.memory_budget / 2**30)
+            raise ArgumentError(self._width_flag("{width_flag} {size}: the search of one "
+                                                 "sentence of {width} pieces needs about "
+                                                 "{need:.1f} GiB, more than the {budget:.1f} "
+                                                 "GiB it may use (half of the available "
+                                                 "memory); use a smaller {width_flag}"),
+                                size=self.options.rows_per_sentence, width=width,
+                                need=one / 2**30, budget=self.memory_budget / 2**30)
         return min(self.memory_budget // one, by_device)
+
+    def _width_flag(self, template: str) -> str:
+        """`template` with {width_flag} the argument that sets the hypotheses searched per
+        sentence: `nbest` when sampling, else `beam`."""
+        name = "nbest" if self.options.sampling is not None else "beam"
+        return template.replace("{width_flag}", "{" + name + "}")
 
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
@@ -333,9 +341,10 @@ class Translator:
                 raise
             rows, width = source.shape
             if rows == 1:
-                raise ArgumentError("{beam} {size}: the search of one sentence of {width} "
-                                    "pieces ran out of the device's memory; use a smaller "
-                                    "{beam}", size=self.options.beam, width=width) from error
+                raise ArgumentError(self._width_flag(
+                    "{width_flag} {size}: the search of one sentence of {width} pieces ran out "
+                    "of the device's memory; use a smaller {width_flag}"),
+                    size=self.options.rows_per_sentence, width=width) from error
             half = (rows + 1) // 2
             if half * width < self._device_positions:
                 self._device_positions = half * width
@@ -538,8 +547,8 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
                    ) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
-    a list of them: their ensemble), written as `output_format` says (`translate_stream`); with `prefix_path` (and
-    `options.prefix`) each line's hypotheses start with that file's line.
+    a list of them: their ensemble), written as `output_format` says (`translate_stream`);
+    with `prefix_path` each line's hypotheses start with that file's line.
 
     Returns:
         The best hypothesis of every line, in input order.
