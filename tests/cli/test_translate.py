@@ -193,3 +193,110 @@ def test_a_closed_standard_input_is_one_line_naming_input(trained_checkpoint):
                             capture_output=True, timeout=300)
     assert result.returncode == 1 and b"Traceback" not in result.stderr
     assert b"Error: standard input is closed: give --input" in result.stderr
+
+
+def test_sampling_is_reproducible_by_seed_and_prints_nbest_scored_lines(trained_checkpoint):
+    stdin = b"A man is riding a bike.\nTwo dogs play.\n"
+    args = ["translate", "--checkpoint", trained_checkpoint, "--sampling", "--nbest", "2",
+            "--sampling-topp", "0.9", "--seed", "3"]
+    first, again = vtx(*args, stdin=stdin), vtx(*args, stdin=stdin)
+    assert first.returncode == 0, first.stderr.decode()
+    lines = first.stdout.decode().splitlines()
+    assert len(lines) == 4 and all(len(line.split("\t")) == 2 for line in lines)
+    assert again.stdout == first.stdout
+    # the second line alone, as line 2 of its input: its samples
+    alone = vtx(*args, stdin=b"\nTwo dogs play.\n")
+    assert alone.stdout.decode().splitlines()[2:] == lines[2:]
+
+
+def test_a_mode_flag_without_its_mode_or_with_a_flag_it_ignores_is_refused(trained_checkpoint):
+    for args, message in ((["--sampling-topk", "5"], "--sampling-topk needs --sampling"),
+                          (["--temperature", "0.5"], "--temperature needs --sampling"),
+                          (["--sampling", "--beam", "5"], "--beam has no use with --sampling"),
+                          (["--sampling", "--stop", "never"],
+                           "--stop has no use with --sampling")):
+        result = vtx("translate", "--checkpoint", trained_checkpoint, *args, stdin=b"A dog.\n")
+        assert result.returncode == 2
+        assert message in result.stderr.decode()
+
+
+def test_jsonl_gives_a_record_per_input_line_with_tokens_and_positional_scores(
+        trained_checkpoint):
+    import json
+
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--output-format", "jsonl",
+                 "--nbest", "2", stdin=b"A man is riding a bike.\n\nTwo dogs play.\n")
+    assert result.returncode == 0, result.stderr.decode()
+    records = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [(r["id"], r["source"]) for r in records] == [
+        (0, "A man is riding a bike."), (1, ""), (2, "Two dogs play.")]
+    assert records[1]["hypotheses"] == []
+    text = vtx("translate", "--checkpoint", trained_checkpoint, "--nbest", "2",
+               stdin=b"A man is riding a bike.\n\nTwo dogs play.\n").stdout.decode()
+    lines = text.splitlines()
+    for record, first in ((records[0], 0), (records[2], 4)):
+        assert [f"{h['score']:.4f}\t{h['text']}" for h in record["hypotheses"]] == \
+            lines[first:first + 2]
+        for hypothesis in record["hypotheses"]:
+            assert "".join(hypothesis["tokens"]).replace("\u2581", " ").strip() == \
+                hypothesis["text"]
+            assert len(hypothesis["positional_scores"]) == len(hypothesis["tokens"]) + 1
+
+
+def test_prefix_starts_every_output_and_a_prefix_file_of_another_length_is_refused(
+        trained_checkpoint, tmp_path):
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    (tmp_path / "prefix.de").write_text("Ein Hund\n\n")
+    result = vtx("translate", "--checkpoint", trained_checkpoint, "--input",
+                 tmp_path / "src.en", "--prefix", tmp_path / "prefix.de")
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith("Ein Hund ") and len(lines) == 2
+    (tmp_path / "short.de").write_text("Ein Hund\n")
+    for args in (["--input", tmp_path / "src.en"], []):  # counted first, or as it is read
+        refused = vtx("translate", "--checkpoint", trained_checkpoint, *args, "--prefix",
+                      tmp_path / "short.de", "--output", tmp_path / "out.de",
+                      stdin=b"A man is riding a bike.\nTwo dogs play.\n")
+        assert refused.returncode == 1
+        assert refused.stderr.decode().splitlines()[-1].startswith(
+            f"Error: --prefix {tmp_path / 'short.de'} has 1 lines, the input ")
+        assert not (tmp_path / "out.de").exists()
+
+
+def test_an_ensemble_of_two_copies_translates_as_one_and_vocabularies_must_match(
+        trained_checkpoint, random_parser_checkpoint):
+    stdin = b"A man is riding a bike.\nTwo dogs play.\n"
+    one = vtx("translate", "--checkpoint", trained_checkpoint, "--nbest", "2", stdin=stdin)
+    two = vtx("translate", "--checkpoint", trained_checkpoint, "--checkpoint",
+              trained_checkpoint.parent, "--nbest", "2", stdin=stdin)
+    assert two.returncode == 0, two.stderr.decode()
+    texts = lambda result: [line.split("\t")[1] for line in result.stdout.decode().splitlines()]
+    assert texts(two) == texts(one)
+    mixed = vtx("translate", "--checkpoint", trained_checkpoint, "--checkpoint",
+                random_parser_checkpoint, stdin=stdin)
+    assert mixed.returncode == 1
+    assert mixed.stderr.decode().splitlines()[-1].startswith(
+        f"Error: --checkpoint {trained_checkpoint} and --checkpoint {random_parser_checkpoint} "
+        f"have different vocabularies")
+
+
+def test_print_alignment_ends_each_line_with_its_pairs_and_fills_the_jsonl_field(
+        trained_checkpoint):
+    import json
+
+    stdin = b"A man is riding a bike.\n\nTwo dogs play.\n"
+    text = vtx("translate", "--checkpoint", trained_checkpoint, "--print-alignment",
+               stdin=stdin)
+    assert text.returncode == 0, text.stderr.decode()
+    lines = [line.split("\t") for line in text.stdout.decode().splitlines()]
+    assert [len(fields) for fields in lines] == [2, 2, 2] and lines[1] == ["", ""]
+    records = [json.loads(line) for line in vtx(
+        "translate", "--checkpoint", trained_checkpoint, "--print-alignment",
+        "--alignment-layer", "0", "--output-format", "jsonl", stdin=stdin).stdout.splitlines()]
+    for record in (records[0], records[2]):
+        pairs = record["hypotheses"][0]["alignment"].split()
+        assert len(pairs) == len(record["hypotheses"][0]["tokens"])
+    refused = vtx("translate", "--checkpoint", trained_checkpoint, "--alignment-layer", "1",
+                  stdin=stdin)
+    assert refused.returncode == 2
+    assert "--alignment-layer needs --print-alignment" in refused.stderr.decode()

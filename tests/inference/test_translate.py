@@ -1,3 +1,4 @@
+import dataclasses
 import io
 
 import numpy as np
@@ -5,7 +6,7 @@ import pytest
 
 from vtx.errors import ArgumentError
 from vtx.inference import decoding, translate
-from vtx.inference.decoding import DecodeOptions
+from vtx.inference.decoding import DecodeOptions, SamplingOptions
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +222,10 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
                                             r"GiB .*; use a smaller beam$") as error:
         refused.translate(lines[:1])
     assert error.value.arguments == ["beam"]
+    sampled = translate.Translator(model, vocab, DecodeOptions(
+        nbest=1000, sampling=SamplingOptions()), memory_budget=2**20)
+    with pytest.raises(ArgumentError, match=r"^nbest 1000: .*; use a smaller nbest$"):
+        sampled.translate(lines[:1])
 
 
 SHORT = ["A dog.", "A girl.", "Two men.", "A cat.", "A boy runs.", "A red car.", "People.",
@@ -370,3 +375,47 @@ def test_progress_is_told_of_each_batch_of_the_search_not_only_of_each_chunk(tra
     assert len(done) >= 3 and done == sorted(done) and done[-1] < 12
     assert said[-1].startswith("translated 12 lines (")
     assert f"({sum(len(text.split()) for text in best)} words out)" in said[-1]
+
+
+SAMPLING = DecodeOptions(nbest=3, sampling=SamplingOptions(topk=20, temperature=1.2, seed=11))
+
+
+def test_a_lines_samples_do_not_depend_on_its_batch_the_batch_size_or_xla(trained_checkpoint):
+    wide = translate.load_translator(trained_checkpoint, SAMPLING)
+    together = wide.translate(SENTENCES)
+    narrow = translate.load_translator(trained_checkpoint,
+                                       dataclasses.replace(SAMPLING, max_tokens=16))
+    texts = lambda results: [[h.text for h in hypotheses] for hypotheses in results]
+    for number, sentence in enumerate(SENTENCES, start=1):
+        alone = narrow.translate([sentence], first_line_number=number)
+        assert texts(alone) == texts([together[number - 1]])
+        # The same up to the rounding of a batch's matrix products.
+        np.testing.assert_allclose([h.score for h in alone[0]],
+                                   [h.score for h in together[number - 1]], rtol=1e-5)
+    xla = translate.load_translator(trained_checkpoint,
+                                    dataclasses.replace(SAMPLING, jit_compile=True))
+    assert texts(xla.translate(SENTENCES[2:3], 3)) == texts(together[2:3])
+    # Another line number, or another seed: other samples (over six lines, not all equal).
+    moved = wide.translate(SENTENCES, first_line_number=2)
+    reseeded = translate.load_translator(trained_checkpoint, dataclasses.replace(
+        SAMPLING, sampling=dataclasses.replace(SAMPLING.sampling, seed=12))).translate(SENTENCES)
+    assert texts(moved) != texts(together) and texts(reseeded) != texts(together)
+    assert all(len(hypotheses) == 3 for i, hypotheses in enumerate(together) if i != 4)
+
+
+@pytest.mark.parametrize("options", [DecodeOptions(nbest=3, positional_scores=True),
+                                     dataclasses.replace(SAMPLING, positional_scores=True)])
+def test_positional_scores_sum_to_the_search_score(trained_checkpoint, options):
+    from vtx.inference.beam_search import length_penalty
+
+    translator = translate.load_translator(trained_checkpoint, options)
+    for hypotheses in translator.translate(SENTENCES):
+        for hypothesis in hypotheses:
+            assert len(hypothesis.positional_scores) == len(hypothesis.tokens) + hypothesis.finished
+            assert hypothesis.finished  # the tiny model ends its sentences
+            assert translator.vocab.decode(list(hypothesis.tokens)) == hypothesis.text
+            penalty = float(length_penalty(len(hypothesis.positional_scores), 0.6))
+            np.testing.assert_allclose(sum(hypothesis.positional_scores) / penalty,
+                                       hypothesis.score, rtol=1e-4)
+    plain = translate.load_translator(trained_checkpoint, DecodeOptions(nbest=3))
+    assert all(h.positional_scores is None for hs in plain.translate(SENTENCES) for h in hs)

@@ -548,23 +548,56 @@ def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyStat
     log_probs, candidates, cache = search.candidates(state.seqs[:, state.step], state.cache, 1)
     best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]: the first allowed one
     token_ids = tf.gather(candidates, best, batch_dims=1)
+    return append_token(search, max_lengths, state, token_ids, tf.reduce_max(log_probs, axis=-1),
+                        cache)
+
+
+def append_token(search: _Search, max_lengths, state, token_ids, token_logprobs, cache):
+    """`state` (a GreedyState, or a NamedTuple of its fields and more) with token_ids int32 [B]
+    of log-prob token_logprobs float32 [B] appended to every sentence not done yet, and the
+    decoder's new `cache`."""
     active = ~state.done
     seqs = search.write_token(state.seqs[:, None, :], state.step + 1, token_ids[:, None])[:, 0]
-    logprobs = state.logprobs + tf.reduce_max(log_probs, axis=-1)
+    logprobs = state.logprobs + token_logprobs
     finished = active & tf.equal(token_ids, search.eos_id)
     step = state.step + 1
-    return GreedyState(step=step, seqs=tf.where(active[:, None], seqs, state.seqs),
-                       logprobs=tf.where(active, logprobs, state.logprobs),
-                       finished=state.finished | finished,
-                       done=state.done | finished | (step >= max_lengths), cache=cache,
-                       sentences=state.sentences)
+    return state._replace(step=step, seqs=tf.where(active[:, None], seqs, state.seqs),
+                          logprobs=tf.where(active, logprobs, state.logprobs),
+                          finished=state.finished | finished,
+                          done=state.done | finished | (step >= max_lengths), cache=cache)
 
 
-def _greedy_dropping_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
-    """A greedy step over the sentences still searching (see `_step_searching`)."""
-    advance = lambda search, max_lengths, state: (
-        _greedy_step(search, max_lengths, state), tf.range(tf.size(state.sentences))[:, None])
-    return _step_searching(advance, search, max_lengths, state)
+def start_sequences(search: _Search, initial_state, max_lengths) -> GreedyState:
+    """The loop state of a search of one sequence a row (greedy, or a sample): BOS alone."""
+    batch_size = search.batch_size
+    seqs = tf.concat([tf.fill((batch_size, 1), search.bos_id),
+                      tf.fill((batch_size, search.max_length), PAD_ID)], axis=1)
+    return GreedyState(step=tf.constant(0, tf.int32), seqs=seqs, logprobs=tf.zeros((batch_size,)),
+                       finished=tf.zeros((batch_size,), tf.bool), done=max_lengths <= 0,
+                       cache=initial_state, sentences=tf.range(batch_size))
+
+
+def run_sequences(search: _Search, state, max_lengths, step, growing: tuple[str, ...] = (),
+                  drop_done: bool = False):
+    """Run `step` (search, max_lengths [b], state of b rows) -> state (a GreedyState, or a
+    NamedTuple of its fields and more, one row a sequence) until every row is done; with
+    `drop_done` each step runs on the rows not done only (`_step_searching`)."""
+    if drop_done:
+        advance = lambda search, max_lengths, state: (
+            step(search, max_lengths, state), tf.range(tf.size(state.sentences))[:, None])
+        body = lambda state: (_step_searching(advance, search, max_lengths, state),)
+    else:
+        body = lambda state: (step(search, max_lengths, state),)
+    return tf.while_loop(lambda state: ~tf.reduce_all(state.done), body, (state,),
+                         shape_invariants=(_loop_shapes(state, growing, drop_done),),
+                         maximum_iterations=search.max_length)[0]
+
+
+def sequence_scores(search: _Search, state) -> tf.Tensor:
+    """float32 [B]: log P / lp(|Y|) of each row of a `run_sequences` result."""
+    # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
+    generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)
+    return state.logprobs / search.penalty_of(generated)
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
@@ -582,18 +615,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: i
     search = _make_search(tokens_to_logits, batch_size, 1, max_length, alpha, length_penalty,
                           eos_id, bos_id, 1, "exact")
     max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
-    seqs = tf.concat([tf.fill((batch_size, 1), search.bos_id),
-                      tf.fill((batch_size, search.max_length), PAD_ID)], axis=1)
-    state = GreedyState(step=tf.constant(0, tf.int32), seqs=seqs, logprobs=tf.zeros((batch_size,)),
-                        finished=tf.zeros((batch_size,), tf.bool), done=max_lengths <= 0,
-                        cache=initial_state, sentences=tf.range(batch_size))
-    step = _greedy_dropping_step if drop_done else _greedy_step
-    state = tf.while_loop(lambda state: ~tf.reduce_all(state.done),
-                          lambda state: (step(search, max_lengths, state),),
-                          (state,), shape_invariants=(_loop_shapes(state, growing, drop_done),),
-                          maximum_iterations=search.max_length)[0]
-    # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
-    generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)
-    scores = state.logprobs / search.penalty_of(generated)
-    return _finalize(search, state.seqs[:, None, :], scores[:, None], state.finished[:, None],
-                     state.step)
+    state = run_sequences(search, start_sequences(search, initial_state, max_lengths),
+                          max_lengths, _greedy_step, growing, drop_done)
+    return _finalize(search, state.seqs[:, None, :], sequence_scores(search, state)[:, None],
+                     state.finished[:, None], state.step)

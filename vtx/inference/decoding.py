@@ -29,7 +29,30 @@ LENPEN_FORMULAS = ("gnmt", "fairseq")  # the length penalty lp(|Y|) that alpha s
 # nbest-th best finished one, bounding it by the length limit's penalty (the result of running to
 # the limit, often in many more steps); "never" at the length limit only.
 STOP_RULES = ("fairseq", "exact", "never")
+# How `vtx translate` writes its hypotheses: "text", a line each (`score<TAB>text` with nbest),
+# or "jsonl", a JSON record per input line with every hypothesis's tokens and scores.
+OUTPUT_FORMATS = ("text", "jsonl")
 LENGTH_BUCKET = 8  # source lengths are padded up to a multiple of this
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions:
+    """How `vtx.inference.sampling` draws each token (fairseq's --sampling flags)."""
+
+    topk: int = 0  # draw from the k most probable tokens only; 0: from all
+    topp: float = 1.0  # from the fewest most probable tokens of mass >= p; 1: from all
+    temperature: float = 1.0  # logits divided by it before the draw (< 1: sharper)
+    seed: int = 0  # with the line's id, fixes its samples (modulo 2^32)
+
+    def __post_init__(self) -> None:
+        if self.topk < 0:
+            raise ArgumentError("{sampling_topk} must be >= 0, got {value}", value=self.topk)
+        if not 0.0 < self.topp <= 1.0:
+            raise ArgumentError("{sampling_topp} must lie in (0, 1], got {value}",
+                                value=self.topp)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ArgumentError("{temperature} must be finite and > 0, got {value}",
+                                value=self.temperature)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +73,29 @@ class DecodeOptions:
     # Parsing with the words in the slots of the trees: every output is a well-formed tree over
     # the source's pieces (`vtx.inference.tree_constraint`).
     constrain_trees: bool = False
+    # Draw `nbest` samples per sentence instead of the beam search (`beam` and `stop` unused).
+    sampling: SamplingOptions | None = None
+    # Also each output token's log-prob (`Hypothesis.positional_scores`): a forward pass of
+    # the outputs after the search, none without it.
+    positional_scores: bool = False
+    # Every hypothesis starts with its line's given target prefix (`vtx.inference.prefix`).
+    prefix: bool = False
+    # Also each output's word alignment from this decoder layer's cross-attention (negative:
+    # from the last), a pass after the search (`vtx.inference.alignment`); None: none.
+    alignment_layer: int | None = None
+
+    @property
+    def rows_per_sentence(self) -> int:
+        """Hypotheses searched at once per sentence: the beam, or the samples."""
+        return self.nbest if self.sampling is not None else self.beam
 
     def __post_init__(self) -> None:
-        if self.beam < 1 or not 1 <= self.nbest <= self.beam:
+        if self.sampling is not None:
+            if self.nbest < 1:
+                raise ArgumentError("{nbest} must be >= 1, got {value}", value=self.nbest)
+            if self.constrain_trees:
+                raise ValueError("sampling does not constrain its outputs to trees")
+        elif self.beam < 1 or not 1 <= self.nbest <= self.beam:
             raise ArgumentError("need 1 <= {nbest} <= {beam}, got {nbest_value} and "
                                 "{beam_value}", nbest_value=self.nbest, beam_value=self.beam)
         if self.lenpen_formula not in LENPEN_FORMULAS:
@@ -97,10 +140,14 @@ def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
     takes ~100 MiB more, once.
     """
     length = options.length_limit(source_length, config.max_positions)
-    candidates = min(config.vocab_size, 2 * options.beam + 2)  # `beam_search._Search.candidates`
+    # The candidates a row: the beam's 2K + 2 best (`beam_search._Search.candidates`); sampling
+    # sorts the whole vocabulary for top-p.
+    candidates = (config.vocab_size if options.sampling is not None
+                  else min(config.vocab_size, 2 * options.beam + 2))
     per_hypothesis = 4 * (2 * config.num_layers * config.d_model * length
                           + 4 * config.vocab_size + 4 * candidates + 16 * (length + 1))
-    return options.beam * per_hypothesis + 4 * 2 * config.num_layers * config.d_model * source_length
+    memory = 4 * 2 * config.num_layers * config.d_model * source_length
+    return options.rows_per_sentence * per_hypothesis + memory
 
 
 def available_memory() -> int | None:

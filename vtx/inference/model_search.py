@@ -11,9 +11,12 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.inference import prefix as forced_prefix
 from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
-from vtx.inference.decoding import DecodeOptions
+from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.sampling import sampling_search
+from vtx.inference.scoring import mean_log_probs
 from vtx.models.transformer import Transformer
 
 
@@ -53,12 +56,53 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
     return max_length, tf.clip_by_value(limits, 1, max_length)
 
 
-def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
+def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, group: int):
+    """The search's view of one model, or of an ensemble: (tokens_to_logits, initial state,
+    its beam-invariant keys, its growing keys) for `Transformer.init_state(source_ids,
+    max_length, group)` (max_length None: a cache that grows, `decode_step(grow=True)`).
+
+    An ensemble's state holds each model's entries under the key "i/KEY" (model i, each its own
+    caches, of its own size); its step gives the log of the mean of the models' probabilities
+    (`scoring.mean_log_probs`), as fairseq's ensemble does.
+    """
+    grow = max_length is None
+    parts = []
+    for model in models:
+        state = model.init_state(source_ids, max_length, group=group)
+        # Weights the step would otherwise rebuild at every position: built once, here.
+        step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
+        invariant = model.BEAM_INVARIANT_STATE + (model.GROUPED_STATE if group > 1 else ())
+        parts.append((step, state, invariant, model.GROWING_STATE))
+    if len(parts) == 1:
+        return parts[0]
+    names = [f"{i}/" for i in range(len(parts))]
+
+    def step(token_ids, state):
+        log_probs, new_state = [], {}
+        for name, (model_step, *_) in zip(names, parts):
+            own = {key[len(name):]: value for key, value in state.items()
+                   if key.startswith(name)}
+            logits, own = model_step(token_ids, own)
+            log_probs.append(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1))
+            new_state.update({name + key: value for key, value in own.items()})
+        return mean_log_probs(log_probs), new_state
+
+    named = lambda keys, name: tuple(name + key for key in keys)
+    return (step, {name + key: value for name, (_, state, *_) in zip(names, parts)
+                   for key, value in state.items()},
+            sum((named(part[2], name) for name, part in zip(names, parts)), ()),
+            sum((named(part[3], name) for name, part in zip(names, parts)), ()))
+
+
+def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
+                   alpha: float = 0.6,
                    length_penalty: str = "gnmt", max_len_a: float = 1.0, max_len_b: int = 50,
                    nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
-                   ) -> Callable[[tf.Tensor], SearchOutput]:
-    """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1).
+                   sampling: SamplingOptions | None = None, prefix: bool = False,
+                   ) -> Callable[..., SearchOutput]:
+    """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1),
+    or for an ensemble: a list of models of one vocabulary (`decoder`).
 
     The function is traced once, for any (B, S): no batch ever retraces. Without XLA one graph
     serves every batch; with XLA (`jit_compile`) that graph is compiled once per (B, S) shape,
@@ -66,23 +110,29 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
     `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see
     `output_length_limits`); `tree_pieces` (the vocabulary's pieces), when given, constrains the
     output to a well-formed tree with one word slot per source word
-    (`vtx.inference.tree_constraint`).
+    (`vtx.inference.tree_constraint`). With `sampling` it draws `nbest` samples per sentence
+    (`vtx.inference.sampling`) and takes (source_ids, line_ids int32 [B]): each sentence's line
+    id, on which with the seed its samples depend; beam_size and stop are then unused. With
+    `prefix` it takes after those (prefix_ids int32 [B, P], PAD-padded, prefix_lengths int32
+    [B]): every hypothesis starts with its sentence's prefix (`vtx.inference.prefix`).
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
     """
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    max_positions = min(m.config.max_positions for m in models)
     if not (max_len_a >= 0 and max_len_b >= 0):
         raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
-    if beam_size == 1 and nbest != 1:
+    if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
 
-    def search(source_ids):
+    def search(source_ids, line_ids=None, prefix_ids=None, prefix_lengths=None):
         source_ids = tf.cast(source_ids, tf.int32)
         batch_size = source_ids.shape[0]
         if batch_size is None:  # traced for any batch size: known when the graph runs
             batch_size = tf.shape(source_ids)[0]
         max_length, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b,
-                                                       model.config.max_positions)
+                                                       max_positions)
         # Without XLA the self-attention cache grows a position a step: each step copies and
         # attends over the positions decoded so far, not over all max_length of them; and the
         # beam search drops the sentences it has finished from the decoder's batch.
@@ -94,39 +144,57 @@ def make_search_fn(model: Transformer, beam_size: int = 4, alpha: float = 0.6,
         # under XLA, whose cache holds all max_length positions from the start, it pays up to
         # a wide beam; without XLA, whose cache grows, up to a narrow one (the two constants).
         widest = GROUPED_BEAM_WITHOUT_XLA if grow else GROUPED_BEAM_WITH_XLA
-        grouped = 1 < beam_size <= widest
-        state = model.init_state(source_ids, None if grow else max_length,
-                                 group=beam_size if grouped else 1)
-        # Weights the step would otherwise rebuild at every position: built once, here.
-        step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
+        grouped = 1 < beam_size <= widest and sampling is None
+        step, state, invariant, growing = decoder(models, source_ids,
+                                                  None if grow else max_length,
+                                                  beam_size if grouped else 1)
         if tree_pieces is not None:
             step = tree_constraint.constrained(step, tree_pieces)
             state = tree_constraint.initial_state(source_ids, state, tree_pieces)
+        if prefix:
+            step = forced_prefix.constrained(step)
+            state = forced_prefix.initial_state(state, prefix_ids, prefix_lengths)
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
-                      growing=model.GROWING_STATE if grow else (), drop_done=grow)
+                      growing=growing if grow else (), drop_done=grow)
+        if sampling is not None:
+            return sampling_search(step, state, batch_size, line_ids, sampling, nbest, **common)
         if beam_size == 1:
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,
                            nbest=nbest, stop=stop,
-                           beam_invariant=model.BEAM_INVARIANT_STATE
-                           + (model.GROUPED_STATE if grouped else ()), **common)
+                           beam_invariant=invariant, **common)
 
+    return _traced(search, jit_compile, sampling is not None, prefix)
+
+
+def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
+            prefixed: bool) -> Callable[..., SearchOutput]:
+    """`search` as a tf.function of int32 inputs: source_ids [B, S], then line_ids [B] when
+    `sampled`, then prefix_ids [B, P] and prefix_lengths [B] when `prefixed`."""
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
     # their source would be most of the trace's time: every `vtx translate` and BLEU or F1
     # validation starts sooner without it.
-    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    inputs = {"source_ids": [None, None]}
+    if sampled:
+        inputs["line_ids"] = [None]
+    if prefixed:
+        inputs.update(prefix_ids=[None, None], prefix_lengths=[None])
+    traced = lambda *args: search(**dict(zip(inputs, args)))
+    return tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.int32)
+                                                for shape in inputs.values()],
                        jit_compile=jit_compile or None, autograph=False)
 
 
-def search_for(model: Transformer, options: DecodeOptions,
-               pieces: Sequence[str] | None = None) -> Callable[[tf.Tensor], SearchOutput]:
+def search_for(model: Transformer | Sequence[Transformer], options: DecodeOptions,
+               pieces: Sequence[str] | None = None) -> Callable[..., SearchOutput]:
     """`make_search_fn` with the settings of `options` (vtx.inference.decoding); with
     `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
                           length_penalty=options.lenpen_formula, max_len_a=options.max_len_a,
                           max_len_b=options.max_len_b, nbest=options.nbest, stop=options.stop,
                           jit_compile=options.jit_compile,
-                          tree_pieces=pieces if options.constrain_trees else None)
+                          tree_pieces=pieces if options.constrain_trees else None,
+                          sampling=options.sampling, prefix=options.prefix)

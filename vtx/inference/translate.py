@@ -11,21 +11,23 @@ import contextlib
 import dataclasses
 import gzip
 import itertools
+import json
+import math
 import stat
 import sys
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
-from vtx.config import ModelConfig
+from vtx.config import PAD_ID, ModelConfig
 from vtx.data.text import count_lines, decode_line, lines_in_file, open_binary
 from vtx.errors import ArgumentError, DataError, SearchInterrupted, out_of_device_memory
-from vtx.inference.decoding import (DecodeOptions, available_memory, padded_batches,
-                                   search_bytes)
+from vtx.inference.decoding import (LENGTH_BUCKET, DecodeOptions, available_memory,
+                                   padded_batches, search_bytes)
 from vtx.progress_lines import LineProgress
 
 
@@ -33,6 +35,29 @@ from vtx.progress_lines import LineProgress
 class Hypothesis:
     text: str
     score: float  # log P(Y | X) / lp(|Y|)
+    tokens: tuple[int, ...] = ()  # its pieces' ids, without EOS
+    finished: bool = True  # it ended with EOS (False: cut at the length limit)
+    # With `DecodeOptions.positional_scores`: log P of each token, then of EOS when finished.
+    positional_scores: tuple[float, ...] | None = None
+    # With `DecodeOptions.alignment_layer`: `i-j` pairs, source piece i of target piece j.
+    alignment: str | None = None
+
+
+class Found(NamedTuple):
+    """A batch's search results as numpy arrays (`beam_search.SearchOutput`'s fields)."""
+
+    tokens: np.ndarray  # int32 [B, R, T]
+    lengths: np.ndarray  # int32 [B, R]
+    scores: np.ndarray  # float32 [B, R]
+    finished: np.ndarray  # bool [B, R]
+
+    @classmethod
+    def concatenate(cls, parts: list["Found"]) -> "Found":
+        longest = max(part.tokens.shape[2] for part in parts)  # each stops on its own
+        tokens = [np.pad(part.tokens, [(0, 0), (0, 0), (0, longest - part.tokens.shape[2])])
+                  for part in parts]
+        return cls(np.concatenate(tokens), *(np.concatenate([getattr(part, name) for part in parts])
+                                             for name in cls._fields[1:]))
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -76,7 +101,8 @@ class Translator:
     """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
 
     Args:
-        model: a vtx Transformer.
+        model: a vtx Transformer, or a list of them of one vocabulary (an ensemble: the mean of
+            their probabilities at each step, `model_search.decoder`).
         vocab: a `vtx.data.vocab.Vocabulary` (encode/decode).
         options: search settings.
         warn: receives warnings (truncated lines).
@@ -91,11 +117,23 @@ class Translator:
         from vtx.inference import tree_constraint
         from vtx.inference.model_search import search_for
 
-        self.model, self.vocab, self.options, self.warn = model, vocab, options, warn
+        self.models = list(model) if isinstance(model, (list, tuple)) else [model]
+        self.model, self.vocab, self.options, self.warn = self.models[0], vocab, options, warn
+        # Positions every model of an ensemble has.
+        self.max_positions = min(m.config.max_positions for m in self.models)
         pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
         if pieces is not None:
             tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
-        self._search = search_for(model, options, pieces)
+        self._search = search_for(self.models if len(self.models) > 1 else self.model, options,
+                                  pieces)
+        self._scorer = None  # made when first needed (`_positional_scores`)
+        self._aligner = None  # likewise (`_alignments`)
+        layers = self.model.config.num_layers
+        if options.alignment_layer is not None and not (
+                -layers <= options.alignment_layer < layers):
+            raise ArgumentError("{alignment_layer} {value}: the model has {layers} decoder "
+                                "layers (0 to {last}, or -1 for the last)",
+                                value=options.alignment_layer, layers=layers, last=layers - 1)
         self.memory_budget = memory_budget if memory_budget is not None else (
             (available_memory() or 0) // 2 or None)
         # Source positions a batch may hold, lowered when the device ran out of memory.
@@ -112,19 +150,27 @@ class Translator:
         by_device = max(1, self._device_positions // width)  # after running out (below)
         if self.memory_budget is None:
             return by_device
-        one = search_bytes(self.options, self.model.config, width)
+        one = sum(search_bytes(self.options, m.config, width) for m in self.models)
         if one > self.memory_budget:
-            raise ArgumentError("{beam} {size}: the search of one sentence of {width} pieces "
-                                "needs about {need:.1f} GiB, more than the {budget:.1f} GiB it "
-                                "may use (half of the available memory); use a smaller {beam}",
-                                size=self.options.beam, width=width, need=one / 2**30,
-                                budget=self.memory_budget / 2**30)
+            raise ArgumentError(self._width_flag("{width_flag} {size}: the search of one "
+                                                 "sentence of {width} pieces needs about "
+                                                 "{need:.1f} GiB, more than the {budget:.1f} "
+                                                 "GiB it may use (half of the available "
+                                                 "memory); use a smaller {width_flag}"),
+                                size=self.options.rows_per_sentence, width=width,
+                                need=one / 2**30, budget=self.memory_budget / 2**30)
         return min(self.memory_budget // one, by_device)
+
+    def _width_flag(self, template: str) -> str:
+        """`template` with {width_flag} the argument that sets the hypotheses searched per
+        sentence: `nbest` when sampling, else `beam`."""
+        name = "nbest" if self.options.sampling is not None else "beam"
+        return template.replace("{width_flag}", "{" + name + "}")
 
     def encode(self, text: str, line_number: int) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
         ids = self.vocab.encode(text)
-        limit = self.model.config.max_positions
+        limit = self.max_positions
         if len(ids) > limit:
             self.warn(f"line {line_number}: {len(ids)} tokens, truncated to the model's "
                       f"{limit} positions")
@@ -132,30 +178,56 @@ class Translator:
         return ids
 
     def translate(self, lines: list[str], first_line_number: int = 1,
-                  on_batch: Callable[[list[str]], None] | None = None) -> list[list[Hypothesis]]:
+                  on_batch: Callable[[list[str]], None] | None = None,
+                  prefixes: list[str] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
-        sentence up). `on_batch`: see `search_ids`."""
+        sentence up). `on_batch`: see `search_ids`. `prefixes` (with `options.prefix`): each
+        line's target prefix, raw text ("" for none).
+
+        Raises:
+            ArgumentError: a prefix leaves no room for EOS within its line's length limit.
+        """
         results: list[list[Hypothesis]] = [[] for _ in lines]
         encoded = [(i, self.encode(line, first_line_number + i))
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
-        for index, hypotheses in zip(wanted, self.search_ids(encoded, on_batch=on_batch)):
+        line_ids = [first_line_number - 1 + i for i in wanted]
+        prefix_ids = None
+        if self.options.prefix:
+            prefix_ids = [self._encode_prefix(prefixes[i], len(ids), first_line_number + i)
+                          for i, ids in zip(wanted, encoded)]
+        for index, hypotheses in zip(wanted, self.search_ids(
+                encoded, on_batch=on_batch, line_ids=line_ids, prefixes=prefix_ids)):
             results[index] = hypotheses
         return results
+
+    def _encode_prefix(self, text: str, source_length: int, line_number: int) -> list[int]:
+        """A line's prefix ids, checked against its output length limit."""
+        ids = self.vocab.encode(text) if text.strip() else []
+        limit = self.options.length_limit(source_length, self.max_positions)
+        if len(ids) >= limit:  # and EOS
+            raise ArgumentError("{prefix_path} line {line}: {pieces} pieces, but the output of "
+                                "that line holds at most {limit} tokens with EOS (raise "
+                                "{max_len_b})", line=line_number, pieces=len(ids), limit=limit)
+        return ids
 
     def search_ids(self, encoded: list[list[int]],
                    should_stop: Callable[[], bool] | None = None,
                    on_batch: Callable[[list[str]], None] | None = None,
-                   ) -> list[list[Hypothesis]]:
+                   line_ids: Sequence[int] | None = None,
+                   prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order, finished ones first; fewer where fewer exist: the search's
         empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
         first one (a search with every token forbidden from its first step), so that every
         sentence gets a hypothesis. `should_stop` is asked before each batch's search,
-        `on_batch` told each batch's best texts after it (progress).
+        `on_batch` told each batch's best texts after it (progress). `line_ids`: each list's
+        line id (default its index), on which with the seed its samples depend (sampling).
+        `prefixes` (with `options.prefix`): each list's target prefix ids, every hypothesis
+        starting with them.
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
@@ -168,19 +240,92 @@ class Translator:
                 pad_rows=self.options.jit_compile)):
             if should_stop is not None and should_stop():
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
-            tokens, lengths, scores = self._search_batch(source)
+            found = self._search_batch(source, self._search_inputs(
+                len(source), rows, line_ids, prefixes))
+            positional = self._positional_scores(source, found)
+            alignments = self._alignments(source, found)
             for row, index in enumerate(rows):
                 # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
-                results[index] = [
-                    Hypothesis(self.vocab.decode(tokens[row, r, :lengths[row, r]].tolist()),
-                               float(scores[row, r]))
-                    for r in range(self.options.nbest) if r == 0 or scores[row, r] > -np.inf]
+                results[index] = [self._hypothesis(found, row, r, positional, alignments)
+                                  for r in range(self.options.nbest)
+                                  if r == 0 or found.scores[row, r] > -np.inf]
             if on_batch is not None:
                 on_batch([results[index][0].text for index in rows])
         return results
 
-    def _search_batch(self, source: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Tokens [B, R, T], lengths [B, R] and scores [B, R] of the search of `source` [B, S];
+    def _hypothesis(self, found: Found, row: int, rank: int, positional: np.ndarray | None,
+                    alignments: list[list[str]] | None) -> Hypothesis:
+        """Hypothesis `rank` of sentence `row` of a batch; `positional` [B, R, T + 1] or None,
+        `alignments` [B][R] or None."""
+        length = int(found.lengths[row, rank])
+        tokens = found.tokens[row, rank, :length].tolist()
+        finished = bool(found.finished[row, rank])
+        scores = None if positional is None else tuple(
+            positional[row, rank, :length + finished].tolist())
+        return Hypothesis(self.vocab.decode(tokens), float(found.scores[row, rank]),
+                          tuple(tokens), finished, scores,
+                          None if alignments is None else alignments[row][rank])
+
+    def _alignments(self, source: np.ndarray, found: Found) -> list[list[str]] | None:
+        """`alignment.hard_alignment` of every hypothesis [B][R] (the first model's chosen
+        layer) when the options ask for them, else None (no work)."""
+        from vtx.inference.alignment import hard_alignment, make_aligner
+        from vtx.inference.scoring import FORCED_BYTES
+
+        if self.options.alignment_layer is None:
+            return None
+        if self._aligner is None:
+            self._aligner = make_aligner(self.model, self.options.alignment_layer)
+        rows, nbest, width = found.tokens.shape
+        # Rows of [T + 1, S] weights (and [H, T + 1, S] scores) a pass holds.
+        step = max(1, FORCED_BYTES // (8 * self.model.config.num_heads * (width + 1)
+                                       * source.shape[1]))
+        flat = found.tokens.reshape(rows * nbest, width)
+        sources = np.repeat(source, nbest, axis=0)
+        weights = np.concatenate([self._aligner(sources[i:i + step], flat[i:i + step]).numpy()
+                                  for i in range(0, rows * nbest, step)])
+        return [[hard_alignment(weights[row * nbest + r], int(found.lengths[row, r]))
+                 for r in range(nbest)] for row in range(rows)]
+
+    def _positional_scores(self, source: np.ndarray, found: Found) -> np.ndarray | None:
+        """float32 [B, R, T + 1] each token's log-prob (`scoring.forced_log_probs`) when the
+        options ask for them, else None (no work)."""
+        if not self.options.positional_scores:
+            return None
+        from vtx.inference.scoring import forced_in_chunks, make_scorer
+
+        if self._scorer is None:
+            self._scorer = make_scorer(self.models)
+        rows, nbest, width = found.tokens.shape
+        flat = lambda x: x.reshape((rows * nbest,) + x.shape[2:])
+        log_probs = forced_in_chunks(self._scorer, len(self.models), self.vocab.size,
+                                     np.repeat(source, nbest, axis=0), flat(found.tokens),
+                                     flat(found.lengths), flat(found.finished))
+        return log_probs.reshape(rows, nbest, width + 1)
+
+    def _search_inputs(self, height: int, rows: list[int], line_ids, prefixes
+                       ) -> list[np.ndarray]:
+        """The search's inputs after a batch's source, for its `rows` (the rest padding): the
+        line ids int32 [B] when sampling; prefix ids int32 [B, P] and lengths int32 [B] with
+        `options.prefix`."""
+        inputs = []
+        if self.options.sampling is not None:
+            lines = np.zeros(height, np.int32)  # padding rows: line 0, never read
+            lines[:len(rows)] = rows if line_ids is None else [line_ids[i] for i in rows]
+            inputs.append(lines)
+        if self.options.prefix:
+            longest = max(len(prefixes[i]) for i in rows)
+            # P a multiple of LENGTH_BUCKET: few shapes for XLA to compile.
+            width = max(1, -(-longest // LENGTH_BUCKET) * LENGTH_BUCKET)
+            ids, lengths = np.full((height, width), PAD_ID, np.int32), np.zeros(height, np.int32)
+            for row, index in enumerate(rows):
+                ids[row, :len(prefixes[index])] = prefixes[index]
+                lengths[row] = len(prefixes[index])
+            inputs += [ids, lengths]
+        return inputs
+
+    def _search_batch(self, source: np.ndarray, inputs: list[np.ndarray]) -> Found:
+        """The search results of `source` [B, S] (`inputs`: `_search_inputs`, row-aligned);
         when the device runs out of memory, of its halves (each halved again as needed), and
         later batches hold at most as many source positions as the half that fitted.
 
@@ -188,27 +333,26 @@ class Translator:
             ArgumentError: one sentence alone does not fit (names `beam`).
         """
         try:
-            output = stop.interruptible(self._search, source)  # a signal ends it at once
-            return output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy()
+            output = stop.interruptible(self._search, source, *inputs)
+            return Found(output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy(),
+                         output.finished.numpy())
         except Exception as error:
             if not out_of_device_memory(error):
                 raise
             rows, width = source.shape
             if rows == 1:
-                raise ArgumentError("{beam} {size}: the search of one sentence of {width} "
-                                    "pieces ran out of the device's memory; use a smaller "
-                                    "{beam}", size=self.options.beam, width=width) from error
+                raise ArgumentError(self._width_flag(
+                    "{width_flag} {size}: the search of one sentence of {width} pieces ran out "
+                    "of the device's memory; use a smaller {width_flag}"),
+                    size=self.options.rows_per_sentence, width=width) from error
             half = (rows + 1) // 2
             if half * width < self._device_positions:
                 self._device_positions = half * width
                 self.warn(f"out of the device's memory searching {rows} sentences of up to "
                           f"{width} pieces at once: batches of at most {half * width} source "
                           f"positions from now on")
-        parts = [self._search_batch(source[:half]), self._search_batch(source[half:])]
-        longest = max(tokens.shape[2] for tokens, _, _ in parts)  # each stops on its own
-        tokens = [np.pad(t, [(0, 0), (0, 0), (0, longest - t.shape[2])]) for t, _, _ in parts]
-        return (np.concatenate(tokens), np.concatenate([lengths for _, lengths, _ in parts]),
-                np.concatenate([scores for _, _, scores in parts]))
+        return Found.concatenate([self._search_batch(source[:half], [x[:half] for x in inputs]),
+                                  self._search_batch(source[half:], [x[half:] for x in inputs])])
 
 
 STDIN = "standard input"  # the input's name in messages when it is not a file
@@ -252,29 +396,77 @@ def read_lines(stream: Iterable[bytes], name: str | Path) -> Iterator[str]:
             yield decode_line(raw, name, number).rstrip("\r\n")
 
 
+def _finite(value: float) -> float | None:
+    """JSON has no infinity nor nan: null stands for them."""
+    return value if math.isfinite(value) else None
+
+
+def json_record(translator: Translator, line_id: int, source: str,
+                hypotheses: list[Hypothesis]) -> str:
+    """One input line's jsonl record: its id (0 for the first line), its source, and per
+    hypothesis its text, score, pieces and (when computed) positional scores."""
+    records = []
+    for hypothesis in hypotheses:
+        record = {"text": hypothesis.text, "score": _finite(hypothesis.score),
+                  "tokens": translator.vocab.pieces(hypothesis.tokens),
+                  "finished": hypothesis.finished}
+        if hypothesis.positional_scores is not None:
+            record["positional_scores"] = [_finite(x) for x in hypothesis.positional_scores]
+        if hypothesis.alignment is not None:
+            record["alignment"] = hypothesis.alignment
+        records.append(record)
+    return json.dumps({"id": line_id, "source": source, "hypotheses": records},
+                      ensure_ascii=False)
+
+
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
-                     buffer_size: int, progress: LineProgress | None = None) -> list[str]:
+                     buffer_size: int, progress: LineProgress | None = None,
+                     output_format: str = "text", prefixes: list[str] | None = None,
+                     prefix_path: str | Path = "") -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
-    for a line of no pieces, and the rest of a sentence's R when fewer exist). Returns the best
+    for a line of no pieces, and the rest of a sentence's R when fewer exist; with alignments
+    each line ends with a tab and the hypothesis's `i-j` pairs); with `output_format` "jsonl",
+    one `json_record` per input line. `prefixes`: a target prefix
+    per input line (`Translator.translate`), read from `prefix_path`. Returns the best
     hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
-    finished at the end."""
+    finished at the end.
+
+    Raises:
+        ArgumentError: `prefixes` has another number of lines than `lines`.
+    """
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
-        for hypotheses in translator.translate(chunk, number,
-                                               progress.batch if progress else None):
+        chunk_prefixes = None
+        if prefixes is not None:
+            chunk_prefixes = prefixes[number - 1:number - 1 + len(chunk)]
+            if len(chunk_prefixes) < len(chunk):
+                raise ArgumentError("{prefix_path} {path} has {count} lines, the input more",
+                                    path=prefix_path, count=len(prefixes))
+        for offset, hypotheses in enumerate(translator.translate(
+                chunk, number, progress.batch if progress else None, chunk_prefixes)):
             best.append(hypotheses[0].text if hypotheses else "")
+            if output_format == "jsonl":
+                write(json_record(translator, number - 1 + offset, chunk[offset], hypotheses))
+                continue
+            # With alignments, each line ends with a tab and its hypothesis's alignment.
+            aligned = translator.options.alignment_layer is not None
+            ending = lambda hypothesis: f"\t{hypothesis.alignment or ''}" if aligned else ""
+            empty = Hypothesis("", float("nan"))
             if translator.options.nbest == 1:
-                write(best[-1])
+                write(best[-1] + ending(hypotheses[0] if hypotheses else empty))
                 continue
             missing = translator.options.nbest - len(hypotheses)
-            for hypothesis in hypotheses + [Hypothesis("", float("nan"))] * missing:
-                write(f"{hypothesis.score:.4f}\t{hypothesis.text}")
+            for hypothesis in hypotheses + [empty] * missing:
+                write(f"{hypothesis.score:.4f}\t{hypothesis.text}{ending(hypothesis)}")
         number += len(chunk)
         if progress:  # with the chunk's empty lines, not searched
             progress.reach(number - 1)
+    if prefixes is not None and len(prefixes) != number - 1:
+        raise ArgumentError("{prefix_path} {path} has {count} lines, the input {lines}",
+                            path=prefix_path, count=len(prefixes), lines=number - 1)
     if progress:
         progress.finish()
     return best
@@ -345,15 +537,18 @@ def output_sink(path: str | Path | None, flush_each_line: bool = False, force: b
             handle.flush()  # what is left: an error here, not unnamed at close or exit
 
 
-def translate_file(checkpoint: str | Path, input_path: str | Path | None,
+def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | Path | None,
                    output_path: str | Path | None, options: DecodeOptions,
                    buffer_size: int = 1024, force: bool = False,
                    warn: Callable[[str], None] = lambda message: None,
                    log: Callable[[str], None] = lambda message: None,
                    other_inputs: dict[str, str | Path | None] | None = None,
-                   ema: bool = False) -> list[str]:
+                   ema: bool = False, output_format: str = "text",
+                   prefix_path: str | Path | None = None) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
-    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest).
+    `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
+    a list of them: their ensemble), written as `output_format` says (`translate_stream`);
+    with `prefix_path` each line's hypotheses start with that file's line.
 
     Returns:
         The best hypothesis of every line, in input order.
@@ -367,17 +562,28 @@ def translate_file(checkpoint: str | Path, input_path: str | Path | None,
         OSError, ValueError: an unreadable input or checkpoint (named), or `output_path` is one
             of the inputs.
     """
-    path = check_output(output_path, force, checkpoint,
-                        {"--input": input_path, **(other_inputs or {})})
+    several = not isinstance(checkpoint, (str, Path))
+    paths = [check_output(output_path, force, one, {
+        "--input": input_path, "--prefix": prefix_path, **(other_inputs or {})})
+        for one in (checkpoint if several else [checkpoint])]
+    prefixes = read_references(prefix_path) if prefix_path else None
+    if prefixes is not None:
+        check_reference_length(input_path, prefix_path, prefixes, "prefix_path")
+        options = dataclasses.replace(options, prefix=True)
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
-        translator = load_translator(path, options, warn, ema)
-        log(f"checkpoint: {path}")
+        if len(paths) == 1:
+            translator = load_translator(paths[0], options, warn, ema)
+        else:
+            translator = Translator(*load_models(paths, ema), options, warn)
+        for path in paths:
+            log(f"checkpoint: {path}")
         progress = LineProgress(log, "translated", lines_in_file(input_path) if input_path
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size, progress)
+                                    write, buffer_size, progress, output_format, prefixes,
+                                    prefix_path or "")
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,
@@ -424,9 +630,10 @@ def read_references(reference_path: str | Path) -> list[str]:
 
 
 def check_reference_length(input_path: str | Path | None, reference_path: str | Path,
-                           references: list[str]) -> None:
-    """Compare the lines of an `--input` file with its references before the search (`bleu`
-    would say so after it); standard input, read once, is compared by `bleu` only.
+                           references: list[str], argument: str = "reference_path") -> None:
+    """Compare the lines of an `--input` file with its references (or, `argument` naming it,
+    another file of a line per input line) before the search (`bleu` would say so after it);
+    standard input, read once, is compared by `bleu` (or `translate_stream`) only.
 
     Raises:
         ArgumentError: other numbers of lines, as `bleu` says it.
@@ -437,7 +644,7 @@ def check_reference_length(input_path: str | Path | None, reference_path: str | 
     with damaged_gzip_named(input_path), open_binary(Path(input_path)) as handle:
         count = count_lines(handle)
     if count != len(references):
-        raise ArgumentError("{reference_path} {path} has {references} lines, the input "
+        raise ArgumentError("{" + argument + "} {path} has {references} lines, the input "
                             "{hypotheses}", path=reference_path, references=len(references),
                             hypotheses=count)
 
@@ -474,3 +681,28 @@ def load_translator(path: str | Path, options: DecodeOptions,
     checkpoint = checkpoints.load(path, ema)
     vocab = checkpoint_vocabulary(checkpoint, path)
     return Translator(load_model(checkpoint), vocab, options, warn)
+
+
+def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, object]:
+    """The models of checkpoint files that carry one vocabulary (an ensemble), and it; `ema`:
+    each checkpoint's EMA weights.
+
+    Raises:
+        ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
+            vocabularies (both files and the first differing piece named).
+    """
+    from vtx.data.vocab import differing_pieces
+
+    models, vocab, first = [], None, None
+    for path in paths:
+        checkpoint = checkpoints.load(path, ema)
+        this = checkpoint_vocabulary(checkpoint, path)
+        if vocab is None:
+            vocab, first = this, path
+        elif differ := differing_pieces(vocab, this):
+            index, ours, theirs = differ[0]
+            raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
+                             f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
+                             f"ensemble needs one")
+        models.append(load_model(checkpoint))
+    return models, vocab

@@ -1,0 +1,38 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+VTX = str(Path(sys.executable).with_name("vtx"))
+
+
+def vtx(*args, stdin=b""):
+    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300)
+
+
+def test_score_rescores_translates_nbest_output_and_writes_jsonl(trained_checkpoint, tmp_path):
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    nbest = vtx("translate", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
+                "--nbest", "2", "--output", tmp_path / "nbest.de")
+    assert nbest.returncode == 0, nbest.stderr.decode()
+    result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
+                 "--target", tmp_path / "nbest.de", "--nbest", "2", "--output-format", "jsonl")
+    assert result.returncode == 0, result.stderr.decode()
+    records = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    written = (tmp_path / "nbest.de").read_text().splitlines()
+    assert [(r["id"], r["rank"]) for r in records] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for record, line in zip(records, written):
+        score, text = line.split("\t")
+        assert record["target"] == text and abs(record["score"] - float(score)) < 2e-4
+        assert len(record["positional_scores"]) == len(record["tokens"]) + 1
+        assert abs(sum(record["positional_scores"]) - record["logprob"]) < 1e-4
+
+
+def test_a_target_of_another_length_is_one_line_naming_the_flags(trained_checkpoint, tmp_path):
+    (tmp_path / "hyp.de").write_text("Ein Hund.\n")
+    result = vtx("score", "--checkpoint", trained_checkpoint, "--target", tmp_path / "hyp.de",
+                 "--nbest", "1", stdin=b"A dog.\nA cat.\n")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines()[-1] == (
+        f"Error: --target {tmp_path / 'hyp.de'} has 1 lines; --nbest 1 per line of the "
+        f"2-line input needs 2")

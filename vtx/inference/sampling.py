@@ -1,0 +1,186 @@
+"""Sampling search: each hypothesis draws its tokens from the model's distribution, reshaped by
+a temperature, top-k and top-p (nucleus) truncation (fairseq's `--sampling` and its flags).
+
+The model is reached as in `beam_search`, through tokens_to_logits(token_ids [N], state) ->
+(logits [N, V], new state). Each sentence's state is repeated R times, one row per sample, and
+each row runs on its own as a greedy search does (the same length limit, EOS and banned-token
+rules, `beam_search.run_sequences`), drawing instead of taking the argmax.
+
+Reproducibility: the draw of a row at a step uses one uniform number from a counter-based hash
+of (seed, line id, sample, step), computed in the graph with 32-bit integer operations. So a
+line's samples depend only on the seed, its line id and the line itself: not on the batch it
+shares, the rows dropped as other sentences end, the padded shape, or XLA (up to the floating
+point of the model's logits). A token is drawn by inverting the cumulative distribution of the
+kept tokens at that number.
+
+A hypothesis scores log P(Y | X) / lp(|Y|) with P the model's own distribution (temperature 1,
+no truncation): the scores of samples and of beam search hypotheses compare. The R samples of a
+sentence are returned best first.
+
+Shapes: B batch, R samples per sentence, N = B * R rows, V vocabulary, L = max_length, C the
+tokens a row may draw from (top-k's k, else V).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+
+from vtx.config import BOS_ID, EOS_ID
+from vtx.inference.beam_search import (SearchOutput, TokensToLogits, _check_max_lengths,
+                                       _finalize, _make_search, append_token, expand_to_beams,
+                                       run_sequences, sequence_scores, start_sequences)
+from vtx.inference.decoding import SamplingOptions
+
+_NEG_INF = float("-inf")
+_GOLDEN = 0x9E3779B9  # separates the hash's inputs (the 32-bit golden ratio, as splitmix)
+
+
+def _mix(x: tf.Tensor) -> tf.Tensor:
+    """A 32-bit integer hash (the "lowbias32" finalizer): uint32 -> uint32 of any shape, every
+    output bit depending on every input bit."""
+    shift = lambda x, bits: tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(
+        x, tf.constant(bits, tf.uint32)))
+    x = shift(x, 16) * tf.constant(0x7FEB352D, tf.uint32)
+    x = shift(x, 15) * tf.constant(0x846CA68B, tf.uint32)
+    return shift(x, 16)
+
+
+def _combine(key: tf.Tensor, value) -> tf.Tensor:
+    """uint32 key [..] folded with int `value` (of key's shape or a scalar)."""
+    value = tf.cast(tf.cast(value, tf.int64) % (1 << 32), tf.uint32)
+    return _mix(tf.bitwise.bitwise_xor(key, value + tf.constant(_GOLDEN, tf.uint32)))
+
+
+def row_keys(seed: int, line_ids, samples: int) -> tf.Tensor:
+    """uint32 [B * R]: the key of sample r of line line_ids[b] at row b * R + r.
+
+    Args:
+        seed: the user's seed (any int; taken modulo 2^32).
+        line_ids: int [B], each sentence's line id (its index in the input).
+        samples: R.
+    """
+    sentences = tf.shape(line_ids)[:1]  # [1]: B
+    line_ids = tf.repeat(tf.cast(line_ids, tf.int64), samples)  # [N]
+    sample = tf.tile(tf.range(samples, dtype=tf.int64), sentences)  # [N]
+    key = _combine(tf.fill(tf.shape(line_ids), _mix(tf.constant(seed % (1 << 32), tf.uint32))),
+                   line_ids)
+    return _combine(key, sample)
+
+
+def uniform(keys: tf.Tensor, step) -> tf.Tensor:
+    """float32 [N] in [0, 1): one number per row key uint32 [N] at decoder step `step`."""
+    bits = _combine(keys, step)
+    # The top 24 bits: every float32 of the form m / 2^24 is exact, so 1 is never reached.
+    return tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32) * 2.0**-24
+
+
+def kept_logits(logits: tf.Tensor, options: SamplingOptions) -> tuple[tf.Tensor, tf.Tensor]:
+    """The tokens a row may draw from and their temperature-scaled logits.
+
+    Args:
+        logits: float32 [N, V], -inf at the tokens never generated.
+        options: temperature, top-k (0: all), top-p (1: all).
+
+    Returns:
+        (logits float32 [N, C], -inf at those top-p leaves out; their token ids int32 [N, C]).
+        With top-k or top-p the C tokens are in descending order, else in vocabulary order.
+    """
+    scaled = logits / options.temperature
+    vocab = logits.shape[-1] if logits.shape[-1] is not None else tf.shape(logits)[-1]
+    if options.topk:
+        count = options.topk if logits.shape[-1] is None else min(options.topk, vocab)
+        values, ids = tf.math.top_k(scaled, k=count)
+    elif options.topp < 1.0:
+        values, ids = tf.math.top_k(scaled, k=vocab)  # a full sort, for the cumulative mass
+    else:
+        ids = tf.broadcast_to(tf.range(vocab, dtype=tf.int32)[None, :], tf.shape(scaled))
+        return scaled, ids
+    if options.topp < 1.0:
+        # Keep the smallest set of best tokens whose mass reaches p: those whose mass before
+        # them is below p (the best one always).
+        before = tf.math.cumsum(tf.nn.softmax(values, axis=-1), axis=-1, exclusive=True)
+        values = tf.where(before < options.topp, values, _NEG_INF)
+    return values, ids
+
+
+def draw(values: tf.Tensor, ids: tf.Tensor, numbers: tf.Tensor) -> tf.Tensor:
+    """int32 [N]: the token of each row at uniform `numbers` [N] by inverse transform sampling
+    over the distribution softmax(values) [N, C] of token `ids` [N, C]."""
+    probs = tf.nn.softmax(values, axis=-1)
+    cumulative = tf.math.cumsum(probs, axis=-1)
+    target = numbers[:, None] * cumulative[:, -1:]  # [N, 1]
+    position = tf.reduce_sum(tf.cast(cumulative <= target, tf.int32), axis=-1)
+    # Rounding may put the target past the last token of mass: the last such token then.
+    columns = tf.range(tf.shape(probs)[-1])[None, :]  # [1, C]
+    last = tf.reduce_max(tf.where(probs > 0, columns, 0), axis=-1)
+    return tf.gather(ids, tf.minimum(position, last), batch_dims=1)
+
+
+class SampleState(NamedTuple):
+    """Loop state of the sampling search: `beam_search.GreedyState`'s fields, one row a
+    sample, and the rows' keys."""
+
+    step: tf.Tensor  # int32 []: decoder steps run
+    seqs: tf.Tensor  # int32 [N, L + 1]: BOS, the drawn tokens, EOS, then PAD
+    logprobs: tf.Tensor  # float32 [N]: the model's log P of the sequence so far
+    finished: tf.Tensor  # bool [N]: the sequence ended with EOS
+    done: tf.Tensor  # bool [N]: finished, or at its length limit
+    cache: Any  # the decoder state, n leading rows
+    sentences: tf.Tensor  # int32 [n]: the rows `cache` holds (see BeamState)
+    keys: tf.Tensor  # uint32 [N]: each row's key (`row_keys`)
+
+
+def _sample_step(options: SamplingOptions):
+    """The step of `run_sequences` that draws each row's next token."""
+
+    def step(search, max_lengths, state: SampleState) -> SampleState:
+        logits, cache = search.tokens_to_logits(state.seqs[:, state.step], state.cache)
+        logits = tf.cast(logits, tf.float32)
+        vocab = tf.range(tf.shape(logits)[-1])
+        banned = tf.reduce_any(vocab[:, None] == tf.constant(search.banned_ids), axis=-1)
+        values, ids = kept_logits(tf.where(banned[None, :], _NEG_INF, logits), options)
+        token_ids = draw(values, ids, uniform(state.keys, state.step))
+        # The model's log-prob, normalised over every token as the beam search's.
+        log_probs = (tf.gather(logits, token_ids, batch_dims=1)
+                     - tf.reduce_logsumexp(logits, axis=-1))
+        return append_token(search, max_lengths, state, token_ids, log_probs, cache)
+
+    return step
+
+
+def sampling_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
+                    line_ids, options: SamplingOptions, nbest: int = 1, max_length: int = 50,
+                    max_lengths=None, alpha: float = 0.6, length_penalty: str = "gnmt",
+                    eos_id: int = EOS_ID, bos_id: int = BOS_ID,
+                    growing: tuple[str, ...] = (), drop_done: bool = False) -> SearchOutput:
+    """Draw `nbest` hypotheses per sentence (module docstring); graph code, as `beam_search`.
+
+    Args:
+        tokens_to_logits: (token_ids int32 [N], state) -> (logits [N, V], new state).
+        initial_state: the decoder state of the B sentences (rank >= 1 tensors lead with B),
+            repeated R times; room for `max_length` positions, or `growing`.
+        batch_size: B.
+        line_ids: int [B], each sentence's line id: its samples depend on it and `options.seed`.
+        options: temperature, top-k, top-p, seed.
+        nbest: R samples per sentence.
+        max_length, max_lengths, alpha, length_penalty, eos_id, bos_id, growing, drop_done: as
+            `beam_search`'s.
+
+    Returns:
+        `SearchOutput` with R hypotheses per sentence, best first.
+    """
+    rows = _make_search(tokens_to_logits, batch_size * nbest, 1, max_length, alpha,
+                        length_penalty, eos_id, bos_id, 1, "never")
+    max_lengths = _check_max_lengths(max_lengths, batch_size, rows.max_length)
+    row_limits = tf.repeat(max_lengths, nbest)  # [N]
+    start = start_sequences(rows, expand_to_beams(initial_state, nbest), row_limits)
+    state = SampleState(**start._asdict(), keys=row_keys(options.seed, line_ids, nbest))
+    state = run_sequences(rows, state, row_limits, _sample_step(options), growing, drop_done)
+    scores = tf.reshape(sequence_scores(rows, state), (-1, nbest))  # [B, R]
+    scores, order = tf.math.top_k(scores, k=nbest)  # best first
+    seqs = tf.gather(tf.reshape(state.seqs, (-1, nbest, rows.max_length + 1)), order,
+                     batch_dims=1)
+    finished = tf.gather(tf.reshape(state.finished, (-1, nbest)), order, batch_dims=1)
+    return _finalize(rows, seqs, scores, finished, state.step)
