@@ -14,13 +14,17 @@ and stop a sentence's search once `--beam` hypotheses have finished (`--stop fai
 CTranslate2 does when alpha > 0), so they solve the same search problem, and the number of
 identical output lines is printed.
 
+With --modes each decoding mode (sampling, a prefix, an ensemble of two copies of the model,
+positional scores, alignments) translates the same lines after the plain search, and its steady
+call is printed with its cost against the plain one.
+
 Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, EOS not counted),
 the wall time of each call, and the ratio vtx / CTranslate2. Run it alone on the machine (other
 work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
-       [--jit | --no-jit] [--ctranslate2]
+       [--jit | --no-jit] [--ctranslate2] [--modes]
        [--ct2-max-batch-size 64]
 """
 
@@ -78,6 +82,35 @@ def report(name: str, calls, lines: list[str], count_tokens) -> float:
     return tokens / calls[-1][0]
 
 
+def time_modes(translator, options, lines: list[str], repeat: int, plain: float) -> None:
+    """Each decoding mode's steady call on `lines`, and its cost against the plain search's
+    `plain` seconds. The prefix of a line is the first word of its plain translation."""
+    import dataclasses
+
+    from vtx.inference.decoding import SamplingOptions
+    from vtx.inference.translate import Translator
+
+    first_words = [h[0].text.split(" ")[0] if h else "" for h in translator.translate(lines)]
+    sample = lambda **kwargs: dataclasses.replace(options, sampling=SamplingOptions(**kwargs),
+                                                  beam=1, nbest=1)
+    modes = {
+        "sampling": (sample(), None, 1),
+        "sampling, top-p 0.9": (sample(topp=0.9), None, 1),
+        "sampling, top-k 10": (sample(topk=10), None, 1),
+        "prefix (1 word)": (dataclasses.replace(options, prefix=True), first_words, 1),
+        "ensemble of 2": (options, None, 2),
+        "positional scores": (dataclasses.replace(options, positional_scores=True), None, 1),
+        "alignments": (dataclasses.replace(options, alignment_layer=-1), None, 1),
+    }
+    for name, (mode_options, prefixes, copies) in modes.items():
+        mode = Translator([translator.model] * copies if copies > 1 else translator.model,
+                          translator.vocab, mode_options)
+        calls = timed_calls(lambda batch: mode.translate(batch, prefixes=prefixes), lines,
+                            repeat)
+        print(f"mode {name:<22} steady call {calls[-1][0]:7.2f} s, "
+              f"{calls[-1][0] / plain:5.2f}x the plain search")
+
+
 def main() -> None:
     from vtx.inference.decoding import STOP_RULES  # no TensorFlow import
 
@@ -100,6 +133,10 @@ def main() -> None:
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
     parser.add_argument("--ctranslate2", action="store_true")
+    parser.add_argument("--modes", action="store_true",
+                        help="also time each decoding mode (sampling, a prefix, an ensemble of "
+                             "two copies, positional scores, alignments) against the plain "
+                             "search, on the same lines")
     parser.add_argument("--ct2-max-batch-size", type=int, default=64,
                         help="CTranslate2's batches, in sentences (translate_lines' default)")
     args = parser.parse_args()
@@ -127,6 +164,8 @@ def main() -> None:
     ours = timed_calls(lambda batch: [h[0].text if h else "" for h in
                                       translator.translate(batch)], lines, args.repeat)
     vtx_rate = report("vtx", ours, lines, count)
+    if args.modes:
+        time_modes(translator, options, lines, args.repeat, ours[-1][0])
     if not args.ctranslate2:
         return
 
