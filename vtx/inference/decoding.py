@@ -136,7 +136,7 @@ def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
     log-probabilities and their mask: 4 of them, up to V each, which a wide beam reaches) and the
     token arrays of the live, finished and candidate hypotheses (16 x L); plus the sentence's
     encoder keys and values.
-    `benchmarks/search_memory.py` sets it against the peak memory measured (tracing the search
+    `benchmarks/search_memory.py` compares it with a search's peak memory (tracing the search
     takes memory of its own, once, which no sentence's share counts).
     """
     length = options.length_limit(source_length, config.max_positions)
