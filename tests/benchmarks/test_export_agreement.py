@@ -1,0 +1,34 @@
+"""benchmarks/export_agreement.py compares every export with `vtx translate` line for line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "export_agreement.py"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "multi30k_tiny.npz"
+
+
+@pytest.mark.slow
+def test_each_export_gets_a_row_per_search_and_the_greedy_ones_agree():
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("transformers")
+    run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoint", str(FIXTURE),
+                          "--limit", "12"], capture_output=True, text=True, timeout=900,
+                         check=True)
+    rows = [line.split(" | ") for line in run.stdout.splitlines()
+            if re.match(r"\| (ctranslate2|transformers|keras-hub) \|", line)]
+    assert [(row[0], row[1].split(",")[0]) for row in rows] == [
+        ("| ctranslate2", "greedy"), ("| ctranslate2", "beam 4"), ("| ctranslate2", "beam 4"),
+        ("| transformers", "greedy"), ("| transformers", "beam 4"),
+        ("| keras-hub", "greedy"), ("| keras-hub", "beam 4")], run.stdout
+    # Greedy is one search in every system: the same 12 lines, so the same BLEU.
+    for row in rows:
+        if row[1] == "greedy":
+            assert row[2].startswith("12/12") and row[3] == row[4].rstrip(" |"), row
+    gap = re.search(r"reference log-probabilities.*max ([0-9.e+-]+)", run.stdout)
+    assert gap and float(gap.group(1)) < 3e-4, run.stdout
