@@ -51,10 +51,14 @@ def _summary(meta: dict) -> list[str]:
               help="Input pairs per shard.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,
               help="Seed of the vocabulary's line sample (same seed, same vocabulary).")
+@click.option("--keep-train-text", is_flag=True,
+              help="Also keep the kept training pairs' text beside their ids, for `vtx train "
+                   "--subword-alpha` (subword regularization), which segments it anew each "
+                   "epoch.")
 @click.option("--force", is_flag=True, help="Replace a non-empty --destdir.")
 def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir, vocab_size,
                model_type, spm_model, whole_word_symbols, sample_lines, workers, max_positions,
-               max_length_ratio, shard_size, seed, force):
+               max_length_ratio, shard_size, seed, keep_train_text, force):
     """Train a joint SentencePiece vocabulary and binarize parallel text into DESTDIR."""
     from pathlib import Path
 
@@ -71,7 +75,7 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
             whole_word_symbols=Path(whole_word_symbols) if whole_word_symbols else None,
             sample_lines=sample_lines,
             workers=workers, max_positions=max_positions, max_length_ratio=max_length_ratio,
-            shard_size=shard_size, seed=seed, force=force)
+            shard_size=shard_size, seed=seed, keep_train_text=keep_train_text, force=force)
         meta = run_preprocess(config, log=lambda line: click.echo(line, err=True))
     except (DataError, OSError) as err:  # OSError: a file it cannot read or write, named
         raise click.ClickException(str(err)) from None

@@ -16,7 +16,8 @@ ARCHS = tuple(PRESETS)
 # --max-tokens below the longest pair, --d-model not divisible by --heads.
 FLAGS = {"max_tokens": "--max-tokens", "d_model": "--d-model", "num_heads": "--heads",
          "beam": "--eval-beam", "lenpen": "--eval-lenpen", "gold_path": "--eval-f1",
-         "devices": "--devices",
+         "devices": "--devices", "subword_alpha": "--subword-alpha",
+         "subword_nbest": "--subword-nbest",
          "constrain_trees": "--eval-constrain-trees"}
 
 
@@ -195,6 +196,15 @@ def _device_names(ctx, param, value):
 @click.option("--validate-with-ema", "validate_ema", is_flag=True,
               help="With --ema-decay: validations (loss, --eval-*, checkpoint_best, --patience) "
                    "score the averaged weights.")
+@click.option("--subword-alpha", type=FiniteFloat(min=0, min_open=True), default=None,
+              metavar="A",
+              help="Subword regularization: segment the training text anew each epoch, "
+                   "sampled (BPE vocabulary: BPE-dropout, each merge dropped with probability A "
+                   "<= 1; unigram: Kudo's smoothing A). Validation stays as preprocessed. "
+                   "DATA_DIR needs `vtx preprocess --keep-train-text`.  [default: none]")
+@click.option("--subword-nbest", type=click.IntRange(min=2), default=None, metavar="N",
+              help="With --subword-alpha and a unigram vocabulary: sample among the N best "
+                   "segmentations.  [default: all]")
 @click.option("--patience", type=click.IntRange(min=0), default=0, show_default=True,
               help="Stop after this many validations without a new best (0: never).")
 @click.option("--log-interval-steps", type=click.IntRange(min=1), default=100, show_default=True,
@@ -265,6 +275,9 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
                             ("--validate-with-ema", train_options["validate_ema"])):
             if given and train_options["ema_decay"] is None:
                 raise click.UsageError(f"{flag} goes with --ema-decay (the average it acts on)")
+        if train_options["subword_nbest"] is not None and train_options["subword_alpha"] is None:
+            raise click.UsageError("--subword-nbest goes with --subword-alpha (the sampling it "
+                                   "bounds)")
         if eval_constrain_trees and not eval_gold:
             raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
         eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}

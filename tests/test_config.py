@@ -40,3 +40,15 @@ def test_json_round_trip(tmp_path):
 def test_unknown_keys_are_refused():
     with pytest.raises(ValueError, match="unknown model configuration keys: colour"):
         config.ModelConfig.from_dict({"colour": "red"})
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"subword_alpha": 0.0}, "subword_alpha must be positive, got 0.0"),
+    ({"subword_alpha": float("inf")}, "subword_alpha must be positive, got inf"),
+    ({"subword_nbest": 4}, "subword_nbest needs subword sampling"),
+    ({"subword_alpha": 0.1, "subword_nbest": 1}, "subword_nbest must be >= 2, got 1")])
+def test_subword_sampling_settings_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        config.TrainConfig(**options)
+    kept = config.TrainConfig(subword_alpha=0.5, subword_nbest=8)
+    assert config.TrainConfig.from_dict(kept.to_dict()) == kept

@@ -387,6 +387,19 @@ def new_directory(path: str | Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def scratch_directory(path: str | Path) -> Iterator[Path]:
+    """A new hidden folder beside `path` (`hidden_name`) for this process's own files while the
+    block runs, removed at its end: never shared with another process writing beside it, and
+    one a killed process left is removed by the next `remove_stale_temporaries` there."""
+    with _claimed(Path(path), "tmp") as folder:
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            _remove(folder)
+
+
+@contextlib.contextmanager
 def replaced_together() -> Iterator[Callable[[str | Path], Path]]:
     """`temporary(path)` gives a hidden temporary path beside `path` to write into (as
     `replaced_on_success`); once the block completes every one is renamed over its path, and

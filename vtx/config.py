@@ -203,6 +203,12 @@ class TrainConfig(_JsonConfig):
     ema_decay: float | None = None
     ema_start_step: int = 0
     validate_ema: bool = False  # validations (loss and task metric) score the EMA's weights
+    # Subword regularization (`vtx.data.subword`): each epoch the training text is segmented
+    # anew, sampled with this alpha (a BPE vocabulary: BPE-dropout's probability of dropping a
+    # merge, in (0, 1]; unigram: Kudo's smoothing exponent). None: the preprocessed ids.
+    subword_alpha: float | None = None
+    # With a unigram vocabulary: sample among this many best segmentations (>= 2); None: all.
+    subword_nbest: int | None = None
 
     def __post_init__(self) -> None:
         positive = ("max_tokens", "update_freq", "max_steps", "warmup_steps", "log_interval_steps",
@@ -231,4 +237,15 @@ class TrainConfig(_JsonConfig):
             raise ValueError("ema_start_step and validate_ema need an EMA (ema_decay)")
         if self.ema_start_step < 0:
             raise ValueError(f"ema_start_step must be >= 0, got {self.ema_start_step}")
+        self._check_subword()
+
+    def _check_subword(self) -> None:
+        """The sampling's settings; the vocabulary's type bounds them further
+        (`vtx.data.subword.check_sampling`: alpha <= 1 and no nbest for BPE)."""
+        if self.subword_alpha is not None and not (0.0 < self.subword_alpha < math.inf):
+            raise ValueError(f"subword_alpha must be positive, got {self.subword_alpha}")
+        if self.subword_nbest is not None and self.subword_alpha is None:
+            raise ValueError("subword_nbest needs subword sampling (subword_alpha)")
+        if self.subword_nbest is not None and self.subword_nbest < 2:
+            raise ValueError(f"subword_nbest must be >= 2, got {self.subword_nbest}")
 

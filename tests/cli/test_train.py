@@ -399,3 +399,32 @@ def test_ema_flags_without_ema_decay_are_usage_errors(multi30k_small, tmp_path, 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{flag[0]} goes with --ema-decay (the average it acts on)" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_subword_alpha_trains_two_epochs_and_an_older_data_dir_is_refused(multi30k_small,
+                                                                          tmp_path):
+    """`vtx train --subword-alpha 0.1` on a tiny corpus preprocessed with --keep-train-text
+    samples each epoch anew; a data directory without the text is refused naming it and the
+    flag that keeps it, --subword-nbest with a BPE vocabulary naming the flag."""
+    root, data = multi30k_small, tmp_path / "data"
+    result = vtx("preprocess", "-s", "en", "-t", "de", "--trainpref", root / "train",
+                 "--validpref", root / "val", "--destdir", data, "--vocab-size", 1000,
+                 "--keep-train-text")
+    assert result.returncode == 0, result.stderr
+    save = tmp_path / "run"
+    result = vtx("train", data, "--save-dir", save, "--subword-alpha", 0.1, "--max-steps", 30,
+                 *SMALL[:2], "--max-tokens", 8192, *SMALL[4:])
+    assert result.returncode == 0, result.stderr
+    for epoch in (0, 1):
+        assert f"subword sampling: epoch {epoch} segmented anew" in result.stderr
+    assert json.loads((save / "config.json").read_text())["train"]["subword_alpha"] == 0.1
+
+    older = multi30k_small / "data"
+    result = vtx("train", older, "--save-dir", tmp_path / "older", "--subword-alpha", 0.1, *SMALL)
+    assert result.returncode == 1
+    assert (f"Error: {older} keeps no text of its training pairs" in result.stderr
+            and "run `vtx preprocess` again with --keep-train-text" in result.stderr)
+    result = vtx("train", data, "--save-dir", tmp_path / "nbest", "--subword-alpha", 0.1,
+                 "--subword-nbest", 4, *SMALL)
+    assert result.returncode == 1
+    assert "Error: --subword-nbest 4 goes with a unigram vocabulary" in result.stderr

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import numpy as np
-
-from vtx.data.binarize import IDX_DTYPE
+from vtx.data.binarize import read_shard  # noqa: F401 -- the tests' reader of shards
 from vtx.data.preprocess import PreprocessConfig, preprocess
 
 TRAIN_LINES = 2000
@@ -20,16 +18,6 @@ def head(path: Path, count: int) -> list[str]:
     """The first `count` lines of a gzip text file, without newlines."""
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in itertools.islice(handle, count)]
-
-
-def read_shard(prefix: Path, dtype: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Read one shard back with numpy alone (source id arrays, target id arrays), in stored
-    order: a check of the writer that does not go through `vtx.data.pipeline`."""
-    tokens = np.fromfile(f"{prefix}.bin", dtype)
-    lengths = np.fromfile(f"{prefix}.idx", IDX_DTYPE).reshape(2, -1)
-    pieces = np.split(tokens, np.cumsum(lengths.reshape(-1))[:-1])
-    count = lengths.shape[1]
-    return pieces[:count], pieces[count:]
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -312,3 +312,10 @@ def test_a_shard_cut_short_while_training_reads_it_is_named_not_a_bus_error(smal
                     rf"{re.escape(str(data))}/meta\.json counts ", named)
     assert re.search(r"^\S+train\.\d+\.bin holds [\d,]+ bytes where \S+train\.\d+\.idx "
                      r"counts [\d,]+: cut short or rewritten since training opened it", cause)
+
+
+def test_fits_packed_holds_a_pair_that_a_row_of_some_shape_holds():
+    shapes = [(8, 10, 12), (2, 30, 20)]
+    source, target = np.array([10, 11, 30, 31, 5]), np.array([12, 12, 20, 1, 21])
+    assert packing.fits_packed(source, target, shapes).tolist() == [True, True, True, False,
+                                                                    False]

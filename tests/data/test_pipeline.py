@@ -359,3 +359,12 @@ def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp
     assert damaged(lambda d: (d / "spm.model").unlink()).startswith("DIR/spm.model is missing")
     assert damaged(lambda d: cut(d / "meta.json", 40)).startswith(
         "DIR/meta.json: not readable as JSON (")
+
+
+def test_fits_buckets_holds_a_pair_where_its_bucket_holds_each_side():
+    """Bucket 8 holds sides up to (6, 8), bucket 16 up to (16, 12); none holds past 16."""
+    source = np.array([6, 7, 8, 9, 16, 9, 17])
+    target = np.array([8, 8, 3, 12, 12, 13, 2])
+    held = pipeline.fits_buckets(source, target, [16, 8], [(6, 8), (16, 12)])
+    assert held.tolist() == [True, False, False, True, True, False, False]
+    assert pipeline.fits_buckets(source, target, [8, 16]).tolist() == [True] * 6 + [False]

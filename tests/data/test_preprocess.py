@@ -99,6 +99,29 @@ def test_training_pairs_are_filtered_and_counted_but_valid_and_test_are_not(
     assert on_disk["splits"]["train"]["filtered"] == train["filtered"]
 
 
+def test_keep_train_text_keeps_the_text_of_the_kept_training_pairs_only(shared_data,
+                                                                       small_data_dir, tmp_path):
+    """The text `vtx train --subword-alpha` samples anew: line for line the kept pairs' (the
+    filtered ones left out, as in the ids), checksummed; validation keeps none."""
+    from vtx.data.directory import DataDirectory
+
+    en, de = noisy_pairs(shared_data)
+    for split in ("train", "valid"):
+        write_lines(tmp_path / f"{split}.en", en if split == "train" else en[:20])
+        write_lines(tmp_path / f"{split}.de", de if split == "train" else de[:20])
+    preprocess(PreprocessConfig(
+        "en", "de", tmp_path / "bin", trainpref=str(tmp_path / "train"),
+        validpref=str(tmp_path / "valid"), spm_model=small_data_dir / "spm.model",
+        max_positions=64, max_length_ratio=3.0, shard_size=10, keep_train_text=True))
+    data = DataDirectory.open(tmp_path / "bin")
+    assert data.has_training_text and data.meta["keep_train_text"]
+    texts = [data.shard_text(shard) for shard in data.split("train")["shards"]]
+    assert [line for source, _ in texts for line in source] == en[:20] + ["Ok"]
+    assert [line for _, target in texts for line in target] == de[:20] + ["Gut"]
+    assert not list((tmp_path / "bin").glob("valid.*.txt"))
+    assert not DataDirectory.open(small_data_dir).has_training_text
+
+
 def test_progress_counts_every_pair_kept_or_filtered_shard_by_shard(shared_data, small_data_dir,
                                                                    tmp_path, monkeypatch):
     """`vtx preprocess` on WMT-size text runs for many minutes: each split's pairs encoded so

@@ -1,7 +1,10 @@
-"""`vtx.training.run`: the configuration written beside the checkpoints guards the save dir."""
+"""`vtx.training.run`: the configuration written beside the checkpoints guards the save dir; a
+damaged shard is named; subword sampling resumes exactly."""
 
 import dataclasses
+import json
 
+import numpy as np
 import pytest
 
 from vtx import checkpoints, config
@@ -114,3 +117,85 @@ def test_a_shard_damaged_in_place_is_named_not_a_traceback(multi30k_small, tmp_p
     with pytest.raises(DataError, match=f"^{lengths}: damaged since `vtx preprocess` wrote it"):
         run.train(data, tmp_path / "run2", "tiny", model, train_config, log=lambda line: None)
     assert not (tmp_path / "run2").exists()
+
+
+@pytest.fixture(scope="module")
+def subword_data(shared_data, tmp_path_factory):
+    """200 Multi30k pairs (+ 20 for validation) preprocessed with --keep-train-text."""
+    from tests.data.conftest import head, write_lines
+    from vtx.data.preprocess import PreprocessConfig, preprocess
+
+    folder = tmp_path_factory.mktemp("subword")
+    for split, name, count in (("train", "train", 200), ("valid", "val", 20)):
+        for lang in ("en", "de"):
+            write_lines(folder / f"{split}.{lang}",
+                        head(shared_data / "multi30k" / f"{name}.{lang}.gz", count))
+    preprocess(PreprocessConfig("en", "de", folder / "bin", trainpref=str(folder / "train"),
+                                validpref=str(folder / "valid"), vocab_size=400,
+                                keep_train_text=True))
+    return folder / "bin"
+
+
+SUBWORD_MODEL = dict(num_layers=1, d_model=16, d_ff=32, num_heads=2, dropout=0.1)
+
+
+def subword_config(**options):
+    return config.TrainConfig(**{"max_tokens": 2048, "precision": "float32",
+                                 "subword_alpha": 0.1, "validate_interval_steps": 0,
+                                 "save_interval_minutes": 0, "warmup_steps": 5,
+                                 "log_interval_steps": 5, **options})
+
+
+def test_subword_sampling_resumed_mid_epoch_ends_on_the_weights_of_the_straight_run(
+        subword_data, tmp_path):
+    """Each epoch is sampled from (seed, epoch) alone: a run stopped inside its second epoch
+    (as a kill leaves it: its last checkpoint) and resumed makes the same epochs again and ends
+    bit for bit where the straight run ends, past a third epoch."""
+    lines = []
+    run.train(subword_data, tmp_path / "straight", "tiny", SUBWORD_MODEL,
+              subword_config(max_steps=30), log=lines.append)
+    assert any(line.startswith("subword sampling: epoch 2 segmented anew") for line in lines)
+    resumed = tmp_path / "resumed"
+    run.train(subword_data, resumed, "tiny", SUBWORD_MODEL, subword_config(max_steps=14),
+              log=lambda line: None)
+    epoch, offset = checkpoints.load(checkpoints.list_checkpoints(resumed)[-1]).meta[
+        "positions"][0]
+    assert epoch == 1 and offset > 0
+    run.train(subword_data, resumed, "tiny", SUBWORD_MODEL, subword_config(max_steps=30),
+              log=lambda line: None)
+    ours, theirs = (checkpoints.load(checkpoints.checkpoint_path(folder, 30))
+                    for folder in (resumed, tmp_path / "straight"))
+    for mine, straight in zip(ours.model, theirs.model):
+        np.testing.assert_array_equal(mine, straight)
+    assert json.loads((resumed / run.CONFIG_FILE).read_text())["train"]["subword_alpha"] == 0.1
+    assert not list(resumed.glob(".subword*"))  # the epochs' folder goes with the process
+
+
+def test_subword_sampling_trains_on_sampled_pairs_and_validates_on_the_preprocessed(
+        subword_data, tmp_path):
+    from vtx.config import EOS_ID, PAD_ID
+    from vtx.data import pipeline
+    from vtx.data.directory import DataDirectory
+
+    data = DataDirectory.open(subword_data)
+    train_config = subword_config()
+    splits = ("train", "valid")
+
+    def targets(batches):  # each row's target_out ids, pads left out
+        return sorted(tuple(int(i) for i in row if i != PAD_ID)
+                      for batch in batches for row in batch["target_out"] if row.any())
+
+    def stored(directory, split):
+        return sorted(tuple(target) + (EOS_ID,)
+                      for _, target in pipeline.split_pairs(directory, split))
+
+    with run._subword_sampling(data, train_config, tmp_path, lambda line: None) as sampler:
+        view = sampler.shapes_view(max_positions=256)
+        boundaries = pipeline.bucket_boundaries_for(view, splits, max_tokens=1024)
+        sides = pipeline.side_lengths_for(view, splits, boundaries)
+        make_epoch, make_valid = run._batch_readers(data, train_config, boundaries, sides, None,
+                                                    1, 0, sampler, 256)
+        assert targets(make_valid()) == stored(data, "valid")
+        trained = targets(make_epoch(0, 0))
+        assert trained == stored(sampler.epoch(0, lambda s, t: s >= 0), "train")
+        assert trained != stored(data, "train")

@@ -377,6 +377,12 @@ def test_resuming_mid_epoch_with_another_seed_or_max_tokens_is_warned(tmp_path):
         "checkpoint's run: 4096): the data position (epoch 0, batch 2) now counts the batches "
         "of another order, so until epoch 0 ends some pairs come again and others not at all; "
         "the checkpoint's values resume exactly"]
+    # Other pieces sampled: a run without subword sampling resumed with it.
+    assert resumed_warnings(subword_alpha=0.1) == [
+        "warning: resumed with --subword-alpha 0.1 (the checkpoint's run: none): the data "
+        "position (epoch 0, batch 2) now counts the batches of another order, so until epoch 0 "
+        "ends some pairs come again and others not at all; the checkpoint's values resume "
+        "exactly"]
     # Packed rows keep the checkpoint's shapes whatever --max-tokens says; --seed still counts.
     path = checkpoints.list_checkpoints(tmp_path)[-1]
     packed = checkpoints.load(path)

@@ -5,6 +5,9 @@ Shard format (read by `vtx.data.pipeline` with `tf.io.decode_raw`, no TensorFlow
                        most 65,536 ids, else int32): all source sentences of the shard, then all
                        target sentences, concatenated, no bos/eos.
     `SPLIT.NNNNN.idx`  little-endian int32 [2, n]: the n source lengths, then the n target lengths.
+    `SPLIT.NNNNN.txt`  (training shards of `vtx preprocess --keep-train-text` only) the text of
+                       the same pairs, UTF-8: the n source lines, then the n target lines, each
+                       ending in "\n"; what `vtx.data.subword` segments anew each epoch.
 A shard holds up to `shard_size` consecutive input pairs (fewer once training pairs are filtered).
 
 The main process reads the text in lockstep, cuts it into chunks of `shard_size` pairs and hands
@@ -74,6 +77,7 @@ class Chunk:
     shard_prefix: Path  # the shard is written to shard_prefix + ".bin" / ".idx"
     pair_filter: PairFilter | None
     token_dtype: str
+    keep_text: bool = False  # also write the kept pairs' text, shard_prefix + ".txt"
 
 
 _VOCABULARY: Vocabulary | None = None  # one per worker process, loaded by `_load_vocabulary`
@@ -100,38 +104,65 @@ def _flatten(ids: list[list[int]], dtype: str) -> tuple[np.ndarray, np.ndarray]:
 
 def encode_chunk(chunk: Chunk) -> dict:
     """Decode, encode, filter and write one shard; return its counts (see `_empty_stats`)."""
-    source = _VOCABULARY.encode_batch(_decode_all(chunk.source_lines, chunk.source_path,
-                                                  chunk.first_line))
-    target = _VOCABULARY.encode_batch(_decode_all(chunk.target_lines, chunk.target_path,
-                                                  chunk.first_line))
+    texts = [_decode_all(chunk.source_lines, chunk.source_path, chunk.first_line),
+             _decode_all(chunk.target_lines, chunk.target_path, chunk.first_line)]
+    source, target = map(_VOCABULARY.encode_batch, texts)
     stats = _empty_stats()
+    kept = range(len(source))
     if chunk.pair_filter is not None and not chunk.pair_filter.drop:
         _check_positions(chunk, source, target)
     elif chunk.pair_filter is not None:
-        kept_source, kept_target = [], []
-        for src, tgt in zip(source, target):
-            reason = chunk.pair_filter.reason(len(src), len(tgt))
-            if reason is None:
-                kept_source.append(src)
-                kept_target.append(tgt)
-            else:
-                stats["filtered"][reason] += 1
-        source, target = kept_source, kept_target
-    if not source:
+        reasons = [chunk.pair_filter.reason(len(src), len(tgt)) for src, tgt in zip(source, target)]
+        kept = [i for i, reason in enumerate(reasons) if reason is None]
+        for reason in filter(None, reasons):
+            stats["filtered"][reason] += 1
+    if not kept:
         return stats
-    source_tokens, source_lengths = _flatten(source, chunk.token_dtype)
-    target_tokens, target_lengths = _flatten(target, chunk.token_dtype)
-    digests = {suffix: _write_array(Path(f"{chunk.shard_prefix}.{suffix}"), array)
-               for suffix, array in (("bin", np.concatenate([source_tokens, target_tokens])),
-                                     ("idx", np.stack([source_lengths, target_lengths])))}
-    stats.update(sentences=len(source), source_tokens=int(source_lengths.sum()),
-                 target_tokens=int(target_lengths.sum()),
-                 max_source_length=int(source_lengths.max()),
-                 max_target_length=int(target_lengths.max()))
-    stats["shards"] = [{"name": chunk.shard_prefix.name, "sentences": len(source),
-                        "source_tokens": stats["source_tokens"],
-                        "target_tokens": stats["target_tokens"], "sha256": digests}]
+    shard = write_shard(chunk.shard_prefix, [source[i] for i in kept], [target[i] for i in kept],
+                        chunk.token_dtype,
+                        [[side[i] for i in kept] for side in texts] if chunk.keep_text else None)
+    stats.update({key: shard[key] for key in ("sentences", "source_tokens", "target_tokens")},
+                 max_source_length=shard.pop("max_source_length"),
+                 max_target_length=shard.pop("max_target_length"), shards=[shard])
     return stats
+
+
+def read_shard(prefix: Path, dtype: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The pairs of shard `prefix` (`write_shard`'s .bin and .idx): (source ids, target ids),
+    one array of `dtype` a pair, in stored order."""
+    tokens = np.fromfile(f"{prefix}.bin", dtype)
+    lengths = np.fromfile(f"{prefix}.idx", IDX_DTYPE).reshape(2, -1)
+    pieces = np.split(tokens, np.cumsum(lengths.reshape(-1))[:-1])
+    count = lengths.shape[1]
+    return pieces[:count], pieces[count:]
+
+
+def write_shard(prefix: Path, source: list, target: list, dtype: str,
+                texts: list[list[str]] | None = None) -> dict:
+    """Write the shard `prefix`.bin/.idx of these pairs' ids (each a sequence of ints, no
+    bos/eos), and `prefix`.txt of their `texts` ([source lines, target lines]) when given.
+
+    Returns:
+        The shard's entry of meta.json: name, sentences, source_tokens, target_tokens, sha256 of
+        each file (and text_bytes with the text), and its max_source_length, max_target_length.
+    """
+    source_tokens, source_lengths = _flatten(source, dtype)
+    target_tokens, target_lengths = _flatten(target, dtype)
+    arrays = {"bin": np.concatenate([source_tokens, target_tokens]),
+              "idx": np.stack([source_lengths, target_lengths])}
+    if texts is not None:
+        arrays["txt"] = np.frombuffer("".join(line + "\n" for side in texts for line in side)
+                                      .encode("utf-8"), np.uint8)
+    digests = {suffix: _write_array(Path(f"{prefix}.{suffix}"), array)
+               for suffix, array in arrays.items()}
+    shard = {"name": Path(prefix).name, "sentences": len(source),
+             "source_tokens": int(source_lengths.sum()),
+             "target_tokens": int(target_lengths.sum()), "sha256": digests,
+             "max_source_length": int(source_lengths.max(initial=0)),
+             "max_target_length": int(target_lengths.max(initial=0))}
+    if texts is not None:
+        shard["text_bytes"] = int(arrays["txt"].size)
+    return shard
 
 
 def _write_array(path: Path, array: np.ndarray) -> str:
@@ -241,7 +272,7 @@ class Encoder:
 
 
 def _chunks(source: Path, target: Path, shard_size: int, out_prefix: Path,
-            pair_filter: PairFilter | None, dtype: str) -> Iterator[Chunk]:
+            pair_filter: PairFilter | None, dtype: str, keep_text: bool) -> Iterator[Chunk]:
     pairs = read_parallel(source, target)
     for index in itertools.count():
         batch = list(itertools.islice(pairs, shard_size))
@@ -249,12 +280,13 @@ def _chunks(source: Path, target: Path, shard_size: int, out_prefix: Path,
             return
         source_lines, target_lines = zip(*batch)
         yield Chunk(source, target, index * shard_size + 1, list(source_lines),
-                    list(target_lines), Path(f"{out_prefix}.{index:05d}"), pair_filter, dtype)
+                    list(target_lines), Path(f"{out_prefix}.{index:05d}"), pair_filter, dtype,
+                    keep_text)
 
 
 def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Path,
                    vocab_size: int, shard_size: int, pair_filter: PairFilter | None,
-                   progress: LineProgress | None = None) -> dict:
+                   progress: LineProgress | None = None, keep_text: bool = False) -> dict:
     """Encode one split (a pair of parallel files) into shards `out_prefix.NNNNN.{bin,idx}`.
 
     Args:
@@ -266,18 +298,20 @@ def binarize_split(encoder: Encoder, source: Path, target: Path, out_prefix: Pat
         pair_filter: None keeps every pair; one with `drop` False keeps them all too, but
             refuses a pair longer than its positions (validation and test).
         progress: told of each shard's pairs, kept or filtered, as it is written.
+        keep_text: also write each shard's text (`SPLIT.NNNNN.txt`).
 
     Returns:
         Counts: sentences, source_tokens, target_tokens kept (ids, no bos/eos), max_source_length,
         max_target_length, filtered {reason: pairs}, shards [{name, sentences, source_tokens,
-        target_tokens}] (empty shards are not written).
+        target_tokens, sha256, and text_bytes with the text}] (empty shards are not written).
 
     Raises:
         DataError: unequal line counts, invalid UTF-8 (file and line named), unreadable gzip, a
             pair too long for a non-dropping filter (files and line named).
     """
     stats = _empty_stats()
-    chunks = _chunks(source, target, shard_size, out_prefix, pair_filter, token_dtype(vocab_size))
+    chunks = _chunks(source, target, shard_size, out_prefix, pair_filter, token_dtype(vocab_size),
+                     keep_text)
     for part in encoder.map_ordered(encode_chunk, chunks):
         _merge_stats(stats, part)
         if progress:

@@ -85,8 +85,36 @@ class DataDirectory:
         return self.meta["splits"][name]
 
     def shard_prefix(self, shard: dict) -> Path:
-        """The path of a shard's files without their suffix (.bin: the ids, .idx: the lengths)."""
-        return self.path / shard["name"]
+        """The path of a shard's files without their suffix (.bin: the ids, .idx: the lengths,
+        .txt: the text where kept): in the directory, or in the `folder` its entry names (a
+        split segmented anew by `vtx.data.subword`, outside the directory)."""
+        return Path(shard.get("folder", self.path)) / shard["name"]
+
+    @property
+    def has_training_text(self) -> bool:
+        """Whether every training shard keeps its text (`vtx preprocess --keep-train-text`)."""
+        shards = self.splits.get("train", {}).get("shards", [])
+        return bool(shards) and all("text_bytes" in shard for shard in shards)
+
+    def shard_text(self, shard: dict) -> tuple[list[str], list[str]]:
+        """The text of a shard's pairs (its .txt), as (source lines, target lines).
+
+        Raises:
+            DataError: the file is missing, or not the text meta.json keeps (its SHA-256).
+        """
+        path = Path(f"{self.shard_prefix(shard)}.txt")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise DataError(f"{path} is missing: a shard's text {self.path / META_FILE} names; "
+                            f"run `vtx preprocess` again") from None
+        if hashlib.sha256(data).hexdigest() != shard["sha256"]["txt"]:
+            raise DataError(f"{path}: damaged since `vtx preprocess` wrote it (its SHA-256 is "
+                            f"not the one {self.path / META_FILE} keeps); run `vtx preprocess` "
+                            f"again")
+        lines = data.decode("utf-8").split("\n")[:-1]
+        count = shard["sentences"]
+        return lines[:count], lines[count:]
 
     def training_data(self) -> dict:
         """What identifies the directory's training pairs for a checkpoint: their count, their
@@ -202,8 +230,11 @@ def _check_files(data_dir: Path, meta: dict) -> None:
     for split in meta["splits"].values():
         for shard in split["shards"]:
             pairs, tokens = shard["sentences"], shard["source_tokens"] + shard["target_tokens"]
-            for suffix, size, what in ((".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
-                                       (".bin", width * tokens, f"{tokens:,} ids")):
+            sizes = [(".idx", 8 * pairs, f"{2 * pairs:,} lengths"),
+                     (".bin", width * tokens, f"{tokens:,} ids")]
+            if "text_bytes" in shard:
+                sizes.append((".txt", shard["text_bytes"], "the bytes of its text"))
+            for suffix, size, what in sizes:
                 file = data_dir / (shard["name"] + suffix)
                 try:
                     found = os.stat(file).st_size

@@ -39,6 +39,8 @@ Public API (shapes: R rows, S source length, T target length; a packing is a lis
         (resume). Batches are packed as they are needed (no wait at an epoch's start). Each
         shape's last batch is filled with all-pad rows (no loss). Batch i goes to worker
         i % num_shards; skip_batches counts this worker's batches.
+    fits_packed(source, target, shapes) -> np.ndarray
+        which pairs of these source and target_in lengths a row of the shapes holds.
     packed_batch_counts(data_dir, shapes, split="train", seed=0) -> list of int
     packed_fill(data_dir, shapes, split="train", seed=0) -> float
         the share of an epoch's positions, source and target, that hold a real token.
@@ -141,6 +143,12 @@ def _assign(source: np.ndarray, target: np.ndarray, shapes: list[Shape]) -> np.n
         _, source_length, target_length = shapes[index]
         shape_of[(source <= source_length) & (target <= target_length)] = index
     return shape_of
+
+
+def fits_packed(source: np.ndarray, target: np.ndarray, shapes: list[Shape]) -> np.ndarray:
+    """bool [n]: which pairs of these source and target_in lengths (int [n] each) a row of one
+    of `shapes` holds."""
+    return _assign(source, target, shapes) < len(shapes)
 
 
 def caps_to_try(data_dir: DataDir, step: int, split: str = "train") -> list[int | None]:

@@ -19,6 +19,8 @@ sources, shorter than their trees, are not padded to the tree's length):
                                                      each bucket's (source, target) padded lengths
     batch_shapes(max_tokens, boundaries, sides=None) -> list
                                                      every (rows, source, target) a batch can have
+    fits_buckets(source, target, boundaries, sides=None) -> np.ndarray
+                                                     which pairs of these lengths they hold
     position_fill(data_dir, split, max_tokens, boundaries, sides=None) -> float
                                                      share of an epoch's positions that are real
     epoch_batch_counts(data_dir, split, max_tokens, boundaries, sides=None) -> list
@@ -260,6 +262,19 @@ def batch_shapes(max_tokens: int, boundaries: list[int],
     sides = sides or [(length, length) for length in boundaries]
     return [(rows_for_length(max_tokens, length), source, target)
             for length, (source, target) in zip(boundaries, sides)]
+
+
+def fits_buckets(source: np.ndarray, target: np.ndarray, boundaries: list[int],
+                 sides: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """bool [n]: which pairs of these source and target_in lengths (int [n] each) the batches of
+    `batch_shapes(..., boundaries, sides)` hold: each goes to the bucket of the first boundary
+    >= max(S, T), whose side lengths must hold its sides."""
+    boundaries = sorted(boundaries)
+    sides = np.array(sides or [(length, length) for length in boundaries], np.int64)  # [K, 2]
+    bucket = np.searchsorted(boundaries, np.maximum(source, target), side="left")
+    inside = bucket < len(boundaries)
+    held = sides[np.minimum(bucket, len(boundaries) - 1)]  # [n, 2]
+    return inside & (source <= held[:, 0]) & (target <= held[:, 1])
 
 
 def _read_shard(prefix: tf.Tensor, first_index: tf.Tensor, seed: tf.Tensor,

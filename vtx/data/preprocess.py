@@ -3,6 +3,8 @@
 Layout of the directory (see `vtx.data.binarize` for the shard format):
     spm.model                the joint vocabulary (trained here, or a copy of `spm_model`)
     SPLIT.NNNNN.bin/.idx     shards of each split: train, valid, test, test1, ...
+    train.NNNNN.txt          with `keep_train_text`: the training shards' text, which `vtx train
+                             --subword-alpha` segments anew each epoch (`vtx.data.subword`)
     meta.json                languages, vocabulary, shard format, per split the counts kept and
                              filtered (by reason) and its shards; written last
 
@@ -54,6 +56,9 @@ class PreprocessConfig:
     max_length_ratio: float = 9.0  # training pairs whose length ratio exceeds this are dropped
     shard_size: int = 100_000  # input pairs per shard
     seed: int = 1  # seed of the vocabulary's line sample
+    # Also keep the kept training pairs' text beside their ids (`SPLIT.NNNNN.txt`): what
+    # subword regularization (`vtx train --subword-alpha`) segments anew each epoch.
+    keep_train_text: bool = False
     force: bool = False  # replace a non-empty destdir
 
     def __post_init__(self) -> None:
@@ -238,6 +243,7 @@ def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict
         "token_dtype": token_dtype(vocab.size),
         "max_positions": config.max_positions,
         "max_length_ratio": config.max_length_ratio,
+        "keep_train_text": config.keep_train_text,
         "splits": {name: {"source_file": str(files[name][0]), "target_file": str(files[name][1]),
                           **stats} for name, stats in splits.items()},
     }
@@ -286,7 +292,8 @@ def preprocess(config: PreprocessConfig,
                                         words=False)
                 splits[name] = binarize_split(
                     encoder, source, target, workdir / name, vocab.size, config.shard_size,
-                    train_filter if name == "train" else length_check, progress)
+                    train_filter if name == "train" else length_check, progress,
+                    keep_text=config.keep_train_text and name == "train")
                 if name == "train" and not splits[name]["sentences"]:
                     _no_training_pairs(config, source, target, splits[name]["filtered"])
         meta = _meta(config, vocab, files, splits)

@@ -11,6 +11,7 @@ import io
 import math
 import random
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -27,6 +28,8 @@ SPECIAL_IDS = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 # (0.2.x: "... Vocabulary size is smaller than required_chars. 5 vs 316. Increase vocab_size or
 # decrease character_coverage with --character_coverage option."): the size given, the minimum.
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)\.")
+# SentencePiece's seed is global to the process: one sampled encoding at a time sets and uses it.
+_SAMPLING = threading.Lock()
 
 
 class Vocabulary:
@@ -82,6 +85,52 @@ class Vocabulary:
         """Many sentences -> their piece ids (one C++ call; `vtx preprocess` parallelizes over
         processes instead)."""
         return self._processor.encode(texts, out_type=int)
+
+    def sample_batch(self, texts: list[str], alpha: float, nbest: int | None,
+                     seed: int) -> list[list[int]]:
+        """Many sentences -> a sampled segmentation of each, its piece ids (no bos/eos): subword
+        regularization (Kudo 2018, section 3; for a BPE model, BPE-dropout: each merge dropped
+        with probability `alpha`, Provilkov et al. 2020). The same texts, settings and `seed`
+        give the same ids in any process.
+
+        SentencePiece draws from a generator per thread, seeded from its global seed when the
+        thread first draws; several threads share sentences in no fixed order. So the batch is
+        encoded by one thread started here, after the global seed is set, under a lock.
+
+        Args:
+            alpha: BPE: the dropout probability of each merge, in (0, 1]; unigram: the
+                smoothing exponent of the segmentations' probabilities.
+            nbest: unigram: sample among the `nbest` best segmentations; None: among all.
+            seed: the draw's seed (32 bits).
+        """
+        found: list = []  # the ids, or the error raised
+
+        def encode():
+            try:
+                found.append(self._processor.encode(
+                    texts, out_type=int, enable_sampling=True, alpha=alpha,
+                    nbest_size=-1 if nbest is None else nbest, num_threads=1))
+            except BaseException as error:  # noqa: BLE001 -- raised on the caller's thread
+                found.append(error)
+
+        with _SAMPLING:
+            spm.set_random_generator_seed(seed)
+            thread = threading.Thread(target=encode, name="vtx-subword-sampling")
+            thread.start()
+            thread.join()
+        if isinstance(found[0], BaseException):
+            raise found[0]
+        return found[0]
+
+    @property
+    def model_type(self) -> str:
+        """The model's type as SentencePiece names it, lower case: "bpe", "unigram", ..."""
+        from sentencepiece import sentencepiece_model_pb2
+
+        model = sentencepiece_model_pb2.ModelProto()
+        model.ParseFromString(self._processor.serialized_model_proto())
+        return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
+            model.trainer_spec.model_type).lower()
 
     def decode(self, ids: Iterable[int]) -> str:
         """Piece ids -> detokenized text; pad, bos and eos ids are dropped."""

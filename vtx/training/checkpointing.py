@@ -303,17 +303,21 @@ class Checkpointer:
                                 state: RunState) -> str | None:
         """A warning when this run's flags order the data otherwise than those of the run that
         saved the restored checkpoint while its data position is inside an epoch: --seed shuffles
-        the batches, and --max-tokens cuts the bucketed ones (packed rows keep the checkpoint's
-        shapes). The position counts batches, so it then names other ones (as in fairseq).
+        the batches (and seeds the subword sampling), --subword-alpha and --subword-nbest sample
+        other pieces, and --max-tokens cuts the bucketed ones (packed rows keep the
+        checkpoint's shapes). The position counts batches, so it then names other ones (as in fairseq).
         So it does when the data directory holds other training pairs than the checkpoint's
         run had (`DataDirectory.training_data`): the same vocabulary over other text loads (more
         data, or the wrong directory). A saved position is inside its epoch unless no update
         was made (the epoch moves on when its next batch is asked for)."""
-        flags = [("seed", "--seed")]
+        flags = [("seed", "--seed"), ("subword_alpha", "--subword-alpha"),
+                 ("subword_nbest", "--subword-nbest")]
         if not state.packed_shapes:
             flags.append(("max_tokens", "--max-tokens"))
-        changed = [f"{flag} {getattr(self.config, key)} (the checkpoint's run: {saved[key]})"
-                   for key, flag in flags
+        # A checkpoint of a run from before subword sampling was kept sampled nothing.
+        saved = {"subword_alpha": None, "subword_nbest": None, **saved}
+        changed = [f"{flag} {_said(getattr(self.config, key))} (the checkpoint's run: "
+                   f"{_said(saved[key])})" for key, flag in flags
                    if key in saved and saved[key] != getattr(self.config, key)]
         now = state.training_data
         if saved_data and now and saved_data != now:
@@ -521,6 +525,11 @@ def precision_warning(saved: dict, requested: str, precision: str) -> str | None
             f"layers compute in {computes[precision]} instead of {computes[before]}, so the run "
             f"does not go on as its checkpoint's would; --precision {before} trains on as the "
             f"checkpoint's run did")
+
+
+def _said(value) -> str:
+    """A flag's value in a warning: "none" for None (a flag not given)."""
+    return "none" if value is None else str(value)
 
 
 def _count(number: int, noun: str) -> str:

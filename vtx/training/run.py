@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+import numpy as np
 
 from vtx import atomic, checkpoints, config
 from vtx.config import ModelConfig, TrainConfig
@@ -113,9 +116,7 @@ def train(data_dir, save_dir, arch: str, overrides: dict, train_config: TrainCon
 
 def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorboard_dir, log,
            eval_metric, eval_options, prefetch, profile, finetune_from) -> int | None:
-    from vtx.data import pipeline
     from vtx.data.directory import DataDirectory
-    from vtx.training.trainer import Trainer
 
     save_dir = Path(save_dir)
     data = DataDirectory.open(data_dir)  # names a missing or damaged meta.json
@@ -127,14 +128,29 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
     # agree: a refused run must not block a later correct one.
     check_run_config(save_dir, model_config)
     has_valid = _has_validation(data, train_config, eval_metric, log)
+    with _subword_sampling(data, train_config, save_dir, log) as sampler:
+        return _train_on(strategy, data, sampler, save_dir, arch, model_config, start, has_valid,
+                         train_config, tensorboard_dir, log, eval_metric, eval_options, prefetch,
+                         profile, finetune_from)
+
+
+def _train_on(strategy, data, sampler, save_dir, arch, model_config, start, has_valid,
+              train_config, tensorboard_dir, log, eval_metric, eval_options, prefetch, profile,
+              finetune_from) -> int | None:
+    """`_train` from the batch shapes on: chosen over `sampler`'s view of the data where the
+    training text is sampled anew each epoch (`vtx.data.subword`), else over `data`."""
+    from vtx.data import pipeline
+    from vtx.training.trainer import Trainer
+
     splits = ("train", "valid") if has_valid else ("train",)
+    shaped = sampler.shapes_view(model_config.max_positions) if sampler else data
     boundaries = pipeline.bucket_boundaries_for(
-        data, splits, **pipeline.shape_policy(train_config.jit_compile,
-                                                  train_config.max_shapes),
+        shaped, splits, **pipeline.shape_policy(train_config.jit_compile,
+                                                    train_config.max_shapes),
         max_tokens=train_config.max_tokens)
     for split in splits:
-        pipeline.check_positions(data, split, model_config.max_positions)
-        pipeline.check_max_tokens(data, split, train_config.max_tokens, boundaries)
+        pipeline.check_positions(shaped, split, model_config.max_positions)
+        pipeline.check_max_tokens(shaped, split, train_config.max_tokens, boundaries)
     vocab = data.vocabulary_path.read_bytes()
     trainer = Trainer(model_config, train_config, save_dir, strategy=strategy, log=log,
                       vocab=vocab, tensorboard_dir=tensorboard_dir, prefetch=prefetch,
@@ -146,12 +162,14 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
         score_valid = validation.make_scorer(
             trainer.model, data, eval_metric, max_tokens=train_config.max_tokens,
             warn=lambda message: log(f"warning: validation: {message}"), **(eval_options or {}))
-    packed = _packing(data, train_config, model_config, boundaries, splits, log)
+    packed = _packing(shaped, train_config, model_config, boundaries, splits, log)
     trainer.state.training_data = data.training_data()
     trainer.resume()
     if finetune_from and trainer.checkpointer.resumed_from is None:
         _start_finetuning(trainer, finetune_from, start, data)
     del start  # the weights are on the devices: the host's copy is not kept for the run
+    # Kept lengths are checked against the deterministic pairs: sampled ones they do not hold
+    # fall back to those.
     boundaries = _resumed_boundaries(trainer, boundaries, data, splits, log)
     packed = _resumed_packing(trainer, packed, log)
     # One writer: workers may share the save dir (hosts and pids apart, their temporaries could
@@ -168,12 +186,41 @@ def _train(strategy, data_dir, save_dir, arch, overrides, train_config, tensorbo
 
     # Each bucket's sides padded to their own longest (a parser's sources are shorter than their
     # trees); derived from the data and the lengths, so a resumed run cuts the same batches.
-    sides = pipeline.side_lengths_for(data, splits, boundaries,
+    sides = pipeline.side_lengths_for(shaped, splits, boundaries,
                                       pipeline.shape_policy(train_config.jit_compile)["step"])
-    shapes = _training_shapes(data, train_config, boundaries, sides, packed, has_valid, log)
+    shapes = _training_shapes(shaped, train_config, boundaries, sides, packed, has_valid, log)
     make_epoch, make_valid = _batch_readers(data, train_config, boundaries, sides, packed,
-                                            shards, shard)
+                                            shards, shard, sampler, model_config.max_positions)
     return trainer.fit(make_epoch, make_valid if has_valid else None, score_valid, shapes)
+
+
+@contextlib.contextmanager
+def _subword_sampling(data: DataDirectory, train_config: TrainConfig, save_dir: Path,
+                      log: Callable[[str], None]):
+    """The run's `SubwordSampler` (`--subword-alpha`; None without), writing its epochs into a
+    folder of this process's own in the save dir, removed when the block ends.
+
+    Raises:
+        DataError: the data directory keeps no training text.
+        ArgumentError: a setting its vocabulary's type refuses.
+    """
+    if train_config.subword_alpha is None:
+        yield None
+        return
+    from vtx.data import subword
+
+    subword.check_sampling(data, train_config.subword_alpha, train_config.subword_nbest)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    with atomic.scratch_directory(save_dir / "subword") as folder:
+        sampler = subword.SubwordSampler(data, train_config.subword_alpha,
+                                         train_config.subword_nbest, train_config.seed, folder,
+                                         log)
+        nbest = train_config.subword_nbest
+        log(f"subword regularization: each epoch the training text segmented anew "
+            f"({'BPE-dropout' if sampler.model_type == 'bpe' else 'unigram sampling'}, alpha "
+            f"{train_config.subword_alpha:g}"
+            f"{f', among the {nbest} best' if nbest else ''}); validation as preprocessed")
+        yield sampler
 
 
 def _finetuned_model(save_dir: Path, finetune_from, data: DataDirectory, arch: str | None,
@@ -277,28 +324,41 @@ def _training_shapes(data: DataDirectory, train_config: TrainConfig, boundaries:
 
 
 def _batch_readers(data: DataDirectory, train_config: TrainConfig, boundaries: list[int], sides,
-                   packed: list | None, shards: int, shard: int) -> tuple[Callable, Callable]:
+                   packed: list | None, shards: int, shard: int, sampler=None,
+                   max_positions: int | None = None) -> tuple[Callable, Callable]:
     """(make_epoch, make_valid) for `Trainer.fit`: `make_epoch(epoch, skip)` gives this worker's
-    training batches of an epoch (packed, or in buckets), after the first `skip`; `make_valid()`
-    the validation batches, read once and kept."""
+    training batches of an epoch (packed, or in buckets), after the first `skip`, of `data`'s
+    pairs or of `sampler`'s for the epoch (`vtx.data.subword`: each sampled pair that the batch
+    shapes or `max_positions` do not hold as preprocessed); `make_valid()` the validation
+    batches, read once and kept."""
     from vtx.data import pipeline
     from vtx.data.directory import checked_reading
 
+    def fits(source, target):  # int [n] source and target_in lengths -> bool [n]
+        if packed:
+            from vtx.data import packing
+
+            held = packing.fits_packed(source, target, packed)
+        else:
+            held = pipeline.fits_buckets(source, target, boundaries, sides)
+        return held & (np.maximum(source, target) <= max_positions)
+
     def make_epoch(epoch: int, skip: int):
+        pairs = sampler.epoch(epoch, fits) if sampler else data
         if packed:
             from vtx.data import packing
 
             batches = packing.packed_batches(
-                data, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
+                pairs, packed, seed=train_config.seed, epoch=epoch, skip_batches=skip,
                 num_shards=shards, shard_index=shard)
         else:
             batches = pipeline.train_batches(
-                data, max_tokens=train_config.max_tokens, seed=train_config.seed,
+                pairs, max_tokens=train_config.max_tokens, seed=train_config.seed,
                 epoch=epoch, skip_batches=skip, num_shards=shards, shard_index=shard,
                 bucket_boundaries=boundaries, side_lengths=sides).as_numpy_iterator()
         # A shard is read (tf.data) or mapped (packing) as an epoch goes, long after the start
         # checked it: one damaged since is named.
-        return checked_reading(batches, data)
+        return checked_reading(batches, pairs)
 
     cached = []
 
