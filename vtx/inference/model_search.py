@@ -58,24 +58,28 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
 
 def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, group: int):
     """The search's view of one model, or of an ensemble: (tokens_to_logits, initial state,
-    its beam-invariant keys, its growing keys) for `Transformer.init_state(source_ids,
-    max_length, group)` (max_length None: a cache that grows, `decode_step(grow=True)`).
+    its beam-invariant keys, its growing keys): `decoder_step` and `decoder_state`."""
+    step, invariant, growing = decoder_step(models, max_length is None, group)
+    return step, decoder_state(models, source_ids, max_length, group), invariant, growing
+
+
+def decoder_step(models: Sequence[Transformer], grow: bool, group: int):
+    """(tokens_to_logits, beam-invariant keys, growing keys) of `Transformer.decode_step` (grow:
+    a cache that grows, `init_state(max_length=None)`) over the state of `decoder_state`.
 
     An ensemble's state holds each model's entries under the key "i/KEY" (model i, each its own
     caches, of its own size); its step gives the log of the mean of the models' probabilities
     (`scoring.mean_log_probs`), as fairseq's ensemble does.
     """
-    grow = max_length is None
     parts = []
     for model in models:
-        state = model.init_state(source_ids, max_length, group=group)
         # Weights the step would otherwise rebuild at every position: built once, here.
         step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
         invariant = model.BEAM_INVARIANT_STATE + (model.GROUPED_STATE if group > 1 else ())
-        parts.append((step, state, invariant, model.GROWING_STATE))
+        parts.append((step, invariant, model.GROWING_STATE))
     if len(parts) == 1:
         return parts[0]
-    names = [f"{i}/" for i in range(len(parts))]
+    names = _ensemble_names(models)
 
     def step(token_ids, state):
         log_probs, new_state = [], {}
@@ -87,11 +91,24 @@ def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, g
             new_state.update({name + key: value for key, value in own.items()})
         return mean_log_probs(log_probs), new_state
 
-    named = lambda keys, name: tuple(name + key for key in keys)
-    return (step, {name + key: value for name, (_, state, *_) in zip(names, parts)
-                   for key, value in state.items()},
-            sum((named(part[2], name) for name, part in zip(names, parts)), ()),
-            sum((named(part[3], name) for name, part in zip(names, parts)), ()))
+    named = lambda index: tuple(name + key for name, part in zip(names, parts)
+                                for key in part[index])
+    return step, named(1), named(2)
+
+
+def decoder_state(models: Sequence[Transformer], source_ids, max_length: int | None,
+                  group: int) -> dict:
+    """The initial state of `decoder_step`: `Transformer.init_state(source_ids, max_length,
+    group)` of each model (an ensemble's under "i/KEY")."""
+    states = [model.init_state(source_ids, max_length, group=group) for model in models]
+    if len(states) == 1:
+        return states[0]
+    return {name + key: value for name, state in zip(_ensemble_names(models), states)
+            for key, value in state.items()}
+
+
+def _ensemble_names(models: Sequence[Transformer]) -> list[str]:
+    return [f"{i}/" for i in range(len(models))]
 
 
 def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
@@ -119,10 +136,7 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
     """
-    models = list(model) if isinstance(model, (list, tuple)) else [model]
-    max_positions = min(m.config.max_positions for m in models)
-    if not (max_len_a >= 0 and max_len_b >= 0):
-        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
+    models, max_positions = _models(model, max_len_a, max_len_b)
     if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
 
@@ -166,6 +180,19 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
                            beam_invariant=invariant, **common)
 
     return _traced(search, jit_compile, sampling is not None, prefix)
+
+
+def _models(model: Transformer | Sequence[Transformer], max_len_a: float, max_len_b: int
+            ) -> tuple[list[Transformer], int]:
+    """The models of a search (one, or an ensemble's) and the positions all of them have.
+
+    Raises:
+        ValueError: a negative max_len_a or max_len_b.
+    """
+    if not (max_len_a >= 0 and max_len_b >= 0):
+        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    return models, min(m.config.max_positions for m in models)
 
 
 def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
