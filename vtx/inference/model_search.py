@@ -1,4 +1,5 @@
-"""Bind the search of `beam_search.py` to a vtx Transformer and compile it once per padded shape.
+"""Bind the search of `beam_search.py` to a vtx Transformer and compile it once per padded shape;
+likewise the lexically constrained search of `lexical.py`, run from the host.
 
 Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypothesis may hold).
 """
@@ -11,8 +12,8 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.inference import lexical, tree_constraint
 from vtx.inference import prefix as forced_prefix
-from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
 from vtx.inference.sampling import sampling_search
@@ -195,6 +196,45 @@ def _models(model: Transformer | Sequence[Transformer], max_len_a: float, max_le
     return models, min(m.config.max_positions for m in models)
 
 
+def make_constrained_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
+                               alpha: float = 0.6, length_penalty: str = "gnmt",
+                               max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1,
+                               stop: str = "exact", prefix: bool = False
+                               ) -> Callable[..., SearchOutput]:
+    """A `(source_ids [B, S], constraints) -> SearchOutput` (numpy arrays) of the lexically
+    constrained beam search (`vtx.inference.lexical`) for `model` or an ensemble (`decoder`):
+    `constraints` holds a `lexical.Phrases` per sentence. With `prefix` it also takes
+    (prefix_ids int32 [B, P], prefix_lengths int32 [B]), as `make_search_fn` does. The other
+    arguments are `make_search_fn`'s.
+
+    The search runs from the host; the encoder and the decoder's step are each traced once, for
+    any shape, the self-attention cache growing a position a step.
+
+    Raises:
+        ValueError: a negative max_len_a or max_len_b, or a setting `beam_search` rejects (at
+            the first search).
+    """
+    models, max_positions = _models(model, max_len_a, max_len_b)
+    step, invariant, _ = decoder_step(models, grow=True, group=1)
+    if prefix:
+        step = forced_prefix.constrained(step)
+    host_step = lexical.HostStep(step, beam_size, invariant)
+    encode = tf.function(lambda source_ids: decoder_state(models, source_ids, None, 1),
+                         input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                         autograph=False)
+
+    def search(source_ids, constraints, prefix_ids=None, prefix_lengths=None):
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        state = encode(source_ids)
+        if prefix:
+            state = forced_prefix.initial_state(state, prefix_ids, prefix_lengths)
+        _, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b, max_positions)
+        return lexical.beam_search(host_step, state, constraints, max_lengths.numpy(),
+                                   beam_size, alpha, length_penalty, nbest=nbest, stop=stop)
+
+    return search
+
+
 def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
             prefixed: bool) -> Callable[..., SearchOutput]:
     """`search` as a tf.function of int32 inputs: source_ids [B, S], then line_ids [B] when
@@ -225,3 +265,13 @@ def search_for(model: Transformer | Sequence[Transformer], options: DecodeOption
                           jit_compile=options.jit_compile,
                           tree_pieces=pieces if options.constrain_trees else None,
                           sampling=options.sampling, prefix=options.prefix)
+
+
+def constrained_search_for(model: Transformer | Sequence[Transformer], options: DecodeOptions
+                           ) -> Callable[..., SearchOutput]:
+    """`make_constrained_search_fn` with the settings of `options`."""
+    return make_constrained_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
+                                      length_penalty=options.lenpen_formula,
+                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b,
+                                      nbest=options.nbest, stop=options.stop,
+                                      prefix=options.prefix)
