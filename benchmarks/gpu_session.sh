@@ -43,6 +43,14 @@
 #              first 512 lines of DATA_DIR/test.en (Multi30k test_2016, English: staged below),
 #              beam 4, with XLA then without. DECODE_FLAGS are appended (e.g. --limit,
 #              --max-tokens)
+#   ct2        translate_speed.py --ctranslate2 on the same checkpoint, 1000 lines of
+#              DATA_DIR/test.en, beam 4: vtx (vtx translate's search, no XLA) against
+#              CTranslate2 on the GPU, their steady calls' seconds and the ratio. Needs
+#              CTranslate2's wheel staged (VTX_GPU_EXTRA_WHEELS="ctranslate2==4.8.5", below);
+#              DECODE_FLAGS are appended (--jit: vtx under XLA)
+#
+# CHECKPOINT (a vtx checkpoint file) replaces pipeline's last checkpoint in decode and ct2: a
+# session may decode with a model it brought instead of the one it trains.
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine may lack (without it they
 # hold the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last
@@ -51,7 +59,8 @@
 #     -d .gpu/wLAST nvidia-cuda-cupti-cu12==12.8.90          (10 MB; setup.sh installs it)
 # (this script puts its library directory on LD_LIBRARY_PATH when setup.sh installed it).
 #
-# To run it, first here: `bash ../shared/gpu/stage.sh`, and the data: `vtx preprocess -s en -t de
+# To run it, first here: `VTX_GPU_EXTRA_WHEELS="ctranslate2==4.8.5" bash ../shared/gpu/stage.sh`
+# (CTranslate2 for part ct2, a part of its own), and the data: `vtx preprocess -s en -t de
 # --trainpref ../shared/data/multi30k/train --validpref ../shared/data/multi30k/val --destdir
 # .gpu/m30k --vocab-size 8000` and `zcat ../shared/data/multi30k/test_2016_flickr.en.gz >
 # .gpu/m30k/test.en` (part decode). Then with the device tool, back to back: one call per part
@@ -64,11 +73,11 @@
 # time it took to stage.
 #
 # PARTS picks the parts and their order (default "big pipeline synthetic packed autotune nojit
-# resume inline float16 decode": resume, inline and decode need pipeline's run). The machine
-# stays warm a while after a call: a second call then (no staging; setup.sh checks and goes on)
-# runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS and DECODE_FLAGS
-# (decode) are appended to the parts' commands (the last value of a flag wins); on a CPU, to
-# check the script itself (its figures mean nothing there):
+# resume inline float16 decode ct2": resume, inline, decode and ct2 need pipeline's run). The
+# machine stays warm a while after a call: a second call then (no staging; setup.sh checks and
+# goes on) runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS and
+# DECODE_FLAGS (decode, ct2) are appended to the parts' commands (the last value of a flag
+# wins); on a CPU, to check the script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   DECODE_FLAGS="--limit 16" bash benchmarks/gpu_session.sh /tmp/m30k 600
@@ -89,13 +98,13 @@ read -ra decode_flags <<< "${DECODE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode"
+default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode ct2"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode) ;;
+    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode|ct2) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
-         "big autotune nojit float16 decode)" >&2; exit 2 ;;
+         "big autotune nojit float16 decode ct2)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -227,17 +236,48 @@ do_float16() {
   grep -A1 "^arch " "$out/float16.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
 }
 
+# The checkpoint decode and ct2 translate with: $CHECKPOINT, else pipeline's newest (none:
+# empty).
+decode_checkpoint() {
+  if [ -n "${CHECKPOINT:-}" ]; then
+    echo "$CHECKPOINT"
+  else
+    ls "$RUN"/checkpoint_[0-9]*.npz 2>/dev/null | sort | tail -n 1
+  fi
+}
+
+# decode_inputs PART: sets the caller's `checkpoint` to the one to decode with; without it or
+# $data/test.en, notes that PART is skipped and returns 1.
+decode_inputs() {
+  checkpoint=$(decode_checkpoint)
+  if [ -z "$checkpoint" ] || [ ! -f "$checkpoint" ] || [ ! -f "$data/test.en" ]; then
+    note "== $1: skipped, it needs pipeline's checkpoint in $RUN (or CHECKPOINT) and" \
+      "$data/test.en"
+    return 1
+  fi
+}
+
 do_decode() {
   local checkpoint
-  checkpoint=$(ls "$RUN"/checkpoint_[0-9]*.npz 2>/dev/null | sort | tail -n 1)
-  if [ -z "$checkpoint" ] || [ ! -f "$data/test.en" ]; then
-    note "== decode: skipped, it needs pipeline's checkpoint in $RUN and $data/test.en"
-    return 0
-  fi
+  decode_inputs decode || return 0
   part decode 240 bash -c 'for jit in --jit --no-jit; do "$0" "$1/translate_speed.py" \
     --checkpoint "$2" --input "$3" --limit 512 --repeat 3 "$jit" "${@:4}" || exit; done' \
     "$python" "$here" "$checkpoint" "$data/test.en" "${decode_flags[@]}"
   grep -E "parameters|steady" "$out/decode.log" 2>/dev/null | tee -a "$summary"
+}
+
+# vtx against CTranslate2 on the GPU, same checkpoint and lines (translate_speed.py exports it).
+do_ct2() {
+  local checkpoint
+  decode_inputs ct2 || return 0
+  if ! "$python" -c "import ctranslate2" > /dev/null 2>&1; then
+    note "== ct2: skipped, no ctranslate2 (stage its wheel: VTX_GPU_EXTRA_WHEELS, header)"
+    return 0
+  fi
+  part ct2 240 "$python" "$here/translate_speed.py" --checkpoint "$checkpoint" --input \
+    "$data/test.en" --limit 1000 --repeat 2 --ctranslate2 "${decode_flags[@]}"
+  grep -E "parameters|^devices|steady state|identical|^ratio|^steady call seconds" \
+    "$out/ct2.log" 2>/dev/null | tee -a "$summary"
 }
 
 # XLA's autotuner picks each matrix product's and fusion's kernel by timing candidates at compile

@@ -9,23 +9,26 @@ ones are steady state; all are printed.
 
 With --ctranslate2 the same checkpoint is exported (`vtx.export.ct2.write_ctranslate2`, float32)
 and CTranslate2 translates the same lines through `vtx.export.ct2.translate_lines` (the same
-length limits). Both then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one)
-and stop a sentence's search once `--beam` hypotheses have finished (`--stop fairseq`, what
-CTranslate2 does when alpha > 0), so they solve the same search problem, and the number of
-identical output lines is printed.
+length limits), on the GPU when CTranslate2 sees one (`--ct2-device`), as vtx's TensorFlow
+does. Both then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one) and stop a
+sentence's search once `--beam` hypotheses have finished (`--stop fairseq`, what CTranslate2
+does when alpha > 0), so they solve the same search problem, and the number of identical output
+lines is printed.
 
 With --modes each decoding mode (sampling, a prefix, an ensemble of two copies of the model,
-positional scores, alignments) translates the same lines after the plain search, and its steady
-call is printed with its cost against the plain one.
+positional scores, alignments, lexical constraints) translates the same lines after the plain
+search, and its steady call is printed with its cost against the plain one. A line's prefix is
+the first word of its plain translation, its constraints the two longest words of it.
 
 Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, EOS not counted),
-the wall time of each call, and the ratio vtx / CTranslate2. Run it alone on the machine (other
+the wall time of each call, and the ratios vtx / CTranslate2 (of the steady calls' tokens/s,
+and of their seconds). Run it alone on the machine (other
 work distorts the timings) and quote the CPU model printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
        [--jit | --no-jit] [--ctranslate2] [--modes]
-       [--ct2-max-batch-size 64]
+       [--ct2-max-batch-size 64] [--ct2-device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -82,31 +85,41 @@ def report(name: str, calls, lines: list[str], count_tokens) -> float:
     return tokens / calls[-1][0]
 
 
+def longest_words(text: str, count: int) -> list[str]:
+    """The `count` longest words of `text` (punctuation stripped; ties: the first), in order."""
+    words = [word.strip(".,;:!?\"'()") for word in text.split()]
+    longest = sorted(range(len(words)), key=lambda i: -len(words[i]))[:count]
+    return [words[i] for i in sorted(longest) if words[i]]
+
+
 def time_modes(translator, options, lines: list[str], repeat: int, plain: float) -> None:
     """Each decoding mode's steady call on `lines`, and its cost against the plain search's
-    `plain` seconds. The prefix of a line is the first word of its plain translation."""
+    `plain` seconds. The prefix of a line is the first word of its plain translation, its
+    constraints the two longest words of it."""
     import dataclasses
 
     from vtx.inference.decoding import SamplingOptions
     from vtx.inference.translate import Translator
 
-    first_words = [h[0].text.split(" ")[0] if h else "" for h in translator.translate(lines)]
+    best = [h[0].text if h else "" for h in translator.translate(lines)]
     sample = lambda **kwargs: dataclasses.replace(options, sampling=SamplingOptions(**kwargs),
                                                   beam=1, nbest=1)
     modes = {
-        "sampling": (sample(), None, 1),
-        "sampling, top-p 0.9": (sample(topp=0.9), None, 1),
-        "sampling, top-k 10": (sample(topk=10), None, 1),
-        "prefix (1 word)": (dataclasses.replace(options, prefix=True), first_words, 1),
-        "ensemble of 2": (options, None, 2),
-        "positional scores": (dataclasses.replace(options, positional_scores=True), None, 1),
-        "alignments": (dataclasses.replace(options, alignment_layer=-1), None, 1),
+        "sampling": (sample(), {}, 1),
+        "sampling, top-p 0.9": (sample(topp=0.9), {}, 1),
+        "sampling, top-k 10": (sample(topk=10), {}, 1),
+        "prefix (1 word)": (dataclasses.replace(options, prefix=True),
+                            {"prefixes": [text.split(" ")[0] for text in best]}, 1),
+        "ensemble of 2": (options, {}, 2),
+        "positional scores": (dataclasses.replace(options, positional_scores=True), {}, 1),
+        "alignments": (dataclasses.replace(options, alignment_layer=-1), {}, 1),
+        "constraints (2 words)": (dataclasses.replace(options, constraints=True),
+                                  {"constraints": [longest_words(text, 2) for text in best]}, 1),
     }
-    for name, (mode_options, prefixes, copies) in modes.items():
+    for name, (mode_options, inputs, copies) in modes.items():
         mode = Translator([translator.model] * copies if copies > 1 else translator.model,
                           translator.vocab, mode_options)
-        calls = timed_calls(lambda batch: mode.translate(batch, prefixes=prefixes), lines,
-                            repeat)
+        calls = timed_calls(lambda batch: mode.translate(batch, **inputs), lines, repeat)
         print(f"mode {name:<22} steady call {calls[-1][0]:7.2f} s, "
               f"{calls[-1][0] / plain:5.2f}x the plain search")
 
@@ -135,10 +148,12 @@ def main() -> None:
     parser.add_argument("--ctranslate2", action="store_true")
     parser.add_argument("--modes", action="store_true",
                         help="also time each decoding mode (sampling, a prefix, an ensemble of "
-                             "two copies, positional scores, alignments) against the plain "
-                             "search, on the same lines")
+                             "two copies, positional scores, alignments, constraints) against "
+                             "the plain search, on the same lines")
     parser.add_argument("--ct2-max-batch-size", type=int, default=64,
                         help="CTranslate2's batches, in sentences (translate_lines' default)")
+    parser.add_argument("--ct2-device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="CTranslate2's device; auto: cuda when CTranslate2 sees a GPU")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -175,10 +190,15 @@ def main() -> None:
     from vtx import checkpoints
     from vtx.export.ct2 import SENTENCEPIECE_FILE, translate_lines, write_ctranslate2
 
+    device = args.ct2_device
+    if device == "auto":
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    seen = ", ".join(logical.name for logical in tf.config.list_logical_devices())
+    print(f"devices: TensorFlow (vtx) sees {seen}; CTranslate2 on {device}")
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder) / "ct2"
         write_ctranslate2(checkpoints.load(args.checkpoint), tmp)
-        ct2 = ctranslate2.Translator(str(tmp), device="cpu", compute_type="float32",
+        ct2 = ctranslate2.Translator(str(tmp), device=device, compute_type="float32",
                                      inter_threads=1, intra_threads=args.threads)
         processor = sentencepiece.SentencePieceProcessor(
             model_file=str(tmp / SENTENCEPIECE_FILE))
@@ -190,6 +210,8 @@ def main() -> None:
     same = sum(a == b for a, b in zip(ours[-1][1], theirs[-1][1]))
     print(f"identical output lines: {same}/{len(lines)}")
     print(f"ratio vtx / CTranslate2 (steady-state target tok/s): {vtx_rate / ct2_rate:.2f}")
+    print(f"steady call seconds: vtx {ours[-1][0]:.2f}, CTranslate2 {theirs[-1][0]:.2f}, "
+          f"vtx / CTranslate2 {ours[-1][0] / theirs[-1][0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ from vtx_cli.options import SEARCH_FLAGS, FiniteFloat, ema_option, library_error
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
          "temperature": "--temperature", "prefix_path": "--prefix",
-         "alignment_layer": "--alignment-layer"}
+         "alignment_layer": "--alignment-layer", "constraints_path": "--constraints",
+         "constraints": "--constraints", "sampling": "--sampling", "jit_compile": "--jit"}
 # Flags of one mode, and the flags that mode has no use for: given together, refused.
 NEEDS = {"sampling_topk": "sampling", "sampling_topp": "sampling", "temperature": "sampling",
          "seed": "sampling", "alignment_layer": "print_alignment"}
@@ -82,6 +83,10 @@ def check_combinations(ctx: click.Context) -> None:
 @click.option("--prefix", "prefix_path", type=click.Path(exists=True, dir_okay=False),
               help="Target prefixes, one per input line (raw text; an empty line: none): "
                    "every hypothesis of the line starts with its prefix.")
+@click.option("--constraints", "constraints_path", type=click.Path(exists=True, dir_okay=False),
+              help="Lexical constraints, one line per input line: tab-separated phrases (raw "
+                   "text; an empty line: none) that every finished hypothesis of the line "
+                   "holds.")
 @click.option("--print-alignment", is_flag=True,
               help="Also each hypothesis's word alignment, `i-j` pairs (source piece i, target "
                    "piece j) from --alignment-layer's cross-attention: after a tab in text, a "
@@ -93,7 +98,7 @@ def check_combinations(ctx: click.Context) -> None:
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
               sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
-              print_alignment, alignment_layer, ema):
+              constraints_path, print_alignment, alignment_layer, ema):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -117,7 +122,8 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
                                                                          err=True),
                                   log=lambda message: click.echo(message, err=True),
                                   other_inputs={"--reference": reference}, ema=ema,
-                                  output_format=output_format, prefix_path=prefix_path)
+                                  output_format=output_format, prefix_path=prefix_path,
+                                  constraints_path=constraints_path)
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)

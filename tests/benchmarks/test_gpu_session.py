@@ -115,3 +115,53 @@ def test_a_session_stopped_by_hand_stops_the_part_under_way(tmp_path):
         session.kill()
         if part_pid.exists() and running(Path(f"/proc/{int(part_pid.read_text())}/stat")):
             os.kill(int(part_pid.read_text()), 9)
+
+
+# translate_speed.py as the ct2 part runs it: its arguments kept, its summary lines printed;
+# `-c "import ctranslate2"` answers $CT2_IMPORT (0: importable).
+FAKE_TRANSLATE_SPEED = """#!/bin/bash
+if [ "$1" = -c ]; then exit "${CT2_IMPORT:-0}"; fi
+echo "$@" > "$ARGS"
+echo "tiny.npz: 231424 parameters; 1000 lines of test.en"
+echo "devices: TensorFlow (vtx) sees /device:CPU:0, /device:GPU:0; CTranslate2 on cuda"
+echo "vtx          call 2 (steady state):   38.00 s"
+echo "CTranslate2  call 2 (steady state):    0.50 s"
+echo "steady call seconds: vtx 38.00, CTranslate2 0.50, vtx / CTranslate2 76.00"
+"""
+
+
+def test_ct2_runs_translate_speed_against_ctranslate2_on_the_checkpoint(tmp_path):
+    """CHECKPOINT (else pipeline's newest) and 1000 lines of DATA_DIR/test.en; the seconds of
+    both and their ratio reach the summary; without ctranslate2 the part is skipped, saying so."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("python3", FAKE_TRANSLATE_SPEED)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "test.en").write_text("A dog.\n")
+    (tmp_path / "model.npz").write_bytes(b"")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "RUN": str(tmp_path / "run"), "SAMPLER_PID": str(tmp_path / "sampler.pid"),
+           "ARGS": str(tmp_path / "args"), "PARTS": "ct2",
+           "CHECKPOINT": str(tmp_path / "model.npz"), "DECODE_FLAGS": "--threads 4"}
+    run = lambda **more: subprocess.run(["bash", str(SCRIPT), str(tmp_path), "600"],
+                                        env={**env, **more}, capture_output=True, text=True,
+                                        timeout=60)
+    done = run()
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().split()
+    assert args[0].endswith("benchmarks/translate_speed.py") and "--ctranslate2" in args
+    assert args[args.index("--checkpoint") + 1] == str(tmp_path / "model.npz")
+    assert args[args.index("--input") + 1] == str(tmp_path / "test.en")
+    assert args[args.index("--limit") + 1] == "1000" and args[-2:] == ["--threads", "4"]
+    summary = (tmp_path / "out" / "gpu_session_summary.txt").read_text()
+    assert "steady call seconds: vtx 38.00, CTranslate2 0.50, vtx / CTranslate2 76.00" in summary
+    assert "CTranslate2  call 2 (steady state)" in summary and "CTranslate2 on cuda" in summary
+    skipped = run(CT2_IMPORT="1")
+    assert "== ct2: skipped, no ctranslate2" in skipped.stdout
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint_00000100.npz").write_bytes(b"")
+    run(CHECKPOINT="")
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--checkpoint") + 1] == str(tmp_path / "run" /
+                                                        "checkpoint_00000100.npz")

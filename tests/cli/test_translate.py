@@ -300,3 +300,54 @@ def test_print_alignment_ends_each_line_with_its_pairs_and_fills_the_jsonl_field
                   stdin=stdin)
     assert refused.returncode == 2
     assert "--alignment-layer needs --print-alignment" in refused.stderr.decode()
+
+
+def invoke(*args, stdin=None):
+    """`vtx` in this process (no interpreter to start): for refusals and short runs."""
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], input=stdin)
+
+
+def test_constrained_jsonl_hypotheses_hold_their_line_s_phrases(trained_checkpoint, tmp_path):
+    import json
+
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    (tmp_path / "constraints.de").write_text("Hund\tFahrrad\n\n")
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--input",
+                    tmp_path / "src.en", "--constraints", tmp_path / "constraints.de",
+                    "--nbest", "2", "--output-format", "jsonl")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [len(record["hypotheses"]) for record in records] == [2, 2]
+    assert records[0]["hypotheses"][0]["finished"]
+    for hypothesis in records[0]["hypotheses"]:
+        if hypothesis["finished"]:
+            assert "Hund" in hypothesis["text"] and "Fahrrad" in hypothesis["text"]
+
+
+def test_a_bad_constraints_file_or_mode_is_refused_naming_it(trained_checkpoint, tmp_path):
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    (tmp_path / "short.de").write_text("Hund\n")
+    (tmp_path / "blank.de").write_text("\nHund\t \n")
+    (tmp_path / "good.de").write_text("Hund\n\n")
+    source = ["--input", tmp_path / "src.en"]
+    for args, message in (
+            ([*source, "--constraints", tmp_path / "short.de"],
+             f"Error: --constraints {tmp_path / 'short.de'} has 1 lines, the input 2"),
+            (["--constraints", tmp_path / "short.de"],  # standard input: counted as it is read
+             f"Error: --constraints {tmp_path / 'short.de'} has 1 lines, the input more"),
+            ([*source, "--constraints", tmp_path / "blank.de"],
+             f"Error: --constraints {tmp_path / 'blank.de'} line 2: the constraint ' ' "
+             f"encodes to no pieces"),
+            ([*source, "--constraints", tmp_path / "good.de", "--sampling"],
+             "Error: --constraints and --sampling exclude each other"),
+            ([*source, "--constraints", tmp_path / "good.de", "--jit"],
+             "Error: --constraints and --jit exclude each other")):
+        result = invoke("translate", "--checkpoint", trained_checkpoint, *args,
+                        "--output", tmp_path / "out.de",
+                        stdin="A man is riding a bike.\nTwo dogs play.\n")
+        assert result.exit_code == 1 and message in result.output, result.output
+        assert not (tmp_path / "out.de").exists()

@@ -187,31 +187,16 @@ class _Search:
     beam_invariant: tuple[str, ...]  # dict-state keys kept at B rows (module docstring)
 
     def candidates(self, token_ids, cache, count: int):
-        """One decoder step, and each row's `count` most probable tokens that may be generated.
-
-        Only the [N, V] logits' top tokens and their log-sum-exp are computed (no [N, V]
-        log-softmax, no [N, V] mask): the banned ids are removed from the few best instead,
-        which is why `count` plus their number are taken (fewer when V is smaller).
+        """One decoder step, and each row's `count` most probable tokens that may be generated
+        (`candidate_log_probs`).
 
         Returns:
             (log-probs float32 [N, C] in descending order, -inf at the banned ids among them,
             their token ids int32 [N, C], the new cache), with C >= count unless V is smaller.
         """
         logits, cache = self.tokens_to_logits(token_ids, cache)
-        logits = tf.cast(logits, tf.float32)
-        taken = count + len(self.banned_ids)
-        if logits.shape[-1] is not None:
-            taken = min(taken, logits.shape[-1])
-        values, ids = top_k_rows(logits, taken)
-        banned = tf.reduce_any(ids[:, :, None] == tf.constant(self.banned_ids), axis=-1)
-        # Each row's maximum as the largest of its k values, not as their first (a slice): XLA
-        # replaces a top_k by its own top-k only while nothing but the k best read it, and the
-        # slice would keep a full sort of every row, which slows the search under XLA.
-        log_probs = values - _log_sum_exp(logits, tf.reduce_max(values, axis=-1, keepdims=True))
-        # A -inf logit (a token a constraint forbids) stays -inf, also in a row where every
-        # logit is -inf: there the difference is NaN, which would rank anywhere.
-        forbidden = banned | (values == _NEG_INF)
-        return tf.where(forbidden, _NEG_INF, log_probs), ids, cache
+        log_probs, ids, _ = candidate_log_probs(logits, count, self.banned_ids)
+        return log_probs, ids, cache
 
     def penalty_of(self, lengths) -> tf.Tensor:
         return length_penalty(lengths, self.alpha, self.penalty)
@@ -220,6 +205,34 @@ class _Search:
         """seqs [B, C, L + 1] with column `position` set to token_ids [B, C]."""
         column = tf.range(self.max_length + 1) == position  # [L + 1]
         return tf.where(column[None, None, :], token_ids[:, :, None], seqs)
+
+
+def candidate_log_probs(logits, count: int, banned_ids: tuple[int, ...]):
+    """Each row's `count` most probable tokens that may be generated, of logits [N, V].
+
+    Only the [N, V] logits' top tokens and their log-sum-exp are computed (no [N, V]
+    log-softmax, no [N, V] mask): the banned ids are removed from the few best instead,
+    which is why `count` plus their number are taken (fewer when V is smaller).
+
+    Returns:
+        (log-probs float32 [N, C] in descending order, -inf at the banned ids among them,
+        their token ids int32 [N, C], each row's log-sum-exp float32 [N, 1]: any token's
+        log-prob is its logit minus it), with C >= count unless V is smaller.
+    """
+    logits = tf.cast(logits, tf.float32)
+    taken = count + len(banned_ids)
+    if logits.shape[-1] is not None:
+        taken = min(taken, logits.shape[-1])
+    values, ids = top_k_rows(logits, taken)
+    banned = tf.reduce_any(ids[:, :, None] == tf.constant(banned_ids), axis=-1)
+    # Each row's maximum as the largest of its k values, not as their first (a slice): XLA
+    # replaces a top_k by its own top-k only while nothing but the k best read it, and the
+    # slice would keep a full sort of every row, which slows the search under XLA.
+    log_norm = _log_sum_exp(logits, tf.reduce_max(values, axis=-1, keepdims=True))
+    # A -inf logit (a token a constraint forbids) stays -inf, also in a row where every
+    # logit is -inf: there the difference is NaN, which would rank anywhere.
+    forbidden = banned | (values == _NEG_INF)
+    return tf.where(forbidden, _NEG_INF, values - log_norm), ids, log_norm
 
 
 def _log_sum_exp(x, top):

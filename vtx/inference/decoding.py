@@ -80,6 +80,9 @@ class DecodeOptions:
     positional_scores: bool = False
     # Every hypothesis starts with its line's given target prefix (`vtx.inference.prefix`).
     prefix: bool = False
+    # Lines given phrases are searched so that every finished hypothesis holds them
+    # (`vtx.inference.lexical`, run from the host); the others by the plain search.
+    constraints: bool = False
     # Also each output's word alignment from this decoder layer's cross-attention (negative:
     # from the last), a pass after the search (`vtx.inference.alignment`); None: none.
     alignment_layer: int | None = None
@@ -98,6 +101,8 @@ class DecodeOptions:
         elif self.beam < 1 or not 1 <= self.nbest <= self.beam:
             raise ArgumentError("need 1 <= {nbest} <= {beam}, got {nbest_value} and "
                                 "{beam_value}", nbest_value=self.nbest, beam_value=self.beam)
+        if self.constraints:
+            self._check_constraints()
         if self.lenpen_formula not in LENPEN_FORMULAS:
             raise ValueError(f"lenpen_formula must be one of {', '.join(LENPEN_FORMULAS)}, got "
                              f"{self.lenpen_formula!r}")
@@ -108,6 +113,18 @@ class DecodeOptions:
             raise ArgumentError("{max_len_a}, {max_len_b} and {lenpen} must be finite and >= 0, "
                                 "got {values}", values=", ".join(
                                     repr(x) for x in (self.max_len_a, self.max_len_b, self.lenpen)))
+
+    def _check_constraints(self) -> None:
+        """Refuse the modes the lexically constrained search does not combine with."""
+        if self.sampling is not None:
+            raise ArgumentError("{constraints} and {sampling} exclude each other: sampling draws "
+                                "each token, it does not search for the phrases")
+        if self.jit_compile:
+            raise ArgumentError("{constraints} and {jit_compile} exclude each other: the "
+                                "constrained search runs its steps from the host, not as one "
+                                "compiled loop")
+        if self.constrain_trees:
+            raise ValueError("lexical constraints do not combine with trees")
 
     def length_limit(self, source_length: int, max_positions: int) -> int:
         """The most tokens (EOS included) a hypothesis of a `source_length`-piece source may hold."""

@@ -1,4 +1,5 @@
-"""Bind the search of `beam_search.py` to a vtx Transformer and compile it once per padded shape.
+"""Bind the search of `beam_search.py` to a vtx Transformer and compile it once per padded shape;
+likewise the lexically constrained search of `lexical.py`, run from the host.
 
 Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypothesis may hold).
 """
@@ -11,8 +12,8 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.inference import lexical, tree_constraint
 from vtx.inference import prefix as forced_prefix
-from vtx.inference import tree_constraint
 from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
 from vtx.inference.sampling import sampling_search
@@ -58,24 +59,28 @@ def output_length_limits(source_ids, max_len_a: float, max_len_b: int,
 
 def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, group: int):
     """The search's view of one model, or of an ensemble: (tokens_to_logits, initial state,
-    its beam-invariant keys, its growing keys) for `Transformer.init_state(source_ids,
-    max_length, group)` (max_length None: a cache that grows, `decode_step(grow=True)`).
+    its beam-invariant keys, its growing keys): `decoder_step` and `decoder_state`."""
+    step, invariant, growing = decoder_step(models, max_length is None, group)
+    return step, decoder_state(models, source_ids, max_length, group), invariant, growing
+
+
+def decoder_step(models: Sequence[Transformer], grow: bool, group: int):
+    """(tokens_to_logits, beam-invariant keys, growing keys) of `Transformer.decode_step` (grow:
+    a cache that grows, `init_state(max_length=None)`) over the state of `decoder_state`.
 
     An ensemble's state holds each model's entries under the key "i/KEY" (model i, each its own
     caches, of its own size); its step gives the log of the mean of the models' probabilities
     (`scoring.mean_log_probs`), as fairseq's ensemble does.
     """
-    grow = max_length is None
     parts = []
     for model in models:
-        state = model.init_state(source_ids, max_length, group=group)
         # Weights the step would otherwise rebuild at every position: built once, here.
         step = functools.partial(model.decode_step, grow=grow, step_weights=model.step_weights())
         invariant = model.BEAM_INVARIANT_STATE + (model.GROUPED_STATE if group > 1 else ())
-        parts.append((step, state, invariant, model.GROWING_STATE))
+        parts.append((step, invariant, model.GROWING_STATE))
     if len(parts) == 1:
         return parts[0]
-    names = [f"{i}/" for i in range(len(parts))]
+    names = _ensemble_names(models)
 
     def step(token_ids, state):
         log_probs, new_state = [], {}
@@ -87,11 +92,24 @@ def decoder(models: Sequence[Transformer], source_ids, max_length: int | None, g
             new_state.update({name + key: value for key, value in own.items()})
         return mean_log_probs(log_probs), new_state
 
-    named = lambda keys, name: tuple(name + key for key in keys)
-    return (step, {name + key: value for name, (_, state, *_) in zip(names, parts)
-                   for key, value in state.items()},
-            sum((named(part[2], name) for name, part in zip(names, parts)), ()),
-            sum((named(part[3], name) for name, part in zip(names, parts)), ()))
+    named = lambda index: tuple(name + key for name, part in zip(names, parts)
+                                for key in part[index])
+    return step, named(1), named(2)
+
+
+def decoder_state(models: Sequence[Transformer], source_ids, max_length: int | None,
+                  group: int) -> dict:
+    """The initial state of `decoder_step`: `Transformer.init_state(source_ids, max_length,
+    group)` of each model (an ensemble's under "i/KEY")."""
+    states = [model.init_state(source_ids, max_length, group=group) for model in models]
+    if len(states) == 1:
+        return states[0]
+    return {name + key: value for name, state in zip(_ensemble_names(models), states)
+            for key, value in state.items()}
+
+
+def _ensemble_names(models: Sequence[Transformer]) -> list[str]:
+    return [f"{i}/" for i in range(len(models))]
 
 
 def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
@@ -119,10 +137,7 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
     """
-    models = list(model) if isinstance(model, (list, tuple)) else [model]
-    max_positions = min(m.config.max_positions for m in models)
-    if not (max_len_a >= 0 and max_len_b >= 0):
-        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
+    models, max_positions = _models(model, max_len_a, max_len_b)
     if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
 
@@ -168,6 +183,58 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
     return _traced(search, jit_compile, sampling is not None, prefix)
 
 
+def _models(model: Transformer | Sequence[Transformer], max_len_a: float, max_len_b: int
+            ) -> tuple[list[Transformer], int]:
+    """The models of a search (one, or an ensemble's) and the positions all of them have.
+
+    Raises:
+        ValueError: a negative max_len_a or max_len_b.
+    """
+    if not (max_len_a >= 0 and max_len_b >= 0):
+        raise ValueError(f"max_len_a and max_len_b must be >= 0, got {max_len_a!r}, {max_len_b!r}")
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    return models, min(m.config.max_positions for m in models)
+
+
+def make_constrained_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 4,
+                               alpha: float = 0.6, length_penalty: str = "gnmt",
+                               max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1,
+                               stop: str = "exact", prefix: bool = False
+                               ) -> Callable[..., SearchOutput]:
+    """A `(source_ids [B, S], constraints) -> SearchOutput` (numpy arrays) of the lexically
+    constrained beam search (`vtx.inference.lexical`) for `model` or an ensemble (`decoder`):
+    `constraints` holds a `lexical.Phrases` per sentence. With `prefix` it also takes
+    (prefix_ids int32 [B, P], prefix_lengths int32 [B]), as `make_search_fn` does. The other
+    arguments are `make_search_fn`'s.
+
+    The search runs from the host; the encoder and the decoder's step are each traced once, for
+    any shape, the self-attention cache growing a position a step.
+
+    Raises:
+        ValueError: a negative max_len_a or max_len_b, or a setting `beam_search` rejects (at
+            the first search).
+    """
+    models, max_positions = _models(model, max_len_a, max_len_b)
+    step, invariant, _ = decoder_step(models, grow=True, group=1)
+    if prefix:
+        step = forced_prefix.constrained(step)
+    host_step = lexical.HostStep(step, beam_size, invariant)
+    encode = tf.function(lambda source_ids: decoder_state(models, source_ids, None, 1),
+                         input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                         autograph=False)
+
+    def search(source_ids, constraints, prefix_ids=None, prefix_lengths=None):
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        state = encode(source_ids)
+        if prefix:
+            state = forced_prefix.initial_state(state, prefix_ids, prefix_lengths)
+        _, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b, max_positions)
+        return lexical.beam_search(host_step, state, constraints, max_lengths.numpy(),
+                                   beam_size, alpha, length_penalty, nbest=nbest, stop=stop)
+
+    return search
+
+
 def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
             prefixed: bool) -> Callable[..., SearchOutput]:
     """`search` as a tf.function of int32 inputs: source_ids [B, S], then line_ids [B] when
@@ -198,3 +265,13 @@ def search_for(model: Transformer | Sequence[Transformer], options: DecodeOption
                           jit_compile=options.jit_compile,
                           tree_pieces=pieces if options.constrain_trees else None,
                           sampling=options.sampling, prefix=options.prefix)
+
+
+def constrained_search_for(model: Transformer | Sequence[Transformer], options: DecodeOptions
+                           ) -> Callable[..., SearchOutput]:
+    """`make_constrained_search_fn` with the settings of `options`."""
+    return make_constrained_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
+                                      length_penalty=options.lenpen_formula,
+                                      max_len_a=options.max_len_a, max_len_b=options.max_len_b,
+                                      nbest=options.nbest, stop=options.stop,
+                                      prefix=options.prefix)

@@ -115,7 +115,7 @@ class Translator:
                  warn: Callable[[str], None] = lambda message: None,
                  memory_budget: int | None = None):
         from vtx.inference import tree_constraint
-        from vtx.inference.model_search import search_for
+        from vtx.inference.model_search import constrained_search_for, search_for
 
         self.models = list(model) if isinstance(model, (list, tuple)) else [model]
         self.model, self.vocab, self.options, self.warn = self.models[0], vocab, options, warn
@@ -124,8 +124,11 @@ class Translator:
         pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
         if pieces is not None:
             tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
-        self._search = search_for(self.models if len(self.models) > 1 else self.model, options,
-                                  pieces)
+        model = self.models if len(self.models) > 1 else self.model
+        self._search = search_for(model, options, pieces)
+        # The lines given constraints (`vtx.inference.lexical`); the others take `_search`.
+        self._constrained_search = constrained_search_for(model, options) \
+            if options.constraints else None
         self._scorer = None  # made when first needed (`_positional_scores`)
         self._aligner = None  # likewise (`_alignments`)
         layers = self.model.config.num_layers
@@ -179,15 +182,20 @@ class Translator:
 
     def translate(self, lines: list[str], first_line_number: int = 1,
                   on_batch: Callable[[list[str]], None] | None = None,
-                  prefixes: list[str] | None = None) -> list[list[Hypothesis]]:
+                  prefixes: list[str] | None = None,
+                  constraints: Sequence[Sequence[str]] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
         sentence up). `on_batch`: see `search_ids`. `prefixes` (with `options.prefix`): each
-        line's target prefix, raw text ("" for none).
+        line's target prefix, raw text ("" for none). `constraints` (with
+        `options.constraints`): each line's phrases, raw text, that every finished hypothesis
+        holds (none: the plain search).
 
         Raises:
-            ArgumentError: a prefix leaves no room for EOS within its line's length limit.
+            ArgumentError: a prefix leaves no room for EOS within its line's length limit, a
+                constraint phrase encodes to no pieces, or constraints without
+                `options.constraints`.
         """
         results: list[list[Hypothesis]] = [[] for _ in lines]
         encoded = [(i, self.encode(line, first_line_number + i))
@@ -195,14 +203,38 @@ class Translator:
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
         line_ids = [first_line_number - 1 + i for i in wanted]
-        prefix_ids = None
+        prefix_ids = constraint_ids = None
         if self.options.prefix:
             prefix_ids = [self._encode_prefix(prefixes[i], len(ids), first_line_number + i)
                           for i, ids in zip(wanted, encoded)]
+        if constraints is not None:
+            constraint_ids = [self.encode_constraints(constraints[i], first_line_number + i)
+                              for i in wanted]
         for index, hypotheses in zip(wanted, self.search_ids(
-                encoded, on_batch=on_batch, line_ids=line_ids, prefixes=prefix_ids)):
+                encoded, on_batch=on_batch, line_ids=line_ids, prefixes=prefix_ids,
+                constraints=constraint_ids)):
             results[index] = hypotheses
         return results
+
+    def encode_constraints(self, phrases: Sequence[str], line_number: int,
+                           path: str | Path = "") -> list[list[int]]:
+        """A line's constraint phrases as piece ids, each encoded alone, as a sentence is (so
+        that "Hund" is "▁Hund", the piece a word of the output starts with).
+
+        Raises:
+            ArgumentError: the options search without constraints, or a phrase of no pieces
+                (empty or blank), naming `path` (when given), the line and the phrase.
+        """
+        if not self.options.constraints:
+            raise ArgumentError("{constraints} given to a Translator whose options search "
+                                "without them (DecodeOptions(constraints=True))")
+        encoded = [self.vocab.encode(phrase) for phrase in phrases]
+        for phrase, ids in zip(phrases, encoded):
+            if not ids:
+                where = "{constraints_path} " + ("{path} " if path else "") + "line {line}"
+                raise ArgumentError(where + ": the constraint {phrase!r} encodes to no "
+                                    "pieces", path=path, line=line_number, phrase=phrase)
+        return encoded
 
     def _encode_prefix(self, text: str, source_length: int, line_number: int) -> list[int]:
         """A line's prefix ids, checked against its output length limit."""
@@ -218,7 +250,9 @@ class Translator:
                    should_stop: Callable[[], bool] | None = None,
                    on_batch: Callable[[list[str]], None] | None = None,
                    line_ids: Sequence[int] | None = None,
-                   prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+                   prefixes: Sequence[list[int]] | None = None,
+                   constraints: Sequence[Sequence[Sequence[int]]] | None = None
+                   ) -> list[list[Hypothesis]]:
         """nbest hypotheses for each non-empty list of source ids (already within the model's
         positions), in input order, finished ones first; fewer where fewer exist: the search's
         empty slots (score -inf, no words, `beam_search.SearchOutput`) are left out, all but a
@@ -227,21 +261,23 @@ class Translator:
         `on_batch` told each batch's best texts after it (progress). `line_ids`: each list's
         line id (default its index), on which with the seed its samples depend (sampling).
         `prefixes` (with `options.prefix`): each list's target prefix ids, every hypothesis
-        starting with them.
+        starting with them. `constraints` (with `options.constraints`): each list's phrases
+        (piece ids; none: the plain search), every finished hypothesis holding them; a line
+        whose best hypothesis did not finish is warned about.
 
         Raises:
             SearchInterrupted: `should_stop()` returned true.
         """
         results: list[list[Hypothesis]] = [[] for _ in encoded]
-        # Empty rows pad a batch only to the shapes XLA compiles for: without XLA one graph
-        # serves every shape, and an empty row would still be searched.
-        for done, (rows, source) in enumerate(padded_batches(
-                encoded, self.options.max_tokens, self._max_rows,
-                pad_rows=self.options.jit_compile)):
+        for done, (rows, source, constrained) in enumerate(self._batches(encoded, constraints)):
             if should_stop is not None and should_stop():
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
-            found = self._search_batch(source, self._search_inputs(
-                len(source), rows, line_ids, prefixes))
+            inputs = self._search_inputs(len(source), rows, line_ids, prefixes,
+                                         constraints if constrained else None)
+            found = self._search_batch(
+                source, inputs, self._constrained_search if constrained else self._search)
+            if constrained:
+                self._warn_unfinished(found, rows, line_ids, encoded)
             positional = self._positional_scores(source, found)
             alignments = self._alignments(source, found)
             for row, index in enumerate(rows):
@@ -252,6 +288,34 @@ class Translator:
             if on_batch is not None:
                 on_batch([results[index][0].text for index in rows])
         return results
+
+    def _batches(self, encoded: list[list[int]],
+                 constraints: Sequence[Sequence[Sequence[int]]] | None
+                 ) -> Iterator[tuple[list[int], np.ndarray, bool]]:
+        """`decoding.padded_batches` of the lists (rows: their indices in `encoded`), and
+        whether the batch's lists have constraints: those without first, then those with."""
+        groups = [list(range(len(encoded)))]
+        if constraints is not None:
+            groups = [[i for i in groups[0] if not constraints[i]],
+                      [i for i in groups[0] if constraints[i]]]
+        for constrained, group in enumerate(groups):
+            # Empty rows pad a batch only to the shapes XLA compiles for: without XLA one graph
+            # serves every shape, and an empty row would still be searched.
+            for rows, source in padded_batches([encoded[i] for i in group],
+                                               self.options.max_tokens, self._max_rows,
+                                               pad_rows=self.options.jit_compile):
+                yield [group[row] for row in rows], source, bool(constrained)
+
+    def _warn_unfinished(self, found: Found, rows: list[int], line_ids, encoded) -> None:
+        """Warn of each constrained line (`rows` of a batch) whose best hypothesis did not end:
+        no hypothesis holding every phrase finished within its length limit."""
+        for row, index in enumerate(rows):
+            if not found.finished[row, 0]:
+                line = (index if line_ids is None else line_ids[index]) + 1
+                limit = self.options.length_limit(len(encoded[index]), self.max_positions)
+                self.warn(f"line {line}: no hypothesis holding every constraint ended within "
+                          f"the line's length limit ({limit} tokens with EOS): its best "
+                          f"unfinished one is output")
 
     def _hypothesis(self, found: Found, row: int, rank: int, positional: np.ndarray | None,
                     alignments: list[list[str]] | None) -> Hypothesis:
@@ -303,12 +367,17 @@ class Translator:
                                      flat(found.lengths), flat(found.finished))
         return log_probs.reshape(rows, nbest, width + 1)
 
-    def _search_inputs(self, height: int, rows: list[int], line_ids, prefixes
-                       ) -> list[np.ndarray]:
+    def _search_inputs(self, height: int, rows: list[int], line_ids, prefixes,
+                       constraints=None) -> list:
         """The search's inputs after a batch's source, for its `rows` (the rest padding): the
-        line ids int32 [B] when sampling; prefix ids int32 [B, P] and lengths int32 [B] with
-        `options.prefix`."""
+        line ids int32 [B] when sampling; each row's `lexical.Phrases` for a batch of
+        `constraints`; prefix ids int32 [B, P] and lengths int32 [B] with `options.prefix`."""
+        from vtx.inference.lexical import Phrases
+
         inputs = []
+        if constraints is not None:
+            inputs.append([Phrases(constraints[i]) for i in rows]
+                          + [Phrases()] * (height - len(rows)))
         if self.options.sampling is not None:
             lines = np.zeros(height, np.int32)  # padding rows: line 0, never read
             lines[:len(rows)] = rows if line_ids is None else [line_ids[i] for i in rows]
@@ -324,8 +393,8 @@ class Translator:
             inputs += [ids, lengths]
         return inputs
 
-    def _search_batch(self, source: np.ndarray, inputs: list[np.ndarray]) -> Found:
-        """The search results of `source` [B, S] (`inputs`: `_search_inputs`, row-aligned);
+    def _search_batch(self, source: np.ndarray, inputs: list, search: Callable) -> Found:
+        """The results of `search` on `source` [B, S] (`inputs`: `_search_inputs`, row-aligned);
         when the device runs out of memory, of its halves (each halved again as needed), and
         later batches hold at most as many source positions as the half that fitted.
 
@@ -333,9 +402,9 @@ class Translator:
             ArgumentError: one sentence alone does not fit (names `beam`).
         """
         try:
-            output = stop.interruptible(self._search, source, *inputs)
-            return Found(output.tokens.numpy(), output.lengths.numpy(), output.scores.numpy(),
-                         output.finished.numpy())
+            output = stop.interruptible(search, source, *inputs)
+            return Found(*(np.asarray(x) for x in (output.tokens, output.lengths, output.scores,
+                                                   output.finished)))
         except Exception as error:
             if not out_of_device_memory(error):
                 raise
@@ -351,8 +420,9 @@ class Translator:
                 self.warn(f"out of the device's memory searching {rows} sentences of up to "
                           f"{width} pieces at once: batches of at most {half * width} source "
                           f"positions from now on")
-        return Found.concatenate([self._search_batch(source[:half], [x[:half] for x in inputs]),
-                                  self._search_batch(source[half:], [x[half:] for x in inputs])])
+        return Found.concatenate([
+            self._search_batch(source[:half], [x[:half] for x in inputs], search),
+            self._search_batch(source[half:], [x[half:] for x in inputs], search)])
 
 
 STDIN = "standard input"  # the input's name in messages when it is not a file
@@ -419,34 +489,58 @@ def json_record(translator: Translator, line_id: int, source: str,
                       ensure_ascii=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class LineFile:
+    """A file of one entry per input line, read before the search: `--prefix`'s prefixes or
+    `--constraints`' phrase lists, handed to `Translator.translate` as `keyword`."""
+
+    argument: str  # the library argument its errors name: "prefix_path", "constraints_path"
+    path: str | Path
+    entries: list  # one per input line
+    keyword: str  # `Translator.translate`'s argument: "prefixes", "constraints"
+
+    def chunk(self, start: int, count: int) -> list:
+        """The entries of input lines start to start + count - 1 (from 0).
+
+        Raises:
+            ArgumentError: the file ends before them.
+        """
+        entries = self.entries[start:start + count]
+        if len(entries) < count:
+            raise ArgumentError("{" + self.argument + "} {path} has {count} lines, the input "
+                                "more", path=self.path, count=len(self.entries))
+        return entries
+
+    def check_count(self, lines: int) -> None:
+        """Raises: ArgumentError: the file has another number of lines than the input's
+        `lines`."""
+        if len(self.entries) != lines:
+            raise ArgumentError("{" + self.argument + "} {path} has {count} lines, the input "
+                                "{lines}", path=self.path, count=len(self.entries), lines=lines)
+
+
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
                      buffer_size: int, progress: LineProgress | None = None,
-                     output_format: str = "text", prefixes: list[str] | None = None,
-                     prefix_path: str | Path = "") -> list[str]:
+                     output_format: str = "text", line_files: Sequence[LineFile] = ()
+                     ) -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist; with alignments
     each line ends with a tab and the hypothesis's `i-j` pairs); with `output_format` "jsonl",
-    one `json_record` per input line. `prefixes`: a target prefix
-    per input line (`Translator.translate`), read from `prefix_path`. Returns the best
-    hypotheses' texts; `progress` is told of each batch of the search as it finishes, and
-    finished at the end.
+    one `json_record` per input line. `line_files`: target prefixes or constraints, an entry per
+    input line (`Translator.translate`). Returns the best hypotheses' texts; `progress` is told
+    of each batch of the search as it finishes, and finished at the end.
 
     Raises:
-        ArgumentError: `prefixes` has another number of lines than `lines`.
+        ArgumentError: one of `line_files` has another number of lines than `lines`.
     """
     best, number = [], 1
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
-        chunk_prefixes = None
-        if prefixes is not None:
-            chunk_prefixes = prefixes[number - 1:number - 1 + len(chunk)]
-            if len(chunk_prefixes) < len(chunk):
-                raise ArgumentError("{prefix_path} {path} has {count} lines, the input more",
-                                    path=prefix_path, count=len(prefixes))
+        extra = {f.keyword: f.chunk(number - 1, len(chunk)) for f in line_files}
         for offset, hypotheses in enumerate(translator.translate(
-                chunk, number, progress.batch if progress else None, chunk_prefixes)):
+                chunk, number, progress.batch if progress else None, **extra)):
             best.append(hypotheses[0].text if hypotheses else "")
             if output_format == "jsonl":
                 write(json_record(translator, number - 1 + offset, chunk[offset], hypotheses))
@@ -464,9 +558,8 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
         number += len(chunk)
         if progress:  # with the chunk's empty lines, not searched
             progress.reach(number - 1)
-    if prefixes is not None and len(prefixes) != number - 1:
-        raise ArgumentError("{prefix_path} {path} has {count} lines, the input {lines}",
-                            path=prefix_path, count=len(prefixes), lines=number - 1)
+    for line_file in line_files:
+        line_file.check_count(number - 1)
     if progress:
         progress.finish()
     return best
@@ -544,11 +637,14 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
                    log: Callable[[str], None] = lambda message: None,
                    other_inputs: dict[str, str | Path | None] | None = None,
                    ema: bool = False, output_format: str = "text",
-                   prefix_path: str | Path | None = None) -> list[str]:
+                   prefix_path: str | Path | None = None,
+                   constraints_path: str | Path | None = None) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
     a list of them: their ensemble), written as `output_format` says (`translate_stream`);
-    with `prefix_path` each line's hypotheses start with that file's line.
+    with `prefix_path` each line's hypotheses start with that file's line; with
+    `constraints_path` every finished hypothesis holds the phrases of that file's line
+    (`read_constraints`).
 
     Returns:
         The best hypothesis of every line, in input order.
@@ -560,16 +656,16 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
         OutputExistsError: `output_path` exists and `force` is false (checked before any work).
         ArgumentError: standard output is closed and no `output_path` is given.
         OSError, ValueError: an unreadable input or checkpoint (named), or `output_path` is one
-            of the inputs.
+            of the inputs; constraints with a mode they exclude (`DecodeOptions`), or a phrase
+            of no pieces.
     """
+    options = dataclasses.replace(options, prefix=options.prefix or bool(prefix_path),
+                                  constraints=options.constraints or bool(constraints_path))
     several = not isinstance(checkpoint, (str, Path))
     paths = [check_output(output_path, force, one, {
-        "--input": input_path, "--prefix": prefix_path, **(other_inputs or {})})
-        for one in (checkpoint if several else [checkpoint])]
-    prefixes = read_references(prefix_path) if prefix_path else None
-    if prefixes is not None:
-        check_reference_length(input_path, prefix_path, prefixes, "prefix_path")
-        options = dataclasses.replace(options, prefix=True)
+        "--input": input_path, "--prefix": prefix_path, "--constraints": constraints_path,
+        **(other_inputs or {})}) for one in (checkpoint if several else [checkpoint])]
+    line_files = read_line_files(input_path, prefix_path, constraints_path)
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         if len(paths) == 1:
@@ -578,12 +674,44 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
             translator = Translator(*load_models(paths, ema), options, warn)
         for path in paths:
             log(f"checkpoint: {path}")
+        for line_file in line_files:  # every phrase, before the search
+            if line_file.keyword == "constraints":
+                for number, phrases in enumerate(line_file.entries, 1):
+                    translator.encode_constraints(phrases, number, line_file.path)
         progress = LineProgress(log, "translated", lines_in_file(input_path) if input_path
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size, progress, output_format, prefixes,
-                                    prefix_path or "")
+                                    write, buffer_size, progress, output_format, line_files)
+
+
+def read_line_files(input_path: str | Path | None, prefix_path: str | Path | None,
+                    constraints_path: str | Path | None) -> list[LineFile]:
+    """The files of an entry per input line that are given, read; each of another number of
+    lines than an `--input` file is refused now (`check_reference_length`).
+
+    Raises:
+        ArgumentError, OSError, DataError: as `read_references` and `check_reference_length`.
+    """
+    line_files = []
+    if prefix_path:
+        line_files.append(LineFile("prefix_path", prefix_path, read_references(prefix_path),
+                                   "prefixes"))
+    if constraints_path:
+        line_files.append(LineFile("constraints_path", constraints_path,
+                                   read_constraints(constraints_path), "constraints"))
+    for line_file in line_files:
+        check_reference_length(input_path, line_file.path, line_file.entries, line_file.argument)
+    return line_files
+
+
+def read_constraints(path: str | Path) -> list[list[str]]:
+    """A constraints file: per line its tab-separated phrases, raw text (an empty line: none).
+
+    Raises:
+        OSError, DataError: as `read_references`.
+    """
+    return [line.split("\t") if line else [] for line in read_references(path)]
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,
