@@ -229,7 +229,7 @@ def format_row(arch: str, tokens: int, vtx: dict | None, torch: dict | None, arg
 
 
 def main(args) -> None:
-    print(f"device: {args.device} ({_gpu_name() if args.device == 'gpu' else 'CPU'}); "
+    print(f"device: {args.device} ({gpu_name() if args.device == 'gpu' else 'CPU'}); "
           f"precision {args.precision}, vtx XLA {'on' if args.jit else 'off'}; B x {args.length} "
           f"tokens a side{f', vocabulary {args.vocab}' if args.vocab else ''}"
           f"{f', packed {args.packed} pairs a row' if args.packed > 1 else ''}; "
@@ -252,7 +252,7 @@ def main(args) -> None:
                 print(vtx["profile"], flush=True)
 
 
-def _gpu_name() -> str:
+def gpu_name() -> str:
     try:
         return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                               capture_output=True, text=True).stdout.strip() or "no GPU listed"
