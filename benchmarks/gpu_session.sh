@@ -48,6 +48,13 @@
 #              CTranslate2 on the GPU, their steady calls' seconds and the ratio. Needs
 #              CTranslate2's wheel staged (VTX_GPU_EXTRA_WHEELS="ctranslate2==4.8.5", below);
 #              DECODE_FLAGS are appended (--jit: vtx under XLA)
+#   replicas8  gpu_replicas.py: the GPU split into 8 logical GPUs (MirroredStrategy, XLA, bf16,
+#              the sum across replicas reduced to one device: NCCL needs distinct GPUs), base
+#              (vocabulary 8000) at 8192 tokens a replica, 30 updates: tok/s of 8 replicas
+#              against 1 replica and 1 replica x 8 micro-batches, and the weights of 8 replicas
+#              against 1 x 8 micro-batches on the same batches (exit 1 beyond its tolerance).
+#              Each program is compiled once per logical GPU; they are kept in
+#              $RUN.replicas8_xla, so that a second call finds them
 #
 # CHECKPOINT (a vtx checkpoint file) replaces pipeline's last checkpoint in decode and ct2: a
 # session may decode with a model it brought instead of the one it trains.
@@ -73,11 +80,11 @@
 # time it took to stage.
 #
 # PARTS picks the parts and their order (default "big pipeline synthetic packed autotune nojit
-# resume inline float16 decode ct2": resume, inline, decode and ct2 need pipeline's run). The
-# machine stays warm a while after a call: a second call then (no staging; setup.sh checks and
-# goes on) runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS and
-# DECODE_FLAGS (decode, ct2) are appended to the parts' commands (the last value of a flag
-# wins); on a CPU, to check the script itself (its figures mean nothing there):
+# resume inline float16 decode ct2 replicas8": resume, inline, decode and ct2 need pipeline's
+# run). The machine stays warm a while after a call: a second call then (no staging; setup.sh
+# checks and goes on) runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS
+# (replicas8 too) and DECODE_FLAGS (decode, ct2) are appended to the parts' commands (the last
+# value of a flag wins); on a CPU, to check the script itself (its figures mean nothing there):
 #   PROFILE_STEPS=5:8 PIPELINE_FLAGS="--jit --layers 1 --d-model 64 --d-ff 128 --heads 2 --max-tokens 512" \
 #   GPU_TRAIN_FLAGS="--device cpu --archs tiny --tokens 512 --length 16 --steps 3 --warmup 1" \
 #   DECODE_FLAGS="--limit 16" bash benchmarks/gpu_session.sh /tmp/m30k 600
@@ -98,13 +105,14 @@ read -ra decode_flags <<< "${DECODE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode ct2"
+default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode ct2 \
+replicas8"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode|ct2) ;;
+    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode|ct2|replicas8) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
-         "big autotune nojit float16 decode ct2)" >&2; exit 2 ;;
+         "big autotune nojit float16 decode ct2 replicas8)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -278,6 +286,15 @@ do_ct2() {
     "$data/test.en" --limit 1000 --repeat 2 --ctranslate2 "${decode_flags[@]}"
   grep -E "parameters|^devices|steady state|identical|^ratio|^steady call seconds" \
     "$out/ct2.log" 2>/dev/null | tee -a "$summary"
+}
+
+# 8 replicas on 8 logical GPUs of this one (gpu_replicas.py): tok/s against 1 replica, and the
+# weights against 1 replica x 8 micro-batches.
+do_replicas8() {
+  part replicas8 300 "$python" "$here/gpu_replicas.py" --archs base --vocab 8000 --tokens 8192 \
+    --steps 30 --xla-cache-dir "$RUN.replicas8_xla" "${train_flags[@]}"
+  grep -E "^device:|compiled the update|tok/s|^first update|^weights" "$out/replicas8.log" \
+    2>/dev/null | tee -a "$summary"
 }
 
 # XLA's autotuner picks each matrix product's and fusion's kernel by timing candidates at compile

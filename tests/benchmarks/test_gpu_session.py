@@ -165,3 +165,43 @@ def test_ct2_runs_translate_speed_against_ctranslate2_on_the_checkpoint(tmp_path
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--checkpoint") + 1] == str(tmp_path / "run" /
                                                         "checkpoint_00000100.npz")
+
+
+# gpu_replicas.py as the replicas8 part runs it: its arguments kept, its lines printed.
+FAKE_GPU_REPLICAS = """#!/bin/bash
+echo "$@" > "$ARGS"
+echo "device: gpu (NVIDIA H200) split into 8 logical devices of 15963 MiB; base"
+echo "  [8 replicas] compiled the update for batch shape 1/1 (128x64) in 80.0 s"
+echo "  [8 replicas] trained in 120.0 s"
+echo "8 replicas                       400000 tok/s"
+echo "1 replica                        300000 tok/s; 8 replicas / 1 replica = 1.33"
+echo "first update's loss: 9.1 (8 replicas), 9.1 (1 replica x 8 micro-batches)"
+echo "weights: max |8 replicas - 1 replica x 8 micro-batches| = 0.0001: agree"
+"""
+
+
+def test_replicas8_runs_gpu_replicas_on_base_and_sums_up_its_rates_and_weights(tmp_path):
+    """base at 8192 tokens with its XLA cache in $RUN.replicas8_xla, GPU_TRAIN_FLAGS last; the
+    device, compile, tok/s and weights lines reach the summary, the progress lines do not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("python3", FAKE_GPU_REPLICAS)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "RUN": str(tmp_path / "run"), "SAMPLER_PID": str(tmp_path / "sampler.pid"),
+           "ARGS": str(tmp_path / "args"), "PARTS": "replicas8",
+           "GPU_TRAIN_FLAGS": "--steps 3"}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "600"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().split()
+    assert args[0].endswith("benchmarks/gpu_replicas.py") and args[-2:] == ["--steps", "3"]
+    assert args[args.index("--archs") + 1] == "base" and "--tokens" in args
+    assert args[args.index("--xla-cache-dir") + 1] == f"{tmp_path / 'run'}.replicas8_xla"
+    summary = (tmp_path / "out" / "gpu_session_summary.txt").read_text()
+    for line in ("split into 8 logical devices", "compiled the update for batch shape",
+                 "1 replica                        300000 tok/s; 8 replicas / 1 replica = 1.33",
+                 "first update's loss", "1 replica x 8 micro-batches| = 0.0001: agree"):
+        assert line in summary, summary
+    assert "trained in" not in summary and "== replicas8: exit 0" in summary
