@@ -89,9 +89,9 @@ def test_without_phrases_it_is_the_plain_search(seed, beam, nbest, alpha, penalt
                                   length_penalty=penalty, stop=stop)
     np.testing.assert_array_equal(constrained.tokens, plain.tokens)
     np.testing.assert_array_equal(constrained.finished, plain.finished)
-    np.testing.assert_array_equal(constrained.scores[plain.finished],
-                                  plain.scores[plain.finished])
-    # An unfinished one's lp(L) comes from a vector's pow in the plain search: the last bit.
+    # Scores to float32 rounding: the two searches reduce over rows of other shapes, whose
+    # kernels may round differently on another CPU (and an unfinished one's lp(L) comes from a
+    # vector's pow in the plain search).
     np.testing.assert_allclose(constrained.scores, plain.scores, rtol=1e-6)
     assert constrained.steps == plain.steps
 
