@@ -1,34 +1,38 @@
 #!/usr/bin/env bash
 # The WSJ parsing recipe on the Penn Treebank sample, end to end on a CPU within an hour: the
-# sample (wsj_0001-0159 train, 3396 sentences; wsj_0160-0179 dev, 273 sentences), a small model
-# trained for a fixed time with dev F1 measured as it trains, the best of it parsed with the
-# paper's beam and length limit (alpha chosen on the dev set), constrained to well-formed trees with
-# one slot per word (vtx parse --constrain-trees), and scored as EVALB does.
+# sample split three ways (wsj_0001-0139 train, 3,068 sentences; wsj_0160-0179 dev, 273, on which
+# every choice is made; wsj_0140-0159 test, 328, which nothing is chosen on), a small model
+# trained for a fixed time with an exponential moving average (EMA) of its weights, the EMA scored
+# on dev as it trains, the best of it parsed with the paper's beam and length limit, constrained to
+# well-formed trees with one slot per word (vtx parse --constrain-trees), and scored as EVALB does
+# on dev and on test. Each kept checkpoint is also scored on test (beam 4), so the learning curve
+# has both sets.
 #
 #   bash recipes/wsj_parsing/small.sh
 #
 # Settings (environment): PTB (the sample folder; default $VTX_SHARED_DATA/ptb_sample, by default
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced, so a folder
-# holding files it did not write is refused), MINUTES (55:
-# the training budget, dev F1 measurements included; the whole script takes ~2 minutes more),
-# STEPS (an update cap, 100000), SLOTS (words:
-# what stands for each word in the linearized trees, see vtx prepare-parse --slots), SUBTREES (8:
-# also train on every phrase of >= 8 words as a pair of its own; 0: the sentences alone),
-# VALIDATE
-# (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements without a better
-# one before training stops), AVERAGE (1: the best checkpoint alone is parsed; N: the average of
-# the N checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), LENPEN (1.0:
-# the final parse's length penalty alpha), DEV (the dev files, a glob in PTB: wsj_01[67][0-9].mrg).
+# holding files it did not write is refused), MINUTES (52: the training budget, dev F1
+# measurements included; the whole script takes ~6 minutes more), STEPS (an update cap, 100000),
+# SLOTS (words: what stands for each word in the linearized trees, see vtx prepare-parse --slots),
+# SUBTREES (8: also train on every phrase of >= 8 words as a pair of its own; 0: the sentences
+# alone), VALIDATE (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements
+# without a better one before training stops), EMA (0.999: the decay of the weights' moving
+# average, which the validations, the best checkpoint and the final parses use; 0: no average,
+# the weights themselves), AVERAGE (1: the best checkpoint alone is parsed; N: the average of the
+# N checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), LENPEN (1.0:
+# the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
+# "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file
+# in two of them is refused).
 #
 # Choices, made on the dev set only (docs/results.md has the runs): the words themselves stand in
 # the slots of the trees (with XX or POS tags a small model learnt a language model of trees that
 # ignored the sentence), and the learning rate is a quarter of the paper's schedule (at the full
 # rate, and at half of it, the decoder ignored the source for the first thousand updates and
 # more; at a quarter it copies from the source after ~1000); the phrases of >= 8 words as extra
-# pairs with dropout 0.1 (67.00 in 50 minutes; on the sentences alone dropout 0.1 over-fitted
-# after 37 minutes and 0.2 gave 66.54, 0.3 learnt too slowly for the budget; the phrases with 0.2
-# gave 62.71), no averaging (averages of the checkpoints around the best scored 0.4-2.6 F1 less
-# than the best alone).
+# pairs with dropout 0.1 (on the sentences alone dropout 0.1 over-fitted and 0.2 scored less);
+# the EMA of the weights (neighbouring checkpoints of the weights themselves differ by up to 4
+# points of dev F1).
 # The rest is one block, read whole before it runs: an editor saving over this file while it
 # runs (an hour's training) would otherwise make bash read on from a shifted offset.
 {
@@ -38,20 +42,46 @@ help_if_asked "$@"
 [ $# -eq 0 ] || die "takes no arguments, got '$1' (its settings are environment variables: see --help)"
 PTB=${PTB:-${VTX_SHARED_DATA:-$ROOT/../shared/data}/ptb_sample}
 WORK=${WORK:-$ROOT/runs/wsj_small}
-MINUTES=${MINUTES:-55}
+MINUTES=${MINUTES:-52}
 STEPS=${STEPS:-100000}
 SLOTS=${SLOTS:-words}
 SUBTREES=${SUBTREES:-8}
 VALIDATE=${VALIDATE:-1000}
 PATIENCE=${PATIENCE:-2}
+EMA=${EMA:-0.999}
 AVERAGE=${AVERAGE:-1}
 DROPOUT=${DROPOUT:-0.1}
 LENPEN=${LENPEN:-1.0}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
+TEST=${TEST:-wsj_01[45][0-9].mrg}
+TRAIN=${TRAIN:-wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg}
 
 check_vtx
-compgen -G "$PTB/wsj_0001.mrg" > /dev/null && compgen -G "$PTB/$DEV" > /dev/null ||
-  die "no wsj_0001.mrg or no dev file $DEV in '$PTB' (set PTB, DEV)"
+# Each split's files (one glob after another); a file in two splits is refused.
+split_files() {  # name globs prepare-parse-flag
+  local name=$1 glob path found=0
+  for glob in $2; do
+    for path in "$PTB"/$glob; do
+      [ -f "$path" ] || continue
+      found=1
+      [ -z "${SPLIT_OF[$path]:-}" ] ||
+        die "${path##*/} is in both ${SPLIT_OF[$path]} ('${!SPLIT_OF[$path]}') and $name ('$2'): a tree scored on a split it trained or was chosen on"
+      SPLIT_OF[$path]=$name
+      FILE_FLAGS+=("$3" "$path")
+    done
+  done
+  [ $found = 1 ] || die "no file matches $name '$2' in '$PTB' (set PTB, $name)"
+}
+declare -A SPLIT_OF=()
+FILE_FLAGS=()
+split_files TRAIN "$TRAIN" --train-files
+split_files DEV "$DEV" --valid-files
+split_files TEST "$TEST" --test-files
+case $EMA in
+  0) EMA_TRAIN=() EMA_PARSE=() ;;
+  0.*) EMA_TRAIN=(--ema-decay "$EMA" --validate-with-ema) EMA_PARSE=(--ema) ;;
+  *) die "EMA is a decay in [0, 1) (0: none), got '$EMA'" ;;
+esac
 # WORK is replaced whole: a folder holding anything this script does not write is refused
 # (WORK=. or WORK=$HOME would otherwise be deleted).
 if [ -e "$WORK" ]; then
@@ -59,7 +89,7 @@ if [ -e "$WORK" ]; then
   for entry in "$WORK"/* "$WORK"/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
     case ${entry##*/} in
-      text|data|checkpoints|average.npz|valid.parsed|valid.parsed.log|.*.tmp-*) ;;
+      text|data|checkpoints|average.npz|valid.parsed|valid.parsed.log|test.parsed|test.parsed.log|curve|f1.tsv|.*.tmp-*) ;;
       *) die "WORK '$WORK' holds '${entry##*/}', which small.sh does not write; it replaces WORK whole: set WORK to a new folder or an earlier small.sh run's" ;;
     esac
   done
@@ -67,35 +97,55 @@ fi
 START=$(date +%s)
 rm -rf "$WORK"
 step "linearizing the sample into $WORK/text (slots: $SLOTS)"
-"$VTX" prepare-parse --train-files "$PTB/wsj_00[0-9][0-9].mrg" \
-  --train-files "$PTB/wsj_01[0-5][0-9].mrg" --valid-files "$PTB/$DEV" \
-  --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
+"$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
 step "binarizing into $WORK/data (4000-piece vocabulary)"
 preprocess_trees "$WORK/text" "$WORK/data" 4000
 step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
-# schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse) is kept as
-# checkpoint_best.npz.
+# schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse; of the EMA
+# with EMA set) is kept as checkpoint_best.npz. Every checkpoint is kept for the test curve.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
-  --keep-last 6 --patience "$PATIENCE" --log-interval-steps 100
+  --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 "${EMA_TRAIN[@]}"
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
+PARSE_EMA=("${EMA_PARSE[@]}")
 if [ -f "$WORK/checkpoints/checkpoint_best.npz" ] && [ "$AVERAGE" -gt 1 ]; then
   step "averaging the $AVERAGE checkpoints that end at the best one"
   if "$VTX" average-checkpoints --inputs "$WORK/checkpoints" --num-last "$AVERAGE" \
-      --upper-bound best --output "$WORK/average.npz" --force; then
-    CHECKPOINT=$WORK/average.npz
+      --upper-bound best --output "$WORK/average.npz" --force "${EMA_PARSE[@]}"; then
+    CHECKPOINT=$WORK/average.npz PARSE_EMA=()  # the average of the EMAs: plain weights
   else
     echo "fewer than $AVERAGE checkpoints up to the best one: parsing with the best alone"
   fi
 fi
-step "parsing the dev set with $(basename "$CHECKPOINT") (beam 21, alpha $LENPEN, max length input + 300, trees constrained)"
+step "scoring every checkpoint on the test set as the validations scored dev (beam 4, constrained)"
+mkdir -p "$WORK/curve"
+printf 'step\tminutes\tdev_f1_beam4\ttest_f1_beam4\n' > "$WORK/f1.tsv"
+for path in $(ls "$WORK"/checkpoints/checkpoint_[0-9]*.npz | sort -t_ -k2 -n); do
+  n=${path##*_} n=${n%.npz} n=$((10#$n))  # checkpoint_00001000.npz: step 1000
+  "$VTX" parse --checkpoint "$path" "${EMA_PARSE[@]}" --input "$WORK/text/test.words" \
+    --gold "$WORK/text/test.gold" --output "$WORK/curve/test_$n.parsed" --force --beam 4 \
+    --lenpen 0.3 --max-len-a 4 --max-len-b 10 --constrain-trees > "$WORK/curve/test_$n.log" 2>&1
+  test_f1=$(awk '/Bracketing FMeasure/ { print $4; exit }' "$WORK/curve/test_$n.log")
+  # The step's validation row of history.jsonl: its minutes and dev F1.
+  row=$(grep -E "^\{\"step\": $n, .*\"valid_f1\"" "$WORK/checkpoints/history.jsonl" | tail -1 || true)
+  minutes=$(sed -nE 's/.*"minutes": ([0-9.]+).*/\1/p' <<< "$row")
+  dev_f1=$(sed -nE 's/.*"valid_f1": ([0-9.]+).*/\1/p' <<< "$row")
+  [ -z "$minutes" ] || minutes=$(printf %.1f "$minutes")
+  [ -z "$dev_f1" ] || dev_f1=$(printf %.2f "$dev_f1")
+  printf '%s\t%s\t%s\t%s\n' "$n" "${minutes:--}" "${dev_f1:--}" "${test_f1:--}" >> "$WORK/f1.tsv"
+done
+column -t "$WORK/f1.tsv"
+step "parsing dev and test with $(basename "$CHECKPOINT") (beam 21, alpha $LENPEN, max length input + 300, trees constrained)"
 parse_and_score "$CHECKPOINT" "$WORK/text" valid "$WORK/valid.parsed" --lenpen "$LENPEN" \
-  --constrain-trees
-echo "dev F1 during training, against minutes: $WORK/checkpoints/learning_curve.png"
+  --constrain-trees "${PARSE_EMA[@]}"
+parse_and_score "$CHECKPOINT" "$WORK/text" test "$WORK/test.parsed" --lenpen "$LENPEN" \
+  --constrain-trees "${PARSE_EMA[@]}"
+echo "dev F1 $(awk '/Bracketing FMeasure/ { print $4; exit }' "$WORK/valid.parsed.log"), test F1 $(awk '/Bracketing FMeasure/ { print $4; exit }' "$WORK/test.parsed.log") ($(basename "$CHECKPOINT"); dev chose it, test did not)"
+echo "loss and dev F1 against minutes: $WORK/checkpoints/learning_curve.png; dev and test F1 per checkpoint: $WORK/f1.tsv"
 echo "wall time: $(( $(date +%s) - START )) s"
 exit
 }

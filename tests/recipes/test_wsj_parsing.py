@@ -1,5 +1,5 @@
 """The WSJ parsing recipe (recipes/wsj_parsing/small.sh) end to end at toy size: prepare-parse,
-preprocess, train, average, parse, EVALB F1 printed."""
+preprocess, train, each checkpoint scored on test, dev and test parsed, EVALB F1 printed."""
 
 import os
 import re
@@ -13,29 +13,42 @@ from tests.conftest import REPO_ROOT
 from vtx.parsing.trees import parse_tree
 
 DEV_FILE = "wsj_0160.mrg"  # 5 sentences
+TEST_FILE = "wsj_0157.mrg"  # 7 sentences
 
 
 @pytest.mark.slow
-def test_small_recipe_runs_end_to_end_and_prints_dev_f1(shared_data, tmp_path):
+def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tmp_path):
     ptb = tmp_path / "ptb"
     ptb.mkdir()
     for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
         (ptb / source.name).symlink_to(source)
-    env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "WORK": str(tmp_path / "work"),
-           "STEPS": "10", "VALIDATE": "10", "VTX": str(Path(sys.executable).with_name("vtx"))}
+    env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "TEST": TEST_FILE,
+           "WORK": str(tmp_path / "work"), "STEPS": "10", "VALIDATE": "10",
+           "VTX": str(Path(sys.executable).with_name("vtx"))}
     result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     # A 10-update model places no bracket right: F1 may be EVALB's nan (precision = recall = 0).
-    match = re.search(r"^valid F1 \(all sentences\): (\d+\.\d+|nan)$", result.stdout,
-                      re.MULTILINE)
-    assert match, result.stdout[-3000:]
+    for prefix in ("valid", "test"):
+        match = re.search(rf"^{prefix} F1 \(all sentences\): (\d+\.\d+|nan)$", result.stdout,
+                          re.MULTILINE)
+        assert match, result.stdout[-3000:]
     assert "Bracketing Recall" in result.stdout and "wall time:" in result.stdout
-    trees = (tmp_path / "work" / "valid.parsed").read_text().splitlines()
-    words = (tmp_path / "work" / "text" / "valid.words").read_text().splitlines()
-    assert len(trees) == len(words) == 5
-    for tree, sentence in zip(trees, words):  # well-formed, over exactly the input words
-        assert parse_tree(tree).leaves() == sentence.split()
+    work = tmp_path / "work"
+    for prefix, count in (("valid", 5), ("test", 7)):
+        trees = (work / f"{prefix}.parsed").read_text().splitlines()
+        words = (work / "text" / f"{prefix}.words").read_text().splitlines()
+        assert len(trees) == len(words) == count
+        for tree, sentence in zip(trees, words):  # well-formed, over exactly the input words
+            assert parse_tree(tree).leaves() == sentence.split()
+    # The test set is held out of training: none of its sentences is a training source.
+    train = set((work / "text" / "train.words").read_text().splitlines())
+    assert not train & set((work / "text" / "test.words").read_text().splitlines())
+    # Every checkpoint scored on test, beside its validation's dev F1.
+    rows = [line.split("\t") for line in (work / "f1.tsv").read_text().splitlines()]
+    assert rows[0] == ["step", "minutes", "dev_f1_beam4", "test_f1_beam4"]
+    assert [row[0] for row in rows[1:]] == ["10"], rows
+    assert re.fullmatch(r"\d+\.\d\d|nan", rows[1][3]) and re.fullmatch(r"\d+\.\d\d", rows[1][2])
 
 
 @pytest.mark.parametrize("script", ["small.sh", "prepare.sh", "train.sh", "evaluate.sh"])
@@ -86,6 +99,25 @@ def test_small_refuses_to_replace_a_folder_it_did_not_write(shared_data, tmp_pat
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 3 and "linearizing the sample" in result.stderr
     assert not earlier.exists()  # replaced: removed before the stand-in vtx failed
+
+
+def test_small_refuses_a_file_in_two_splits(shared_data, tmp_path):
+    """A test file that is also trained on (or chosen on) would make the test figure a lie."""
+    stub = tmp_path / "vtx"
+    stub.write_text("#!/bin/sh\nexit 3\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "WORK": str(tmp_path / "w"), "VTX": str(stub),
+           "PTB": str(shared_data / "ptb_sample"), "TEST": "wsj_013[0-9].mrg"}
+    path = REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh"
+    result = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert ("wsj_0130.mrg is in both TRAIN ('wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg') and "
+            "TEST ('wsj_013[0-9].mrg')") in result.stderr
+    assert not (tmp_path / "w").exists()
+    result = subprocess.run(["bash", str(path)], env={**env, "TEST": "wsj_09*.mrg"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "no file matches TEST 'wsj_09*.mrg' in" in result.stderr
 
 
 def test_prepare_names_an_unknown_option_with_the_usage(tmp_path):
