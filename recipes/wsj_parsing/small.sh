@@ -20,7 +20,9 @@
 # without a better one before training stops), EMA (0.999: the decay of the weights' moving
 # average, which the validations, the best checkpoint and the final parses use; 0: no average,
 # the weights themselves), AVERAGE (1: the best checkpoint alone is parsed; N: the average of the
-# N checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), LENPEN (1.0:
+# N checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), SEED (1: the
+# initial weights, dropout and the batches' order; runs with the same seed differ only in how
+# many updates fit the budget), LENPEN (1.0:
 # the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
 # "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file
 # in two of them is refused).
@@ -51,6 +53,7 @@ PATIENCE=${PATIENCE:-2}
 EMA=${EMA:-0.999}
 AVERAGE=${AVERAGE:-1}
 DROPOUT=${DROPOUT:-0.1}
+SEED=${SEED:-1}
 LENPEN=${LENPEN:-1.0}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
 TEST=${TEST:-wsj_01[45][0-9].mrg}
@@ -108,7 +111,7 @@ step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
-  --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 "${EMA_TRAIN[@]}"
+  --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 --seed "$SEED" "${EMA_TRAIN[@]}"
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
 PARSE_EMA=("${EMA_PARSE[@]}")
