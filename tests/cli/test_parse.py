@@ -199,3 +199,24 @@ def test_a_vocabulary_needs_both_brackets_of_a_label():
         with pytest.raises(ValueError, match="no pair of tree brackets"):
             check_parser_vocabulary(pieces, "model.npz")
     check_parser_vocabulary(["a", "\u2581(NP", "\u2581)NP"], "model.npz")  # a parser's
+
+
+def test_an_ensemble_parses_two_copies_as_one_and_two_models_into_well_formed_trees(
+        checkpoint, dev, sample_files, tmp_path):
+    """--checkpoint repeated: the mean of the models' probabilities, constrained as one model's
+    search is; each checkpoint is named in the log."""
+    words, gold = dev
+    args = ["--gold", gold, "--input", words, "--beam", "3", "--max-len-a", "20",
+            "--max-len-b", "10", "--constrain-trees"]
+    one = invoke("--checkpoint", checkpoint, *args)
+    two = invoke("--checkpoint", checkpoint, "--checkpoint", checkpoint.parent, *args)
+    assert one.exit_code == 0 and two.exit_code == 0, two.output
+    assert two.stdout == one.stdout
+    assert two.stderr.count(f"checkpoint: {checkpoint}") == 2
+    other = write_random_parser(tmp_path, sample_files[:20], seed=1)
+    mixed = invoke("--checkpoint", checkpoint, "--checkpoint", other, *args)
+    assert mixed.exit_code == 0, mixed.output
+    assert mixed.stdout != one.stdout  # the second model moved the search
+    for line, tree_line in zip(words.read_text().splitlines(), mixed.stdout.splitlines()):
+        if line:
+            assert parse_tree(tree_line).leaves() == line.split()

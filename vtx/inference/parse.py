@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 
 from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.translate import (STDIN, Translator, check_output, load_translator,
+from vtx.inference.translate import (STDIN, Translator, check_output, load_models,
+                                     load_translator,
                                      open_source, output_sink, read_lines)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
@@ -166,12 +167,12 @@ def parse_stream(translator: Translator, lines: Sequence[str], write: Callable[[
 class ParsedFile:
     """What `parse_file` did."""
 
-    checkpoint: Path  # the checkpoint file used (a save dir's newest)
+    checkpoint: Path  # the checkpoint file used (a save dir's newest; an ensemble's first)
     parse: ParseReport  # the trees and their repairs
     scores: evalb.EvalbReport | None  # EVALB (COLLINS.prm) against the gold trees, if given
 
 
-def parse_file(checkpoint: str | Path, input_path: str | Path | None,
+def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | Path | None,
                output_path: str | Path | None, options: DecodeOptions, buffer_size: int = 1024,
                force: bool = False, gold_path: str | Path | None = None,
                warn: Callable[[str], None] = lambda message: None,
@@ -179,7 +180,7 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
                ema: bool = False) -> ParsedFile:
     """`vtx parse` as a library call: the sentences of `input_path` (None: stdin) parsed into
     trees in `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's
-    newest) and, with `gold_path`, scored against its trees.
+    newest; or a list of them: their ensemble) and, with `gold_path`, scored against its trees.
 
     The input, the output, the gold trees and the checkpoint are all checked before any parsing;
     `log` is told the checkpoint used, then the repairs made. `ema`: the checkpoint's EMA
@@ -194,15 +195,19 @@ def parse_file(checkpoint: str | Path, input_path: str | Path | None,
         TooManyErrors: more error sentences than EVALB allows (the trees are written); the
             message gives the `vtx score-trees` command that scores them anyway.
     """
-    path = check_output(output_path, force, checkpoint,
-                        {"--input": input_path, "--gold": gold_path})
+    several = not isinstance(checkpoint, (str, Path))
+    paths = [check_output(output_path, force, one, {"--input": input_path, "--gold": gold_path})
+             for one in (checkpoint if several else [checkpoint])]
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)
         lines = list(read_lines(source, input_path or STDIN))
     gold = read_gold(gold_path, len(lines)) if gold_path else None
-    translator = load_translator(path, options, warn, ema)
+    translator = (load_translator(paths[0], options, warn, ema) if len(paths) == 1 else
+                  Translator(*load_models(paths, ema), options, warn))
+    path = paths[0]  # one vocabulary for all (load_models)
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
-    log(f"checkpoint: {path}")
+    for one in paths:
+        log(f"checkpoint: {one}")
     with output_sink(output_path, force=force) as write:
         report = parse_stream(translator, lines, write, buffer_size, gold, warn,
                               LineProgress(log, "parsed", len(lines), words=False))
