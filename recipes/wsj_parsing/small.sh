@@ -106,10 +106,12 @@ preprocess_trees "$WORK/text" "$WORK/data" 4000
 step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
 # schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse; of the EMA
-# with EMA set) is kept as checkpoint_best.npz. Every checkpoint is kept for the test curve.
+# with EMA set) is kept as checkpoint_best.npz. A checkpoint is saved at every validation and
+# all are kept, for the test curve.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
   --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
+  --save-interval-steps "$VALIDATE" \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
   --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 --seed "$SEED" "${EMA_TRAIN[@]}"
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz

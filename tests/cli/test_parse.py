@@ -209,7 +209,7 @@ def test_an_ensemble_parses_two_copies_as_one_and_two_models_into_well_formed_tr
     args = ["--gold", gold, "--input", words, "--beam", "3", "--max-len-a", "20",
             "--max-len-b", "10", "--constrain-trees"]
     one = invoke("--checkpoint", checkpoint, *args)
-    two = invoke("--checkpoint", checkpoint, "--checkpoint", checkpoint.parent, *args)
+    two = invoke("--checkpoint", checkpoint, "--checkpoint", checkpoint, *args)
     assert one.exit_code == 0 and two.exit_code == 0, two.output
     assert two.stdout == one.stdout
     assert two.stderr.count(f"checkpoint: {checkpoint}") == 2
