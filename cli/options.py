@@ -56,6 +56,12 @@ checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint).")
 
+# --checkpoint, repeatable: one model or an ensemble (translate, parse).
+ensemble_option = click.option(
+    "--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
+    help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); repeated: an "
+         "ensemble, the mean of the models' probabilities.")
+
 
 def search_options(defaults: DecodeOptions):
     """--beam --lenpen --lenpen-formula --max-len-a --max-len-b --stop, defaulting to a preset of

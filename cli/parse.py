@@ -3,7 +3,8 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import SEARCH_FLAGS, ema_option, library_error, search_options
+from vtx_cli.options import (SEARCH_FLAGS, ema_option, ensemble_option, library_error,
+                             search_options)
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
@@ -11,9 +12,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
 
 
 @click.command()
-@click.option("--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
-              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
-                   "repeated: an ensemble, the mean of the models' probabilities.")
+@ensemble_option
 @ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Whitespace-tokenized sentences, one per line.  [default: stdin]")
@@ -47,8 +46,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 max_tokens=max_tokens,
                                 jit_compile=jit, constrain_trees=constrain_trees)
-        parsed = lib.parse_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint, input_path, output_path, options, buffer_size, force,
-                                gold, warn=lambda message: click.echo(f"warning: {message}",
+        parsed = lib.parse_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
+                                input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
                                 log=lambda message: click.echo(message, err=True), ema=ema)
     except (OSError, ValueError, MemoryError) as error:  # also a --beam too wide for the memory

@@ -3,7 +3,8 @@
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import SEARCH_FLAGS, FiniteFloat, ema_option, library_error, search_options
+from vtx_cli.options import (SEARCH_FLAGS, FiniteFloat, ema_option, ensemble_option, library_error,
+                             search_options)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -39,9 +40,7 @@ def check_combinations(ctx: click.Context) -> None:
 
 
 @click.command()
-@click.option("--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
-              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
-                   "repeated: an ensemble, the mean of the models' probabilities.")
+@ensemble_option
 @ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
               help="Source text, one sentence per line; read as gzip when named .gz.  "

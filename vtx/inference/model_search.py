@@ -85,7 +85,8 @@ def decoder_step(models: Sequence[Transformer], grow: bool, group: int):
     def step(token_ids, state):
         # Entries of no model (a search constraint's, e.g. the tree constraint's) pass through.
         log_probs = []
-        new_state = {key: value for key, value in state.items() if not key.startswith(tuple(names))}
+        new_state = {key: value for key, value in state.items()
+                     if not key.startswith(tuple(names))}
         for name, (model_step, *_) in zip(names, parts):
             own = {key[len(name):]: value for key, value in state.items()
                    if key.startswith(name)}
