@@ -113,6 +113,10 @@ def _device_names(ctx, param, value):
               help="Warmup updates of the paper's learning-rate schedule (section 5.3).")
 @click.option("--lr-scale", type=FiniteFloat(min=0, min_open=True), default=1.0,
               show_default=True, help="Multiplier on the paper's learning-rate schedule.")
+@click.option("--cooldown", type=FiniteFloat(0, 1, max_open=True), default=0.0,
+              show_default=True,
+              help="Over this last fraction of the budget (--max-steps, or --max-minutes where "
+                   "it runs out first) the learning rate falls linearly to 0 (0: none).")
 @click.option("--label-smoothing", type=FiniteFloat(0, 1, max_open=True), default=0.1,
               show_default=True, help="Label smoothing epsilon_ls of the training loss.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,

@@ -169,6 +169,9 @@ class TrainConfig(_JsonConfig):
     max_minutes: float = 0.0  # wall-time budget of this process: stop, save, exit 0; 0 disables
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplier on d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    # Over this last fraction of the budget (--max-steps, or --max-minutes where that ends
+    # first) the rate falls linearly to 0 (`vtx.training.loop`'s cooldown window); 0: none.
+    cooldown: float = 0.0
     adam_beta_1: float = 0.9
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -231,6 +234,8 @@ class TrainConfig(_JsonConfig):
                              f"{self.best_checkpoint_metric!r}")
         if self.lr_scale <= 0:
             raise ValueError(f"lr_scale must be positive, got {self.lr_scale}")
+        if not 0.0 <= self.cooldown < 1.0:
+            raise ValueError(f"cooldown must be in [0, 1), got {self.cooldown}")
         if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.ema_decay is None and (self.ema_start_step or self.validate_ema):

@@ -19,10 +19,11 @@
 # alone), VALIDATE (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements
 # without a better one before training stops), EMA (0.999: the decay of the weights' moving
 # average, which the validations, the best checkpoint and the final parses use; 0: no average,
-# the weights themselves), AVERAGE (1: the best checkpoint alone is parsed; N: the average of the
-# N checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), SEED (1: the
-# initial weights, dropout and the batches' order; runs with the same seed differ only in how
-# many updates fit the budget), LENPEN (1.0:
+# the weights themselves), COOLDOWN (0.3: over the budget's last 30% the learning rate falls
+# linearly to 0, vtx train --cooldown; 0: the paper's schedule to the end), AVERAGE (1: the best
+# checkpoint alone is parsed; N: the average of the N checkpoints that end at the best one),
+# DROPOUT (0.1, residual and embedding), SEED (1: the initial weights, dropout and the batches'
+# order; runs with the same seed differ only in how many updates fit the budget), LENPEN (1.0:
 # the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
 # "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file
 # in two of them is refused).
@@ -51,6 +52,7 @@ SUBTREES=${SUBTREES:-8}
 VALIDATE=${VALIDATE:-1000}
 PATIENCE=${PATIENCE:-2}
 EMA=${EMA:-0.999}
+COOLDOWN=${COOLDOWN:-0.3}
 AVERAGE=${AVERAGE:-1}
 DROPOUT=${DROPOUT:-0.1}
 SEED=${SEED:-1}
@@ -110,7 +112,8 @@ step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # all are kept, for the test curve.
 "$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
   --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
-  --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --save-interval-minutes 0 \
+  --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --cooldown "$COOLDOWN" \
+  --save-interval-minutes 0 \
   --save-interval-steps "$VALIDATE" \
   --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
   --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 --seed "$SEED" "${EMA_TRAIN[@]}"

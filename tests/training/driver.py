@@ -22,6 +22,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--update-freq", type=int, default=1)
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--max-minutes", type=float, default=0.0)
+    parser.add_argument("--cooldown", type=float, default=0.0)
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--sigterm-at", type=int,
@@ -70,6 +72,7 @@ def main() -> None:
         precision.matmul_speedup = lambda rows, inner, outer: (
             args.bf16_speedup, 0.004, 0.004 / args.bf16_speedup)
     train_config = config.TrainConfig(max_steps=args.max_steps, precision=args.precision,
+                                      max_minutes=args.max_minutes, cooldown=args.cooldown,
                                       update_freq=args.update_freq, jit_compile=args.jit,
                                       adam_epsilon=1e-5, warmup_steps=10, lr_scale=0.5, log_interval_steps=1,
                                       validate_interval_steps=1 if args.scores else 0,

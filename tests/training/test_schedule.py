@@ -18,3 +18,13 @@ def test_keras_schedule_counts_the_first_update_as_step_one():
 def test_peak_is_at_warmup():
     rates = [float(paper_learning_rate(s, 512, 4000)) for s in (3999, 4000, 4001)]
     assert rates[1] == max(rates)
+
+
+def test_the_cooldown_falls_linearly_to_zero_after_its_last_update():
+    schedule = TransformerSchedule(d_model=16, warmup_steps=1)
+    schedule.set_cooldown((4, 7))  # updates 5, 6, 7 at 3/4, 2/4, 1/4 of the paper's rate
+    factors = [float(schedule(step - 1)) / float(paper_learning_rate(step, 16, 1))
+               for step in range(1, 9)]
+    assert factors == pytest.approx([1, 1, 1, 1, 0.75, 0.5, 0.25, 0])
+    schedule.set_cooldown(None)
+    assert float(schedule(6)) == pytest.approx(float(paper_learning_rate(7, 16, 1)))

@@ -180,6 +180,21 @@ def test_two_workers_with_tf_config_end_with_identical_weights_and_resume_togeth
 
 
 @pytest.mark.slow
+def test_two_workers_begin_and_end_a_time_budgets_cooldown_together(tmp_path):
+    """Each worker has its own clock: they agree on the step the cooldown begins at and on the
+    step it ends at (the soonest estimate), and so keep identical weights."""
+    outputs = [finished(process) for process in two_workers(
+        tmp_path, "--max-steps", 10_000, "--max-minutes", 0.3, "--cooldown", 0.5,
+        "--step-sleep", 0.05)]
+    said = [[line.split("minutes in")[0].split(",")[0] + line.split("by step")[1].split(",")[0]
+             for line in output.splitlines() if line.startswith("cooldown from step")]
+            for output in outputs]
+    assert said[0] == said[1] and len(said[0]) == 1, said
+    for a, b in zip(final_weights(tmp_path / "w0", 0), final_weights(tmp_path / "w1", 1)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
 def test_a_worker_whose_peer_dies_says_so_and_keeps_the_checkpoints(tmp_path):
     """One of two workers killed mid-training (a host lost, or out of memory there): the other's
     next collective fails (TensorFlow notices the missing heartbeats within seconds) and it

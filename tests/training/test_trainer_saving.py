@@ -537,6 +537,75 @@ def test_a_run_resumed_at_any_step_ends_on_exactly_the_weights_of_the_straight_r
             np.testing.assert_array_equal(mine, theirs)
 
 
+def logged_rates(save_dir) -> dict[int, float]:
+    rows = [json.loads(line) for line in (save_dir / "history.jsonl").read_text().splitlines()]
+    return {row["step"]: row["lr"] for row in rows if "lr" in row}
+
+
+def test_cooldown_of_max_steps_falls_linearly_to_zero_and_resumes_exactly(tmp_path):
+    """--cooldown 0.5 of 8 steps: updates 5-8 at 4/5 ... 1/5 of the paper's rate; a run killed in
+    the cooldown resumes to the weights of the straight run."""
+    make_epoch = epoch_maker(make_pairs(48, 20, seed=4), 2)
+    options = dict(max_steps=8, cooldown=0.5, save_interval_steps=1, dropout=0.1, num_layers=1)
+    lines = []
+    make_trainer(tmp_path / "straight", lines, **options).fit(make_epoch)
+    assert ("cooldown: the learning rate falls linearly to 0 over steps 5-8 (--cooldown 0.5 of "
+            "--max-steps)") in lines
+    rates = logged_rates(tmp_path / "straight")
+    d_model = config.preset("tiny", vocab_size=20).d_model
+    paper = [float(paper_learning_rate(step, d_model, 10)) for step in range(1, 9)]
+    assert [rates[step] / paper[step - 1] for step in range(1, 9)] == pytest.approx(
+        [1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2])
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copy(checkpoints.checkpoint_path(tmp_path / "straight", 6), resumed)
+    lines = []
+    make_trainer(resumed, lines, **options).fit(make_epoch)
+    assert "resumed in the cooldown: the learning rate falls linearly to 0 by step 8, the last" in lines
+    ours = checkpoints.load(checkpoints.checkpoint_path(resumed, 8))
+    theirs = checkpoints.load(checkpoints.checkpoint_path(tmp_path / "straight", 8))
+    for mine, straight in zip(ours.model, theirs.model):
+        np.testing.assert_array_equal(mine, straight)
+
+
+def test_the_update_in_the_cooldown_moves_the_weights_by_its_share_of_the_rate(tmp_path):
+    """Adam's step is proportional to the rate: with --cooldown 0.5 of 2 steps, update 2 (at
+    1/2 of its rate) moves every weight half as far as the same update without a cooldown."""
+    make_epoch = epoch_maker(make_pairs(48, 20, seed=4), 2)
+    weights = {}
+    for cooldown in (0.0, 0.5):
+        save_dir = tmp_path / str(cooldown)
+        make_trainer(save_dir, max_steps=2, cooldown=cooldown, save_interval_steps=1).fit(
+            make_epoch)
+        weights[cooldown] = [checkpoints.load(checkpoints.checkpoint_path(save_dir, step)).model
+                             for step in (1, 2)]
+    for first, plain, cooled in zip(weights[0.0][0], weights[0.0][1], weights[0.5][1]):
+        moved = plain - first
+        np.testing.assert_allclose(cooled - first, 0.5 * moved, atol=1e-3 * np.abs(moved).max())
+
+
+def test_cooldown_of_a_time_budget_ends_at_the_step_the_budget_runs_out_and_is_kept(tmp_path):
+    """--max-minutes 0.2 (12 updates of 1 s) with --cooldown 0.25: the last 3 s, from step 9,
+    fall to 0 by step 12, the run's last; resumed there, nothing is left to train."""
+    lines = []
+    options = dict(max_steps=100, max_minutes=0.2, cooldown=0.25)
+    trainer = make_trainer(tmp_path, lines, **options)
+    assert trainer.fit(epoch_maker(PAIRS, 4)) is None
+    assert trainer.state.step == 12 and saved_steps(tmp_path) == [12]
+    assert ("cooldown from step 9, 0.1 of 0.2 minutes in (--cooldown 0.25): the learning rate "
+            "falls linearly to 0 by step 12, the last (1.00 s an update so far)") in lines
+    assert checkpoints.load(checkpoints.checkpoint_path(tmp_path, 12)).meta["cooldown"] == [9, 12]
+    rates = logged_rates(tmp_path)
+    d_model = config.preset("tiny", vocab_size=20).d_model
+    assert [rates[step] / float(paper_learning_rate(step, d_model, 10))
+            for step in range(8, 13)] == pytest.approx([1, 1, 0.75, 0.5, 0.25])
+    lines = []
+    trainer = make_trainer(tmp_path, lines, **options)
+    assert trainer.fit(epoch_maker(PAIRS, 4)) is None and trainer.state.step == 12
+    assert ("nothing to train: step 12 ends the run's cooldown (its learning rate fell to 0 over "
+            "steps 10-12; --cooldown 0 trains on at the paper's rate)") in lines
+
+
 def test_a_checkpoint_write_left_by_a_killed_run_is_removed_when_resumed(tmp_path):
     """A kill during a checkpoint's write left its hidden temporary (full size) for good, beyond
     --keep-last. Those of processes still running (here: this one's parent) are left alone."""

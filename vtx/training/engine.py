@@ -35,14 +35,13 @@ from vtx.training.compiling import format_shape
 from vtx.training.distribute import SUM, Collectives, Topology
 from vtx.training.ema import WeightAverage
 from vtx.training.loss import label_smoothed_loss
-from vtx.training.schedule import TransformerSchedule, paper_learning_rate
+from vtx.training.schedule import TransformerSchedule, cooldown_factor, paper_learning_rate
 from vtx.training.stream import BatchStream, PrefetchedStream
 
 
-def make_optimizer(model_config: ModelConfig, train_config: TrainConfig) -> keras.optimizers.Optimizer:
-    """Adam(0.9, 0.98, 1e-9) on the paper's schedule; loss-scaled for float16."""
-    schedule = TransformerSchedule(model_config.d_model, train_config.warmup_steps,
-                                   train_config.lr_scale)
+def make_optimizer(train_config: TrainConfig,
+                   schedule: TransformerSchedule) -> keras.optimizers.Optimizer:
+    """Adam(0.9, 0.98, 1e-9) on `schedule`; loss-scaled for float16."""
     optimizer = FusedAdam(schedule, beta_1=train_config.adam_beta_1,
                           beta_2=train_config.adam_beta_2, epsilon=train_config.adam_epsilon)
     if train_config.precision == "mixed_float16":
@@ -127,6 +126,7 @@ class UpdateEngine:
         # oldest first (at most two are in flight; the bound keeps callers that never count,
         # such as benchmarks, from growing it).
         self.launched_lengths: collections.deque = collections.deque(maxlen=4)
+        self.cooldown: tuple[int, int] | None = None  # the rate's cooldown window (set_cooldown)
         keras.utils.set_random_seed(train_config.seed)
         whole_update_jit = train_config.jit_compile and strategy.num_replicas_in_sync == 1
         # With several replicas under XLA the update is two programs on each device: the
@@ -138,7 +138,10 @@ class UpdateEngine:
         programs = train_config.jit_compile and not whole_update_jit
         with strategy.scope():
             self.model = transformer.build(model_config, dtype=train_config.precision)
-            self.optimizer = make_optimizer(model_config, train_config)
+            # The paper's schedule; the training loop sets its cooldown (`set_cooldown`).
+            self.schedule = TransformerSchedule(model_config.d_model, train_config.warmup_steps,
+                                                train_config.lr_scale)
+            self.optimizer = make_optimizer(train_config, self.schedule)
             self.optimizer.build(self.model.trainable_variables)
             # The sums of an update's micro-batches before its last (none with update_freq 1);
             # with several replicas under XLA one buffer (`_weighted_gradients`).
@@ -391,10 +394,19 @@ class UpdateEngine:
 
     # ---- host side ----
 
+    def set_cooldown(self, window: tuple[int, int] | None) -> None:
+        """Cool the rate down to 0 over the updates of `window` (start, end], or not at all
+        (None): from the next update launched on."""
+        self.cooldown = window
+        self.schedule.set_cooldown(window)
+
     def learning_rate(self, step: int) -> float:
         """The rate used by update number `step` (counted from 1)."""
-        return float(paper_learning_rate(step, self.model_config.d_model,
-                                         self.config.warmup_steps, self.config.lr_scale))
+        rate = paper_learning_rate(step, self.model_config.d_model, self.config.warmup_steps,
+                                   self.config.lr_scale)
+        if self.cooldown is not None:
+            rate = rate * cooldown_factor(step, *self.cooldown)
+        return float(rate)
 
     def start_update(self, stream: BatchStream | PrefetchedStream) -> tf.Tensor:
         """Launch one update: `update_freq` micro-batches per replica, then Adam when the loss and

@@ -202,6 +202,10 @@ class TrainingLoop:
         if self.state.step >= self.config.max_steps:
             return (f"step {self.state.step} is already at the step limit {self.config.max_steps} "
                     f"(--max-steps; raise it to go on)")
+        if self.state.step >= self.last_step:
+            return (f"step {self.state.step} ends the run's cooldown (its learning rate fell to 0 "
+                    f"over steps {self.state.cooldown[0] + 1}-{self.last_step}; --cooldown 0 "
+                    f"trains on at the paper's rate)")
         if self.config.patience and self.state.since_best >= self.config.patience:
             # The run that saved this checkpoint stopped by patience: the same command again (a
             # requeued job) trained on past it, and wrote checkpoints after the best one.
@@ -300,7 +304,8 @@ class TrainingLoop:
         """Updates until a stop; the next update is launched before the last one is read when
         the host has nothing to do after it (see `_may_launch_ahead`), so the device never waits
         for the host's book-keeping."""
-        loop = _LoopState(started=self.clock())
+        loop = _LoopState(started=self.clock(), first_step=self.state.step)
+        self._cooldown_at_start(progress)
         self.engine.launched_lengths.clear()  # of updates launched outside this loop, never counted
         loop.last_save = loop.last_read = loop.started
         # Every worker resumed the same step, but each from its own copy: they agree.
@@ -325,7 +330,7 @@ class TrainingLoop:
         pending = None  # the sums of an update launched and not yet read
         while True:
             if pending is None:
-                if self.state.step >= self.config.max_steps:
+                if self.state.step >= self.last_step:
                     return None
                 pending = self.engine.start_update(stream)
             ahead = (self.engine.start_update(stream)
@@ -335,14 +340,15 @@ class TrainingLoop:
             if not counted:
                 continue
             clock_due, out_of_time, stop = self._clock_flags(loop)
-            if pending is not None and (clock_due or out_of_time or stop):
+            cool = self._cooldown_pending() and self.clock() >= self._cooldown_time(loop)
+            if pending is not None and (clock_due or out_of_time or stop or cool):
                 # The host acts now (saves, stops): the update launched ahead is read first.
                 self._count(self.engine.read_update(pending), progress, loop)
                 pending = None
             if pending is None:
                 paused = self.clock()
                 done, result = self._after_update(stream, progress, make_valid, score_valid,
-                                                  loop, clock_due, out_of_time, stop)
+                                                  loop, clock_due, out_of_time, stop, cool)
                 if done:
                     return result
                 # Validating and saving are not training: left out of tokens/s and of the
@@ -351,15 +357,72 @@ class TrainingLoop:
                 progress.leave_out(paused)
                 loop.last_read += paused
 
+    @property
+    def last_step(self) -> int:
+        """The run's last update: --max-steps, or the end of its cooldown where that is sooner."""
+        window = self.state.cooldown if self.config.cooldown else None
+        return min(self.config.max_steps, window[1]) if window else self.config.max_steps
+
+    def _cooldown_at_start(self, progress: Progress) -> None:
+        """The cooldown window as the run (re)starts: the one it began (kept in its checkpoint),
+        else the last `--cooldown` of --max-steps; the clock may begin it sooner
+        (`_begin_cooldown`)."""
+        config, state = self.config, self.state
+        begun = state.cooldown is not None and state.step >= state.cooldown[0]
+        if not config.cooldown:
+            window = None
+        elif begun:
+            window = state.cooldown
+            self.log(f"resumed in the cooldown: the learning rate falls linearly to 0 by step "
+                     f"{window[1]}, the last")
+        else:
+            window = (config.max_steps - round(config.cooldown * config.max_steps),
+                      config.max_steps)
+            clock = (f", or over the last {config.cooldown:g} of --max-minutes where that comes "
+                     f"first" if config.max_minutes else "")
+            self.log(f"cooldown: the learning rate falls linearly to 0 over steps "
+                     f"{window[0] + 1}-{window[1]} (--cooldown {config.cooldown:g} of "
+                     f"--max-steps){clock}")
+        state.cooldown = window
+        self.engine.set_cooldown(window)
+        progress.max_steps = self.last_step
+
+    def _cooldown_pending(self) -> bool:
+        """Whether the clock may still begin the cooldown: --cooldown with --max-minutes, and the
+        window not begun."""
+        window = self.state.cooldown
+        return (bool(self.config.cooldown and self.config.max_minutes)
+                and (window is None or self.state.step < window[0]))
+
+    def _cooldown_time(self, loop: "_LoopState") -> float:
+        """The clock at which the time budget's cooldown begins."""
+        return loop.started + 60 * self.config.max_minutes * (1 - self.config.cooldown)
+
+    def _begin_cooldown(self, loop: "_LoopState", progress: Progress) -> None:
+        """Begin the cooldown now, ending at the step the time budget is expected to run out at:
+        this process's updates so far (validations included) at their mean pace. The workers
+        agree on the soonest; --max-steps bounds it."""
+        config, step = self.config, self.state.step
+        used = self.clock() - loop.started
+        per_update = used / max(step - loop.first_step, 1)
+        end = step + max(1, int((60 * config.max_minutes - used) / per_update))
+        end = min(int(min(self.collectives.every_worker(end))), config.max_steps)
+        self.state.cooldown = (step, end)
+        self.engine.set_cooldown(self.state.cooldown)
+        progress.max_steps = end
+        self.log(f"cooldown from step {step}, {used / 60:.1f} of {config.max_minutes:g} minutes "
+                 f"in (--cooldown {config.cooldown:g}): the learning rate falls linearly to 0 "
+                 f"by step {end}, the last ({per_update:.2f} s an update so far)")
+
     def _may_launch_ahead(self, loop: "_LoopState", make_valid) -> bool:
         """Whether the next update may be launched before the pending one is read: on one worker
         only (each worker's clock differs, their launches must not), and only when the host will
         not act after the pending one: no validation, save or last step at its step, no stop
-        signal, and neither the time budget nor the save cadence expected to run out by its end
-        (the last update's duration after the last read)."""
+        signal, and neither the time budget, its cooldown's start nor the save cadence expected
+        by its end (the last update's duration after the last read)."""
         config, ending = self.config, self.state.step + 1  # the pending update's step, when finite
         if (not self.launch_ahead or self.topology.num_workers > 1
-                or self.stop_signal is not None or ending >= config.max_steps
+                or self.stop_signal is not None or ending >= self.last_step
                 or (config.save_interval_steps and ending % config.save_interval_steps == 0)
                 or (make_valid and config.validate_interval_steps
                     and ending % config.validate_interval_steps == 0)):
@@ -368,6 +431,7 @@ class TrainingLoop:
             return True
         ends_at = loop.last_read + loop.seconds_per_update
         return not ((config.max_minutes and ends_at - loop.started >= 60 * config.max_minutes) or
+                    (self._cooldown_pending() and ends_at >= self._cooldown_time(loop)) or
                     (config.save_interval_minutes and
                      ends_at - loop.last_save >= 60 * config.save_interval_minutes))
 
@@ -418,7 +482,7 @@ class TrainingLoop:
         self.state.step, loop.nonfinite_in_a_row = self.state.step + 1, 0
         loop.diverging = self._watch_divergence(loss_sum / max(tokens, 1.0), loop.watch, length)
         progress.add(loss_sum, nll_sum, tokens)
-        if self.state.step % config.log_interval_steps == 0 or self.state.step == config.max_steps:
+        if self.state.step % config.log_interval_steps == 0 or self.state.step == self.last_step:
             progress.report_train(self.state.step, self.engine.learning_rate(self.state.step),
                                   self.state.skipped, self.state.diverged)
         if self._profiler:
@@ -435,12 +499,15 @@ class TrainingLoop:
         return clock_due, out_of_time, self.stop_signal is not None
 
     def _after_update(self, stream, progress, make_valid, score_valid, loop: "_LoopState",
-                      clock_due: bool, out_of_time: bool, stop: bool,
+                      clock_due: bool, out_of_time: bool, stop: bool, cool: bool = False,
                       validate: bool = False) -> tuple[bool, int | None]:
         """Validation, checkpoint and stop decisions after step `self.state.step` (no update in
-        flight; `validate`: validate whatever the step). Returns (whether to stop, `fit`'s
-        return value)."""
+        flight; `cool`: the clock says the cooldown begins; `validate`: validate whatever the
+        step). Returns (whether to stop, `fit`'s return value)."""
         config = self.config
+        # Every worker makes this collective or none: they share the config and the state.
+        if self._cooldown_pending() and self.collectives.any_worker(cool):
+            self._begin_cooldown(loop, progress)
         # Every worker must agree to stop, or the collectives of the next update would hang.
         out_of_time = self.collectives.any_worker(out_of_time)
         if out_of_time:
@@ -451,7 +518,7 @@ class TrainingLoop:
         # is chosen among all the updates made, not only up to the last interval.
         if make_valid and config.validate_interval_steps and (
                 validate or self.state.step % config.validate_interval_steps == 0 or out_of_time
-                or self.state.step == config.max_steps):
+                or self.state.step == self.last_step):
             result = self._validate(make_valid, score_valid, progress)
             # A validation (decoding for BLEU or F1) can take minutes: a stop signal received
             # meanwhile saves now, not after one more update; one that interrupted it (on any
@@ -477,7 +544,7 @@ class TrainingLoop:
         # update's loss (a batch of unusually long or hard pairs can spike alone).
         wants_save = bool(due and not loop.diverging or is_best or stop)
         if (self.collectives.any_worker(wants_save) or out_of_time
-                or self.state.step == config.max_steps):
+                or self.state.step == self.last_step):
             path = self.checkpointer.save(self.state, stream)
             loop.last_save = self.clock()
             if path is not None:
@@ -522,6 +589,7 @@ class _LoopState:
     """What the training loop carries from one update to the next (host side, this process)."""
 
     started: float  # clock at the loop's start: the time budget counts from here
+    first_step: int = 0  # the step the loop started at
     last_save: float = 0.0
     last_read: float = 0.0  # clock when the last update's sums were read
     seconds_per_update: float | None = None  # between the last two reads

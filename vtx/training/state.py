@@ -42,6 +42,9 @@ class RunState:
     # The checkpoint a fine-tuning run started from (`vtx train --finetune-from`); None: a run
     # from random weights.
     finetuned_from: str | None = None
+    # The learning rate's cooldown window (start, end] (`--cooldown`): falling linearly to 0 by
+    # update `end`, the run's last; None: none (yet). Kept once begun: the run's own schedule.
+    cooldown: tuple[int, int] | None = None
 
     @classmethod
     def fresh(cls, num_workers: int) -> "RunState":
@@ -60,7 +63,8 @@ class RunState:
                 "validation_pending": self.validation_pending,
                 "packed_shapes": ([list(shape) for shape in self.packed_shapes]
                                   if self.packed_shapes else None),
-                "training_data": self.training_data, "finetuned_from": self.finetuned_from}
+                "training_data": self.training_data, "finetuned_from": self.finetuned_from,
+                "cooldown": list(self.cooldown) if self.cooldown else None}
 
     def load_meta(self, meta: dict) -> None:
         """Take a checkpoint's state (`to_meta`'s fields) in place, keeping this run's
@@ -78,3 +82,5 @@ class RunState:
         self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
         self.validation_pending = meta.get("validation_pending", False)
         self.finetuned_from = meta.get("finetuned_from")
+        cooldown = meta.get("cooldown")
+        self.cooldown = (int(cooldown[0]), int(cooldown[1])) if cooldown else None
