@@ -19,8 +19,8 @@
 # alone), VALIDATE (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements
 # without a better one before training stops), EMA (0.999: the decay of the weights' moving
 # average, which the validations, the best checkpoint and the final parses use; 0: no average,
-# the weights themselves), COOLDOWN (0.3: over the budget's last 30% the learning rate falls
-# linearly to 0, vtx train --cooldown; 0: the paper's schedule to the end), AVERAGE (1: the best
+# the weights themselves), COOLDOWN (0: the paper's schedule to the end; F: over the budget's last
+# F the learning rate falls linearly to 0, vtx train --cooldown), AVERAGE (1: the best
 # checkpoint alone is parsed; N: the average of the N checkpoints that end at the best one),
 # DROPOUT (0.1, residual and embedding), SEED (1: the initial weights, dropout and the batches'
 # order; runs with the same seed differ only in how many updates fit the budget), LENPEN (1.0:
@@ -52,7 +52,7 @@ SUBTREES=${SUBTREES:-8}
 VALIDATE=${VALIDATE:-1000}
 PATIENCE=${PATIENCE:-2}
 EMA=${EMA:-0.999}
-COOLDOWN=${COOLDOWN:-0.3}
+COOLDOWN=${COOLDOWN:-0}
 AVERAGE=${AVERAGE:-1}
 DROPOUT=${DROPOUT:-0.1}
 SEED=${SEED:-1}

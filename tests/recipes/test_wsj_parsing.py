@@ -23,7 +23,7 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
     for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
         (ptb / source.name).symlink_to(source)
     env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "TEST": TEST_FILE,
-           "WORK": str(tmp_path / "work"), "STEPS": "10", "VALIDATE": "10",
+           "WORK": str(tmp_path / "work"), "STEPS": "10", "VALIDATE": "10", "COOLDOWN": "0.5",
            "VTX": str(Path(sys.executable).with_name("vtx"))}
     result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
                             env=env, capture_output=True, text=True, timeout=900)
@@ -34,6 +34,7 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
                           re.MULTILINE)
         assert match, result.stdout[-3000:]
     assert "Bracketing Recall" in result.stdout and "wall time:" in result.stdout
+    assert "the learning rate falls linearly to 0 over steps 6-10" in result.stderr
     work = tmp_path / "work"
     for prefix, count in (("valid", 5), ("test", 7)):
         trees = (work / f"{prefix}.parsed").read_text().splitlines()
