@@ -59,10 +59,11 @@ def test_tiny_learns_to_reverse_50_pairs(tmp_path):
 
 @pytest.mark.slow
 def test_one_and_eight_replicas_train_the_same_model(tmp_path):
+    """With a cooldown too (update 3 at half its rate): every replica's Adam reads it."""
     # Side by side: each spends most of its time tracing in Python, on one core.
-    one = driver(tmp_path / "one", "--max-steps", 3, "--devices", 1, "--update-freq", 8, wait=False)
-    eight = driver(tmp_path / "eight", "--max-steps", 3, "--devices", 8, "--update-freq", 1,
-                   wait=False)
+    steps = ("--max-steps", 3, "--cooldown", 0.5)
+    one = driver(tmp_path / "one", *steps, "--devices", 1, "--update-freq", 8, wait=False)
+    eight = driver(tmp_path / "eight", *steps, "--devices", 8, "--update-freq", 1, wait=False)
     one, eight = finished(one), finished(eight)
     assert first_loss(one) == pytest.approx(first_loss(eight), abs=1e-5)
     for a, b in zip(final_weights(tmp_path / "one"), final_weights(tmp_path / "eight")):
@@ -72,8 +73,9 @@ def test_one_and_eight_replicas_train_the_same_model(tmp_path):
 @pytest.mark.slow
 def test_two_replicas_under_xla_train_the_model_they_train_without(tmp_path):
     """Under XLA each replica's Adam step is a program of its own, run on that replica's copy of
-    the variables: after 3 updates the weights are those of the same updates without XLA."""
-    steps = ("--max-steps", 3, "--devices", 2)
+    the variables: after 3 updates the weights are those of the same updates without XLA, with
+    a cooldown (update 3 at half its rate) read by each replica's program."""
+    steps = ("--max-steps", 3, "--devices", 2, "--cooldown", 0.5)
     xla = driver(tmp_path / "xla", *steps, "--jit", wait=False)
     graph = driver(tmp_path / "graph", *steps, wait=False)
     xla, graph = finished(xla), finished(graph)
