@@ -8,14 +8,19 @@ from vtx_cli.options import (SEARCH_FLAGS, ema_option, ensemble_option, library_
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
-         "input_path": "--input"}
+         "input_path": "--input", "tokenize": "--tokenize"}
 
 
 @click.command()
 @ensemble_option
 @ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
-              help="Whitespace-tokenized sentences, one per line.  [default: stdin]")
+              help="Whitespace-tokenized sentences, one per line (with --tokenize: raw "
+                   "text).  [default: stdin]")
+@click.option("--tokenize", is_flag=True,
+              help="Raw text in, one sentence per line: split it into the Penn Treebank's "
+                   "tokens first (n't and 's split off, `` and '' for quotes). NLTK's "
+                   "TreebankWordTokenizer; brackets become -LRB- and -RRB-.")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False),
               help="Where to write the trees, one per line, atomically (through a link to its "
                    "target; a FIFO or device directly).  [default: stdout]")
@@ -35,7 +40,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
                    "words in their slots (prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
-          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema):
+          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema, tokenize):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
@@ -49,7 +54,8 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
         parsed = lib.parse_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
                                 input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
-                                log=lambda message: click.echo(message, err=True), ema=ema)
+                                log=lambda message: click.echo(message, err=True), ema=ema,
+                                tokenize=tokenize)
     except (OSError, ValueError, MemoryError) as error:  # also a --beam too wide for the memory
         raise library_error(error, FLAGS) from error
     if parsed.scores is not None:

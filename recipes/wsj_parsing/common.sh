@@ -29,12 +29,15 @@ help_if_asked() {
 # vtx preprocess for words -> linearized trees. The bracket tokens stay whole pieces
 # (--whole-word-symbols); a tree is 2-4x its sentence in tokens, so the length-ratio filter is
 # raised far above that to drop no training pair (the paper filters none).
-preprocess_trees() {  # text_dir data_dir vocab_size [extra preprocess flags...]
+# VOCAB: a size (a new vocabulary) or an earlier run's SentencePiece model (reused whole, brackets
+# included, so that a model trained on that vocabulary can go on training on this data).
+preprocess_trees() {  # text_dir data_dir vocab [extra preprocess flags...]
   local text=$1 data=$2 vocab=$3
   shift 3
+  local pieces=(--vocab-size "$vocab" --whole-word-symbols "$text/brackets.txt")
+  [ -f "$vocab" ] && pieces=(--spm-model "$vocab")
   "$VTX" preprocess -s words -t trees --trainpref "$text/train" --validpref "$text/valid" \
-    --destdir "$data" --vocab-size "$vocab" --whole-word-symbols "$text/brackets.txt" \
-    --max-length-ratio 20 --max-positions 1024 --force "$@"
+    --destdir "$data" "${pieces[@]}" --max-length-ratio 20 --max-positions 1024 --force "$@"
 }
 
 # vtx parse of PREFIX.words against PREFIX.gold into OUT (one tree per line); its messages and

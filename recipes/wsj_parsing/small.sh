@@ -26,7 +26,18 @@
 # order; runs with the same seed differ only in how many updates fit the budget), LENPEN (1.0:
 # the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
 # "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file
-# in two of them is refused).
+# in two of them is refused), SILVER (none: self-training is off; files of raw English text, one
+# sentence per line, space-separated: self-training, below), TEACHER (the checkpoint that parses
+# SILVER, of EMA's kind; none: a teacher trained here), TEACHER_MINUTES (24: of MINUTES, the
+# teacher's training).
+#
+# Self-training (the paper's semi-supervised setting in miniature): SILVER's sentences of 5-35
+# words, each once, are split into the treebank's tokens and parsed by a teacher (beam 4, trees
+# constrained), and the model trains on the sample's trees and these silver trees together.
+# Without TEACHER, the teacher is this recipe's model trained TEACHER_MINUTES on the sample's
+# trees alone (in WORK/teacher), and the student goes on from its best (EMA) weights for the rest
+# of MINUTES, on its vocabulary; with TEACHER (e.g. an earlier run's checkpoint_best.npz), a
+# student trains from scratch for MINUTES.
 #
 # Choices, made on the dev set only (docs/results.md has the runs): the words themselves stand in
 # the slots of the trees (with XX or POS tags a small model learnt a language model of trees that
@@ -60,6 +71,9 @@ LENPEN=${LENPEN:-1.0}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
 TEST=${TEST:-wsj_01[45][0-9].mrg}
 TRAIN=${TRAIN:-wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg}
+SILVER=${SILVER:-}
+TEACHER=${TEACHER:-}
+TEACHER_MINUTES=${TEACHER_MINUTES:-24}
 
 check_vtx
 # Each split's files (one glob after another); a file in two splits is refused.
@@ -82,6 +96,15 @@ FILE_FLAGS=()
 split_files TRAIN "$TRAIN" --train-files
 split_files DEV "$DEV" --valid-files
 split_files TEST "$TEST" --test-files
+for path in $SILVER; do
+  [ -f "$path" ] || die "SILVER: no file '$path' (raw English text, one sentence per line)"
+done
+[ -z "$TEACHER" ] || [ -f "$TEACHER" ] || die "TEACHER: no checkpoint file '$TEACHER'"
+[ -z "$TEACHER" ] || [ -n "$SILVER" ] || die "TEACHER is set but SILVER is not: the teacher parses SILVER"
+if [ -n "$SILVER" ] && [ -z "$TEACHER" ]; then
+  [[ $TEACHER_MINUTES =~ ^[0-9]+([.][0-9]+)?$ ]] && awk "BEGIN { exit !($TEACHER_MINUTES > 0 && $TEACHER_MINUTES < $MINUTES) }" ||
+    die "TEACHER_MINUTES is the teacher's share of MINUTES ($MINUTES), more than 0 and less, got '$TEACHER_MINUTES'"
+fi
 case $EMA in
   0) EMA_TRAIN=() EMA_PARSE=() ;;
   0.*) EMA_TRAIN=(--ema-decay "$EMA" --validate-with-ema) EMA_PARSE=(--ema) ;;
@@ -94,29 +117,74 @@ if [ -e "$WORK" ]; then
   for entry in "$WORK"/* "$WORK"/.[!.]*; do
     [ -e "$entry" ] || [ -L "$entry" ] || continue
     case ${entry##*/} in
-      text|data|checkpoints|average.npz|valid.parsed|valid.parsed.log|test.parsed|test.parsed.log|curve|f1.tsv|.*.tmp-*) ;;
+      text|data|checkpoints|teacher|silver|average.npz|valid.parsed|valid.parsed.log|test.parsed|test.parsed.log|curve|f1.tsv|.*.tmp-*) ;;
       *) die "WORK '$WORK' holds '${entry##*/}', which small.sh does not write; it replaces WORK whole: set WORK to a new folder or an earlier small.sh run's" ;;
     esac
   done
 fi
 START=$(date +%s)
 rm -rf "$WORK"
-step "linearizing the sample into $WORK/text (slots: $SLOTS)"
-"$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
-step "binarizing into $WORK/data (4000-piece vocabulary)"
-preprocess_trees "$WORK/text" "$WORK/data" 4000
-step "training for $MINUTES minutes (dev F1 every $VALIDATE updates)"
 # 3 layers x 256 (6.6M parameters with the embeddings), ~2k tokens a batch, a quarter of the
 # schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse; of the EMA
 # with EMA set) is kept as checkpoint_best.npz. A checkpoint is saved at every validation and
 # all are kept, for the test curve.
-"$VTX" train "$WORK/data" --arch base --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
-  --dropout "$DROPOUT" --save-dir "$WORK/checkpoints" --max-minutes "$MINUTES" --max-steps "$STEPS" \
-  --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --cooldown "$COOLDOWN" \
-  --save-interval-minutes 0 \
-  --save-interval-steps "$VALIDATE" \
-  --validate-interval-steps "$VALIDATE" --eval-f1 "$WORK/text/valid.gold" --eval-constrain-trees \
-  --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 --seed "$SEED" "${EMA_TRAIN[@]}"
+train_model() {  # data_dir save_dir minutes text_dir [extra train flags...]
+  local data=$1 save=$2 minutes=$3 text=$4
+  shift 4
+  "$VTX" train "$data" --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
+    --dropout "$DROPOUT" --save-dir "$save" --max-minutes "$minutes" --max-steps "$STEPS" \
+    --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --cooldown "$COOLDOWN" \
+    --save-interval-minutes 0 \
+    --save-interval-steps "$VALIDATE" \
+    --validate-interval-steps "$VALIDATE" --eval-f1 "$text/valid.gold" --eval-constrain-trees \
+    --keep-last 0 --patience "$PATIENCE" --log-interval-steps 100 --seed "$SEED" \
+    "${EMA_TRAIN[@]}" "$@"
+}
+# The weights a student or a parse starts from: the best dev F1's (the newest where none was
+# measured), its EMA where EMA is set, as a plain checkpoint.
+best_weights() {  # save_dir output
+  local bound=() newest
+  if [ -f "$1/checkpoint_best.npz" ]; then bound=(--upper-bound best); fi
+  if [ ${#EMA_PARSE[@]} -gt 0 ]; then
+    "$VTX" average-checkpoints --inputs "$1" --num-last 1 "${bound[@]}" --output "$2" --force --ema
+  elif [ ${#bound[@]} -gt 0 ]; then cp "$1/checkpoint_best.npz" "$2"
+  else newest=$(ls "$1"/checkpoint_[0-9]*.npz | sort | tail -1); cp "$newest" "$2"
+  fi
+}
+STUDENT=() STUDENT_MINUTES=$MINUTES VOCAB=4000
+if [ -n "$SILVER" ]; then
+  if [ -z "$TEACHER" ]; then
+    step "the teacher: linearizing the sample into $WORK/teacher/text (slots: $SLOTS)"
+    "$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/teacher/text" --slots "$SLOTS" \
+      --train-subtrees "$SUBTREES"
+    preprocess_trees "$WORK/teacher/text" "$WORK/teacher/data" 4000
+    step "training the teacher for $TEACHER_MINUTES minutes on the sample's trees"
+    train_model "$WORK/teacher/data" "$WORK/teacher/checkpoints" "$TEACHER_MINUTES" \
+      "$WORK/teacher/text" --arch base
+    best_weights "$WORK/teacher/checkpoints" "$WORK/teacher/start.npz"
+    TEACHER=$WORK/teacher/start.npz TEACHER_PARSE=()
+    STUDENT=(--finetune-from "$TEACHER") VOCAB=$WORK/teacher/data/spm.model
+    STUDENT_MINUTES=$(awk "BEGIN { print $MINUTES - $TEACHER_MINUTES }")
+  else
+    TEACHER_PARSE=("${EMA_PARSE[@]}")
+  fi
+  mkdir -p "$WORK/silver"
+  # Sentences of 5-35 words, each once (the treebank's tokens are ~10% more).
+  awk 'NF >= 5 && NF <= 35 && !seen[$0]++' $SILVER > "$WORK/silver/sentences.txt"
+  step "parsing $(wc -l < "$WORK/silver/sentences.txt") sentences of SILVER with $TEACHER (beam 4, constrained)"
+  "$VTX" parse --checkpoint "$TEACHER" "${TEACHER_PARSE[@]}" --input "$WORK/silver/sentences.txt" \
+    --tokenize --output "$WORK/silver/silver.mrg" --force --beam 4 --lenpen 1.0 --max-len-a 4 \
+    --max-len-b 10 --constrain-trees 2> "$WORK/silver/parse.log" ||
+    { cat "$WORK/silver/parse.log" >&2; die "parsing SILVER failed"; }
+  FILE_FLAGS+=(--train-files "$WORK/silver/silver.mrg")
+fi
+step "linearizing the sample${SILVER:+ and the silver trees} into $WORK/text (slots: $SLOTS)"
+"$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
+step "binarizing into $WORK/data ($([ -f "$VOCAB" ] && echo "the teacher's vocabulary" || echo "$VOCAB-piece vocabulary"))"
+preprocess_trees "$WORK/text" "$WORK/data" "$VOCAB"
+step "training for $STUDENT_MINUTES minutes (dev F1 every $VALIDATE updates)"
+if [ ${#STUDENT[@]} -eq 0 ]; then STUDENT=(--arch base); fi
+train_model "$WORK/data" "$WORK/checkpoints" "$STUDENT_MINUTES" "$WORK/text" "${STUDENT[@]}"
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
 PARSE_EMA=("${EMA_PARSE[@]}")

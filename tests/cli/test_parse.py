@@ -166,6 +166,22 @@ def test_constrained_trees_need_no_repair_even_from_a_random_model(checkpoint, d
             assert parse_tree(tree_line).leaves() == line.split()
 
 
+def test_raw_text_is_parsed_over_the_treebank_tokens_with_tokenize(checkpoint):
+    """Raw text parsed as given kept "don't" and "(now)." as single words, which the
+    treebank never has; --tokenize parses its Penn Treebank tokens."""
+    raw = 'They said "we don\'t know (now)."\n\nIt\'s $5.\n'
+    result = invoke("--checkpoint", checkpoint, *FAST, "--constrain-trees", "--tokenize",
+                    stdin=raw)
+    assert result.exit_code == 0, result.output
+    trees = result.stdout.splitlines()
+    assert len(trees) == 3 and trees[1] == ""
+    assert parse_tree(trees[0]).leaves() == ["They", "said", "``", "we", "do", "n't", "know",
+                                             "-LRB-", "now", "-RRB-", ".", "''"]
+    assert parse_tree(trees[2]).leaves() == ["It", "'s", "$", "5", "."]
+    untokenized = invoke("--checkpoint", checkpoint, *FAST, "--constrain-trees", stdin=raw)
+    assert parse_tree(untokenized.stdout.splitlines()[0]).leaves()[2:4] == ["\"we", "don't"]
+
+
 def test_constrained_trees_from_a_translation_model_are_one_line_naming_the_flag():
     # Raised while TensorFlow traced the search, it came as a multi-line dump of the trace.
     translation_model = Path(__file__).parents[1] / "fixtures" / "multi30k_tiny.npz"

@@ -18,13 +18,18 @@ TEST_FILE = "wsj_0157.mrg"  # 7 sentences
 
 @pytest.mark.slow
 def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tmp_path):
+    """With self-training: a teacher trained on the sample parses raw news sentences, and the
+    student goes on from it on both."""
     ptb = tmp_path / "ptb"
     ptb.mkdir()
     for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
         (ptb / source.name).symlink_to(source)
+    news = (shared_data / "wmt14" / "newstest2014-deen.en").read_text().splitlines()[:40]
+    raw = tmp_path / "news.en"
+    raw.write_text("".join(line + "\n" for line in news + news))  # each kept once
     env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "TEST": TEST_FILE,
            "WORK": str(tmp_path / "work"), "STEPS": "10", "VALIDATE": "10", "COOLDOWN": "0.5",
-           "VTX": str(Path(sys.executable).with_name("vtx"))}
+           "SILVER": str(raw), "VTX": str(Path(sys.executable).with_name("vtx"))}
     result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -36,6 +41,15 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
     assert "Bracketing Recall" in result.stdout and "wall time:" in result.stdout
     assert "the learning rate falls linearly to 0 over steps 6-10" in result.stderr
     work = tmp_path / "work"
+    # The silver trees: one per sentence of 5-35 words, over its treebank tokens, trained on.
+    kept = list(dict.fromkeys(line for line in news if 5 <= len(line.split()) <= 35))
+    assert (work / "silver" / "sentences.txt").read_text().splitlines() == kept
+    silver = [parse_tree(line).leaves()
+              for line in (work / "silver" / "silver.mrg").read_text().splitlines()]
+    assert len(silver) == len(kept) and "``" in sum(silver, [])
+    train_words = (work / "text" / "train.words").read_text().splitlines()
+    assert {" ".join(leaves) for leaves in silver} <= set(train_words)
+    assert f"fine-tuning from {work / 'teacher' / 'start.npz'} (step 10)" in result.stderr
     for prefix, count in (("valid", 5), ("test", 7)):
         trees = (work / f"{prefix}.parsed").read_text().splitlines()
         words = (work / "text" / f"{prefix}.words").read_text().splitlines()

@@ -29,6 +29,7 @@ from vtx.inference.translate import (STDIN, Translator, check_output, load_model
                                      open_source, output_sink, read_lines)
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
+from vtx.parsing.tokenize import treebank_words
 from vtx.parsing.trees import Tree
 from vtx.progress_lines import LineProgress
 
@@ -177,14 +178,15 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
                force: bool = False, gold_path: str | Path | None = None,
                warn: Callable[[str], None] = lambda message: None,
                log: Callable[[str], None] = lambda message: None,
-               ema: bool = False) -> ParsedFile:
+               ema: bool = False, tokenize: bool = False) -> ParsedFile:
     """`vtx parse` as a library call: the sentences of `input_path` (None: stdin) parsed into
     trees in `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's
     newest; or a list of them: their ensemble) and, with `gold_path`, scored against its trees.
 
     The input, the output, the gold trees and the checkpoint are all checked before any parsing;
     `log` is told the checkpoint used, then the repairs made. `ema`: the checkpoint's EMA
-    weights (`checkpoints.with_ema_weights`).
+    weights (`checkpoints.with_ema_weights`). `tokenize`: the input is raw text, split into the
+    Penn Treebank's tokens (`vtx.parsing.tokenize`) before parsing; the trees hold those tokens.
 
     Raises:
         OutputExistsError: `output_path` exists and `force` is false.
@@ -201,6 +203,8 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)
         lines = list(read_lines(source, input_path or STDIN))
+    if tokenize:
+        lines = [" ".join(treebank_words(line)) for line in lines]
     gold = read_gold(gold_path, len(lines)) if gold_path else None
     translator = (load_translator(paths[0], options, warn, ema) if len(paths) == 1 else
                   Translator(*load_models(paths, ema), options, warn))
