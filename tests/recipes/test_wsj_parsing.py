@@ -65,6 +65,20 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
     assert [row[0] for row in rows[1:]] == ["10"], rows
     assert re.fullmatch(r"\d+\.\d\d|nan", rows[1][3]) and re.fullmatch(r"\d+\.\d\d", rows[1][2])
 
+    # An earlier run's model as the teacher (its EMA parses): the student trains from scratch on
+    # a vocabulary of its own, for the whole budget, and no teacher is trained.
+    teacher = work / "teacher" / "checkpoints" / "checkpoint_best.npz"
+    again = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
+                           env={**env, "WORK": str(tmp_path / "student"), "COOLDOWN": "0",
+                                "TEACHER": str(teacher)},
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    student = tmp_path / "student"
+    assert f"parsing {len(kept)} sentences of SILVER with {teacher}" in again.stderr
+    assert "fine-tuning" not in again.stderr and not (student / "teacher").exists()
+    assert "binarizing into" in again.stderr and "4000-piece vocabulary" in again.stderr
+    assert len((student / "silver" / "silver.mrg").read_text().splitlines()) == len(kept)
+
 
 @pytest.mark.parametrize("script", ["small.sh", "prepare.sh", "train.sh", "evaluate.sh"])
 def test_help_prints_the_header_and_touches_nothing(tmp_path, script):
