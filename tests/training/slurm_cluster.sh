@@ -51,7 +51,7 @@ SelectTypeParameters=CR_CPU
 ReturnToService=2
 # Job ids, and with them the workers' ports (vtx.training.distribute.SLURM_PORT_BASE), apart
 # from those of another cluster this script started (tests run side by side).
-FirstJobId=$(( ($$ % 500) * 40 + 1 ))
+FirstJobId=$(( ($$ % 300) * 40 + 1 ))
 SlurmctldPort=$((17000 + $$ % 1000))
 SlurmdPort=$((18000 + $$ % 1000))
 SlurmctldPidFile=$dir/slurmctld.pid

@@ -244,6 +244,19 @@ def test_a_slurm_step_resolves_to_the_tf_config_it_replaces(monkeypatch):
     assert topology(SimpleNamespace(num_replicas_in_sync=4)) == Topology(3, 4, 1, False)
 
 
+@pytest.mark.parametrize("job", ["11999", "12000", "19481", "987654"])
+def test_slurm_workers_listen_below_the_ephemeral_ports_srun_takes(monkeypatch, job):
+    """srun and slurmstepd listen on Linux's ephemeral ports (32768 on): a worker's port there
+    could be theirs. Job 19481 once took 39481-39482 and its step hung."""
+    from vtx.training.distribute import slurm_tf_config
+
+    slurm_step(monkeypatch, CUDA_VISIBLE_DEVICES="", SLURM_JOB_ID=job, SLURM_STEP_NUM_TASKS="16",
+               SLURM_STEP_NODELIST="cpu[1-2]", SLURM_STEP_TASKS_PER_NODE="8(x2)")
+    tf_config, _ = slurm_tf_config()
+    ports = [int(address.rpartition(":")[2]) for address in tf_config["cluster"]["worker"]]
+    assert len(ports) == 16 and 20000 <= min(ports) and max(ports) < 32768
+
+
 def test_a_slurm_task_gets_its_share_of_its_nodes_gpus(tmp_path, monkeypatch):
     from vtx.training.distribute import slurm_tf_config
 

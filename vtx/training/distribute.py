@@ -92,8 +92,9 @@ def _join_cluster(tf_config: dict, log: Callable[[str], None]) -> tf.distribute.
 
 
 # The first port of a Slurm job's workers on a node (task k of the node listens on the next k-th):
-# offset by the job id, so that two jobs sharing a node are unlikely to meet.
-SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 20000
+# offset by the job id, so that two jobs sharing a node are unlikely to meet; all below Linux's
+# ephemeral ports (32768 on), where srun and slurmstepd listen and would take a worker's port.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 12000
 
 
 def slurm_tf_config() -> tuple[dict, str] | None:
