@@ -159,18 +159,19 @@ def plot_decoding(rows: list[dict[str, str]], out: Path) -> None:
 
 def plot_wsj_curve(rows: list[dict[str, str]], out: Path) -> None:
     """WSJ sample parser: dev and test F1 (beam 4) of each checkpoint against training minutes,
-    one colour per run: dev (the set the checkpoint is chosen on) solid, test dashed (a row
-    without a test figure, such as a self-training teacher's, has its dev point alone)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run in dict.fromkeys(row["run"] for row in rows):
-        points = [row for row in rows if row["run"] == run]
+    one colour per run (its name and machine): dev (the set the checkpoint is chosen on) solid,
+    test dashed (a row without a test figure, such as a self-training teacher's, has its dev
+    point alone)."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for run, machine in dict.fromkeys((row["run"], row["machine"]) for row in rows):
+        points = [row for row in rows if (row["run"], row["machine"]) == (run, machine)]
         (line,) = ax.plot([float(point["minutes"]) for point in points],
                           [float(point["dev_f1_beam4"]) for point in points], "o-",
-                          label=f"{run}, {points[0]['machine']}: dev", markersize=4)
+                          label=f"{run}, {machine}: dev", markersize=4)
         tested = [point for point in points if point.get("test_f1_beam4")]
         ax.plot([float(point["minutes"]) for point in tested],
                 [float(point["test_f1_beam4"]) for point in tested], "s--",
-                color=line.get_color(), label=f"{run}: test", markersize=4)
+                color=line.get_color(), label="test", markersize=4)
     ax.set_xlabel("training minutes (2 cores)")
     ax.set_ylabel("F1, beam 4, constrained (EMA weights)")
     ax.set_title("WSJ sample parser (small.sh): dev and test F1 along the run", fontsize=11)

@@ -14,23 +14,29 @@
 # ../shared/data/ptb_sample beside the checkout), WORK (runs/wsj_small; replaced, so a folder
 # holding files it did not write is refused), MINUTES (52: the training budget, teacher and student
 # together, dev F1 measurements included; the whole script takes ~13 minutes more, ~6 without
-# SILVER), STEPS (an update cap, 100000), SLOTS (words: what stands for each word in the linearized
-# trees, see vtx prepare-parse --slots), SUBTREES (8: also train on every phrase of >= 8 words as a
-# pair of its own; 0: the sentences alone), VALIDATE (1000: updates between dev F1 measurements),
-# PATIENCE (2: dev F1 measurements without a better one before training stops), EMA (0.999: the
-# decay of the weights' moving average, which the validations, the best checkpoint and the final
-# parses use; 0: no average, the weights themselves), COOLDOWN (0: the paper's schedule to the end;
-# F: over the budget's last F the learning rate falls linearly to 0, vtx train --cooldown), AVERAGE
-# (1: the best checkpoint alone is parsed; N: the average of the N checkpoints that end at the best
-# one), DROPOUT (0.1, residual and embedding), SEED (1: the initial weights, dropout and the
-# batches' order; runs with the same seed differ only in how many updates fit the budget), LENPEN
-# (1.0: the final parse's length penalty alpha), TRAIN, DEV and TEST (globs in PTB, space-separated:
-# "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg, wsj_01[45][0-9].mrg; a file in
-# two of them is refused), SILVER (files of raw English text, one sentence per line,
-# space-separated, for self-training, below: by default newstest2014-deen.en and
+# SILVER), STEPS (100000: an update cap, the student's, and the teacher's unless TEACHER_STEPS is
+# set; with MINUTES ample it makes the budget updates, below), SLOTS (words: what stands for each
+# word in the linearized trees, see vtx prepare-parse --slots), SUBTREES (8: also train on every
+# phrase of >= 8 words as a pair of its own; 0: the sentences alone), VALIDATE (1000: updates
+# between dev F1 measurements), PATIENCE (2: dev F1 measurements without a better one before
+# training stops), EMA (0.999: the decay of the weights' moving average, which the validations, the
+# best checkpoint and the final parses use; 0: no average, the weights themselves), COOLDOWN (0: the
+# paper's schedule to the end; F: over the budget's last F the learning rate falls linearly to 0,
+# vtx train --cooldown), AVERAGE (1: the best checkpoint alone is parsed; N: the average of the N
+# checkpoints that end at the best one), DROPOUT (0.1, residual and embedding), SEED (1: the initial
+# weights, dropout and the batches' order; runs with the same seed differ only in how many updates
+# fit the budget), LENPEN (1.0: the final parse's length penalty alpha), TRAIN, DEV and TEST (globs
+# in PTB, space-separated: "wsj_00[0-9][0-9].mrg wsj_01[0-3][0-9].mrg", wsj_01[67][0-9].mrg,
+# wsj_01[45][0-9].mrg; a file in two of them is refused), SILVER (files of raw English text, one
+# sentence per line, space-separated, for self-training, below: by default newstest2014-deen.en and
 # newstest2014-fren.en of $VTX_SHARED_DATA/wmt14; none: no self-training), TEACHER (the checkpoint
 # that parses SILVER, of EMA's kind; unset: a teacher trained here), TEACHER_MINUTES (24: of
-# MINUTES, the teacher's training).
+# MINUTES, the teacher's training), TEACHER_STEPS (the teacher's update cap; default STEPS).
+#
+# A budget in updates: MINUTES is time, so a slower CPU trains fewer updates and parses worse. To
+# train about as far as a given run on any CPU, and take longer, cap the updates and make the
+# minutes ample, e.g. for the Intel Xeon's seed-1 run of docs/results.md (4,995 + 5,702 updates):
+#   MINUTES=400 TEACHER_MINUTES=200 TEACHER_STEPS=5000 STEPS=6000 bash recipes/wsj_parsing/small.sh
 #
 # Self-training (the paper's semi-supervised setting in miniature): SILVER's sentences of 5-35
 # words, each once, are split into the treebank's tokens and parsed by a teacher (beam 4, trees
@@ -78,8 +84,12 @@ SILVER=${SILVER:-$DATA/wmt14/newstest2014-deen.en $DATA/wmt14/newstest2014-fren.
 [ "$SILVER" != none ] || SILVER=
 TEACHER=${TEACHER:-}
 TEACHER_MINUTES=${TEACHER_MINUTES:-24}
+TEACHER_STEPS=${TEACHER_STEPS:-$STEPS}
 
 check_vtx
+[[ $STEPS =~ ^[1-9][0-9]*$ ]] || die "STEPS is an update cap, a whole number above 0, got '$STEPS'"
+[[ $TEACHER_STEPS =~ ^[1-9][0-9]*$ ]] ||
+  die "TEACHER_STEPS is the teacher's update cap, a whole number above 0, got '$TEACHER_STEPS'"
 # Each split's files (one glob after another); a file in two splits is refused.
 split_files() {  # name globs prepare-parse-flag
   local name=$1 glob path found=0
@@ -132,11 +142,11 @@ rm -rf "$WORK"
 # schedule's rate; the best dev F1 (beam 4, trees constrained as in the final parse; of the EMA
 # with EMA set) is kept as checkpoint_best.npz. A checkpoint is saved at every validation and
 # all are kept, for the test curve.
-train_model() {  # data_dir save_dir minutes text_dir [extra train flags...]
-  local data=$1 save=$2 minutes=$3 text=$4
-  shift 4
+train_model() {  # data_dir save_dir minutes steps text_dir [extra train flags...]
+  local data=$1 save=$2 minutes=$3 steps=$4 text=$5
+  shift 5
   "$VTX" train "$data" --layers 3 --d-model 256 --d-ff 1024 --heads 4 \
-    --dropout "$DROPOUT" --save-dir "$save" --max-minutes "$minutes" --max-steps "$STEPS" \
+    --dropout "$DROPOUT" --save-dir "$save" --max-minutes "$minutes" --max-steps "$steps" \
     --max-tokens 2048 --warmup-steps 800 --lr-scale 0.25 --cooldown "$COOLDOWN" \
     --save-interval-minutes 0 \
     --save-interval-steps "$VALIDATE" \
@@ -162,9 +172,10 @@ if [ -n "$SILVER" ]; then
     "$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/teacher/text" --slots "$SLOTS" \
       --train-subtrees "$SUBTREES"
     preprocess_trees "$WORK/teacher/text" "$WORK/teacher/data" 4000
-    step "training the teacher for $TEACHER_MINUTES minutes on the sample's trees"
+    step "training the teacher for $TEACHER_MINUTES minutes (at most $TEACHER_STEPS updates) on" \
+      "the sample's trees"
     train_model "$WORK/teacher/data" "$WORK/teacher/checkpoints" "$TEACHER_MINUTES" \
-      "$WORK/teacher/text" --arch base
+      "$TEACHER_STEPS" "$WORK/teacher/text" --arch base
     best_weights "$WORK/teacher/checkpoints" "$WORK/teacher/start.npz"
     TEACHER=$WORK/teacher/start.npz TEACHER_PARSE=()
     STUDENT=(--finetune-from "$TEACHER") VOCAB=$WORK/teacher/data/spm.model
@@ -186,9 +197,11 @@ step "linearizing the sample${SILVER:+ and the silver trees} into $WORK/text (sl
 "$VTX" prepare-parse "${FILE_FLAGS[@]}" --destdir "$WORK/text" --slots "$SLOTS" --train-subtrees "$SUBTREES"
 step "binarizing into $WORK/data ($([ -f "$VOCAB" ] && echo "the teacher's vocabulary" || echo "$VOCAB-piece vocabulary"))"
 preprocess_trees "$WORK/text" "$WORK/data" "$VOCAB"
-step "training for $STUDENT_MINUTES minutes (dev F1 every $VALIDATE updates)"
+step "training for $STUDENT_MINUTES minutes (at most $STEPS updates; dev F1 every $VALIDATE" \
+  "updates)"
 if [ ${#STUDENT[@]} -eq 0 ]; then STUDENT=(--arch base); fi
-train_model "$WORK/data" "$WORK/checkpoints" "$STUDENT_MINUTES" "$WORK/text" "${STUDENT[@]}"
+train_model "$WORK/data" "$WORK/checkpoints" "$STUDENT_MINUTES" "$STEPS" "$WORK/text" \
+  "${STUDENT[@]}"
 CHECKPOINT=$WORK/checkpoints/checkpoint_best.npz
 [ -f "$CHECKPOINT" ] || CHECKPOINT=$WORK/checkpoints  # no dev F1 measured: the newest one
 PARSE_EMA=("${EMA_PARSE[@]}")

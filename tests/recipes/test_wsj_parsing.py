@@ -19,7 +19,7 @@ TEST_FILE = "wsj_0157.mrg"  # 7 sentences
 @pytest.mark.slow
 def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tmp_path):
     """With self-training: a teacher trained on the sample parses raw news sentences, and the
-    student goes on from it on both."""
+    student goes on from it on both; each stops at its own update cap."""
     ptb = tmp_path / "ptb"
     ptb.mkdir()
     for source in sorted((shared_data / "ptb_sample").glob("wsj_0*.mrg"))[:160]:  # 0001-0160
@@ -28,7 +28,8 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
     raw = tmp_path / "news.en"
     raw.write_text("".join(line + "\n" for line in news + news))  # each kept once
     env = {**os.environ, "PTB": str(ptb), "DEV": DEV_FILE, "TEST": TEST_FILE,
-           "WORK": str(tmp_path / "work"), "STEPS": "10", "VALIDATE": "10", "COOLDOWN": "0.5",
+           "WORK": str(tmp_path / "work"), "STEPS": "10", "TEACHER_STEPS": "5",
+           "VALIDATE": "10", "COOLDOWN": "0.5",
            "SILVER": str(raw), "VTX": str(Path(sys.executable).with_name("vtx"))}
     result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
                             env=env, capture_output=True, text=True, timeout=900)
@@ -49,7 +50,7 @@ def test_small_recipe_runs_end_to_end_and_prints_dev_and_test_f1(shared_data, tm
     assert len(silver) == len(kept) and "``" in sum(silver, [])
     train_words = (work / "text" / "train.words").read_text().splitlines()
     assert {" ".join(leaves) for leaves in silver} <= set(train_words)
-    assert f"fine-tuning from {work / 'teacher' / 'start.npz'} (step 10)" in result.stderr
+    assert f"fine-tuning from {work / 'teacher' / 'start.npz'} (step 5)" in result.stderr
     for prefix, count in (("valid", 5), ("test", 7)):
         trees = (work / f"{prefix}.parsed").read_text().splitlines()
         words = (work / "text" / f"{prefix}.words").read_text().splitlines()
@@ -147,6 +148,19 @@ def test_small_refuses_a_file_in_two_splits(shared_data, tmp_path):
     result = subprocess.run(["bash", str(path)], env={**env, "TEST": "wsj_09*.mrg"},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "no file matches TEST 'wsj_09*.mrg' in" in result.stderr
+
+
+@pytest.mark.parametrize("name, value", [("STEPS", "5k"), ("TEACHER_STEPS", "0")])
+def test_small_refuses_an_update_cap_that_is_not_a_count(tmp_path, name, value):
+    """vtx train would refuse the student's cap only after the teacher's half hour: a cap that
+    is not a count is refused before anything runs."""
+    env = {**os.environ, "WORK": str(tmp_path / "w"), name: value,
+           "VTX": str(Path(sys.executable).with_name("vtx"))}
+    result = subprocess.run(["bash", str(REPO_ROOT / "recipes" / "wsj_parsing" / "small.sh")],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert f"{name} is " in result.stderr and f"got '{value}'" in result.stderr
+    assert not (tmp_path / "w").exists()
 
 
 def test_prepare_names_an_unknown_option_with_the_usage(tmp_path):
