@@ -376,3 +376,34 @@ def test_gradients_non_finite_on_one_replica_skip_the_update_on_all(tmp_path, pr
         assert error.startswith("error: 3 non-finite updates in a row at step 1"), error
         assert any(line.startswith("logged: non-finite gradients at step 1: update skipped (3 in "
                                    "a row") for line in lines), lines
+
+
+def _merge_call_rule_of_gpus(extended) -> bool:
+    """MirroredStrategy's choice of a merge call (`MirroredExtended._use_merge_call`) on GPUs:
+    none inside a program XLA compiles, where a sum across replicas becomes a collective of the
+    implementation the strategy chose when made. TensorFlow applies this rule only when every
+    device is a GPU; on the CPU it merges, and the sum of one replica is a copy."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+
+    return not control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("update_freq", [1, 2])
+def test_one_replica_compiles_without_a_collective_xla_refuses_on_gpus(tmp_path, monkeypatch,
+                                                                      update_freq):
+    """One replica under XLA compiles its whole update, EMA included. MirroredStrategy on the
+    CPU, or on GPUs cut into logical ones (gpu_replicas.py's "1 replica"), implements its
+    collectives as "ring", which XLA refuses ("Only compiling NCCL/auto collective is
+    supported"); with the GPUs' merge-call rule, a sum across the one replica inside the
+    program would be such a collective, and compiling it fails as it did on an H200."""
+    from tensorflow.python.distribute.mirrored_strategy import MirroredExtended
+
+    monkeypatch.setattr(MirroredExtended, "_use_merge_call", _merge_call_rule_of_gpus)
+    trainer = make_trainer(tmp_path, ONE_LAYER, jit_compile=True, update_freq=update_freq,
+                           ema_decay=0.5)
+    trainer.compiler.compile_shapes([(8, 12, 12)])
+    losses, weights = first_two_losses_and_weights(trainer, (12, 12))
+    assert all(np.isfinite(losses)) and losses[1] < losses[0]
+    assert int(trainer.engine.optimizer.iterations.numpy()) == 2

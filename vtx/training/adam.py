@@ -95,8 +95,11 @@ class FusedAdam(keras.optimizers.Adam):
         operations a variable and device: for a caller compiled by XLA (one replica), which
         makes them one program."""
         ok = _computed_once(ok)
-        grads_and_vars = self._all_reduce_sum_gradients(
-            [(grad, variable.value) for grad, variable in zip(grads, variables)])
+        grads_and_vars = [(grad, variable.value) for grad, variable in zip(grads, variables)]
+        # With one replica there is nothing to sum, and no collective is made: in a program
+        # XLA compiles, one on GPUs cut into logical ones would be "ring", which XLA refuses.
+        if tf.distribute.get_replica_context().num_replicas_in_sync > 1:
+            grads_and_vars = self._all_reduce_sum_gradients(grads_and_vars)
         tf.__internal__.distribute.interim.maybe_merge_call(
             self._distributed_select_step, self._distribution_strategy, grads_and_vars,
             self.learning_rate, ok)

@@ -69,6 +69,18 @@ def _nonfinite(grads) -> tf.Tensor:
                          tf.float32)
 
 
+def _sum_across_replicas(value: tf.Tensor) -> tf.Tensor:
+    """In a replica context: `value` summed over every replica of the run. With one replica it
+    is `value` itself, and no collective is made: XLA compiles the whole update of one replica
+    (`UpdateEngine`), and in a compiled program MirroredStrategy on GPUs makes its collective
+    without a merge call, with the implementation it chose when made; on GPUs cut into logical
+    ones that is "ring", which XLA's GPU backend refuses (it compiles NCCL's and "auto" only)."""
+    context = tf.distribute.get_replica_context()
+    if context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(SUM, value)
+
+
 def _any_shape(value) -> tf.TypeSpec:
     """The type of `value` (an array, tensor or distributed value) with every dimension unknown."""
     spec = getattr(value, "_type_spec", None)  # a distributed value's (PerReplicaSpec)
@@ -317,10 +329,10 @@ class UpdateEngine:
         gradients are the update's sums over tokens, one flat buffer (`_weighted_gradients`),
         summed across replicas with the totals in one collective (Adam's program divides), and
         the count of replicas with non-finite gradients is 1 where any has them."""
-        context = tf.distribute.get_replica_context()
+        across = _sum_across_replicas
         if self._weighted_program is not None:
             earlier = self._accumulators[0].read_value() if self._accumulators else None
-            summed = context.all_reduce(SUM, self._weighted_program(batch, earlier))
+            summed = across(self._weighted_program(batch, earlier))
             # Checked once summed: a non-finite element of any replica's makes the sum's (each
             # replica's check in its program took base's layout at width 512 40 ms more an
             # update on XLA:CPU, whose reductions are slow). Adam splits off the gradients.
@@ -328,13 +340,12 @@ class UpdateEngine:
         sums, grads = self._gradient_fn(batch)
         grads = [_float32(grad) for grad in grads]
         if self.config.update_freq == 1:
-            totals = context.all_reduce(SUM, tf.concat([sums, [_nonfinite(grads)]], 0))
+            totals = across(tf.concat([sums, [_nonfinite(grads)]], 0))
             share = sums[2] / tf.maximum(totals[2], 1.0)  # in [0, 1]: finite grads stay finite
             return totals, [grad * share for grad in grads]
         numerators = [accumulator.read_value() + grad * sums[2]
                       for accumulator, grad in zip(self._accumulators, grads)]
-        totals = context.all_reduce(SUM, tf.concat([self._sums.read_value() + sums,
-                                                    [_nonfinite(numerators)]], 0))
+        totals = across(tf.concat([self._sums.read_value() + sums, [_nonfinite(numerators)]], 0))
         total = tf.maximum(totals[2], 1.0)
         return totals, [numerator / total for numerator in numerators]
 
