@@ -45,9 +45,11 @@
 #              --max-tokens)
 #   ct2        translate_speed.py --ctranslate2 on the same checkpoint, 1000 lines of
 #              DATA_DIR/test.en, beam 4: vtx (vtx translate's search, no XLA) against
-#              CTranslate2 on the GPU, their steady calls' seconds and the ratio. Needs
-#              CTranslate2's wheel staged (VTX_GPU_EXTRA_WHEELS="ctranslate2==4.8.5", below);
-#              DECODE_FLAGS are appended (--jit: vtx under XLA)
+#              CTranslate2 on the GPU at each setting of its default sweep (compute types,
+#              batch types, max batch sizes): the table, the fastest setting and vtx against it;
+#              the rows in $OUT/decoding_vs_ct2.csv (benchmarks/results/decoding_vs_ct2.csv's
+#              columns). Needs CTranslate2's wheel staged (VTX_GPU_EXTRA_WHEELS=
+#              "ctranslate2==4.8.5", below); DECODE_FLAGS are appended (--jit: vtx under XLA)
 #   replicas8  gpu_replicas.py: the GPU split into 8 logical GPUs (MirroredStrategy, XLA, bf16,
 #              the sum across replicas reduced to one device: NCCL needs distinct GPUs), base
 #              (vocabulary 8000) at 8192 tokens a replica, 30 updates: tok/s of 8 replicas
@@ -283,9 +285,12 @@ do_ct2() {
     return 0
   fi
   part ct2 240 "$python" "$here/translate_speed.py" --checkpoint "$checkpoint" --input \
-    "$data/test.en" --limit 1000 --repeat 2 --ctranslate2 "${decode_flags[@]}"
-  grep -E "parameters|^devices|steady state|identical|^ratio|^steady call seconds" \
-    "$out/ct2.log" 2>/dev/null | tee -a "$summary"
+    "$data/test.en" --limit 1000 --repeat 2 --ctranslate2 --csv "$out/decoding_vs_ct2.csv" \
+    "${decode_flags[@]}"
+  written+=(decoding_vs_ct2.csv)
+  local shown="parameters|^devices|^compute types skipped|steady state|^\||^fastest"
+  grep -E "$shown|^steady call seconds|^vtx / CTranslate2" "$out/ct2.log" 2>/dev/null \
+    | tee -a "$summary"
 }
 
 # 8 replicas on 8 logical GPUs of this one (gpu_replicas.py): tok/s against 1 replica, and the

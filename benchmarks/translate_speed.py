@@ -1,45 +1,61 @@
-"""Decoding speed of exactly what `vtx translate` runs, against CTranslate2 on the same weights.
+"""Decoding speed of exactly what `vtx translate` runs, against CTranslate2 at its fastest
+setting on the same weights.
 
 A trained checkpoint (default: the tests' tiny Multi30k model, `tests/fixtures/multi30k_tiny.npz`;
 pass the quick start's `runs/quickstart/average.npz` for a real-size one) translates the lines of
 `--input` (default: Multi30k test_2016, English, 1000 lines) with `vtx.inference.translate`'s
 Translator, the object `vtx translate` uses: its length-sorted padded batches of `--max-tokens`,
-its compiled search, decoding to text. vtx's first call includes tracing the search, the later
-ones are steady state; all are printed.
+its compiled search, decoding to text. `--precision` builds the model under another Keras dtype
+policy (`vtx.inference.translate.load_model`'s dtype; `vtx translate` decodes in float32), and
+vtx's BLEU against its own float32 output is printed. Each system makes `--repeat` calls on the
+same lines: the first warms it up (vtx's traces the search); the steady call is the fastest of
+the others (the first when it is the only one).
 
-With --ctranslate2 the same checkpoint is exported (`vtx.export.ct2.write_ctranslate2`, float32)
-and CTranslate2 translates the same lines through `vtx.export.ct2.translate_lines` (the same
-length limits), on the GPU when CTranslate2 sees one (`--ct2-device`), as vtx's TensorFlow
-does. Both then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one) and stop a
-sentence's search once `--beam` hypotheses have finished (`--stop fairseq`, what CTranslate2
-does when alpha > 0), so they solve the same search problem, and the number of identical output
-lines is printed.
+With --ctranslate2 the checkpoint is exported once (`vtx.export.ct2.write_ctranslate2`) and
+CTranslate2 translates the same lines through `vtx.export.ct2.translate_lines` (the same length
+limits), on the GPU when CTranslate2 sees one (`--ct2-device`), as vtx's TensorFlow does. Both
+then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one) and stop a sentence's
+search once `--beam` hypotheses have finished (`--stop fairseq`, what CTranslate2 does when
+alpha > 0), so they solve the same search problem. CTranslate2 runs at each setting of a sweep:
+every compute type of `--ct2-compute-types` (those the device lacks are skipped, and named) with
+every batch type of `--ct2-batch-types` and max batch size of `--ct2-max-batch-sizes`. A markdown
+table gives each setting's steady call, its lines identical to vtx's and its BLEU against vtx's
+float32 output; then come the fastest setting and vtx's speed against it. `--csv PATH` appends a
+row per setting as it is measured, in the columns of `benchmarks/results/decoding_vs_ct2.csv`
+(`CSV_COLUMNS`), which `benchmarks/plot.py` draws.
 
 With --modes each decoding mode (sampling, a prefix, an ensemble of two copies of the model,
 positional scores, alignments, lexical constraints) translates the same lines after the plain
 search, and its steady call is printed with its cost against the plain one. A line's prefix is
 the first word of its plain translation, its constraints the two longest words of it.
 
-Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, EOS not counted),
-the wall time of each call, and the ratios vtx / CTranslate2 (of the steady calls' tokens/s,
-and of their seconds). Run it alone on the machine (other
-work distorts the timings) and quote the CPU model printed on the first line.
+Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, EOS not counted)
+and the wall time of each call. Run it alone on the machine (other work distorts the timings)
+and quote the machine printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
-       [--jit | --no-jit] [--ctranslate2] [--modes]
-       [--ct2-max-batch-size 64] [--ct2-device auto|cpu|cuda]
+       [--jit | --no-jit] [--precision float32] [--modes] [--ctranslate2]
+       [--ct2-device auto|cpu|cuda] [--ct2-compute-types LIST] [--ct2-batch-types LIST]
+       [--ct2-max-batch-sizes LIST] [--csv PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import gzip
+import itertools
 import os
 import platform
+import shlex
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,18 +63,56 @@ import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, 
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# vtx's Keras dtype policies (`vtx.models.transformer.build`).
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# CTranslate2's compute types tried by default on each device; those it lacks are skipped.
+CT2_COMPUTE_TYPES = {"cuda": ("float32", "float16", "bfloat16", "int8_float16"),
+                     "cpu": ("float32", "int8", "int8_float32", "bfloat16")}
+# CTranslate2's max_batch_size tried by default for each batch_type: sentences, source tokens.
+CT2_MAX_BATCH_SIZES = {"examples": (32, 64, 128, 256, 1024),
+                       "tokens": (2048, 4096, 8192, 16384)}
+# --csv's columns, those of benchmarks/results/decoding_vs_ct2.csv: one row per CTranslate2
+# setting. identical_lines: CTranslate2's lines identical to vtx's; vtx_bleu (empty in float32)
+# and ct2_bleu: BLEU against vtx's float32 output.
+CSV_COLUMNS = ("machine", "input", "threads", "stop", "vtx_s", "vtx_tok_s", "ct2_s", "ct2_tok_s",
+               "identical_lines", "device", "lines", "precision", "vtx_bleu", "compute_type",
+               "batch_type", "max_batch_size", "ct2_bleu", "commit", "date", "command")
+TABLE_HEADER = ("| compute_type | batch_type | max_batch_size | steady call | target tok/s | "
+                "identical lines | BLEU vs vtx float32 |\n|---|---|---|---|---|---|---|")
+
+
+def cpu_name() -> str:
+    try:
+        output = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in output.splitlines()
+                    if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
 
 
 def cpu_model() -> str:
-    try:
-        output = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in output.splitlines()
-                    if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return f"{name}, {os.cpu_count()} cores, {'with' if 'avx512_bf16' in flags else 'without'} " \
-           f"avx512_bf16; load average {os.getloadavg()[0]:.2f}"
+    return f"{cpu_name()}, {os.cpu_count()} cores, " \
+           f"{'with' if 'avx512_bf16' in flags else 'without'} avx512_bf16; " \
+           f"load average {os.getloadavg()[0]:.2f}"
+
+
+def gpu_name() -> str:
+    """The first GPU TensorFlow sees, by name ("a CUDA GPU" when it sees none)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+    return details.get("device_name", "a CUDA GPU")
+
+
+def commit() -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
 
 
 def read_lines(path: Path, limit: int) -> list[str]:
@@ -76,13 +130,39 @@ def timed_calls(translate, lines: list[str], repeat: int) -> list[tuple[float, l
     return calls
 
 
-def report(name: str, calls, lines: list[str], count_tokens) -> float:
-    tokens = sum(count_tokens(output) for output in calls[-1][1])
-    for number, (seconds, _) in enumerate(calls, start=1):
+def steady(calls: list[tuple[float, list[str]]]) -> tuple[float, list[str]]:
+    """The steady call of `calls` (seconds, outputs): the fastest after the first, which warms
+    up; the first when it is the only one."""
+    return min(calls[1:] or calls, key=lambda call: call[0])
+
+
+def report(name: str, calls, lines: list[str], count_tokens) -> None:
+    for number, (seconds, outputs) in enumerate(calls, start=1):
         kind = "first call" if number == 1 else "steady state"
+        tokens = sum(map(count_tokens, outputs))
         print(f"{name:<12} call {number} ({kind}): {seconds:7.2f} s, "
               f"{len(lines) / seconds:8.1f} sentences/s, {tokens / seconds:9.0f} target tok/s")
-    return tokens / calls[-1][0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Steady:
+    """A system's steady call on the lines, its outputs judged against vtx's."""
+
+    seconds: float
+    tok_s: float  # target tokens (SentencePiece pieces, EOS not counted) a second
+    identical: int  # output lines identical to vtx's
+    bleu: float  # sacreBLEU against vtx's float32 output
+
+
+def judge(calls, count_tokens, ours: list[str], reference: list[str]) -> Steady:
+    """The steady call of `calls`: its seconds and target tok/s, its lines identical to `ours`,
+    its BLEU against `reference`."""
+    import sacrebleu
+
+    seconds, outputs = steady(calls)
+    return Steady(seconds, sum(map(count_tokens, outputs)) / seconds,
+                  sum(mine == other for mine, other in zip(outputs, ours)),
+                  sacrebleu.corpus_bleu(outputs, [reference]).score)
 
 
 def longest_words(text: str, count: int) -> list[str]:
@@ -120,11 +200,190 @@ def time_modes(translator, options, lines: list[str], repeat: int, plain: float)
         mode = Translator([translator.model] * copies if copies > 1 else translator.model,
                           translator.vocab, mode_options)
         calls = timed_calls(lambda batch: mode.translate(batch, **inputs), lines, repeat)
-        print(f"mode {name:<22} steady call {calls[-1][0]:7.2f} s, "
-              f"{calls[-1][0] / plain:5.2f}x the plain search")
+        seconds = steady(calls)[0]
+        print(f"mode {name:<22} steady call {seconds:7.2f} s, {seconds / plain:5.2f}x the plain "
+              f"search")
 
 
-def main() -> None:
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One CTranslate2 setting of the sweep."""
+
+    compute_type: str  # the Translator's: the type of its weights and of its computations
+    batch_type: str  # "examples" or "tokens": what max_batch_size counts
+    max_batch_size: int
+
+
+def ct2_settings(compute_types: list[str], batch_types: list[str],
+                 max_batch_sizes: list[int] | None) -> list[Setting]:
+    """Every setting of the sweep, those of one compute type together (one Translator each);
+    `max_batch_sizes` None: each batch type's CT2_MAX_BATCH_SIZES."""
+    return [Setting(compute_type, batch_type, size) for compute_type in compute_types
+            for batch_type in batch_types
+            for size in max_batch_sizes or CT2_MAX_BATCH_SIZES[batch_type]]
+
+
+def supported_compute_types(device: str, wanted: list[str]) -> list[str]:
+    """The compute types of `wanted` that CTranslate2 runs on `device`; the others are printed
+    as skipped."""
+    import ctranslate2
+
+    have = ctranslate2.get_supported_compute_types(device)
+    skipped = [name for name in wanted if name not in have]
+    if skipped:
+        print(f"compute types skipped, {device} lacks them: {', '.join(skipped)} "
+              f"(it has {', '.join(sorted(have))})")
+    return [name for name in wanted if name in have]
+
+
+def sweep(model_dir: Path, device: str, threads: int, settings: list[Setting],
+          time_setting: Callable, judge_calls: Callable[[list], Steady],
+          lines: int) -> Iterator[tuple[Setting, Steady]]:
+    """Each setting's steady call, printed as a row of a markdown table as it is measured (one
+    Translator per compute type). A setting CTranslate2 fails at (out of memory) is printed as
+    failed and not yielded.
+
+    Args:
+        time_setting: (Translator, Setting) -> the calls (`timed_calls`) at that setting.
+        judge_calls: calls -> their Steady (`judge`).
+        lines: how many lines each call translates.
+    """
+    import ctranslate2
+
+    print(TABLE_HEADER, flush=True)
+    for compute_type, group in itertools.groupby(settings, key=lambda s: s.compute_type):
+        model = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+                                       inter_threads=1, intra_threads=threads)
+        for setting in group:
+            cells = f"| {compute_type} | {setting.batch_type} | {setting.max_batch_size} |"
+            try:
+                result = judge_calls(time_setting(model, setting))
+            except RuntimeError as error:
+                print(f"{cells} failed: {' '.join(str(error).split())[:120]} | | | |",
+                      flush=True)
+                continue
+            print(f"{cells} {result.seconds:.2f} s | {result.tok_s:,.0f} | "
+                  f"{result.identical}/{lines} | {result.bleu:.2f} |", flush=True)
+            yield setting, result
+        del model  # its memory freed before the next compute type's Translator takes its own
+
+
+def print_fastest(measured: list[tuple[Setting, Steady]], vtx: Steady, lines: int) -> None:
+    """The fastest setting of `measured`, and vtx's speed against it on the same lines."""
+    setting, best = min(measured, key=lambda item: item[1].seconds)
+    print(f"fastest CTranslate2 setting: {setting.compute_type}, batch_type "
+          f"{setting.batch_type}, max_batch_size {setting.max_batch_size}: {best.seconds:.2f} s "
+          f"({best.tok_s:,.0f} target tok/s), {best.identical}/{lines} lines identical, "
+          f"BLEU {best.bleu:.2f}")
+    print(f"steady call seconds: vtx {vtx.seconds:.2f}, CTranslate2 {best.seconds:.2f}")
+    ratio = best.seconds / vtx.seconds  # vtx's sentences/s over CTranslate2's
+    faster = f"vtx is {ratio:.2f}x" if ratio >= 1 else f"CTranslate2 is {1 / ratio:.2f}x"
+    print(f"vtx / CTranslate2 at its fastest (sentences/s): {ratio:.2f}; {faster} faster")
+
+
+def csv_header_error(path: Path) -> str | None:
+    """Why rows cannot be appended to `path`: a header that is not CSV_COLUMNS; None when they
+    can (or the file is new)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    with path.open(newline="", encoding="utf-8") as handle:
+        header = tuple(next(csv.reader(handle), ()))
+    if header == CSV_COLUMNS:
+        return None
+    return f"--csv {path}: its columns are {','.join(header)}, not {','.join(CSV_COLUMNS)}"
+
+
+def append_csv(path: Path, rows: list[dict]) -> None:
+    """Append `rows` (CSV_COLUMNS) to `path`, with the header first when it is new or empty."""
+    new = not path.exists() or path.stat().st_size == 0
+    ends_a_line = new or path.read_bytes().endswith(b"\n")
+    with path.open("a", newline="", encoding="utf-8") as handle:
+        if not ends_a_line:
+            handle.write("\n")
+        writer = csv.DictWriter(handle, CSV_COLUMNS, lineterminator="\n")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def run_columns(args: argparse.Namespace, device: str, vtx: Steady, lines: int) -> dict:
+    """The --csv columns that the rows of one run share: the machine, the input, vtx's figures,
+    the commit, the date and the command."""
+    return {"machine": gpu_name() if device == "cuda" else cpu_name(), "input": args.input.name,
+            "threads": args.threads, "stop": args.stop, "vtx_s": f"{vtx.seconds:.2f}",
+            "vtx_tok_s": f"{vtx.tok_s:.0f}", "device": device, "lines": lines,
+            "precision": args.precision,
+            "vtx_bleu": "" if args.precision == "float32" else f"{vtx.bleu:.2f}",
+            "commit": commit(), "date": datetime.now(timezone.utc).date().isoformat(),
+            "command": f"python benchmarks/translate_speed.py {shlex.join(sys.argv[1:])}"}
+
+
+def setting_columns(setting: Setting, result: Steady) -> dict:
+    """The --csv columns of one CTranslate2 setting."""
+    return {"ct2_s": f"{result.seconds:.2f}", "ct2_tok_s": f"{result.tok_s:.0f}",
+            "identical_lines": result.identical, "compute_type": setting.compute_type,
+            "batch_type": setting.batch_type, "max_batch_size": setting.max_batch_size,
+            "ct2_bleu": f"{result.bleu:.2f}"}
+
+
+def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[str], options,
+                             max_positions: int, judge_calls: Callable[[list], Steady],
+                             vtx: Steady) -> None:
+    """CTranslate2's sweep on `lines` (`sweep`), its fastest setting against vtx's steady call,
+    and --csv's rows."""
+    import ctranslate2
+    import sentencepiece
+    import tensorflow as tf
+
+    from vtx.export.ct2 import SENTENCEPIECE_FILE, translate_lines, write_ctranslate2
+
+    device = args.ct2_device
+    if device == "auto":
+        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    seen = ", ".join(logical.name for logical in tf.config.list_logical_devices())
+    print(f"devices: TensorFlow (vtx) sees {seen}; CTranslate2 on {device}")
+    compute_types = supported_compute_types(device, args.ct2_compute_types or
+                                            list(CT2_COMPUTE_TYPES[device]))
+    if not compute_types:
+        raise SystemExit(f"--ct2-compute-types: none of them runs on {device}")
+    settings = ct2_settings(compute_types, args.ct2_batch_types, args.ct2_max_batch_sizes)
+    shared = run_columns(args, device, vtx, len(lines)) if args.csv else {}
+    measured = []
+    with tempfile.TemporaryDirectory() as folder:
+        model_dir = Path(folder) / "ct2"
+        write_ctranslate2(checkpoint, model_dir)
+        processor = sentencepiece.SentencePieceProcessor(
+            model_file=str(model_dir / SENTENCEPIECE_FILE))
+        time_setting = lambda model, setting: timed_calls(lambda batch: translate_lines(
+            model, processor, batch, options, max_positions, setting.max_batch_size,
+            setting.batch_type), lines, args.repeat)
+        for setting, result in sweep(model_dir, device, args.threads, settings, time_setting,
+                                     judge_calls, len(lines)):
+            measured.append((setting, result))
+            if args.csv:  # row by row: a run stopped midway keeps what it measured
+                append_csv(args.csv, [{**shared, **setting_columns(setting, result)}])
+    if not measured:
+        raise SystemExit("CTranslate2 failed at every setting")
+    print_fastest(measured, vtx, len(lines))
+    if args.csv:
+        print(f"{len(measured)} rows appended to {args.csv}")
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def counts(text: str) -> list[int]:
+    """A comma-separated list of positive integers."""
+    values = [int(value) for value in names(text)]
+    if not values or min(values) < 1:
+        raise ValueError(text)
+    return values
+
+
+def parse_args() -> argparse.Namespace:
     from vtx.inference.decoding import STOP_RULES  # no TensorFlow import
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -139,79 +398,90 @@ def main() -> None:
                              "--ctranslate2 (CTranslate2's own rule when alpha > 0), else exact")
     parser.add_argument("--max-tokens", type=int, default=16384,
                         help="vtx's batches (vtx translate's default)")
-    parser.add_argument("--repeat", type=int, default=2, help="calls on the same lines")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="calls on the same lines, per system and setting: one warm-up, "
+                             "the fastest of the others is the steady call")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads of TensorFlow (intra-op) and CTranslate2 (intra_threads)")
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
-    parser.add_argument("--ctranslate2", action="store_true")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="vtx's Keras dtype policy; its BLEU against its float32 output is "
+                             "printed")
     parser.add_argument("--modes", action="store_true",
                         help="also time each decoding mode (sampling, a prefix, an ensemble of "
                              "two copies, positional scores, alignments, constraints) against "
                              "the plain search, on the same lines")
-    parser.add_argument("--ct2-max-batch-size", type=int, default=64,
-                        help="CTranslate2's batches, in sentences (translate_lines' default)")
+    parser.add_argument("--ctranslate2", action="store_true")
     parser.add_argument("--ct2-device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="CTranslate2's device; auto: cuda when CTranslate2 sees a GPU")
+    parser.add_argument("--ct2-compute-types", type=names, default=None,
+                        help="CTranslate2's compute types, comma separated; default: "
+                             f"{','.join(CT2_COMPUTE_TYPES['cuda'])} on cuda, "
+                             f"{','.join(CT2_COMPUTE_TYPES['cpu'])} on a CPU")
+    parser.add_argument("--ct2-batch-types", type=names, default=list(CT2_MAX_BATCH_SIZES),
+                        help="what CTranslate2's max_batch_size counts, comma separated: "
+                             "examples (sentences), tokens (source tokens)")
+    parser.add_argument("--ct2-max-batch-sizes", type=counts, default=None,
+                        help="CTranslate2's max_batch_size values, comma separated, for each "
+                             "batch type; default: " + "; ".join(
+                                 f"{','.join(map(str, sizes))} {batch_type}"
+                                 for batch_type, sizes in CT2_MAX_BATCH_SIZES.items()))
+    parser.add_argument("--csv", type=Path, default=None,
+                        help="append one row per CTranslate2 setting to this CSV (e.g. "
+                             "benchmarks/results/decoding_vs_ct2.csv)")
     args = parser.parse_args()
+    unknown = sorted(set(args.ct2_batch_types) - set(CT2_MAX_BATCH_SIZES))
+    if unknown or not args.ct2_batch_types:
+        parser.error(f"--ct2-batch-types: unknown {', '.join(unknown) or 'empty list'} "
+                     f"(known: {', '.join(CT2_MAX_BATCH_SIZES)})")
+    if args.csv and not args.ctranslate2:
+        parser.error("--csv writes CTranslate2's settings: it needs --ctranslate2")
+    if args.csv and (error := csv_header_error(args.csv)):
+        parser.error(error)
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    from vtx import checkpoints
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import load_translator
+    from vtx.inference.translate import Translator, checkpoint_vocabulary, load_model
 
     lines = read_lines(args.input, args.limit)
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, lenpen_formula=penalty,
                             max_tokens=args.max_tokens, stop=args.stop, jit_compile=args.jit)
-    translator = load_translator(args.checkpoint, options)
+    checkpoint = checkpoints.load(args.checkpoint)
+    vocab = checkpoint_vocabulary(checkpoint, args.checkpoint)
+    translator = Translator(load_model(checkpoint, args.precision), vocab, options)
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
           f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
           f"({penalty}), --stop {args.stop}, --max-tokens {args.max_tokens}, "
-          f"{'XLA' if args.jit else 'no XLA'}, {args.threads} threads; CTranslate2 "
-          f"max_batch_size {args.ct2_max_batch_size}")
-    count = lambda text: len(translator.vocab.encode(text))
-    ours = timed_calls(lambda batch: [h[0].text if h else "" for h in
-                                      translator.translate(batch)], lines, args.repeat)
-    vtx_rate = report("vtx", ours, lines, count)
+          f"{'XLA' if args.jit else 'no XLA'}, {args.precision}, {args.threads} threads")
+    count = lambda text: len(vocab.encode(text))
+    decode = lambda model: lambda batch: [h[0].text if h else "" for h in model.translate(batch)]
+    ours = timed_calls(decode(translator), lines, args.repeat)
+    report("vtx", ours, lines, count)
+    reference = steady(ours)[1] if args.precision == "float32" else \
+        decode(Translator(load_model(checkpoint), vocab, options))(lines)
+    vtx = judge(ours, count, reference, reference)
+    if args.precision != "float32":
+        print(f"vtx {args.precision} against vtx float32: {vtx.identical}/{len(lines)} lines "
+              f"identical, BLEU {vtx.bleu:.2f}")
     if args.modes:
-        time_modes(translator, options, lines, args.repeat, ours[-1][0])
-    if not args.ctranslate2:
-        return
-
-    import ctranslate2
-    import sentencepiece
-
-    from vtx import checkpoints
-    from vtx.export.ct2 import SENTENCEPIECE_FILE, translate_lines, write_ctranslate2
-
-    device = args.ct2_device
-    if device == "auto":
-        device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-    seen = ", ".join(logical.name for logical in tf.config.list_logical_devices())
-    print(f"devices: TensorFlow (vtx) sees {seen}; CTranslate2 on {device}")
-    with tempfile.TemporaryDirectory() as folder:
-        tmp = Path(folder) / "ct2"
-        write_ctranslate2(checkpoints.load(args.checkpoint), tmp)
-        ct2 = ctranslate2.Translator(str(tmp), device=device, compute_type="float32",
-                                     inter_threads=1, intra_threads=args.threads)
-        processor = sentencepiece.SentencePieceProcessor(
-            model_file=str(tmp / SENTENCEPIECE_FILE))
-        theirs = timed_calls(lambda batch: translate_lines(
-            ct2, processor, batch, options, max_positions=translator.model.config.max_positions,
-            max_batch_size=args.ct2_max_batch_size),
-            lines, args.repeat)
-    ct2_rate = report("CTranslate2", theirs, lines, count)
-    same = sum(a == b for a, b in zip(ours[-1][1], theirs[-1][1]))
-    print(f"identical output lines: {same}/{len(lines)}")
-    print(f"ratio vtx / CTranslate2 (steady-state target tok/s): {vtx_rate / ct2_rate:.2f}")
-    print(f"steady call seconds: vtx {ours[-1][0]:.2f}, CTranslate2 {theirs[-1][0]:.2f}, "
-          f"vtx / CTranslate2 {ours[-1][0] / theirs[-1][0]:.2f}")
+        time_modes(translator, options, lines, args.repeat, vtx.seconds)
+    if args.ctranslate2:
+        compare_with_ctranslate2(
+            args, checkpoint, lines, options, translator.max_positions,
+            lambda calls: judge(calls, count, steady(ours)[1], reference), vtx)
 
 
 if __name__ == "__main__":

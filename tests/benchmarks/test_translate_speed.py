@@ -1,15 +1,35 @@
 """benchmarks/translate_speed.py times the plain search and, with --modes, every decoding mode;
-with --ctranslate2, CTranslate2 on the same lines."""
+with --ctranslate2, CTranslate2 on the same lines at each setting of a sweep."""
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "translate_speed.py"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "translate_speed.py"
+RESULTS = ROOT / "benchmarks" / "results" / "decoding_vs_ct2.csv"
 MODES = ("sampling", "sampling, top-p 0.9", "sampling, top-k 10", "prefix (1 word)",
          "ensemble of 2", "positional scores", "alignments", "constraints (2 words)")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its dataclasses look up their own module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def speed():
+    return _load(SCRIPT, "translate_speed")
 
 
 def test_modes_each_get_a_timed_call_and_a_cost_against_the_plain_search():
@@ -22,21 +42,75 @@ def test_modes_each_get_a_timed_call_and_a_cost_against_the_plain_search():
         assert len(row) == 1 and row[0].endswith("x the plain search"), run.stdout
 
 
-def test_the_two_longest_words_of_a_translation_are_its_constraints():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from translate_speed import longest_words
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    assert longest_words("Ein Mann fährt Fahrrad.", 2) == ["fährt", "Fahrrad"]
-    assert longest_words("Ja.", 2) == ["Ja"] and longest_words("", 2) == []
+def test_the_two_longest_words_of_a_translation_are_its_constraints(speed):
+    assert speed.longest_words("Ein Mann fährt Fahrrad.", 2) == ["fährt", "Fahrrad"]
+    assert speed.longest_words("Ja.", 2) == ["Ja"] and speed.longest_words("", 2) == []
 
 
-def test_ctranslate2_beside_vtx_prints_both_seconds_and_their_ratio():
+def test_the_steady_call_is_the_fastest_after_the_warm_up(speed):
+    assert speed.steady([(1.0, ["a"]), (3.0, ["b"]), (2.0, ["c"])]) == (2.0, ["c"])
+    assert speed.steady([(5.0, ["a"])]) == (5.0, ["a"])
+
+
+def test_the_sweep_takes_each_batch_types_own_sizes_unless_given(speed):
+    defaults = speed.ct2_settings(["float16", "int8"], ["examples", "tokens"], None)
+    assert [(s.batch_type, s.max_batch_size) for s in defaults[:9]] == [
+        ("examples", size) for size in speed.CT2_MAX_BATCH_SIZES["examples"]] + [
+        ("tokens", size) for size in speed.CT2_MAX_BATCH_SIZES["tokens"]]
+    assert [s.compute_type for s in defaults] == ["float16"] * 9 + ["int8"] * 9
+    given = speed.ct2_settings(["float32"], ["examples", "tokens"], [64])
+    assert given == [speed.Setting("float32", "examples", 64),
+                     speed.Setting("float32", "tokens", 64)]
+
+
+def test_compute_types_the_device_lacks_are_skipped_and_named(speed, monkeypatch, capsys):
+    import ctranslate2
+
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types",
+                        lambda device: {"float32", "int8"})
+    assert speed.supported_compute_types("cpu", ["float32", "bfloat16", "int8"]) == [
+        "float32", "int8"]
+    assert "compute types skipped, cpu lacks them: bfloat16" in capsys.readouterr().out
+
+
+def test_csv_rows_go_only_under_the_sweeps_own_columns(speed, tmp_path):
+    assert speed.csv_header_error(tmp_path / "new.csv") is None
+    assert speed.csv_header_error(RESULTS) is None
+    other = tmp_path / "other.csv"
+    other.write_text("machine,vtx_s\nx,1\n")
+    assert "its columns are machine,vtx_s" in speed.csv_header_error(other)
+
+
+def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_csv(tmp_path):
+    """One compute type, both batch types, two sizes each, vtx in mixed_bfloat16: four table
+    rows and four CSV rows under the results' own, the fastest setting and vtx against it."""
+    table = tmp_path / "decoding_vs_ct2.csv"
+    shutil.copy(RESULTS, table)
+    before = list(csv.DictReader(RESULTS.open(encoding="utf-8")))
     run = subprocess.run([sys.executable, str(SCRIPT), "--limit", "4", "--repeat", "1",
-                          "--ctranslate2", "--ct2-device", "cpu"],
-                         capture_output=True, text=True, timeout=600, check=True)
+                          "--precision", "mixed_bfloat16", "--ctranslate2", "--ct2-device",
+                          "cpu", "--ct2-compute-types", "float32", "--ct2-batch-types",
+                          "examples,tokens", "--ct2-max-batch-sizes", "2,64", "--csv",
+                          str(table)], capture_output=True, text=True, timeout=600, check=True)
     lines = run.stdout.splitlines()
-    assert any(line.startswith("CTranslate2  call 1") for line in lines), run.stdout
-    assert lines[-1].startswith("steady call seconds: vtx ") and \
-        ", CTranslate2 " in lines[-1] and ", vtx / CTranslate2 " in lines[-1], run.stdout
+    settings = [("examples", "2"), ("examples", "64"), ("tokens", "2"), ("tokens", "64")]
+    rows = [line.split(" | ") for line in lines if line.startswith("| float32 |")]
+    assert [(row[1], row[2]) for row in rows] == settings, run.stdout
+    assert all(row[3].endswith(" s") and row[5].endswith("/4") for row in rows), run.stdout
+    assert any(line.startswith("vtx mixed_bfloat16 against vtx float32: ") for line in lines)
+    assert any(line.startswith("fastest CTranslate2 setting: float32, batch_type ")
+               for line in lines), run.stdout
+    assert lines[-2].startswith("vtx / CTranslate2 at its fastest (sentences/s): ") and \
+        lines[-2].endswith("x faster"), run.stdout
+    assert lines[-1] == f"4 rows appended to {table}"
+    after = list(csv.DictReader(table.open(encoding="utf-8")))
+    assert after[:len(before)] == before
+    added = after[len(before):]
+    assert [(row["batch_type"], row["max_batch_size"]) for row in added] == settings
+    plotted, _, _ = _load(ROOT / "benchmarks" / "plot.py", "benchmark_plot").PLOTS[RESULTS.name]
+    for row in added:
+        assert (row["compute_type"], row["device"], row["lines"], row["precision"]) == (
+            "float32", "cpu", "4", "mixed_bfloat16")
+        assert 0 <= float(row["vtx_bleu"]) <= 100 and 0 <= float(row["ct2_bleu"]) <= 100
+        assert 0 <= int(row["identical_lines"]) <= 4
+        assert all(row[column] for column in plotted), row

@@ -145,7 +145,8 @@ def by_length_limit(lengths: list[int], options: DecodeOptions,
 
 def translate_lines(translator, processor, lines: Iterable[str],
                     options: DecodeOptions = DecodeOptions(lenpen_formula="fairseq"),
-                    max_positions: int = 1024, max_batch_size: int = 64) -> list[str]:
+                    max_positions: int = 1024, max_batch_size: int = 64,
+                    batch_type: str = "examples") -> list[str]:
     """Translate with a loaded `ctranslate2.Translator` under vtx's conventions.
 
     Source pieces carry no BOS/EOS and are cut to `max_positions`; each sentence may produce at
@@ -158,6 +159,8 @@ def translate_lines(translator, processor, lines: Iterable[str],
         processor: a `sentencepiece.SentencePieceProcessor` of the same vocabulary.
         lines: source sentences.
         options: the search (vtx.inference.decoding); nbest, max_tokens and jit_compile unused.
+        max_batch_size: CTranslate2's batches, in sentences or source tokens (`batch_type`:
+            "examples" or "tokens").
 
     Returns:
         One detokenized translation per line.
@@ -177,7 +180,8 @@ def translate_lines(translator, processor, lines: Iterable[str],
         results = translator.translate_batch([pieces[i] for i in group], beam_size=options.beam,
                                              length_penalty=options.lenpen,
                                              max_decoding_length=limit,
-                                             max_batch_size=max_batch_size)
+                                             max_batch_size=max_batch_size,
+                                             batch_type=batch_type)
         for index, result in zip(group, results):
             outputs[index] = processor.decode_pieces(result.hypotheses[0])
     return outputs
