@@ -46,6 +46,11 @@ SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "input_path": "--input",
                 "output_path": "--output"}
 
+# --jit/--no-jit of translate, parse and score (default None: `vtx.inference.jit`'s auto), with
+# what it compiles.
+JIT_HELP = ("XLA-compile the {}; the first log line says whether and why.  [default: --jit where "
+            "TensorFlow sees a GPU, else --no-jit]")
+
 # --ema of translate, parse, average-checkpoints and export: the checkpoint's EMA weights.
 ema_option = click.option(
     "--ema", is_flag=True,

@@ -3,7 +3,7 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import (SEARCH_FLAGS, ema_option, ensemble_option, library_error,
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, ema_option, ensemble_option, library_error,
                              search_options)
 
 # library argument -> flag
@@ -38,19 +38,22 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
               help="Search only well-formed trees with one word slot per input word: matching "
                    "brackets, one root, no empty phrase. For a model trained on trees with the "
                    "words in their slots (prepare-parse --slots words).")
-@click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
+@click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
           stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema, tokenize):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.jit import resolve_jit
     from vtx.parsing import evalb
 
+    xla = resolve_jit(jit)
+    click.echo(xla.log_line("search"), err=True)
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 max_tokens=max_tokens,
-                                jit_compile=jit, constrain_trees=constrain_trees)
+                                jit_compile=xla.compile, constrain_trees=constrain_trees)
         parsed = lib.parse_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
                                 input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),

@@ -4,7 +4,7 @@ decoding), e.g. to rescore `vtx translate --nbest` output."""
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import FiniteFloat, SEARCH_FLAGS, ema_option, library_error
+from vtx_cli.options import JIT_HELP, FiniteFloat, SEARCH_FLAGS, ema_option, library_error
 
 FLAGS = {**SEARCH_FLAGS, "target_path": "--target"}
 
@@ -38,16 +38,20 @@ FLAGS = {**SEARCH_FLAGS, "target_path": "--target"}
               help="lp(|Y|): gnmt ((5+|Y|)/6)^alpha or fairseq |Y|^alpha, as translate's.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=TRANSLATION.max_tokens,
               show_default=True, help="Source tokens per forward pass, padding counted.")
+@click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("forward pass"))
 @ema_option
 def score(checkpoints, input_path, target_path, nbest, output_path, force, output_format,
-          lenpen, lenpen_formula, max_tokens, ema):
+          lenpen, lenpen_formula, max_tokens, jit, ema):
     """Score target sentences given their sources under a model."""
     from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.jit import resolve_jit
     from vtx.inference.rescore import score_file
 
+    xla = resolve_jit(jit)
+    click.echo(xla.log_line("scoring"), err=True)
     try:
         options = DecodeOptions(lenpen=lenpen, lenpen_formula=lenpen_formula,
-                                max_tokens=max_tokens)
+                                max_tokens=max_tokens, jit_compile=xla.compile)
         score_file(checkpoints, input_path, target_path, output_path, options, nbest,
                    output_format, force,
                    warn=lambda message: click.echo(f"warning: {message}", err=True),

@@ -3,8 +3,8 @@
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import (SEARCH_FLAGS, FiniteFloat, ema_option, ensemble_option, library_error,
-                             search_options)
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, ensemble_option,
+                             library_error, search_options)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -60,7 +60,7 @@ def check_combinations(ctx: click.Context) -> None:
                    "each when K > 1 (`nan<TAB>` for each that does not exist).")
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
-@click.option("--jit/--no-jit", default=False, show_default=True, help="XLA-compile the search.")
+@click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @click.option("--sampling", is_flag=True,
               help="Draw --nbest samples per input from the model instead of the beam search "
                    "(back-translation); reproducible per line with --seed.")
@@ -101,14 +101,18 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
+    from vtx.inference.jit import resolve_jit
 
     check_combinations(ctx)
+    xla = resolve_jit(jit, host_steps=bool(constraints_path))
+    click.echo(xla.log_line("search"), err=True)
     try:
         sampler = SamplingOptions(topk=sampling_topk, topp=sampling_topp,
                                   temperature=temperature, seed=seed) if sampling else None
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
-                                max_tokens=max_tokens, jit_compile=jit, sampling=sampler,
+                                max_tokens=max_tokens, jit_compile=xla.compile,
+                                sampling=sampler,
                                 positional_scores=output_format == "jsonl",
                                 alignment_layer=alignment_layer if print_alignment else None)
         # A bad reference file is said before the search, not after it.

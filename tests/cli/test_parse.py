@@ -1,11 +1,15 @@
 """`vtx parse`: stdin to one tree per line, EVALB summary with --gold, clear errors."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.cli.stderr import vtx_lines
 from tests.inference.parser_checkpoint import write_random_parser
 from vtx.parsing.prepare import split_lines
 from vtx.parsing.trees import parse_tree
@@ -236,3 +240,21 @@ def test_an_ensemble_parses_two_copies_as_one_and_two_models_into_well_formed_tr
     for line, tree_line in zip(words.read_text().splitlines(), mixed.stdout.splitlines()):
         if line:
             assert parse_tree(tree_line).leaves() == line.split()
+
+
+def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(checkpoint, dev):
+    """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
+    `--jit` compiles, as typed before `auto` existed."""
+    words, _ = dev
+    vtx = str(Path(sys.executable).with_name("vtx"))
+    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    trees = set()
+    for flags, said in (([], "search: XLA off (auto: no GPU; XLA decodes slower on a CPU)"),
+                        (["--jit"], "search: XLA on (--jit)")):
+        result = subprocess.run([vtx, "parse", "--checkpoint", str(checkpoint), "--input",
+                                 str(words), *FAST, *flags], capture_output=True, text=True,
+                                env=no_gpu, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert vtx_lines(result.stderr)[0] == said
+        trees.add(result.stdout)
+    assert len(trees) == 1

@@ -1,13 +1,17 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli.stderr import vtx_lines
+
 VTX = str(Path(sys.executable).with_name("vtx"))
 
 
-def vtx(*args, stdin=b""):
-    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300)
+def vtx(*args, stdin=b"", env=None):
+    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300,
+                          env=env)
 
 
 def test_score_rescores_translates_nbest_output_and_writes_jsonl(trained_checkpoint, tmp_path):
@@ -36,3 +40,22 @@ def test_a_target_of_another_length_is_one_line_naming_the_flags(trained_checkpo
     assert result.stderr.decode().splitlines()[-1] == (
         f"Error: --target {tmp_path / 'hyp.de'} has 1 lines; --nbest 1 per line of the "
         f"2-line input needs 2")
+
+
+def test_the_first_log_line_says_whether_the_pass_is_compiled_and_jit_scores_alike(
+        trained_checkpoint, tmp_path):
+    """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
+    `--jit` compiles the forward pass, which scores as the plain one."""
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
+    (tmp_path / "hyp.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n")
+    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    scores = []
+    for flags, said in (([], "scoring: XLA off (auto: no GPU; XLA decodes slower on a CPU)"),
+                        (["--jit"], "scoring: XLA on (--jit)")):
+        result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
+                     "--target", tmp_path / "hyp.de", *flags, env=no_gpu)
+        assert result.returncode == 0, result.stderr.decode()
+        assert vtx_lines(result.stderr.decode())[0] == said
+        scores.append([float(line.split("\t")[0]) for line in result.stdout.decode().splitlines()])
+    assert len(scores[0]) == 2
+    assert all(abs(plain - compiled) < 1e-4 for plain, compiled in zip(*scores))

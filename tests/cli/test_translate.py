@@ -5,13 +5,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.cli.stderr import vtx_lines
 from vtx import checkpoints
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 
 
-def vtx(*args, stdin=b""):
-    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300)
+def vtx(*args, stdin=b"", env=None):
+    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300,
+                          env=env)
 
 
 def test_issue_example_prints_three_lines_the_second_empty(trained_checkpoint):
@@ -351,3 +353,19 @@ def test_a_bad_constraints_file_or_mode_is_refused_naming_it(trained_checkpoint,
                         stdin="A man is riding a bike.\nTwo dogs play.\n")
         assert result.exit_code == 1 and message in result.output, result.output
         assert not (tmp_path / "out.de").exists()
+
+
+def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(trained_checkpoint):
+    """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
+    `--jit` and `--no-jit` choose, as typed before `auto` existed."""
+    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    outputs = set()
+    for flags, said in (([], "search: XLA off (auto: no GPU; XLA decodes slower on a CPU)"),
+                        (["--jit"], "search: XLA on (--jit)"),
+                        (["--no-jit"], "search: XLA off (--no-jit)")):
+        result = vtx("translate", "--checkpoint", trained_checkpoint, *flags,
+                     stdin=b"A man is riding a bike.\n", env=no_gpu)
+        assert result.returncode == 0, result.stderr.decode()
+        assert vtx_lines(result.stderr.decode())[0] == said
+        outputs.add(result.stdout)
+    assert len(outputs) == 1

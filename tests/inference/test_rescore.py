@@ -45,6 +45,25 @@ def test_scores_equal_the_sum_of_the_full_forwards_log_probs(loaded):
         assert scored.tokens == tuple(target)
 
 
+def test_the_compiled_pass_scores_as_the_plain_one_in_few_shapes(loaded):
+    """With XLA (`vtx score --jit`) every pass is a power of two of rows by lengths of a
+    multiple of 8, each shape one compiled program; the scores are the plain pass's."""
+    model, vocab = loaded
+    sources, targets = SOURCES * 3, TARGETS[1:] + TARGETS * 2 + TARGETS[:1]
+    pairs = [(vocab.encode(s), vocab.encode(t)) for s, t in zip(sources, targets)]
+    plain = rescore.Scorer([model], vocab, DecodeOptions(max_tokens=64)).score(pairs)
+    compiled = rescore.Scorer([model], vocab, DecodeOptions(max_tokens=64, jit_compile=True))
+    shapes, traced = [], compiled._scorer
+    compiled._scorer = lambda *inputs: shapes.append(inputs[0].shape + inputs[1].shape) or \
+        traced(*inputs)
+    for one, other in zip(plain, compiled.score(pairs)):
+        np.testing.assert_allclose(other.positional_scores, one.positional_scores, rtol=1e-4,
+                                   atol=1e-5)
+        assert other.tokens == one.tokens
+    assert shapes and all(rows & (rows - 1) == 0 and source % 8 == 0 and target % 8 == 0
+                          and rows == rows_again for rows, source, rows_again, target in shapes)
+
+
 def test_rescoring_the_nbest_output_by_its_model_gives_back_its_scores(trained_checkpoint,
                                                                        tmp_path):
     (tmp_path / "src").write_text("\n".join(SOURCES) + "\n")

@@ -22,7 +22,7 @@ from vtx.config import PAD_ID
 from vtx.errors import ArgumentError, DataError
 from vtx.inference import translate
 from vtx.inference.beam_search import length_penalty
-from vtx.inference.decoding import DecodeOptions
+from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
 from vtx.inference.scoring import forced_in_chunks, make_scorer
 
 
@@ -46,12 +46,15 @@ class Scorer:
         models: vtx Transformers of one vocabulary.
         vocab: their `vtx.data.vocab.Vocabulary`.
         options: lenpen and lenpen_formula make the length-normalised score; max_tokens bounds
-            the source tokens of a pass.
+            the source tokens of a pass; with jit_compile the pass is XLA-compiled, over a
+            power of two of rows and sources and targets padded to a multiple of
+            LENGTH_BUCKET, so that few shapes are compiled.
     """
 
     def __init__(self, models: Sequence, vocab, options: DecodeOptions):
         self.models, self.vocab, self.options = list(models), vocab, options
-        self._scorer = make_scorer(self.models)
+        self._scorer = make_scorer(self.models, options.jit_compile)
+        self._bucket = LENGTH_BUCKET if options.jit_compile else 1
         self.max_positions = min(model.config.max_positions for model in self.models)
 
     def score(self, pairs: list[tuple[list[int], list[int] | None]]) -> list[Scored]:
@@ -71,20 +74,21 @@ class Scorer:
 
     def _rows(self, order: list[int], pairs) -> int:
         """How many of the pairs `order` shares a pass: max_tokens source tokens, padding
-        counted."""
+        counted (with XLA a power of two)."""
         rows, longest = 0, 0
         for index in order:
-            longest = max(longest, len(pairs[index][0]))
+            longest = max(longest, _rounded_up(len(pairs[index][0]), self._bucket))
             if rows and (rows + 1) * longest > self.options.max_tokens:
                 break
             rows += 1
-        return rows
+        return 1 << (rows.bit_length() - 1) if self.options.jit_compile else rows
 
     def _score_chunk(self, pairs) -> list[Scored]:
         sources, targets = zip(*pairs)
         lengths = np.array([len(t) for t in targets], np.int32)
         log_probs = forced_in_chunks(self._scorer, len(self.models), self.vocab.size,
-                                     _padded(sources), _padded(targets), lengths,
+                                     _padded(sources, self._bucket),
+                                     _padded(targets, self._bucket), lengths,
                                      np.ones(len(pairs), bool))
         penalties = length_penalty(lengths + 1, self.options.lenpen,
                                    self.options.lenpen_formula).numpy()
@@ -97,9 +101,15 @@ class Scorer:
         return results
 
 
-def _padded(rows: Sequence[Sequence[int]]) -> np.ndarray:
-    """int32 [N, max(1, longest)] of the rows, PAD-padded."""
-    array = np.full((len(rows), max(1, *map(len, rows))), PAD_ID, np.int32)
+def _rounded_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def _padded(rows: Sequence[Sequence[int]], multiple: int = 1) -> np.ndarray:
+    """int32 [N, W] of the rows, PAD-padded: W the longest row's length (at least 1) rounded
+    up to a multiple of `multiple`."""
+    width = _rounded_up(max(1, *map(len, rows)), multiple)
+    array = np.full((len(rows), width), PAD_ID, np.int32)
     for row, ids in enumerate(rows):
         array[row, :len(ids)] = ids
     return array

@@ -56,13 +56,14 @@ def forced_log_probs(models: Sequence, source_ids, target_ids, lengths, finished
     return tf.where(words | ends, chosen, 0.0)
 
 
-def make_scorer(models: Sequence) -> Callable[..., tf.Tensor]:
-    """`forced_log_probs` of `models`, traced once for any shape."""
+def make_scorer(models: Sequence, jit_compile: bool = False) -> Callable[..., tf.Tensor]:
+    """`forced_log_probs` of `models`, traced once for any shape; with `jit_compile` XLA
+    compiles that graph once per concrete shape."""
     spec = lambda shape, dtype: tf.TensorSpec(shape, dtype)
     return tf.function(lambda source, target, lengths, finished: forced_log_probs(
         models, source, target, lengths, finished), input_signature=[
             spec([None, None], tf.int32), spec([None, None], tf.int32), spec([None], tf.int32),
-            spec([None], tf.bool)], autograph=False)
+            spec([None], tf.bool)], jit_compile=jit_compile or None, autograph=False)
 
 
 # Bytes of float32 [rows, T + 1, V] scores one forced pass may hold (its logits, their
@@ -74,7 +75,8 @@ def forced_in_chunks(scorer: Callable[..., tf.Tensor], models: int, vocab_size: 
                      source_ids: np.ndarray, target_ids: np.ndarray, lengths: np.ndarray,
                      finished: np.ndarray) -> np.ndarray:
     """`make_scorer`'s log-probs of N rows, computed a few rows at a time so that the scores
-    over the vocabulary stay within FORCED_BYTES.
+    over the vocabulary stay within FORCED_BYTES: a power of two of them, so that N rows of a
+    power of two (XLA's few shapes) are cut into parts of one shape.
 
     Args:
         scorer: from `make_scorer` of `models` models of `vocab_size` tokens.
@@ -85,7 +87,7 @@ def forced_in_chunks(scorer: Callable[..., tf.Tensor], models: int, vocab_size: 
     """
     rows, width = target_ids.shape
     per_row = 4 * vocab_size * (width + 1) * (2 + models)
-    step = max(1, FORCED_BYTES // per_row)
+    step = 1 << (max(1, FORCED_BYTES // per_row).bit_length() - 1)
     parts = [scorer(source_ids[start:start + step], target_ids[start:start + step],
                     lengths[start:start + step], finished[start:start + step]).numpy()
              for start in range(0, rows, step)]
