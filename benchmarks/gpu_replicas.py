@@ -1,9 +1,9 @@
 """Eight replicas on one GPU: vtx's Trainer under MirroredStrategy on 8 logical GPUs cut from one
 physical GPU, against 1 replica and against 1 replica x 8 micro-batches (`--update-freq 8`).
 
-One process: the device (`--device`, GPU 0 or the CPU) is split into `--replicas` logical
-devices before TensorFlow initialises it, each GPU one with `--memory-mib` of its memory (default:
-nvidia-smi's total, less a tenth, shared out). Three runs of the real `Trainer`, each on
+A process a run: in each the device (`--device`, GPU 0 or the CPU) is split into `--replicas`
+logical devices before TensorFlow initialises it, each GPU one with `--memory-mib` of its memory
+(default: nvidia-smi's total, less a tenth, shared out). Three runs of the real `Trainer`, each on
 `--steps` + `--warmup` updates of the same synthetic batches (B x L target tokens a batch, L =
 `--length`, no padding), read in the same order from the same initial weights (the first run's,
 copied), XLA on (`--no-jit` for off), `--precision` (default mixed_bfloat16), dropout 0 (each
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import subprocess
 import sys
 import tempfile
@@ -130,6 +129,7 @@ class Run:
     seconds: float = 0.0  # of the timed updates
     first_loss: float = 0.0  # the first update's loss per target token
     weights: list[np.ndarray] | None = None  # after its last update
+    failed: str = ""  # how its process ended, where it did not finish
 
     @property
     def batches_per_update(self) -> int:
@@ -176,24 +176,47 @@ def train(run: Run, trainer, batches: list[dict], args) -> None:
     run.weights = trainer.model.get_weights()
 
 
-def run_all(runs: list[Run], batches: list[dict], args) -> list[np.ndarray]:
-    """Train each of `runs` in turn from the first's initial weights; those weights. Each
-    trainer is let go before the next is made: the 1-replica runs share the first logical
-    device's memory with no other model."""
-    initial = None
+def run_all(runs: list[Run], args) -> list[np.ndarray]:
+    """Train each of `runs` in turn, each in a process of its own (this script with `--run`),
+    from the first's initial weights; those weights. A process a run: every run has the device
+    to itself, and a run that TensorFlow aborts (as its GPU allocator did, a BFC check, making
+    1 replica x 8 micro-batches under XLA on an H200) costs the others nothing: it is left
+    without weights (`Run.failed` says how it ended)."""
+    with tempfile.TemporaryDirectory() as work:
+        for index in range(len(runs)):
+            done = subprocess.run([sys.executable, __file__, *args.argv, "--run", str(index),
+                                   "--work", work])
+            if done.returncode:
+                runs[index].failed = (f"exited {done.returncode}" if done.returncode > 0 else
+                                      f"killed by signal {-done.returncode}")
+                print(f"  [{runs[index].label}] {runs[index].failed}", flush=True)
+                if index == 0:  # the others start from its weights
+                    raise SystemExit(f"gpu_replicas: {runs[0].label} {runs[0].failed}")
+                continue
+            with np.load(f"{work}/run_{index}.npz") as saved:
+                runs[index].seconds = float(saved["seconds"])
+                runs[index].first_loss = float(saved["first_loss"])
+                runs[index].weights = [saved[f"w{i}"] for i in range(len(saved.files) - 2)]
+        with np.load(f"{work}/initial.npz") as saved:
+            return [saved[f"w{i}"] for i in range(len(saved.files))]
+
+
+def run_one(run: Run, index: int, batches: list[dict], args) -> None:
+    """`--run INDEX`: train `run` (the first run from its own initial weights, saved; the others
+    from those) and save its figures and weights in `--work`."""
+    initial = f"{args.work}/initial.npz"
     with tempfile.TemporaryDirectory() as save_dir:  # Trainer needs one; nothing is saved
-        for index, run in enumerate(runs):
-            trainer = make_trainer(run, args, f"{save_dir}/{index}")
-            if initial is None:
-                initial = trainer.model.get_weights()
-            else:
-                trainer.model.set_weights(initial)
-            started = time.perf_counter()
-            train(run, trainer, batches, args)
-            print(f"  [{run.label}] trained in {time.perf_counter() - started:.1f} s", flush=True)
-            del trainer
-            gc.collect()
-    return initial
+        trainer = make_trainer(run, args, save_dir)
+        if index == 0:
+            np.savez(initial, **{f"w{i}": w for i, w in enumerate(trainer.model.get_weights())})
+        else:
+            with np.load(initial) as saved:
+                trainer.model.set_weights([saved[f"w{i}"] for i in range(len(saved.files))])
+        started = time.perf_counter()
+        train(run, trainer, batches, args)
+        print(f"  [{run.label}] trained in {time.perf_counter() - started:.1f} s", flush=True)
+    np.savez(f"{args.work}/run_{index}.npz", seconds=run.seconds, first_loss=run.first_loss,
+             **{f"w{i}": w for i, w in enumerate(run.weights)})
 
 
 def gap(weights: list[np.ndarray], others: list[np.ndarray]) -> float:
@@ -219,16 +242,22 @@ def report(runs: list[Run], initial: list[np.ndarray], args) -> bool:
     """Print the tok/s lines and the weights' check; whether the weights agree."""
     replicas, one, accumulated = runs[:3]
     for run in runs:
+        if run.failed:
+            print(f"{run.label:28} {run.failed}", flush=True)
+            continue
         against = ("" if run is replicas else f"; {replicas.label} / {run.label} = "
                    f"{rate(replicas, args) / rate(run, args):.2f}")
         print(f"{run.label:28} {rate(run, args):10.0f} tok/s{against}", flush=True)
+    if accumulated.failed:
+        print(f"weights: not compared: {accumulated.label} {accumulated.failed}", flush=True)
+        return False
     print(f"first update's loss: {replicas.first_loss:.6f} ({replicas.label}), "
           f"{accumulated.first_loss:.6f} ({accumulated.label})")
     found = gap(replicas.weights, accumulated.weights)
     scale, tolerance = learning_rate_sum(args), TOLERANCE[args.precision]
     agree = found <= tolerance * scale
     floor_said = ""
-    if len(runs) == 4:
+    if len(runs) == 4 and not runs[3].failed:
         floor = gap(accumulated.weights, runs[3].weights)
         agree = agree or found <= FLOOR_FACTOR * floor
         floor_said = (f"; the floor (round-off): max |{accumulated.label} - {runs[3].label}| = "
@@ -236,37 +265,48 @@ def report(runs: list[Run], initial: list[np.ndarray], args) -> bool:
                       f"(at most {FLOOR_FACTOR:g}x)")
     print(f"weights after {args.warmup + args.steps} updates: moved up to "
           f"{gap(replicas.weights, initial):.3g} from the initial ones; max |{replicas.label} - "
-          f"{one.label}| (other batches) = {gap(replicas.weights, one.weights):.3g}")
+          f"{one.label}| (other batches) = "
+          f"{f'{gap(replicas.weights, one.weights):.3g}' if one.weights else one.failed}")
     print(f"weights: max |{replicas.label} - {accumulated.label}| = {found:.3g}, "
           f"{found / scale:.2g} of the learning rates' sum {scale:.3g} (tolerance {tolerance:g} "
           f"in {args.precision}){floor_said}: {'agree' if agree else 'DISAGREE'}", flush=True)
     return agree
 
 
-def main(args) -> int:
-    if args.xla_cache_dir:  # before TensorFlow is imported: it reads the flag once
-        from vtx.training import compile_cache
+def make_runs(devices: list[str], args) -> list[Run]:
+    """The runs, in order, on `devices` (the logical devices' names)."""
+    runs = [Run(f"{len(devices)} replicas", devices, 1), Run("1 replica", devices[:1], 1),
+            Run(f"1 replica x {len(devices)} micro-batches", devices[:1], len(devices))]
+    if args.floor:
+        runs.append(Run(f"1 replica x {len(devices)} reversed", devices[:1], len(devices),
+                        reverse=True))
+    return runs
 
-        compile_cache.enable(args.xla_cache_dir)
+
+def main(args) -> int:
     memory = (args.memory_mib or default_memory_mib(args.replicas)) if args.device == "gpu" \
         else None
-    devices = split_device(args.device, args.replicas, memory)
+    if args.run is not None:  # one run, in this process: the device split here
+        if args.xla_cache_dir:  # before TensorFlow compiles: it reads the flag once
+            from vtx.training import compile_cache
+
+            compile_cache.enable(args.xla_cache_dir)
+        devices = split_device(args.device, args.replicas, memory)
+        batches = synthetic_batches(model_config(args).vocab_size, args.tokens, args.length,
+                                    count=len(devices))
+        run_one(make_runs(devices, args)[args.run], args.run, batches, args)
+        return 0
+    # This process only reports: it leaves the device to the runs' processes.
     named = gpu_name() if args.device == "gpu" else "CPU"
-    print(f"device: {args.device} ({named}) split into {len(devices)} logical devices"
+    print(f"device: {args.device} ({named}) split into {args.replicas} logical devices"
           f"{f' of {memory} MiB' if memory else ''}; {args.archs}"
           f"{f', {args.layers} layers' if args.layers else ''}"
           f"{f', vocabulary {args.vocab}' if args.vocab else ''}, {args.precision}, XLA "
           f"{'on' if args.jit else 'off'}, all-reduce {args.all_reduce}; {args.tokens} target "
           f"tokens a batch (B x {args.length}); {args.warmup} warm-up + {args.steps} timed "
           f"updates, at most 2 in flight", flush=True)
-    batches = synthetic_batches(model_config(args).vocab_size, args.tokens, args.length,
-                                count=len(devices))
-    runs = [Run(f"{len(devices)} replicas", devices, 1), Run("1 replica", devices[:1], 1),
-            Run(f"1 replica x {len(devices)} micro-batches", devices[:1], len(devices))]
-    if args.floor:
-        runs.append(Run(f"1 replica x {len(devices)} reversed", devices[:1], len(devices),
-                        reverse=True))
-    initial = run_all(runs, batches, args)
+    runs = make_runs([f"device {index}" for index in range(args.replicas)], args)
+    initial = run_all(runs, args)
     return 0 if report(runs, initial, args) else 1
 
 
@@ -297,7 +337,10 @@ def parse_args(argv=None):
                         help="each logical GPU's memory (0: GPU 0's, less a tenth, shared out)")
     parser.add_argument("--all-reduce", choices=("one-device", "hierarchical"),
                         default="one-device", help="the sum across replicas (cross_device_ops)")
+    parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # one run, in its process
+    parser.add_argument("--work", help=argparse.SUPPRESS)  # where it saves what it trained
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if "," in args.archs:
         parser.error(f"--archs {args.archs}: one model")
     if args.length < 2 or args.tokens < args.length:

@@ -54,7 +54,8 @@
 #              the sum across replicas reduced to one device: NCCL needs distinct GPUs), base
 #              (vocabulary 8000) at 8192 tokens a replica, 30 updates: tok/s of 8 replicas
 #              against 1 replica and 1 replica x 8 micro-batches, and the weights of 8 replicas
-#              against 1 x 8 micro-batches on the same batches (exit 1 beyond its tolerance).
+#              against 1 x 8 micro-batches on the same batches, with the round-off's floor
+#              (1 x 8 again, reversed), exit 1 beyond them; each run in a process of its own.
 #              Each program is compiled once per logical GPU; they are kept in
 #              $RUN.replicas8_xla, so that a second call finds them
 #
@@ -298,7 +299,8 @@ do_ct2() {
 do_replicas8() {
   part replicas8 300 "$python" "$here/gpu_replicas.py" --archs base --vocab 8000 --tokens 8192 \
     --steps 30 --xla-cache-dir "$RUN.replicas8_xla" "${train_flags[@]}"
-  grep -E "^device:|compiled the update|tok/s|^first update|^weights" "$out/replicas8.log" \
+  grep -E "^device:|compiled the update|tok/s|^first update|^weights|killed|exited" \
+    "$out/replicas8.log" \
     2>/dev/null | tee -a "$summary"
 }
 

@@ -40,3 +40,27 @@ def test_replicas_train_the_weights_of_one_replica_accumulating_as_many_micro_ba
     # the check compares something and would see a difference.
     assert moved > 0 and other > 10 * 1e-3 * scale
     assert found <= 1e-3 * scale
+
+
+def test_a_run_that_did_not_finish_is_named_and_the_weights_are_not_called_agreeing(capsys):
+    """A run whose process TensorFlow aborted (as 1 replica x 8 micro-batches did under XLA on
+    an H200) is reported with how it ended; the others' rates are still printed, and with the
+    accumulated run missing the check fails rather than passes."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_replicas
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    import numpy as np
+
+    args = gpu_replicas.parse_args(["--device", "cpu", "--replicas", "2", "--tokens", "64",
+                                    "--length", "8", "--precision", "float32"])
+    runs = gpu_replicas.make_runs(["device 0", "device 1"], args)
+    for run in runs[:2]:
+        run.seconds, run.weights = 1.0, [np.zeros(3, np.float32)]
+    runs[2].failed = "killed by signal 6"
+    assert gpu_replicas.report(runs, [np.zeros(3, np.float32)], args) is False
+    out = capsys.readouterr().out
+    assert re.search(r"^2 replicas +\d+ tok/s$", out, re.M), out
+    assert re.search(r"^1 replica x 2 micro-batches +killed by signal 6$", out, re.M), out
+    assert "weights: not compared: 1 replica x 2 micro-batches killed by signal 6" in out
