@@ -10,12 +10,23 @@ The lexically constrained search runs its steps from the host, so `auto` leaves 
 
 The GPUs are TensorFlow's own list, not `nvidia-smi`'s: the computation runs where TensorFlow
 places it (a CPU-only build, or CUDA_VISIBLE_DEVICES="", sees none).
+
+On a GPU the compiled programs are kept on disk (TensorFlow's persistent XLA cache, as `vtx
+train` keeps its own: `vtx.training.compile_cache`), so that the next command on the same model
+and shapes loads them instead of compiling again: in `$VTX_XLA_CACHE`, else
+`$XDG_CACHE_HOME/vtx/xla` (`~/.cache/vtx/xla`), a folder for each GPU model and TensorFlow
+version; a cache TF_XLA_FLAGS already names is kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import os
+import re
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from vtx.training import compile_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +71,29 @@ def visible_gpus() -> list[str]:
             for gpu in tf.config.list_physical_devices("GPU")]
 
 
+def xla_cache_directory(gpu: str, tensorflow_version: str,
+                        environ: Mapping[str, str] = os.environ) -> Path:
+    """The folder decoding keeps its XLA programs in on the GPU named `gpu`: one for each GPU
+    model and TensorFlow version (a program compiled for one runs on no other), under
+    `$VTX_XLA_CACHE`, else `$XDG_CACHE_HOME/vtx/xla`, else `~/.cache/vtx/xla`."""
+    root = environ.get("VTX_XLA_CACHE") or Path(
+        environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vtx" / "xla"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", gpu).strip("_") or "gpu"
+    return Path(root) / f"{name}-tf{tensorflow_version}"
+
+
 def resolve_jit(requested: bool | None, host_steps: bool = False) -> JitChoice:
-    """`choose_jit` for the GPUs TensorFlow sees here (`visible_gpus()`)."""
-    return choose_jit(requested, visible_gpus(), host_steps)
+    """`choose_jit` for the GPUs TensorFlow sees here (`visible_gpus()`); with XLA on a GPU, the
+    persistent XLA cache enabled (`xla_cache_directory`, unless TF_XLA_FLAGS names one) and said
+    in the reason. Call it before anything is compiled."""
+    gpus = visible_gpus()
+    choice = choose_jit(requested, gpus, host_steps)
+    if not (choice.compile and gpus):
+        return choice
+    directory = compile_cache.current_directory()
+    if directory is None:
+        import tensorflow as tf
+
+        directory = compile_cache.enable(xla_cache_directory(gpus[0], tf.__version__))
+    return dataclasses.replace(choice, reason=f"{choice.reason}; compiled programs kept in "
+                                              f"{directory}")
