@@ -3,9 +3,8 @@
 
 On a CPU a search under XLA is slower than without: its fixed shapes run every sentence of a
 batch to the batch's last step (`benchmarks/translate_speed.py` with and without `--jit`,
-docs/benchmarks.md). On a GPU
-XLA fuses each step's many small operations, which otherwise run as a kernel each; training
-there runs several times faster with it (`benchmarks/gpu_train.py`), decoding is not measured.
+docs/benchmarks.md). On a GPU XLA fuses each step's many small operations, which otherwise
+run as a kernel each and leave the GPU waiting for the host (docs/commands.md gives the figures).
 The lexically constrained search runs its steps from the host, so `auto` leaves it uncompiled.
 
 The GPUs are TensorFlow's own list, not `nvidia-smi`'s: the computation runs where TensorFlow
@@ -64,7 +63,7 @@ def choose_jit(requested: bool | None, gpus: Sequence[str],
 
 
 def visible_gpus() -> list[str]:
-    """The names of the GPUs TensorFlow sees (e.g. "NVIDIA H200"), in its order."""
+    """The names of the GPUs TensorFlow sees (their device names), in its order."""
     import tensorflow as tf
 
     return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name)
