@@ -21,8 +21,12 @@ from vtx_cli.options import ema_option
               help="Where to write the averaged checkpoint (.npz), not under a numbered "
                    "checkpoint's name (checkpoint_NNNNNNNN.npz: train would resume from it).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
+@click.option("--keep-optimizer-state", is_flag=True,
+              help="Also write the newest checkpoint's optimizer state (Adam's moments, twice "
+                   "the weights' size). Without it the output holds the weights only, all that "
+                   "translate, export and --finetune-from read.")
 @ema_option
-def average_checkpoints(inputs, num_last, upper_bound, output, force, ema):
+def average_checkpoints(inputs, num_last, upper_bound, output, force, keep_optimizer_state, ema):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
     from vtx import checkpoints
 
@@ -49,7 +53,7 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force, ema):
         raise click.UsageError("--num-last and --upper-bound go with a directory in --inputs")
     try:
         checkpoints.check_output(output, force, paths)
-        averaged = checkpoints.average(paths, ema)
+        averaged = checkpoints.average(paths, ema, keep_optimizer=keep_optimizer_state)
         checkpoints.save(output, averaged)
     except (OSError, ValueError, MemoryError) as error:
         raise click.ClickException(str(error)) from error

@@ -1,7 +1,7 @@
 """Checkpoint files: one self-contained `.npz` per checkpoint, written atomically.
 
 A checkpoint holds the model's variables (weights and dropout RNG state, in the model's variable
-order), the optimizer's variables, and a JSON `meta` record: step, data-stream position, model and
+order), the optimizer's variables (none in an averaged one), and a JSON `meta` record: step, data-stream position, model and
 training configuration. It may also carry the SentencePiece model bytes, so that a single file is
 enough to translate, and the exponential moving average of the weights (`vtx train --ema-decay`),
 which `load(path, ema=True)` returns in place of the weights. The meta record's `checksum` (SHA-256 over the rest of the meta and every
@@ -278,13 +278,16 @@ def set_aside(path: str | Path) -> Path:
     return atomic.move_aside(path, DAMAGED_SUFFIX)
 
 
-def average(paths: list[str | Path], ema: bool = False) -> Checkpoint:
+def average(paths: list[str | Path], ema: bool = False,
+            keep_optimizer: bool = False) -> Checkpoint:
     """Mean of the floating-point model variables of `paths` (`ema`: of their EMAs' weights,
     `with_ema_weights`).
 
-    Integer state (dropout RNG counters) and the optimizer state are copied from the checkpoint
-    with the highest step; so is the meta record, with `averaged_from` added. The average holds
-    no EMA.
+    Integer state (dropout RNG counters) is copied from the checkpoint with the highest step; so
+    is the meta record, with `averaged_from` added. The average holds no EMA and, unless
+    `keep_optimizer`, no optimizer state: nothing reads it (translating needs the weights, and
+    `vtx train --finetune-from` starts its optimizer afresh), and Adam's two moments would
+    triple the file.
 
     Raises:
         ValueError: `ema` and a checkpoint holds no EMA (named).
@@ -316,7 +319,7 @@ def average(paths: list[str | Path], ema: bool = False) -> Checkpoint:
         else:
             averaged.append(array)
     meta = {**newest.meta, "averaged_from": [c.meta.get("step") for c in checkpoints]}
-    return Checkpoint(averaged, newest.optimizer, meta, newest.vocab)
+    return Checkpoint(averaged, newest.optimizer if keep_optimizer else [], meta, newest.vocab)
 
 
 def _refuse_copies(loaded: list[tuple[Checkpoint, str | Path]]) -> None:

@@ -52,6 +52,18 @@ def test_averaging_two_checkpoints_equals_the_hand_mean_and_copies_integers(tmp_
     assert averaged.meta["step"] == 20 and averaged.meta["averaged_from"] == [10, 20]
 
 
+def test_an_average_holds_the_weights_only_unless_the_optimizer_state_is_kept(tmp_path):
+    """Adam's moments are twice the weights and nothing reads them from an average; who wants
+    them asks (the newest checkpoint's, as the integer state)."""
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    checkpoints.save(a, make(10, 1.0))
+    checkpoints.save(b, make(20, 4.0))
+    checkpoints.save(tmp_path / "average.npz", checkpoints.average([a, b]))
+    assert checkpoints.load(tmp_path / "average.npz").optimizer == []
+    kept = checkpoints.average([a, b], keep_optimizer=True)
+    np.testing.assert_array_equal(kept.optimizer, [np.array(20, np.int64)])
+
+
 def test_different_architectures_are_refused(tmp_path):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
     checkpoints.save(a, make(10, 1.0, {"d_model": 8}))
