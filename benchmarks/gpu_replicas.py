@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import subprocess
 import sys
 import tempfile
@@ -184,8 +185,14 @@ def run_all(runs: list[Run], args) -> list[np.ndarray]:
     without weights (`Run.failed` says how it ended)."""
     with tempfile.TemporaryDirectory() as work:
         for index in range(len(runs)):
-            done = subprocess.run([sys.executable, __file__, *args.argv, "--run", str(index),
-                                   "--work", work])
+            command = [sys.executable, __file__, *args.argv, "--run", str(index), "--work", work]
+            done = subprocess.run(command)
+            retry = allocator_retry(done.returncode, args.device, os.environ)
+            if retry is not None:
+                print(f"  [{runs[index].label}] killed by signal {-done.returncode}; again with "
+                      f"TF_GPU_ALLOCATOR={retry['TF_GPU_ALLOCATOR']}", flush=True)
+                runs[index].label += f" ({retry['TF_GPU_ALLOCATOR']})"
+                done = subprocess.run(command, env=retry)
             if done.returncode:
                 runs[index].failed = (f"exited {done.returncode}" if done.returncode > 0 else
                                       f"killed by signal {-done.returncode}")
@@ -199,6 +206,16 @@ def run_all(runs: list[Run], args) -> list[np.ndarray]:
                 runs[index].weights = [saved[f"w{i}"] for i in range(len(saved.files) - 2)]
         with np.load(f"{work}/initial.npz") as saved:
             return [saved[f"w{i}"] for i in range(len(saved.files))]
+
+
+def allocator_retry(returncode: int, device: str, environ) -> dict | None:
+    """The environment to run an aborted GPU run again in, or None: a run that TensorFlow killed
+    (a negative return code: a signal, as the BFC allocator's failed check raises SIGABRT) on a
+    GPU whose allocator was left to TensorFlow is run once more on CUDA's own allocator
+    (`cuda_malloc_async`), which has no BFC bins to check; the label says which ran."""
+    if returncode >= 0 or device != "gpu" or "TF_GPU_ALLOCATOR" in environ:
+        return None
+    return {**environ, "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
 
 
 def run_one(run: Run, index: int, batches: list[dict], args) -> None:

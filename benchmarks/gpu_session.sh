@@ -50,6 +50,11 @@
 #              the rows in $OUT/decoding_vs_ct2.csv (benchmarks/results/decoding_vs_ct2.csv's
 #              columns). Needs CTranslate2's wheel staged (VTX_GPU_EXTRA_WHEELS=
 #              "ctranslate2==4.8.5", below); DECODE_FLAGS are appended (--jit: vtx under XLA)
+#   bleu       recipes/quickstart.sh on the GPU (VTX_BIN: the staged vtx) with a budget of
+#              BLEU_MINUTES (default 4) on the raw Multi30k in DATA_DIR/raw (staged below):
+#              BLEU on test_2016 after that many minutes of training, compile included, and
+#              the recipe's seconds end to end. Its averaged checkpoint is what decode and ct2
+#              translate with (the quick start's model) unless CHECKPOINT names another
 #   replicas8  gpu_replicas.py: the GPU split into 8 logical GPUs (MirroredStrategy, XLA, bf16,
 #              the sum across replicas reduced to one device: NCCL needs distinct GPUs), base
 #              (vocabulary 8000) at 8192 tokens a replica, 30 updates: tok/s of 8 replicas
@@ -59,8 +64,13 @@
 #              Each program is compiled once per logical GPU; they are kept in
 #              $RUN.replicas8_xla, so that a second call finds them
 #
-# CHECKPOINT (a vtx checkpoint file) replaces pipeline's last checkpoint in decode and ct2: a
-# session may decode with a model it brought instead of the one it trains.
+# decode and ct2 translate with CHECKPOINT (a vtx checkpoint file) when given, else part bleu's
+# averaged checkpoint, else pipeline's last checkpoint.
+#
+# A part starts only when the seconds left cover what it took the last time it was measured
+# (benchmarks/results/gpu_session_seconds.csv, or the file GPU_SESSION_SECONDS names: part,
+# seconds, exit, GPU, date; its default where absent). Each run writes its parts' rows to $OUT/gpu_session_seconds.csv: copy them
+# over the file's rows of the same part.
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine may lack (without it they
 # hold the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last
@@ -72,8 +82,9 @@
 # To run it, first here: `VTX_GPU_EXTRA_WHEELS="ctranslate2==4.8.5" bash ../shared/gpu/stage.sh`
 # (CTranslate2 for part ct2, a part of its own), and the data: `vtx preprocess -s en -t de
 # --trainpref ../shared/data/multi30k/train --validpref ../shared/data/multi30k/val --destdir
-# .gpu/m30k --vocab-size 8000` and `zcat ../shared/data/multi30k/test_2016_flickr.en.gz >
-# .gpu/m30k/test.en` (part decode). Then with the device tool, back to back: one call per part
+# .gpu/m30k --vocab-size 8000`, `zcat ../shared/data/multi30k/test_2016_flickr.en.gz >
+# .gpu/m30k/test.en` (parts decode, ct2) and `mkdir .gpu/m30k/raw && cp
+# ../shared/data/multi30k/*.gz .gpu/m30k/raw/` (part bleu: 1.3 MB). Then with the device tool, back to back: one call per part
 # .gpu/wNN but the last (command `mkdir -p /root/stash && mv .gpu/wNN/* /root/stash/`, carry
 # [".gpu/wNN"]), then the last part with this (carry [".gpu/wLAST", ".gpu/bin", ".gpu/m30k"],
 # under the 64 MiB a call carries):
@@ -82,9 +93,9 @@
 # Device time is scarce: check any other command on this CPU first, as a typo costs the device
 # time it took to stage.
 #
-# PARTS picks the parts and their order (default "big pipeline synthetic packed autotune nojit
-# resume inline float16 decode ct2 replicas8": resume, inline, decode and ct2 need pipeline's
-# run). The machine stays warm a while after a call: a second call then (no staging; setup.sh
+# PARTS picks the parts and their order (default "replicas8 bleu ct2 decode big pipeline
+# synthetic packed autotune nojit resume inline float16", the most wanted first: resume and
+# inline need pipeline's run, decode and ct2 a checkpoint). The machine stays warm a while after a call: a second call then (no staging; setup.sh
 # checks and goes on) runs the parts the first had no time for. PIPELINE_FLAGS, GPU_TRAIN_FLAGS
 # (replicas8 too) and DECODE_FLAGS (decode, ct2) are appended to the parts' commands (the last
 # value of a flag wins); on a CPU, to check the script itself (its figures mean nothing there):
@@ -108,14 +119,15 @@ read -ra decode_flags <<< "${DECODE_FLAGS:-}"
 PROFILE_STEPS=${PROFILE_STEPS:-1000:1009}
 [[ $PROFILE_STEPS =~ ^[0-9]+:[0-9]+$ ]] \
   || { echo "gpu_session: PROFILE_STEPS must be FIRST:LAST, not $PROFILE_STEPS" >&2; exit 2; }
-default_parts="big pipeline synthetic packed autotune nojit resume inline float16 decode ct2 \
-replicas8"
+default_parts="replicas8 bleu ct2 decode big pipeline synthetic packed autotune nojit resume \
+inline float16"
 read -ra parts <<< "${PARTS:-$default_parts}"
 for name in "${parts[@]}"; do
   case $name in
-    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode|ct2|replicas8) ;;
+    pipeline|resume|synthetic|inline|packed|big|autotune|nojit|float16|decode|ct2|replicas8|\
+bleu) ;;
     *) echo "gpu_session: PARTS: unknown part $name (pipeline resume synthetic inline packed" \
-         "big autotune nojit float16 decode ct2 replicas8)" >&2; exit 2 ;;
+         "big autotune nojit float16 decode ct2 replicas8 bleu)" >&2; exit 2 ;;
   esac
 done
 python=$(command -v python3 || command -v python)
@@ -124,10 +136,21 @@ cupti=/tmp/site/nvidia/cuda_cupti/lib  # CUDA 12's CUPTI, staged as the header s
 
 note() { echo "$*" | tee -a "$summary"; }
 
+# expected NAME DEFAULT: the seconds part NAME took when last measured (the newest row of
+# $measured whose exit was 0), else DEFAULT.
+measured=${GPU_SESSION_SECONDS:-$here/results/gpu_session_seconds.csv}
+expected() {
+  local seconds
+  seconds=$(awk -F, -v part="$1" '$1 == part && $3 == 0 { s = $2 } END { print s }' \
+    "$measured" 2>/dev/null)
+  echo "${seconds:-$2}"
+}
+
 # part NAME SECONDS_NEEDED COMMAND...: runs COMMAND under the time left, its output in
-# $OUT/NAME.log, unless less than SECONDS_NEEDED is left.
+# $OUT/NAME.log, unless less is left than the seconds NAME took when last measured (else
+# SECONDS_NEEDED).
 part() {
-  local name=$1 need=$2; shift 2
+  local name=$1 need; need=$(expected "$1" "$2"); shift 2
   local left=$(( budget - (SECONDS - started) ))
   if (( left < need )); then
     note "== $name: skipped, $left s left (needs about $need)"
@@ -146,6 +169,7 @@ part() {
   running=""
   local why=""; (( rc == 124 || rc == 137 )) && why=" (out of time)"
   note "== $name: exit $rc after $(( SECONDS - began )) s$why"
+  echo "$name,$(( SECONDS - began )),$rc,$gpu,$(date -u +%F)" >> "$out/gpu_session_seconds.csv"
   tail -n +$(( from + 1 )) "$clocks" | gpu_samples | tee -a "$summary"
 }
 
@@ -163,6 +187,7 @@ gpu_samples() {
 : > "$summary"
 written=(gpu_pipeline_train.log gpu_pipeline_resume.log gpu_pipeline_train_inline.log
          gpu_clocks.csv)  # the logs, for the tar
+echo "part,seconds,exit,gpu,date" > "$out/gpu_session_seconds.csv"
 clocks=$out/gpu_clocks.csv sampler=""
 : > "$clocks"
 if command -v nvidia-smi > /dev/null; then  # a sample every 2 s until the session ends
@@ -178,9 +203,11 @@ trap '[ -n "$running" ] && kill -TERM "$running" 2> /dev/null && wait "$running"
       echo "gpu_session: stopped by a signal" >&2; exit 130' INT TERM
 commit=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
 note "gpu_session $(date -u +%FT%TZ), budget $budget s, data $data, commit $commit"
+gpu="CPU"  # the seconds' rows name the device they were measured on
 if command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 \
-    | sed 's/^/gpu: /' | tee -a "$summary"
+  gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)
+  note "gpu: $gpu"
+  gpu=${gpu%%,*}
 else
   note "gpu: none (no nvidia-smi): the figures below are this CPU's"
 fi
@@ -247,11 +274,13 @@ do_float16() {
   grep -A1 "^arch " "$out/float16.log" 2>/dev/null | sed -n 2p | tee -a "$summary"
 }
 
-# The checkpoint decode and ct2 translate with: $CHECKPOINT, else pipeline's newest (none:
-# empty).
+# The checkpoint decode and ct2 translate with: $CHECKPOINT, else bleu's average, else
+# pipeline's newest (none: empty).
 decode_checkpoint() {
   if [ -n "${CHECKPOINT:-}" ]; then
     echo "$CHECKPOINT"
+  elif [ -f "$RUN.bleu/average.npz" ]; then
+    echo "$RUN.bleu/average.npz"
   else
     ls "$RUN"/checkpoint_[0-9]*.npz 2>/dev/null | sort | tail -n 1
   fi
@@ -262,8 +291,8 @@ decode_checkpoint() {
 decode_inputs() {
   checkpoint=$(decode_checkpoint)
   if [ -z "$checkpoint" ] || [ ! -f "$checkpoint" ] || [ ! -f "$data/test.en" ]; then
-    note "== $1: skipped, it needs pipeline's checkpoint in $RUN (or CHECKPOINT) and" \
-      "$data/test.en"
+    note "== $1: skipped, it needs a checkpoint (CHECKPOINT, part bleu's or pipeline's)" \
+      "and $data/test.en"
     return 1
   fi
 }
@@ -275,6 +304,21 @@ do_decode() {
     --checkpoint "$2" --input "$3" --limit 512 --repeat 3 "$jit" "${@:4}" || exit; done' \
     "$python" "$here" "$checkpoint" "$data/test.en" "${decode_flags[@]}"
   grep -E "parameters|steady" "$out/decode.log" 2>/dev/null | tee -a "$summary"
+}
+
+# The quick start's recipe on this device: BLEU after BLEU_MINUTES of training, and the whole
+# recipe's seconds (preprocess, compile, train, average, translate 1000 lines).
+do_bleu() {
+  local minutes=${BLEU_MINUTES:-4}
+  if [ ! -d "$data/raw" ]; then
+    note "== bleu: skipped, it needs the raw Multi30k in $data/raw (header)"
+    return 0
+  fi
+  part bleu "$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 150 }')" \
+    env VTX_BIN="$(command -v vtx)" bash "$here/../recipes/quickstart.sh" --minutes "$minutes" \
+    --data "$data/raw" --workdir "$RUN.bleu" ${BLEU_TEST_LINES:+--test-lines "$BLEU_TEST_LINES"}
+  grep -E "^==> .*(vtx train|done in)|compiled [0-9]+ batch shapes|^Multi30k|^BLEU" \
+    "$out/bleu.log" 2>/dev/null | tee -a "$summary"
 }
 
 # vtx against CTranslate2 on the GPU, same checkpoint and lines (translate_speed.py exports it).

@@ -22,6 +22,8 @@
 # Steps: an isolated environment (.venv, reused when tests/run.sh made one), vtx installed in it,
 # the data, `vtx preprocess`, `vtx train`, `vtx average-checkpoints`, `vtx translate --reference`
 # on test_2016, which prints sacreBLEU with its signature.
+# VTX_BIN=PATH uses that `vtx` instead (no environment made), as on a machine where vtx is
+# installed already (benchmarks/gpu_session.sh's part bleu).
 set -euo pipefail
 # The rest is one block, read whole before it runs: an editor saving over this file while it
 # runs (an hour's training) would otherwise make bash read on from a shifted offset.
@@ -103,17 +105,22 @@ WORK=$(cd -- "$WORK" && pwd)
 START=$(date +%s)
 
 # ---- 1. environment ----
-VENV=$ROOT/.venv
-if [ ! -x "$VENV/bin/python" ]; then
-  step "creating the virtual environment $VENV"
-  "${PYTHON:-python3}" -m venv "$VENV"
+if [ -n "${VTX_BIN:-}" ]; then
+  [ -x "$VTX_BIN" ] || die "VTX_BIN: '$VTX_BIN' is not an executable file"
+  VTX=$VTX_BIN
+else
+  VENV=$ROOT/.venv
+  if [ ! -x "$VENV/bin/python" ]; then
+    step "creating the virtual environment $VENV"
+    "${PYTHON:-python3}" -m venv "$VENV"
+  fi
+  if [ ! -x "$VENV/bin/vtx" ]; then
+    step "installing vtx and its dependencies into $VENV (a few minutes the first time)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e "$ROOT"
+  fi
+  VTX=$VENV/bin/vtx
 fi
-if [ ! -x "$VENV/bin/vtx" ]; then
-  step "installing vtx and its dependencies into $VENV (a few minutes the first time)"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT"
-fi
-VTX=$VENV/bin/vtx
 
 # ---- 2. data: the local copy checked above, else a download ----
 if [ -z "$DATA" ]; then

@@ -64,3 +64,18 @@ def test_a_run_that_did_not_finish_is_named_and_the_weights_are_not_called_agree
     assert re.search(r"^2 replicas +\d+ tok/s$", out, re.M), out
     assert re.search(r"^1 replica x 2 micro-batches +killed by signal 6$", out, re.M), out
     assert "weights: not compared: 1 replica x 2 micro-batches killed by signal 6" in out
+
+
+def test_a_gpu_run_that_tensorflow_aborted_runs_again_on_cudas_allocator_once():
+    """The BFC allocator's failed check (SIGABRT) gets one more try on `cuda_malloc_async`; an
+    exit with an error, a CPU run, or an allocator the user chose does not."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_replicas
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    retry = gpu_replicas.allocator_retry(-6, "gpu", {"PATH": "/bin"})
+    assert retry == {"PATH": "/bin", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
+    assert gpu_replicas.allocator_retry(1, "gpu", {}) is None
+    assert gpu_replicas.allocator_retry(-6, "cpu", {}) is None
+    assert gpu_replicas.allocator_retry(-6, "gpu", {"TF_GPU_ALLOCATOR": "cuda_malloc_async"}) is None

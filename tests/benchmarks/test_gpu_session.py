@@ -66,8 +66,8 @@ def test_the_default_parts_are_the_headers_in_its_order_and_the_logs_end_in_one_
     out = tmp_path / "out"
     with tarfile.open(out / "gpu_session_logs.tar.gz") as archive:
         assert archive.getnames() == ["gpu_clocks.csv"]  # no part ran: only the samples
-    assert sorted(path.name for path in out.iterdir()) == ["gpu_session_logs.tar.gz",
-                                                           "gpu_session_summary.txt"]
+    assert sorted(path.name for path in out.iterdir()) == [
+        "gpu_session_logs.tar.gz", "gpu_session_seconds.csv", "gpu_session_summary.txt"]
 
 
 def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
@@ -211,3 +211,31 @@ def test_replicas8_runs_gpu_replicas_on_base_and_sums_up_its_rates_and_weights(t
                  "first update's loss", "1 replica x 8 micro-batches| = 0.0001: agree"):
         assert line in summary, summary
     assert "trained in" not in summary and "== replicas8: exit 0" in summary
+
+
+def test_a_part_starts_only_when_the_seconds_it_last_took_are_left_and_its_seconds_are_kept(
+        tmp_path):
+    """The newest finished run of a part in the seconds' file sets what it needs (a run that
+    ran out of time does not count); each part run adds its row to $OUT's file."""
+    measured = tmp_path / "seconds.csv"
+    measured.write_text("part,seconds,exit,gpu,date\nsynthetic,900,0,NVIDIA H200,2026-12-01\n"
+                        "synthetic,500,0,NVIDIA H200,2026-12-04\n"
+                        "big,5000,124,NVIDIA H200,2026-12-04\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (bin_dir / "python3").write_text("#!/bin/bash\nexit 0\n")
+    for name in ("nvidia-smi", "python3"):
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "RUN": str(tmp_path / "run"), "SAMPLER_PID": str(tmp_path / "sampler.pid"),
+           "GPU_SESSION_SECONDS": str(measured), "PARTS": "synthetic big"}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "400"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^== synthetic: skipped, \d+ s left \(needs about 500\)$", done.stdout,
+                     re.M), done.stdout
+    assert re.search(r"^== big \(\d+ s left\): ", done.stdout, re.M), done.stdout  # its 200
+    rows = (tmp_path / "out" / "gpu_session_seconds.csv").read_text().splitlines()
+    assert rows[0] == "part,seconds,exit,gpu,date" and len(rows) == 2
+    assert re.fullmatch(r"big,\d+,0,NVIDIA H200,\d{4}-\d\d-\d\d", rows[1]), rows

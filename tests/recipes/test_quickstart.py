@@ -158,3 +158,13 @@ def test_an_empty_workdir_or_data_value_is_refused(tmp_path):
         result = run(flag, "")
         assert result.returncode != 0
         assert f"{flag} needs a directory" in result.stderr
+
+
+def test_a_vtx_bin_that_is_not_a_program_is_refused_naming_it(shared_data, tmp_path):
+    """VTX_BIN (a `vtx` already installed, as on the GPU machine) replaces the environment; a
+    path that is not an executable stops the recipe there, before any data is made."""
+    result = run("--workdir", tmp_path / "work", "--data", shared_data / "multi30k",
+                 env={"VTX_BIN": str(tmp_path / "no-vtx")})
+    assert result.returncode == 1
+    assert f"VTX_BIN: '{tmp_path / 'no-vtx'}' is not an executable file" in result.stderr
+    assert not (tmp_path / "work" / "data-bin").exists()
