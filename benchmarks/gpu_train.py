@@ -18,7 +18,7 @@ target tokens of B x L, L = `--length`, no padding), one child process each:
 
 MFU = tok/s x 6 x parameters (encoder, decoder and the shared embedding that is also the
 output projection) / `--peak-tflops` (989: the H100 SXM's dense bf16 peak); attention's own
-FLOPs are left out, as in the issue's table.
+FLOPs are left out, as the 6 x parameters estimate does.
 
 On the GPU machine (see ../shared/gpu/README.md):
     bash .gpu/bin/setup.sh && . .gpu/bin/env.sh && python benchmarks/gpu_train.py

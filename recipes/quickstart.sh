@@ -140,7 +140,7 @@ else
 fi
 
 # ---- 4. train for the budget ----
-# The small preset was chosen on Multi30k val (docs/results.md): 3 layers, d_model 256; the
+# The small preset was chosen on Multi30k val (docs/recipes.md): 3 layers, d_model 256; the
 # precision follows the hardware (bfloat16 only where the CPU or GPU computes it faster).
 # About 20 checkpoints over the budget; the last 5 are averaged. A CPU with bfloat16 makes
 # ~7,500 updates in 60 minutes and the model overfits after ~4,000 (docs/results.md): patience

@@ -35,7 +35,7 @@
 #
 # A budget in updates: MINUTES is time, so a slower CPU trains fewer updates and parses worse. To
 # train about as far as a given run on any CPU, and take longer, cap the updates and make the
-# minutes ample, e.g. for the Intel Xeon's seed-1 run of docs/results.md (4,995 + 5,702 updates):
+# minutes ample, e.g. for the Intel Xeon's seed-1 run of the README (4,995 + 5,702 updates):
 #   MINUTES=400 TEACHER_MINUTES=200 TEACHER_STEPS=5000 STEPS=6000 bash recipes/wsj_parsing/small.sh
 #
 # Self-training (the paper's semi-supervised setting in miniature): SILVER's sentences of 5-35
@@ -46,7 +46,7 @@
 # of MINUTES, on its vocabulary; with TEACHER (e.g. an earlier run's checkpoint_best.npz), a
 # student trains from scratch for MINUTES.
 #
-# Choices (docs/results.md has the runs), made on the dev set alone but for self-training, kept for
+# Choices (the README has the runs), made on the dev set alone but for self-training, kept for
 # what it gave on test as well as dev: the words themselves stand in the slots of the trees (with XX
 # or POS tags a small model learnt a language model of trees that ignored the sentence), and the
 # learning rate is a quarter of the paper's schedule (at the full rate, and at half of it, the

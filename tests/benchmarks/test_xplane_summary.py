@@ -1,4 +1,4 @@
-"""The profiler-trace summary behind `gpu_train.py --profile` (issue 12): what it reads from an
+"""The profiler-trace summary behind `gpu_train.py --profile`: what it reads from an
 XSpace and the figures it computes from it."""
 
 import subprocess

@@ -644,8 +644,8 @@ def _translating_into_out_de(tmp_path, lines, *flags):
 
 
 def test_sigterm_mid_output_leaves_neither_the_output_nor_its_temporary(tmp_path):
-    """Python's default SIGTERM ended the process on the spot: no file under the output's name,
-    but its hidden temporary stayed for good. Now the cleanups run, as on Ctrl-C."""
+    """SIGTERM runs the cleanups, as Ctrl-C does: Python's default would end the process on the
+    spot, leaving the output's hidden temporary for good."""
     import signal
 
     process = _translating_into_out_de(tmp_path, "A dog runs in the park .\n" * 5000,

@@ -166,9 +166,9 @@ def _workers_of(pid):
 
 
 def test_ctrl_c_while_workers_encode_stops_without_their_tracebacks(small_corpus, tmp_path):  # noqa: F811
-    """Ctrl-C reaches the whole process group: each encoding worker printed a KeyboardInterrupt
-    traceback beside the main process's "Aborted!". Now the workers never see it; the main
-    process stops, ends them and leaves no output, exiting 130 with one line."""
+    """Ctrl-C reaches the whole process group, yet no encoding worker prints a KeyboardInterrupt
+    traceback: the workers never see it; the main process stops, ends them and leaves no
+    output, exiting 130 with one line."""
     import gzip
     import os
     import signal

@@ -87,8 +87,8 @@ main(sys.argv[2:], prog_name="vtx")
 @pytest.mark.parametrize("at", ["vtx.data.directory:load_meta",  # reading the data directory
                                 "vtx.training.trainer:Trainer.resume"])  # the model built
 def test_ctrl_c_before_training_starts_exits_130_saying_so(multi30k_small, tmp_path, at):
-    """Before the training loop takes SIGINT over, Ctrl-C was click's "Aborted!", exit 1; once
-    training has started it saves and exits 130. Now 130 from the start too, with one line."""
+    """Ctrl-C before the training loop takes SIGINT over exits 130 with one line, as it does once
+    training has started (where it saves first), not as click's "Aborted!", exit 1."""
     save = tmp_path / "run"
     result = subprocess.run([sys.executable, "-c", INTERRUPTED_AT, at, "train",
                              str(multi30k_small / "data"), "--save-dir", str(save),

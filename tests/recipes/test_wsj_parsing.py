@@ -103,7 +103,7 @@ def test_help_prints_the_header_and_touches_nothing(tmp_path, script):
 
 
 def test_small_refuses_to_replace_a_folder_it_did_not_write(shared_data, tmp_path):
-    """small.sh replaces WORK whole (rm -rf): WORK=. or WORK=$HOME deleted that folder. Now a
+    """small.sh replaces WORK whole (rm -rf), so WORK=. or WORK=$HOME would delete that folder: a
     folder holding anything but an earlier run's outputs is refused; an earlier run's is
     replaced (a stand-in vtx stops the run at its first command)."""
     stub = tmp_path / "vtx"

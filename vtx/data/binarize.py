@@ -217,9 +217,9 @@ def _merge_stats(total: dict, part: dict) -> None:
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[None]:
     """SIGINT held back (not lost: delivered at the end) while a worker process may start: a
-    worker inherits it held for good. Ctrl-C reaches the whole process group: the workers then
-    printed a KeyboardInterrupt traceback each; now the main process alone stops (the pool's
-    shutdown lets the chunks being encoded finish, then ends the workers)."""
+    worker inherits it held for good. Ctrl-C reaches the whole process group, and each worker
+    would print a KeyboardInterrupt traceback of its own; held, the main process alone stops (the
+    pool's shutdown lets the chunks being encoded finish, then ends the workers)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield

@@ -30,8 +30,8 @@ from vtx.errors import DataError
 class DataDirectory:
     """A `vtx preprocess` output directory, opened: `path` and its checked `meta` (meta.json).
 
-    It stands for its path where one is wanted (`os.fspath`, `str`), so that messages naming
-    the directory read as before.
+    It stands for its path where one is wanted (`os.fspath`, `str`), so that a message names
+    the directory by its path.
     """
 
     path: Path

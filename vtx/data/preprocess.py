@@ -132,7 +132,7 @@ def _check_replaced(destdir: Path) -> None:
 def _check_inputs_outside(destdir: Path, config: PreprocessConfig,
                           files: dict[str, tuple[Path, Path]]) -> None:
     """Refuse a --destdir that holds an input file: the finished directory replaces it whole
-    (with --force), which deleted the text it was built from."""
+    (with --force), which would delete the text it was built from."""
     flags = {"train": "--trainpref", "valid": "--validpref"}
     inputs = [(flags.get(name, "--testpref"), path) for name, pair in files.items()
               for path in pair]
@@ -149,7 +149,7 @@ def _check_inputs_outside(destdir: Path, config: PreprocessConfig,
 def _no_training_pairs(config: PreprocessConfig, source: Path, target: Path,
                        filtered: dict[str, int]) -> None:
     """Raise DataError: every training pair was dropped (a data directory with nothing to
-    train on was written, and `vtx train` failed on it later)."""
+    train on would only make `vtx train` fail later)."""
     flags = {"empty": "empty", "too_long": f"longer than --max-positions {config.max_positions}",
              "length_ratio": f"past --max-length-ratio {config.max_length_ratio}"}
     reasons = ", ".join(f"{count:,} {flags.get(reason, reason)}"
@@ -166,8 +166,8 @@ def _check_training_text(source: Path, target: Path) -> None:
 
 
 def _check_evaluation_text(flag: str, source: Path, target: Path) -> None:
-    """Refuse empty validation or test files: a split of no pairs was written, and `vtx train`
-    then validated on nothing, logging loss 0 and perplexity 1 as its best."""
+    """Refuse empty validation or test files: a split of no pairs would have `vtx train`
+    validate on nothing, logging loss 0 and perplexity 1 as its best."""
     if next(read_parallel(source, target), None) is None:
         raise DataError(f"{flag}: {source} and {target} are empty (no pair to evaluate on); "
                         f"give other files, or leave the flag out")

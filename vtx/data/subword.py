@@ -21,7 +21,7 @@ How the data flows, so that the batching stays as it is and a run resumes exactl
     so that they hold the sampled lengths (longer: BPE-dropout at alpha 0.1 makes Multi30k's
     pairs ~1.4x as long) and every deterministic pair (the fallback).
 Validation and test pairs are never sampled: they are read from the data directory as they are.
-What an epoch's encoding costs: docs/commands.md, subword regularization.
+What an epoch's encoding costs: docs/results.md, subword regularization.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 On a CPU a search under XLA is slower than without: its fixed shapes run every sentence of a
 batch to the batch's last step (`benchmarks/translate_speed.py` with and without `--jit`,
 docs/benchmarks.md). On a GPU XLA fuses each step's many small operations, which otherwise
-run as a kernel each and leave the GPU waiting for the host (docs/commands.md gives the figures).
+run as a kernel each and leave the GPU waiting for the host (docs/decoding.md gives the figures).
 The lexically constrained search runs its steps from the host, so `auto` leaves it uncompiled.
 
 The GPUs are TensorFlow's own list, not `nvidia-smi`'s: the computation runs where TensorFlow

@@ -149,8 +149,8 @@ class Transformer(keras.Model):
                 hypothesis's own prefix wrote. A search then reorders `ancestors` (M integers a
                 hypothesis) at each step instead of the cache (2 x L x H x M x K numbers a
                 hypothesis, read and written: under XLA, where the cache holds all M positions
-                from the start, its gather and a copy of it were the largest costs of a step
-                after the matrix products). Each hypothesis attends over its sentence's M * G
+                from the start, its gather and a copy of it are a step's largest costs after
+                the matrix products). Each hypothesis attends over its sentence's M * G
                 slots, those of other prefixes masked: G times the scores of a plain cache
                 (against K numbers a slot read either way).
 
