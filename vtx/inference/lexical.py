@@ -52,8 +52,8 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.inference.beam_search import (SearchOutput, TokensToLogits, _make_search,
-                                       candidate_log_probs, expand_to_beams, gather_rows)
+from vtx.inference.beam_search import (SearchOutput, TokensToLogits, candidate_log_probs,
+                                       expand_to_beams, gather_rows, make_search)
 from vtx.inference.beam_search import length_penalty as lp
 
 _NEG_INF = float("-inf")
@@ -260,7 +260,7 @@ def _advance(sentence: _Sentence, step: int, outputs, search, penalties) -> list
     Args:
         step: the tokens its hypotheses hold after this step (|Y| of one ending now).
         outputs: its K rows of (log_probs, ids, wanted, wanted_log_probs).
-        search: the settings (`beam_search._Search`).
+        search: the settings (`beam_search.Search`).
         penalties: float32 [L + 1], lp(|Y|) by |Y|.
 
     Returns:
@@ -368,9 +368,9 @@ def beam_search(step: HostStep, initial_state: Any, constraints: Sequence[Phrase
         ValueError: a setting out of range, or a phrase holding PAD, BOS or EOS.
     """
     max_lengths = np.asarray(max_lengths, np.int64)
-    search = _make_search(step.tokens_to_logits, len(constraints), beam_size,
-                          int(max_lengths.max()), alpha, length_penalty, eos_id, bos_id,
-                          nbest, stop, step.beam_invariant)
+    search = make_search(step.tokens_to_logits, len(constraints), beam_size,
+                         int(max_lengths.max()), alpha, length_penalty, eos_id, bos_id,
+                         nbest, stop, step.beam_invariant)
     if any(token in (PAD_ID, bos_id, eos_id) for phrases in constraints
            for phrase in phrases.phrases for token in phrase):
         raise ValueError("a constraint phrase holds PAD, BOS or EOS")
