@@ -382,18 +382,33 @@ def _step_searching(advance, search: Search, max_lengths, state):
                          **{name: put(name) for name in per_sentence})
 
 
-def _sentence_done(search: Search, max_lengths, state: BeamState):
-    """bool [B]: the sentence reached its length limit, has no live hypothesis left (none can
-    finish any more), or its search stops (`search.stop`)."""
-    at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)  # sorted
-    if search.stop == "never":
+def stop_rule(stop: str, at_limit, kth_finished, rth_finished, best_possible):
+    """Whether a sentence's search is over: the finishing rule of `beam_search` (tensors [B])
+    and of the lexically constrained search (`lexical`, one sentence's Python values).
+
+    Args:
+        stop: `search.stop`: "never" (at the limit only), "fairseq" (K finished), "exact".
+        at_limit: the sentence reached its length limit, or has no live hypothesis left (none
+            can finish any more).
+        kth_finished, rth_finished: the score of its K-th and R-th best finished hypotheses
+            (-inf where fewer finished).
+        best_possible: the best a live hypothesis can still score: its log-prob over the
+            penalty at the sentence's limit (the penalty only grows).
+    """
+    if stop == "never":
         return at_limit
-    if search.stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
-        return at_limit | (state.finished_scores[:, search.beam_size - 1] > _NEG_INF)
-    best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)  # live sorted
-    rth_finished = state.finished_scores[:, search.nbest - 1]
+    if stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
+        return at_limit | (kth_finished > _NEG_INF)
     # Strictly greater: a later hypothesis can then never tie, so the result equals a full run.
     return at_limit | (rth_finished > best_possible)
+
+
+def _sentence_done(search: Search, max_lengths, state: BeamState):
+    """bool [B]: `stop_rule` of each sentence (live and finished hypotheses kept sorted)."""
+    at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)
+    best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)
+    return stop_rule(search.stop, at_limit, state.finished_scores[:, search.beam_size - 1],
+                     state.finished_scores[:, search.nbest - 1], best_possible)
 
 
 def _initial_beam_state(search: Search, initial_state, max_lengths) -> BeamState:
