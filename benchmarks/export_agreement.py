@@ -32,8 +32,9 @@ import numpy as np  # noqa: E402
 
 from vtx import checkpoints  # noqa: E402
 from vtx.export import export  # noqa: E402
-from vtx.inference import translate  # noqa: E402
 from vtx.inference.decoding import DecodeOptions  # noqa: E402
+from vtx.inference.loading import load_models, resolve_checkpoint  # noqa: E402
+from vtx.inference.translator import load_translator  # noqa: E402
 
 DATA = Path(os.environ.get("VTX_SHARED_DATA",
                            Path(__file__).resolve().parents[1].parent / "shared" / "data"))
@@ -64,7 +65,7 @@ class Comparison:
 
     def vtx_output(self, options: DecodeOptions) -> list[str]:
         if options not in self._vtx:
-            translator = translate.load_translator(self.path, options)
+            translator = load_translator(self.path, options)
             self._vtx[options] = [found[0].text if found else ""
                                   for found in translator.translate(self.lines)]
         return self._vtx[options]
@@ -110,7 +111,7 @@ def marian_log_prob_gaps(marian, comparison: Comparison, rows: int = 64) -> np.n
 
     from vtx.inference.rescore import Scorer
 
-    model, vocab = translate.load_models([comparison.path])
+    model, vocab = load_models([comparison.path])
     positions = model[0].config.max_positions
     pairs = [(vocab.encode(source)[:positions], vocab.encode(target)[:positions - 1])
              for source, target in zip(comparison.lines, comparison.references)]
@@ -194,7 +195,7 @@ def main() -> None:
     if unknown:
         parser.error(f"--formats: unknown {', '.join(unknown)} (known: {', '.join(FORMATS)})")
 
-    path = translate.resolve_checkpoint(args.checkpoint)
+    path = resolve_checkpoint(args.checkpoint)
     lines = read_lines(args.input, "en", args.limit)
     references = read_lines(args.reference, "de", args.limit)
     if len(lines) != len(references):

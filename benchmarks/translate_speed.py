@@ -3,10 +3,10 @@ setting on the same weights.
 
 A trained checkpoint (default: the tests' tiny Multi30k model, `tests/fixtures/multi30k_tiny.npz`;
 pass the quick start's `runs/quickstart/average.npz` for a real-size one) translates the lines of
-`--input` (default: Multi30k test_2016, English, 1000 lines) with `vtx.inference.translate`'s
+`--input` (default: Multi30k test_2016, English, 1000 lines) with `vtx.inference.translator`'s
 Translator, the object `vtx translate` uses: its length-sorted padded batches of `--max-tokens`,
 its compiled search, decoding to text. `--precision` builds the model under another Keras dtype
-policy (`vtx.inference.translate.load_model`'s dtype; `vtx translate` decodes in float32), and
+policy (`vtx.inference.loading.load_model`'s dtype; `vtx translate` decodes in float32), and
 vtx's BLEU against its own float32 output is printed. Each system makes `--repeat` calls on the
 same lines: the first warms it up (vtx's traces the search); the steady call is the fastest of
 the others (the first when it is the only one).
@@ -179,7 +179,7 @@ def time_modes(translator, options, lines: list[str], repeat: int, plain: float)
     import dataclasses
 
     from vtx.inference.decoding import SamplingOptions
-    from vtx.inference.translate import Translator
+    from vtx.inference.translator import Translator
 
     best = [h[0].text if h else "" for h in translator.translate(lines)]
     sample = lambda **kwargs: dataclasses.replace(options, sampling=SamplingOptions(**kwargs),
@@ -197,8 +197,7 @@ def time_modes(translator, options, lines: list[str], repeat: int, plain: float)
                                   {"constraints": [longest_words(text, 2) for text in best]}, 1),
     }
     for name, (mode_options, inputs, copies) in modes.items():
-        mode = Translator([translator.model] * copies if copies > 1 else translator.model,
-                          translator.vocab, mode_options)
+        mode = Translator([translator.model] * copies, translator.vocab, mode_options)
         calls = timed_calls(lambda batch: mode.translate(batch, **inputs), lines, repeat)
         seconds = steady(calls)[0]
         print(f"mode {name:<22} steady call {seconds:7.2f} s, {seconds / plain:5.2f}x the plain "
@@ -451,7 +450,8 @@ def main() -> None:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     from vtx import checkpoints
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import Translator, checkpoint_vocabulary, load_model
+    from vtx.inference.loading import checkpoint_vocabulary, load_model
+    from vtx.inference.translator import Translator
 
     lines = read_lines(args.input, args.limit)
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
@@ -460,7 +460,7 @@ def main() -> None:
                             max_tokens=args.max_tokens, stop=args.stop, jit_compile=args.jit)
     checkpoint = checkpoints.load(args.checkpoint)
     vocab = checkpoint_vocabulary(checkpoint, args.checkpoint)
-    translator = Translator(load_model(checkpoint, args.precision), vocab, options)
+    translator = Translator([load_model(checkpoint, args.precision)], vocab, options)
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
           f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
@@ -471,7 +471,7 @@ def main() -> None:
     ours = timed_calls(decode(translator), lines, args.repeat)
     report("vtx", ours, lines, count)
     reference = steady(ours)[1] if args.precision == "float32" else \
-        decode(Translator(load_model(checkpoint), vocab, options))(lines)
+        decode(Translator([load_model(checkpoint)], vocab, options))(lines)
     vtx = judge(ours, count, reference, reference)
     if args.precision != "float32":
         print(f"vtx {args.precision} against vtx float32: {vtx.identical}/{len(lines)} lines "

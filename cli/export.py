@@ -31,7 +31,7 @@ def export(checkpoint, export_format, output, force, beam, lenpen, lenpen_formul
     """
     from vtx.export import export as export_model
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import resolve_checkpoint
+    from vtx.inference.loading import resolve_checkpoint
 
     try:
         path = resolve_checkpoint(checkpoint)

@@ -101,6 +101,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
+    from vtx.inference.files import check_reference_length, read_references
     from vtx.inference.jit import resolve_jit
 
     check_combinations(ctx)
@@ -116,9 +117,9 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
                                 positional_scores=output_format == "jsonl",
                                 alignment_layer=alignment_layer if print_alignment else None)
         # A bad reference file is said before the search, not after it.
-        references = lib.read_references(reference) if reference else None
+        references = read_references(reference) if reference else None
         if reference:
-            lib.check_reference_length(input_path, reference, references)
+            check_reference_length(input_path, reference, references)
         best = lib.translate_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
                                   input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",

@@ -419,7 +419,7 @@ def test_an_output_onto_a_full_disk_is_named(monkeypatch):
     result = invoke("translate", "--checkpoint", FIXTURE_MODEL, "--output", "/dev/full",
                     stdin="A dog.\n")
     assert_one_line_error(result, "[Errno 28] No space left on device, writing: '/dev/full'")
-    from vtx.inference.translate import output_sink
+    from vtx.inference.files import output_sink
 
     full = open("/dev/full", "w")
     monkeypatch.setattr("sys.stdout", full)

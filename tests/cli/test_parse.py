@@ -140,9 +140,9 @@ def test_too_many_evalb_errors_say_how_to_score_the_written_trees_anyway(checkpo
 
 def test_a_beam_too_wide_for_the_memory_is_one_line_naming_the_flag(checkpoint, dev, tmp_path,
                                                                     monkeypatch):
-    import vtx.inference.translate
+    import vtx.inference.translator
 
-    monkeypatch.setattr(vtx.inference.translate, "available_memory", lambda: 2)  # 1 byte usable
+    monkeypatch.setattr(vtx.inference.translator, "available_memory", lambda: 2)  # 1 byte usable
     words, _ = dev
     output = tmp_path / "out.txt"
     result = invoke("--checkpoint", checkpoint, "--input", words, "--output", output, *FAST)

@@ -41,8 +41,9 @@ def greedy_margins(checkpoint: Path, lines: list[str]) -> list[float]:
     from vtx.inference import translate
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.model_search import output_length_limits
+    from vtx.inference.translator import load_translator
 
-    translator = translate.load_translator(checkpoint, DecodeOptions(beam=1))
+    translator = load_translator(checkpoint, DecodeOptions(beam=1))
     encoded = [translator.encode(line, number) for number, line in enumerate(lines, 1)]
     source = np.full((len(lines), max(map(len, encoded)) or 1), PAD_ID, np.int32)  # [B, S]
     for row, ids in enumerate(encoded):

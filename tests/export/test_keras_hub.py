@@ -86,7 +86,7 @@ def test_preset_round_trips_the_weights_exactly(preset, trained_checkpoint):
 def test_calling_the_task_gives_vtx_teacher_forced_logits(preset, trained_checkpoint):
     import vtx.hub  # noqa: F401
     from vtx import checkpoints
-    from vtx.inference.translate import load_model
+    from vtx.inference.loading import load_model
 
     translator = keras_hub.models.Seq2SeqLM.from_preset(str(preset))
     x, y, weights = translator.preprocessor({"encoder_text": ["A man is riding a bike.", "Hi."],

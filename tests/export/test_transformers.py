@@ -37,7 +37,7 @@ def exported(trained_checkpoint, tmp_path_factory):
 def vtx_model(trained_checkpoint):
     """(vtx Transformer, Vocabulary) of the same checkpoint."""
     from vtx import checkpoints
-    from vtx.inference.translate import checkpoint_vocabulary, load_model
+    from vtx.inference.loading import checkpoint_vocabulary, load_model
 
     checkpoint = checkpoints.load(trained_checkpoint)
     return load_model(checkpoint), checkpoint_vocabulary(checkpoint, trained_checkpoint)

@@ -6,8 +6,9 @@ import tensorflow as tf
 
 from vtx.config import PAD_ID
 from vtx.errors import ArgumentError
-from vtx.inference import alignment, translate
+from vtx.inference import alignment
 from vtx.inference.decoding import DecodeOptions
+from vtx.inference.translator import load_translator
 
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl.", "",
              "A woman is cooking."]
@@ -15,8 +16,8 @@ SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl.",
 
 @pytest.mark.parametrize("layer", [0, -1])
 def test_every_target_token_gets_one_source_token_within_the_source(trained_checkpoint, layer):
-    translator = translate.load_translator(trained_checkpoint,
-                                           DecodeOptions(nbest=2, alignment_layer=layer))
+    translator = load_translator(trained_checkpoint,
+                                 DecodeOptions(nbest=2, alignment_layer=layer))
     for sentence, hypotheses in zip(SENTENCES, translator.translate(SENTENCES)):
         pieces = len(translator.vocab.encode(sentence))
         for hypothesis in hypotheses:
@@ -27,7 +28,7 @@ def test_every_target_token_gets_one_source_token_within_the_source(trained_chec
 
 def test_attention_rows_are_distributions_over_the_real_source_whatever_the_padding(
         trained_checkpoint):
-    model = translate.load_translator(trained_checkpoint, DecodeOptions()).model
+    model = load_translator(trained_checkpoint, DecodeOptions()).model
     source, target = [5, 9, 14, 7], [8, 30, 12]
     alone = alignment.cross_attention(model, tf.constant([source]), tf.constant([target]), -1)
     padded = alignment.cross_attention(
@@ -42,6 +43,6 @@ def test_attention_rows_are_distributions_over_the_real_source_whatever_the_padd
 
 def test_a_layer_the_model_lacks_is_refused_naming_the_flag(trained_checkpoint):
     with pytest.raises(ArgumentError) as error:
-        translate.load_translator(trained_checkpoint, DecodeOptions(alignment_layer=7))
+        load_translator(trained_checkpoint, DecodeOptions(alignment_layer=7))
     assert error.value.arguments == ["alignment_layer"]
     assert "7: the model has" in str(error.value)

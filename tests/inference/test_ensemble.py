@@ -8,9 +8,10 @@ import pytest
 
 from vtx import checkpoints
 from vtx.config import BOS_ID, EOS_ID, ModelConfig
-from vtx.inference import translate
 from vtx.inference.beam_search import length_penalty
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.loading import load_models
+from vtx.inference.translator import Translator, load_translator
 from vtx.models import transformer
 
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl.", "",
@@ -33,15 +34,15 @@ def smaller_checkpoint(trained_checkpoint, tmp_path_factory):
 
 
 def ensemble(paths, options):
-    models, vocab = translate.load_models(paths)
-    return translate.Translator(models, vocab, options)
+    models, vocab = load_models(paths)
+    return Translator(models, vocab, options)
 
 
 @pytest.mark.parametrize("options", [DecodeOptions(nbest=3), DecodeOptions(beam=1),
                                      DecodeOptions(nbest=2, jit_compile=True),
                                      DecodeOptions(nbest=2, sampling=SamplingOptions(seed=4))])
 def test_two_copies_of_a_checkpoint_give_its_output_and_scores(trained_checkpoint, options):
-    alone = translate.load_translator(trained_checkpoint, options).translate(SENTENCES)
+    alone = load_translator(trained_checkpoint, options).translate(SENTENCES)
     twice = ensemble([trained_checkpoint, trained_checkpoint], options).translate(SENTENCES)
     assert [[h.text for h in hs] for hs in twice] == [[h.text for h in hs] for hs in alone]
     np.testing.assert_allclose([h.score for hs in twice for h in hs],
@@ -78,7 +79,7 @@ def test_an_ensembles_scores_are_the_mean_of_its_models_probabilities(trained_ch
 def test_checkpoints_of_different_vocabularies_are_refused_naming_both(
         trained_checkpoint, random_parser_checkpoint):
     with pytest.raises(ValueError) as error:
-        translate.load_models([trained_checkpoint, random_parser_checkpoint])
+        load_models([trained_checkpoint, random_parser_checkpoint])
     assert str(error.value).startswith(
         f"--checkpoint {trained_checkpoint} and --checkpoint {random_parser_checkpoint} have "
         f"different vocabularies (piece ")

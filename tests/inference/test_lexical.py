@@ -9,9 +9,11 @@ import pytest
 import tensorflow as tf
 
 from tests.inference.toy_decoder import HashPrefixDecoder, exhaustive_ranking
-from vtx.inference import lexical, translate
+from vtx.inference import lexical
 from vtx.inference.beam_search import beam_search
 from vtx.inference.decoding import DecodeOptions
+from vtx.inference.loading import load_models
+from vtx.inference.translator import Translator, load_translator
 
 STARTS = [5, 17, 333, 40]
 
@@ -145,7 +147,7 @@ def test_phrases_longer_than_the_limit_return_the_best_unfinished_hypothesis():
 def test_a_line_whose_constraints_cannot_fit_is_warned_about_and_translated(
         trained_checkpoint):
     warnings = []
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions(
+    translator = load_translator(trained_checkpoint, DecodeOptions(
         max_len_a=0.0, max_len_b=8, constraints=True), warnings.append)
     long_phrase = "eine schwarze Katze springt über den hohen Zaun im Garten"
     results = translator.translate(["A dog.", "A cat.", "A girl."], first_line_number=7,
@@ -172,9 +174,8 @@ CONSTRAINTS = [["Hund"], [], ["rote Jacke", "Mann"], ["kocht", "Küche"], []]
 def test_every_constrained_output_holds_its_constraints(trained_checkpoint, options, copies):
     """Beam with the GNMT or fairseq penalty and nbest; a prefix with an ensemble of two."""
     warnings = []
-    models, vocab = translate.load_models([trained_checkpoint] * copies)
-    translator = translate.Translator(models if copies > 1 else models[0], vocab, options,
-                                      warnings.append)
+    models, vocab = load_models([trained_checkpoint] * copies)
+    translator = Translator(models, vocab, options, warnings.append)
     prefixes = ["Ein", "", "", "Die", ""] if options.prefix else None
     results = translator.translate(SENTENCES, prefixes=prefixes, constraints=CONSTRAINTS)
     assert not warnings
@@ -190,8 +191,8 @@ def test_every_constrained_output_holds_its_constraints(trained_checkpoint, opti
 
 def test_lines_without_constraints_get_the_plain_search_output_and_scores(trained_checkpoint):
     options = DecodeOptions(nbest=3)
-    plain = translate.load_translator(trained_checkpoint, options)
-    constrained = translate.load_translator(trained_checkpoint, dataclasses.replace(
+    plain = load_translator(trained_checkpoint, options)
+    constrained = load_translator(trained_checkpoint, dataclasses.replace(
         options, constraints=True))
     expected = plain.translate(SENTENCES)
     got = constrained.translate(SENTENCES, constraints=[[]] * len(SENTENCES))
@@ -203,7 +204,7 @@ def test_the_constrained_search_given_no_phrases_finds_the_plain_searchs_hypothe
         trained_checkpoint):
     from vtx.inference.model_search import make_constrained_search_fn, make_search_fn
 
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions())
+    translator = load_translator(trained_checkpoint, DecodeOptions())
     encoded = [translator.vocab.encode(sentence) for sentence in SENTENCES]
     source = np.zeros((len(encoded), max(map(len, encoded))), np.int32)  # PAD_ID 0
     for row, ids in enumerate(encoded):

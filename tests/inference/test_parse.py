@@ -6,7 +6,7 @@ from tests.inference.parser_checkpoint import write_random_parser
 from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference import parse
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.translate import load_translator
+from vtx.inference.translator import load_translator
 from vtx.parsing import evalb
 from vtx.parsing.linearize import delinearize
 from vtx.parsing.prepare import split_lines

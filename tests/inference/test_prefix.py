@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from vtx.errors import ArgumentError
-from vtx.inference import translate
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.translator import load_translator
 
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A girl.",
              "A woman is cooking."]
@@ -19,9 +19,9 @@ PREFIXES = ["Ein Hund", "", "Eine Frau sitzt", "Der"]
     DecodeOptions(nbest=3, prefix=True, sampling=SamplingOptions(topk=30, seed=2)),
     DecodeOptions(nbest=2, prefix=True, jit_compile=True)])
 def test_every_hypothesis_starts_with_its_lines_prefix(trained_checkpoint, options):
-    translator = translate.load_translator(trained_checkpoint, options)
+    translator = load_translator(trained_checkpoint, options)
     results = translator.translate(SENTENCES, prefixes=PREFIXES)
-    plain = translate.load_translator(trained_checkpoint, dataclasses.replace(
+    plain = load_translator(trained_checkpoint, dataclasses.replace(
         options, prefix=False)).translate(SENTENCES[1:2], first_line_number=2)
     for prefix, hypotheses in zip(PREFIXES, results):
         ids = tuple(translator.vocab.encode(prefix))
@@ -34,8 +34,8 @@ def test_every_hypothesis_starts_with_its_lines_prefix(trained_checkpoint, optio
 
 
 def test_a_prefix_equal_to_a_hypothesis_the_beam_found_returns_it(trained_checkpoint):
-    beam = translate.load_translator(trained_checkpoint, DecodeOptions(nbest=4))
-    prefixed = translate.load_translator(trained_checkpoint, DecodeOptions(nbest=4, prefix=True))
+    beam = load_translator(trained_checkpoint, DecodeOptions(nbest=4))
+    prefixed = load_translator(trained_checkpoint, DecodeOptions(nbest=4, prefix=True))
     encoded = [beam.vocab.encode(sentence) for sentence in SENTENCES]
     found = beam.search_ids(encoded)
     for rank in range(4):
@@ -51,7 +51,7 @@ def test_a_prefix_equal_to_a_hypothesis_the_beam_found_returns_it(trained_checkp
 
 
 def test_a_prefix_that_leaves_no_room_for_eos_is_refused_naming_the_line(trained_checkpoint):
-    translator = translate.load_translator(
+    translator = load_translator(
         trained_checkpoint, DecodeOptions(prefix=True, max_len_a=0.0, max_len_b=3))
     with pytest.raises(ArgumentError) as error:
         translator.translate(["A dog.", "A cat."], first_line_number=5,

@@ -8,6 +8,7 @@ from vtx.config import BOS_ID, EOS_ID
 from vtx.errors import ArgumentError, DataError
 from vtx.inference import rescore, translate
 from vtx.inference.decoding import DecodeOptions
+from vtx.inference.loading import load_models
 
 SOURCES = ["A man is riding a bike.", "Two dogs play in the snow.", "", "A girl."]
 TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Nichts.", ""]
@@ -15,7 +16,7 @@ TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Nichts.
 
 @pytest.fixture(scope="module")
 def loaded(trained_checkpoint):
-    models, vocab = translate.load_models([trained_checkpoint])
+    models, vocab = load_models([trained_checkpoint])
     return models[0], vocab
 
 

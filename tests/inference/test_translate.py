@@ -7,13 +7,17 @@ import pytest
 from vtx.errors import ArgumentError
 from vtx.inference import decoding, translate
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.files import (check_reference_length, damaged_gzip_named, read_lines,
+                                 read_references)
+from vtx.inference.loading import checkpoint_vocabulary, load_model
+from vtx.inference.translator import Translator, load_translator
 
 
 @pytest.fixture(scope="module")
 def translator(trained_checkpoint):
     warnings = []
-    result = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=256),
-                                       warnings.append)
+    result = load_translator(trained_checkpoint, DecodeOptions(max_tokens=256),
+                             warnings.append)
     result.warnings = warnings
     return result
 
@@ -92,7 +96,7 @@ def test_a_line_that_is_not_utf8_is_refused_naming_it():
     """It was decoded with U+FFFD and searched (a gzip file not named .gz: nonsense, exit 0)."""
     from vtx.errors import DataError
 
-    lines = translate.read_lines([b"ok\r\n", b"bad \xff byte\n"], "in.txt")
+    lines = read_lines([b"ok\r\n", b"bad \xff byte\n"], "in.txt")
     assert next(lines) == "ok"
     with pytest.raises(DataError, match=r"^in.txt:2: invalid UTF-8 \(bytes b'\\xff' at column "
                                         r"5\)$"):
@@ -105,8 +109,8 @@ def test_a_reference_is_cut_into_lines_as_the_input_is(tmp_path):
     text = "a\rb\nc\x0cd\ne\u2028f\r\n\nlast".encode()
     path = tmp_path / "ref.de"
     path.write_bytes(text)
-    read = list(translate.read_lines(io.BytesIO(text), "in"))
-    assert translate.read_references(path) == read == ["a\rb", "c\x0cd", "e\u2028f", "", "last"]
+    read = list(read_lines(io.BytesIO(text), "in"))
+    assert read_references(path) == read == ["a\rb", "c\x0cd", "e\u2028f", "", "last"]
 
 
 def _damaged_gzip(kind: str) -> bytes:
@@ -141,12 +145,12 @@ def test_a_damaged_gzip_input_or_reference_is_a_data_error_naming_the_file(tmp_p
     path.write_bytes(_damaged_gzip(kind))
     named = rf"^{re.escape(str(path))}: cannot read it \(.+\)$"
     with pytest.raises(DataError, match=named):
-        translate.read_references(path)
+        read_references(path)
     with pytest.raises(DataError, match=named):
-        translate.check_reference_length(path, tmp_path / "ref.de", [])
+        check_reference_length(path, tmp_path / "ref.de", [])
     with open_binary(path) as stream, pytest.raises(
             DataError, match=rf"^{re.escape(str(path))}: cannot read it after line \d+ \(.+\)$"):
-        list(translate.read_lines(stream, path))
+        list(read_lines(stream, path))
 
 
 def test_damaged_gzip_named_says_the_place_the_reading_had_reached():
@@ -154,16 +158,16 @@ def test_damaged_gzip_named_says_the_place_the_reading_had_reached():
 
     place = ["at the start"]
     with pytest.raises(DataError, match=r"^in.gz: cannot read it after line 3 \(cut\)$"):
-        with translate.damaged_gzip_named("in.gz", lambda: place[0]):
+        with damaged_gzip_named("in.gz", lambda: place[0]):
             place[0] = " after line 3"
             raise EOFError("cut")
     with pytest.raises(OSError, match="^not gzip's$"):  # other errors pass unchanged
-        with translate.damaged_gzip_named("in.gz"):
+        with damaged_gzip_named("in.gz"):
             raise OSError("not gzip's")
 
 
 def test_nbest_hypotheses_are_sorted_by_score(trained_checkpoint):
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions(beam=4, nbest=3))
+    translator = load_translator(trained_checkpoint, DecodeOptions(beam=4, nbest=3))
     (hypotheses,) = translator.translate(["A man is riding a bike."])
     assert len(hypotheses) == 3
     scores = [h.score for h in hypotheses]
@@ -185,7 +189,7 @@ def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint, jit):
     # With XLA that one graph is compiled per shape (and searches as the graph does:
     # tests/inference/test_model_search.py).
     options = DecodeOptions(max_tokens=64, jit_compile=jit)
-    translator = translate.load_translator(trained_checkpoint, options)
+    translator = load_translator(trained_checkpoint, options)
     outputs = translator.translate(SENTENCES)  # several padded (rows, length) shapes
     translator.translate(["A dog."])
     assert translator._search.experimental_get_tracing_count() == 1
@@ -198,15 +202,15 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
     from vtx.inference.decoding import search_bytes
 
     checkpoint = checkpoints.load(trained_checkpoint)
-    model = translate.load_model(checkpoint)
-    vocab = translate.checkpoint_vocabulary(checkpoint, trained_checkpoint)
+    model = load_model(checkpoint)
+    vocab = checkpoint_vocabulary(checkpoint, trained_checkpoint)
     options = DecodeOptions(beam=8, max_tokens=4096)
     lines = [s for s in SENTENCES if s]
-    free = translate.Translator(model, vocab, options)
+    free = Translator([model], vocab, options)
     # A budget of two of the longest sentences' searches: more, smaller batches, each within it,
     # and the same translations.
     budget = 2 * search_bytes(options, model.config, 24) + 1
-    tight = translate.Translator(model, vocab, options, memory_budget=budget)
+    tight = Translator([model], vocab, options, memory_budget=budget)
     encoded = [tight.encode(line, i) for i, line in enumerate(lines)]
     assert 16 < max(len(e) for e in encoded) <= 24
     batches = list(decoding.padded_batches(encoded, options.max_tokens, tight._max_rows))
@@ -215,14 +219,14 @@ def test_a_wide_beam_searches_fewer_sentences_at_once_and_a_too_wide_one_is_refu
         assert array.shape[0] * search_bytes(options, model.config, array.shape[1]) <= budget
     assert [h[0].text for h in tight.translate(lines)] == [h[0].text for h in
                                                            free.translate(lines)]
-    refused = translate.Translator(model, vocab, DecodeOptions(beam=1000),
-                                   memory_budget=2**20)
+    refused = Translator([model], vocab, DecodeOptions(beam=1000),
+                         memory_budget=2**20)
     with pytest.raises(ArgumentError, match=r"^beam 1000: the search of one sentence of \d+ "
                                             r"pieces needs about [\d.]+ GiB, more than the 0\.0 "
                                             r"GiB .*; use a smaller beam$") as error:
         refused.translate(lines[:1])
     assert error.value.arguments == ["beam"]
-    sampled = translate.Translator(model, vocab, DecodeOptions(
+    sampled = Translator([model], vocab, DecodeOptions(
         nbest=1000, sampling=SamplingOptions()), memory_budget=2**20)
     with pytest.raises(ArgumentError, match=r"^nbest 1000: .*; use a smaller nbest$"):
         sampled.translate(lines[:1])
@@ -240,8 +244,8 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
     import tensorflow as tf
 
     warnings = []
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=64),
-                                           warnings.append)
+    translator = load_translator(trained_checkpoint, DecodeOptions(max_tokens=64),
+                                 warnings.append)
     assert max(len(translator.encode(line, 1)) for line in SHORT) <= decoding.LENGTH_BUCKET
     search, searched = translator._search, []
 
@@ -259,7 +263,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
         "of at most 32 source positions from now on",
         "out of the device's memory searching 4 sentences of up to 8 pieces at once: batches "
         "of at most 16 source positions from now on"]
-    two_at_a_time = translate.load_translator(trained_checkpoint, DecodeOptions(max_tokens=16))
+    two_at_a_time = load_translator(trained_checkpoint, DecodeOptions(max_tokens=16))
     assert got == [h[0].text for h in two_at_a_time.translate(SHORT)]
 
     def no_room(source):
@@ -272,7 +276,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
         translator.translate(SHORT[:1])
 
 
-def two_word_translator(trained_checkpoint, nbest: int) -> translate.Translator:
+def two_word_translator(trained_checkpoint, nbest: int) -> Translator:
     """The trained model allowed EOS and "▁Hund" only (every other logit -inf, as a constraint
     forbids tokens), at most 2 tokens per hypothesis: 3 hypotheses exist, "" and "Hund"
     finished and "Hund Hund" cut at the limit."""
@@ -282,8 +286,8 @@ def two_word_translator(trained_checkpoint, nbest: int) -> translate.Translator:
     from vtx.config import EOS_ID
 
     checkpoint = checkpoints.load(trained_checkpoint)
-    model = translate.load_model(checkpoint)
-    vocab = translate.checkpoint_vocabulary(checkpoint, trained_checkpoint)
+    model = load_model(checkpoint)
+    vocab = checkpoint_vocabulary(checkpoint, trained_checkpoint)
     (word,) = vocab.encode("Hund")
     decode_step = model.decode_step
 
@@ -294,7 +298,7 @@ def two_word_translator(trained_checkpoint, nbest: int) -> translate.Translator:
 
     model.decode_step = two_words
     options = DecodeOptions(beam=4, nbest=nbest, max_len_a=0.0, max_len_b=2)
-    return translate.Translator(model, vocab, options)
+    return Translator([model], vocab, options)
 
 
 def test_nbest_over_the_hypotheses_that_exist_returns_those_and_writes_no_hypothesis_rest(
@@ -361,8 +365,8 @@ def test_progress_is_told_of_each_batch_of_the_search_not_only_of_each_chunk(tra
     a progress line."""
     from vtx.progress_lines import LineProgress
 
-    translator = translate.load_translator(trained_checkpoint, DecodeOptions(beam=1,
-                                                                             max_tokens=16))
+    translator = load_translator(trained_checkpoint, DecodeOptions(beam=1,
+                                                                   max_tokens=16))
     lines = ["A dog runs.", "", "Two men play football in the park."] * 4
     ticks = iter(range(0, 10_000, 11))
     said = []
@@ -381,10 +385,10 @@ SAMPLING = DecodeOptions(nbest=3, sampling=SamplingOptions(topk=20, temperature=
 
 
 def test_a_lines_samples_do_not_depend_on_its_batch_the_batch_size_or_xla(trained_checkpoint):
-    wide = translate.load_translator(trained_checkpoint, SAMPLING)
+    wide = load_translator(trained_checkpoint, SAMPLING)
     together = wide.translate(SENTENCES)
-    narrow = translate.load_translator(trained_checkpoint,
-                                       dataclasses.replace(SAMPLING, max_tokens=16))
+    narrow = load_translator(trained_checkpoint,
+                             dataclasses.replace(SAMPLING, max_tokens=16))
     texts = lambda results: [[h.text for h in hypotheses] for hypotheses in results]
     for number, sentence in enumerate(SENTENCES, start=1):
         alone = narrow.translate([sentence], first_line_number=number)
@@ -392,12 +396,12 @@ def test_a_lines_samples_do_not_depend_on_its_batch_the_batch_size_or_xla(traine
         # The same up to the rounding of a batch's matrix products.
         np.testing.assert_allclose([h.score for h in alone[0]],
                                    [h.score for h in together[number - 1]], rtol=1e-5)
-    xla = translate.load_translator(trained_checkpoint,
-                                    dataclasses.replace(SAMPLING, jit_compile=True))
+    xla = load_translator(trained_checkpoint,
+                          dataclasses.replace(SAMPLING, jit_compile=True))
     assert texts(xla.translate(SENTENCES[2:3], 3)) == texts(together[2:3])
     # Another line number, or another seed: other samples (over six lines, not all equal).
     moved = wide.translate(SENTENCES, first_line_number=2)
-    reseeded = translate.load_translator(trained_checkpoint, dataclasses.replace(
+    reseeded = load_translator(trained_checkpoint, dataclasses.replace(
         SAMPLING, sampling=dataclasses.replace(SAMPLING.sampling, seed=12))).translate(SENTENCES)
     assert texts(moved) != texts(together) and texts(reseeded) != texts(together)
     assert all(len(hypotheses) == 3 for i, hypotheses in enumerate(together) if i != 4)
@@ -408,7 +412,7 @@ def test_a_lines_samples_do_not_depend_on_its_batch_the_batch_size_or_xla(traine
 def test_positional_scores_sum_to_the_search_score(trained_checkpoint, options):
     from vtx.inference.beam_search import length_penalty
 
-    translator = translate.load_translator(trained_checkpoint, options)
+    translator = load_translator(trained_checkpoint, options)
     for hypotheses in translator.translate(SENTENCES):
         for hypothesis in hypotheses:
             assert len(hypothesis.positional_scores) == len(hypothesis.tokens) + hypothesis.finished
@@ -417,5 +421,5 @@ def test_positional_scores_sum_to_the_search_score(trained_checkpoint, options):
             penalty = float(length_penalty(len(hypothesis.positional_scores), 0.6))
             np.testing.assert_allclose(sum(hypothesis.positional_scores) / penalty,
                                        hypothesis.score, rtol=1e-4)
-    plain = translate.load_translator(trained_checkpoint, DecodeOptions(nbest=3))
+    plain = load_translator(trained_checkpoint, DecodeOptions(nbest=3))
     assert all(h.positional_scores is None for hs in plain.translate(SENTENCES) for h in hs)

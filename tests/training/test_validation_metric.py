@@ -22,7 +22,8 @@ from vtx_cli.main import main
 
 def test_bleu_scorer_equals_sacrebleu_of_vtx_translate(trained_checkpoint, shared_data, tmp_path):
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import bleu, load_translator
+    from vtx.inference.translate import bleu
+    from vtx.inference.translator import load_translator
 
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:
         sources = [next(handle).strip() for _ in range(40)]
@@ -52,9 +53,9 @@ def random_parser(shared_data, tmp_path_factory):
 
 @pytest.mark.slow
 def test_f1_scorer_equals_vtx_parse_with_gold_constrained_or_not(random_parser, tmp_path):
-    from vtx.inference.parse import parse_lines, read_gold
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import load_translator
+    from vtx.inference.parse import parse_lines, read_gold
+    from vtx.inference.translator import load_translator
     from vtx.parsing import evalb
     from vtx.parsing.prepare import split_lines
 
@@ -85,7 +86,7 @@ def test_f1_scorer_equals_vtx_parse_with_gold_constrained_or_not(random_parser, 
 
 def test_f1_scorer_names_a_gold_file_of_other_sentences(random_parser, tmp_path):
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import load_translator
+    from vtx.inference.translator import load_translator
     from vtx.parsing.prepare import split_lines
 
     checkpoint, files = random_parser
@@ -241,7 +242,7 @@ def test_a_stop_signal_before_a_metrics_validation_ends_saves_at_once_and_valida
 def test_the_scorer_stops_between_decoding_batches_when_asked(trained_checkpoint, shared_data):
     from vtx.errors import SearchInterrupted
     from vtx.inference.decoding import DecodeOptions
-    from vtx.inference.translate import load_translator
+    from vtx.inference.translator import load_translator
 
     translator = load_translator(trained_checkpoint, DecodeOptions())
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt") as handle:

@@ -92,8 +92,8 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         ArgumentError: `output` is in the way (a ValueError naming `output` and `force`).
         ValueError: unknown format, unreadable checkpoint or no vocabulary.
     """
-    from vtx.inference.translate import checkpoint_vocabulary
     from vtx import checkpoints
+    from vtx.inference.loading import checkpoint_vocabulary
 
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")

@@ -125,7 +125,7 @@ def write_ctranslate2(checkpoint: Checkpoint, directory: str | Path) -> None:
     """Write `checkpoint` as a CTranslate2 model plus its SentencePiece model."""
     import sentencepiece
 
-    from vtx.inference.translate import load_model
+    from vtx.inference.loading import load_model
 
     processor = sentencepiece.SentencePieceProcessor(model_proto=checkpoint.vocab)
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]

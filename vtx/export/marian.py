@@ -232,7 +232,7 @@ def write_marian(checkpoint: Checkpoint, directory: str | Path) -> None:
                          "pip install 'vtx[transformers]'") from None
     import sentencepiece
 
-    from vtx.inference.translate import load_model
+    from vtx.inference.loading import load_model
 
     model = load_model(checkpoint)
     marian = MarianMTModel(MarianConfig(**marian_config(model.config)))

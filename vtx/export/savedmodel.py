@@ -25,7 +25,7 @@ import tensorflow as tf
 from vtx.checkpoints import Checkpoint
 from vtx.config import PAD_ID
 from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
-from vtx.inference.translate import load_model
+from vtx.inference.loading import load_model
 
 
 class TranslateModule(tf.Module):

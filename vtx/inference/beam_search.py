@@ -170,7 +170,7 @@ def _rows(x) -> int | tf.Tensor:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Search:
+class Search:
     """The static settings of one search, and the pieces of its loop body."""
 
     tokens_to_logits: TokensToLogits
@@ -270,11 +270,11 @@ def _block_size(width: int, k: int) -> int | None:
     return min(sizes, key=lambda c: abs(c * c - width)) if sizes else None
 
 
-def _top_candidates(search: _Search, state: BeamState, log_probs, token_ids):
+def _top_candidates(search: Search, state: BeamState, log_probs, token_ids):
     """The 2K best one-token extensions of each sentence's live hypotheses.
 
     Two K are taken so that K live ones remain even if K of them end with EOS (flax's reasoning).
-    Each row's 2K best tokens (`_Search.candidates`) hold its share of them.
+    Each row's 2K best tokens (`Search.candidates`) hold its share of them.
 
     Args:
         log_probs, token_ids: [B * K, n] each, the candidate tokens of each live hypothesis.
@@ -300,7 +300,7 @@ def _keep_best(scores, seqs, k: int):
     return best, tf.gather(seqs, index, batch_dims=1), index
 
 
-def _search_step(search: _Search, max_lengths, state: BeamState) -> tuple[BeamState, tf.Tensor]:
+def _search_step(search: Search, max_lengths, state: BeamState) -> tuple[BeamState, tf.Tensor]:
     """Extend every live hypothesis by one token; sentences that are done stay as they are.
 
     The b sentences of `state` may be a subset of the batch (its `sentences`), max_lengths [b]
@@ -339,19 +339,19 @@ def _search_step(search: _Search, max_lengths, state: BeamState) -> tuple[BeamSt
         done=state.done | _sentence_done(search, max_lengths, new_state)), rows
 
 
-def _reordering_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
+def _reordering_step(search: Search, max_lengths, state: BeamState) -> BeamState:
     """A step over the whole batch: every sentence keeps its rows, done or not (fixed shapes)."""
     state, rows = _search_step(search, max_lengths, state)
     return state._replace(
         cache=gather_rows(state.cache, tf.reshape(rows, (-1,)), search.beam_invariant))
 
 
-def _dropping_step(search: _Search, max_lengths, state: BeamState) -> BeamState:
+def _dropping_step(search: Search, max_lengths, state: BeamState) -> BeamState:
     """A beam step over the sentences still searching (see `_step_searching`)."""
     return _step_searching(_search_step, search, max_lengths, state)
 
 
-def _step_searching(advance, search: _Search, max_lengths, state):
+def _step_searching(advance, search: Search, max_lengths, state):
     """`advance` over the sentences still searching; the rows of those it finishes leave the
     cache.
 
@@ -382,21 +382,36 @@ def _step_searching(advance, search: _Search, max_lengths, state):
                          **{name: put(name) for name in per_sentence})
 
 
-def _sentence_done(search: _Search, max_lengths, state: BeamState):
-    """bool [B]: the sentence reached its length limit, has no live hypothesis left (none can
-    finish any more), or its search stops (`search.stop`)."""
-    at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)  # sorted
-    if search.stop == "never":
+def stop_rule(stop: str, at_limit, kth_finished, rth_finished, best_possible):
+    """Whether a sentence's search is over: the finishing rule of `beam_search` (tensors [B])
+    and of the lexically constrained search (`lexical`, one sentence's Python values).
+
+    Args:
+        stop: `search.stop`: "never" (at the limit only), "fairseq" (K finished), "exact".
+        at_limit: the sentence reached its length limit, or has no live hypothesis left (none
+            can finish any more).
+        kth_finished, rth_finished: the score of its K-th and R-th best finished hypotheses
+            (-inf where fewer finished).
+        best_possible: the best a live hypothesis can still score: its log-prob over the
+            penalty at the sentence's limit (the penalty only grows).
+    """
+    if stop == "never":
         return at_limit
-    if search.stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
-        return at_limit | (state.finished_scores[:, search.beam_size - 1] > _NEG_INF)
-    best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)  # live sorted
-    rth_finished = state.finished_scores[:, search.nbest - 1]
+    if stop == "fairseq":  # K finished: the last of the K kept finished slots is filled
+        return at_limit | (kth_finished > _NEG_INF)
     # Strictly greater: a later hypothesis can then never tie, so the result equals a full run.
     return at_limit | (rth_finished > best_possible)
 
 
-def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamState:
+def _sentence_done(search: Search, max_lengths, state: BeamState):
+    """bool [B]: `stop_rule` of each sentence (live and finished hypotheses kept sorted)."""
+    at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)
+    best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)
+    return stop_rule(search.stop, at_limit, state.finished_scores[:, search.beam_size - 1],
+                     state.finished_scores[:, search.nbest - 1], best_possible)
+
+
+def _initial_beam_state(search: Search, initial_state, max_lengths) -> BeamState:
     """Only beam 0 of each sentence is live at first, so the K copies cannot all pick one token."""
     batch, beam, width = search.batch_size, search.beam_size, search.max_length + 1
     seqs = search.write_token(tf.fill((batch, beam, width), PAD_ID), 0,
@@ -409,7 +424,7 @@ def _initial_beam_state(search: _Search, initial_state, max_lengths) -> BeamStat
                      sentences=tf.range(batch))
 
 
-def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
+def _best_hypotheses(search: Search, state: BeamState, max_lengths):
     """The R best of each sentence: finished ones first, then live ones if too few finished.
 
     Returns:
@@ -427,7 +442,7 @@ def _best_hypotheses(search: _Search, state: BeamState, max_lengths):
     return seqs, scores, index < beam
 
 
-def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
+def finalize(search: Search, seqs, scores, finished, steps) -> SearchOutput:
     """seqs [B, R, L + 1] (BOS, words, EOS if finished, PAD) -> SearchOutput without BOS/EOS;
     the slots of score -inf emptied (whatever filled them: a banned or forbidden token)."""
     empty = scores == _NEG_INF  # [B, R]
@@ -439,8 +454,8 @@ def _finalize(search: _Search, seqs, scores, finished, steps) -> SearchOutput:
                         finished=finished & ~empty, steps=steps)
 
 
-def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
-                 bos_id, nbest, stop, beam_invariant=()) -> _Search:
+def make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, penalty, eos_id,
+                bos_id, nbest, stop, beam_invariant=()) -> Search:
     """Check the settings (one clear error each) and bundle them.
 
     batch_size and max_length may also be int32 scalar tensors: a graph traced for inputs of
@@ -464,16 +479,16 @@ def _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pen
     if eos_id in (PAD_ID, bos_id):
         raise ValueError(f"eos_id ({eos_id}) must differ from PAD_ID ({PAD_ID}) and bos_id ({bos_id})")
     size = lambda value: value if _is_scalar_int_tensor(value) else int(value)
-    return _Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
-                   float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
-                   int(nbest), stop, tuple(beam_invariant))
+    return Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
+                  float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
+                  int(nbest), stop, tuple(beam_invariant))
 
 
 def _is_scalar_int_tensor(value) -> bool:
     return isinstance(value, tf.Tensor) and value.shape.rank == 0 and value.dtype == tf.int32
 
 
-def _check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tensor:
+def check_max_lengths(max_lengths, batch_size: int, max_length: int) -> tf.Tensor:
     """int32 [B] per-sentence limits (default: all `max_length`); concrete values are checked."""
     if max_lengths is None:
         return tf.fill((batch_size,), max_length)
@@ -530,9 +545,9 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
     Raises:
         ValueError: a setting is out of range (the message names it).
     """
-    search = _make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
-                          length_penalty, eos_id, bos_id, nbest, stop, beam_invariant)
-    max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
+    search = make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha,
+                         length_penalty, eos_id, bos_id, nbest, stop, beam_invariant)
+    max_lengths = check_max_lengths(max_lengths, search.batch_size, search.max_length)
     state = _initial_beam_state(search, initial_state, max_lengths)
     step = _dropping_step if drop_done else _reordering_step
     state = tf.while_loop(
@@ -541,7 +556,7 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         (state,), shape_invariants=(_loop_shapes(state, growing, drop_done),),
         maximum_iterations=search.max_length)[0]
     seqs, scores, finished = _best_hypotheses(search, state, max_lengths)
-    return _finalize(search, seqs, scores, finished, state.step)
+    return finalize(search, seqs, scores, finished, state.step)
 
 
 class GreedyState(NamedTuple):
@@ -556,7 +571,7 @@ class GreedyState(NamedTuple):
     sentences: tf.Tensor  # int32 [b]: the sentences whose rows `cache` holds (see BeamState)
 
 
-def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyState:
+def _greedy_step(search: Search, max_lengths, state: GreedyState) -> GreedyState:
     """Append the most probable token to every sentence not done yet."""
     log_probs, candidates, cache = search.candidates(state.seqs[:, state.step], state.cache, 1)
     best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]: the first allowed one
@@ -565,7 +580,7 @@ def _greedy_step(search: _Search, max_lengths, state: GreedyState) -> GreedyStat
                         cache)
 
 
-def append_token(search: _Search, max_lengths, state, token_ids, token_logprobs, cache):
+def append_token(search: Search, max_lengths, state, token_ids, token_logprobs, cache):
     """`state` (a GreedyState, or a NamedTuple of its fields and more) with token_ids int32 [B]
     of log-prob token_logprobs float32 [B] appended to every sentence not done yet, and the
     decoder's new `cache`."""
@@ -580,7 +595,7 @@ def append_token(search: _Search, max_lengths, state, token_ids, token_logprobs,
                           done=state.done | finished | (step >= max_lengths), cache=cache)
 
 
-def start_sequences(search: _Search, initial_state, max_lengths) -> GreedyState:
+def start_sequences(search: Search, initial_state, max_lengths) -> GreedyState:
     """The loop state of a search of one sequence a row (greedy, or a sample): BOS alone."""
     batch_size = search.batch_size
     seqs = tf.concat([tf.fill((batch_size, 1), search.bos_id),
@@ -590,7 +605,7 @@ def start_sequences(search: _Search, initial_state, max_lengths) -> GreedyState:
                        cache=initial_state, sentences=tf.range(batch_size))
 
 
-def run_sequences(search: _Search, state, max_lengths, step, growing: tuple[str, ...] = (),
+def run_sequences(search: Search, state, max_lengths, step, growing: tuple[str, ...] = (),
                   drop_done: bool = False):
     """Run `step` (search, max_lengths [b], state of b rows) -> state (a GreedyState, or a
     NamedTuple of its fields and more, one row a sequence) until every row is done; with
@@ -606,7 +621,7 @@ def run_sequences(search: _Search, state, max_lengths, step, growing: tuple[str,
                          maximum_iterations=search.max_length)[0]
 
 
-def sequence_scores(search: _Search, state) -> tf.Tensor:
+def sequence_scores(search: Search, state) -> tf.Tensor:
     """float32 [B]: log P / lp(|Y|) of each row of a `run_sequences` result."""
     # |Y| = tokens after BOS, EOS included; a sentence cut at its limit has max_lengths of them.
     generated = tf.reduce_sum(tf.cast(state.seqs[:, 1:] != PAD_ID, tf.int32), axis=1)
@@ -625,10 +640,10 @@ def greedy_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: i
     an EOS, a beam of 1 still follows the best non-EOS continuation while its length-penalised
     bound can beat the finished score, so it returns a score >= greedy's.
     """
-    search = _make_search(tokens_to_logits, batch_size, 1, max_length, alpha, length_penalty,
-                          eos_id, bos_id, 1, "exact")
-    max_lengths = _check_max_lengths(max_lengths, search.batch_size, search.max_length)
+    search = make_search(tokens_to_logits, batch_size, 1, max_length, alpha, length_penalty,
+                         eos_id, bos_id, 1, "exact")
+    max_lengths = check_max_lengths(max_lengths, search.batch_size, search.max_length)
     state = run_sequences(search, start_sequences(search, initial_state, max_lengths),
                           max_lengths, _greedy_step, growing, drop_done)
-    return _finalize(search, state.seqs[:, None, :], sequence_scores(search, state)[:, None],
-                     state.finished[:, None], state.step)
+    return finalize(search, state.seqs[:, None, :], sequence_scores(search, state)[:, None],
+                    state.finished[:, None], state.step)

@@ -157,7 +157,7 @@ def search_bytes(options: DecodeOptions, config, source_length: int) -> int:
     takes memory of its own, once, which no sentence's share counts).
     """
     length = options.length_limit(source_length, config.max_positions)
-    # The candidates a row: the beam's 2K + 2 best (`beam_search._Search.candidates`); sampling
+    # The candidates a row: the beam's 2K + 2 best (`beam_search.Search.candidates`); sampling
     # sorts the whole vocabulary for top-p.
     candidates = (config.vocab_size if options.sampling is not None
                   else min(config.vocab_size, 2 * options.beam + 2))

@@ -52,8 +52,8 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
-from vtx.inference.beam_search import (SearchOutput, TokensToLogits, _make_search,
-                                       candidate_log_probs, expand_to_beams, gather_rows)
+from vtx.inference.beam_search import (SearchOutput, TokensToLogits, candidate_log_probs,
+                                       expand_to_beams, gather_rows, make_search, stop_rule)
 from vtx.inference.beam_search import length_penalty as lp
 
 _NEG_INF = float("-inf")
@@ -260,7 +260,7 @@ def _advance(sentence: _Sentence, step: int, outputs, search, penalties) -> list
     Args:
         step: the tokens its hypotheses hold after this step (|Y| of one ending now).
         outputs: its K rows of (log_probs, ids, wanted, wanted_log_probs).
-        search: the settings (`beam_search._Search`).
+        search: the settings (`beam_search.Search`).
         penalties: float32 [L + 1], lp(|Y|) by |Y|.
 
     Returns:
@@ -282,17 +282,13 @@ def _advance(sentence: _Sentence, step: int, outputs, search, penalties) -> list
 
 
 def _sentence_done(sentence: _Sentence, step: int, search, penalties) -> bool:
-    """`beam_search._sentence_done` of one sentence: at its limit, without live hypotheses, or
-    stopped by the stop rule."""
+    """`beam_search.stop_rule` of one sentence (its finished hypotheses kept sorted)."""
     live = [h.logprob for h in sentence.live if h is not None]
-    if step >= sentence.limit or not live:
-        return True
-    if search.stop == "fairseq":
-        return len(sentence.finished) >= search.beam_size
-    if search.stop == "exact" and len(sentence.finished) >= search.nbest:
-        # Strictly greater, as `beam_search`: the result of running to the limit.
-        return bool(sentence.finished[search.nbest - 1][0] > max(live) / penalties[sentence.limit])
-    return False
+    finished = [score for score, _ in sentence.finished] + [_NEG_INF] * search.beam_size
+    best_possible = max(live) / penalties[sentence.limit] if live else _NEG_INF
+    return bool(stop_rule(search.stop, step >= sentence.limit or not live,
+                          finished[search.beam_size - 1], finished[search.nbest - 1],
+                          best_possible))
 
 
 def _best(sentence: _Sentence, nbest: int, penalties) -> list[tuple[float, tuple, bool]]:
@@ -368,9 +364,9 @@ def beam_search(step: HostStep, initial_state: Any, constraints: Sequence[Phrase
         ValueError: a setting out of range, or a phrase holding PAD, BOS or EOS.
     """
     max_lengths = np.asarray(max_lengths, np.int64)
-    search = _make_search(step.tokens_to_logits, len(constraints), beam_size,
-                          int(max_lengths.max()), alpha, length_penalty, eos_id, bos_id,
-                          nbest, stop, step.beam_invariant)
+    search = make_search(step.tokens_to_logits, len(constraints), beam_size,
+                         int(max_lengths.max()), alpha, length_penalty, eos_id, bos_id,
+                         nbest, stop, step.beam_invariant)
     if any(token in (PAD_ID, bos_id, eos_id) for phrases in constraints
            for phrase in phrases.phrases for token in phrase):
         raise ValueError("a constraint phrase holds PAD, BOS or EOS")

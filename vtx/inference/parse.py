@@ -24,9 +24,9 @@ from typing import Callable, Sequence
 
 from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.translate import (STDIN, Translator, check_output, load_models,
-                                     load_translator,
-                                     open_source, output_sink, read_lines)
+from vtx.inference.files import STDIN, check_output, open_source, output_sink, read_lines
+from vtx.inference.loading import load_models
+from vtx.inference.translator import Translator
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
 from vtx.parsing.tokenize import treebank_words
@@ -206,8 +206,7 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
     if tokenize:
         lines = [" ".join(treebank_words(line)) for line in lines]
     gold = read_gold(gold_path, len(lines)) if gold_path else None
-    translator = (load_translator(paths[0], options, warn, ema) if len(paths) == 1 else
-                  Translator(*load_models(paths, ema), options, warn))
+    translator = Translator(*load_models(paths, ema), options, warn)
     path = paths[0]  # one vocabulary for all (load_models)
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     for one in paths:

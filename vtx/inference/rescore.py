@@ -20,9 +20,11 @@ import numpy as np
 
 from vtx.config import PAD_ID
 from vtx.errors import ArgumentError, DataError
-from vtx.inference import translate
 from vtx.inference.beam_search import length_penalty
 from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
+from vtx.inference.files import (STDIN, check_output, open_source, output_sink, read_lines,
+                                 read_references)
+from vtx.inference.loading import load_models
 from vtx.inference.scoring import forced_in_chunks, make_scorer
 
 
@@ -193,21 +195,21 @@ def score_file(checkpoints: Sequence[str | Path], input_path: str | Path | None,
 
     Raises:
         OutputExistsError, ArgumentError, DataError, OSError, ValueError: as `vtx translate`
-            says them (`translate.check_output`), and `encode_pairs`'s.
+            says them (`check_output`), and `encode_pairs`'s.
     """
-    paths = [translate.check_output(output_path, force, checkpoint,
-                                    {"--input": input_path, "--target": target_path})
+    paths = [check_output(output_path, force, checkpoint,
+                          {"--input": input_path, "--target": target_path})
              for checkpoint in checkpoints]
-    texts = parse_targets(translate.read_references(target_path), nbest, target_path)
+    texts = parse_targets(read_references(target_path), nbest, target_path)
     with contextlib.ExitStack() as stack:
-        source = translate.open_source(input_path, stack)
-        sources = list(translate.read_lines(source, input_path or translate.STDIN))
-        models, vocab = translate.load_models(paths, ema)
+        source = open_source(input_path, stack)
+        sources = list(read_lines(source, input_path or STDIN))
+        models, vocab = load_models(paths, ema)
         for path in paths:
             log(f"checkpoint: {path}")
         scorer = Scorer(models, vocab, options)
         results = scorer.score(encode_pairs(scorer, sources, texts, nbest, target_path, warn))
-        with translate.output_sink(output_path, force=force) as write:
+        with output_sink(output_path, force=force) as write:
             for number, (scored, text) in enumerate(zip(results, texts)):
                 write(format_scored(scored, text, output_format, vocab, number // nbest,
                                     number % nbest, sources[number // nbest]))

@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID
-from vtx.inference.beam_search import (SearchOutput, TokensToLogits, _check_max_lengths,
-                                       _finalize, _make_search, append_token, expand_to_beams,
+from vtx.inference.beam_search import (SearchOutput, TokensToLogits, append_token,
+                                       check_max_lengths, expand_to_beams, finalize, make_search,
                                        run_sequences, sequence_scores, start_sequences)
 from vtx.inference.decoding import SamplingOptions
 
@@ -171,9 +171,9 @@ def sampling_search(tokens_to_logits: TokensToLogits, initial_state, batch_size:
     Returns:
         `SearchOutput` with R hypotheses per sentence, best first.
     """
-    rows = _make_search(tokens_to_logits, batch_size * nbest, 1, max_length, alpha,
-                        length_penalty, eos_id, bos_id, 1, "never")
-    max_lengths = _check_max_lengths(max_lengths, batch_size, rows.max_length)
+    rows = make_search(tokens_to_logits, batch_size * nbest, 1, max_length, alpha,
+                       length_penalty, eos_id, bos_id, 1, "never")
+    max_lengths = check_max_lengths(max_lengths, batch_size, rows.max_length)
     row_limits = tf.repeat(max_lengths, nbest)  # [N]
     start = start_sequences(rows, expand_to_beams(initial_state, nbest), row_limits)
     state = SampleState(**start._asdict(), keys=row_keys(options.seed, line_ids, nbest))
@@ -183,4 +183,4 @@ def sampling_search(tokens_to_logits: TokensToLogits, initial_state, batch_size:
     seqs = tf.gather(tf.reshape(state.seqs, (-1, nbest, rows.max_length + 1)), order,
                      batch_dims=1)
     finished = tf.gather(tf.reshape(state.finished, (-1, nbest)), order, batch_dims=1)
-    return _finalize(rows, seqs, scores, finished, state.step)
+    return finalize(rows, seqs, scores, finished, state.step)

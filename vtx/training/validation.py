@@ -60,7 +60,7 @@ class ValidationScorer:
                  constrain_trees: bool = False,
                  warn: Callable[[str], None] = lambda message: None):
         from vtx.inference.decoding import VALIDATION
-        from vtx.inference.translate import Translator
+        from vtx.inference.translator import Translator
 
         if metric not in METRICS:
             raise ValueError(f"validation metric must be one of {', '.join(METRICS)}, "
@@ -71,7 +71,7 @@ class ValidationScorer:
         options = dataclasses.replace(preset, beam=beam or preset.beam,
                                       lenpen=preset.lenpen if lenpen is None else lenpen,
                                       max_tokens=max_tokens, constrain_trees=constrain_trees)
-        self.translator = Translator(model, vocab, options, warn)
+        self.translator = Translator([model], vocab, options, warn)
         if metric == "bleu":
             if constrain_trees:
                 raise ValueError("constrain_trees is for the f1 metric (trees), not bleu")

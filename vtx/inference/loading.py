@@ -1,0 +1,94 @@
+"""Loading decoding's models: a checkpoint file or a save directory's newest, its Transformer and
+its vocabulary, one model or an ensemble's (always a list). translate, score, parse, export and
+serve load through here.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Sequence
+
+from vtx import checkpoints
+from vtx.config import ModelConfig
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint file, or the newest numbered checkpoint of a `vtx train` save directory.
+
+    Raises:
+        ValueError: nothing usable at `path`, named as the --checkpoint it was given as.
+    """
+    path = Path(path)
+    if path.is_dir():
+        try:
+            return checkpoints.newest(path)[0]
+        except ValueError as error:
+            raise ValueError(f"--checkpoint {error}") from None
+    if path.exists() and not path.is_file():
+        mode = path.stat().st_mode
+        kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+        kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+        raise ValueError(f"--checkpoint {path} is {kind}: give a checkpoint file (.npz) or a "
+                         f"save directory")
+    if not path.is_file():
+        raise ValueError(f"--checkpoint {path}: no such checkpoint file or directory")
+    return path
+
+
+def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
+    """Build the checkpoint's Transformer and load its weights (optimizer state is ignored)."""
+    from vtx.models import transformer
+
+    model_config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    model = transformer.build(model_config, dtype=dtype)
+    if [tuple(v.shape) for v in model.variables] != [a.shape for a in checkpoint.model]:
+        raise ValueError("checkpoint variables do not match its own model configuration")
+    for variable, array in zip(model.variables, checkpoint.model):
+        variable.assign(array)
+    return model
+
+
+def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
+    """The SentencePiece vocabulary carried by a checkpoint read from `path`.
+
+    Raises:
+        ValueError: the checkpoint has no vocabulary, or its vocabulary does not match the
+            model's embedding size (the message names `path`).
+    """
+    from vtx.data.vocab import Vocabulary
+
+    if checkpoint.vocab is None:
+        raise ValueError(f"{path}: the checkpoint carries no vocabulary")
+    vocab = Vocabulary.from_bytes(checkpoint.vocab, f"in {path}")
+    vocab_size = checkpoint.meta["model_config"]["vocab_size"]
+    if vocab.size != vocab_size:
+        raise ValueError(f"{path}: vocabulary has {vocab.size} pieces but the model "
+                         f"{vocab_size} embeddings")
+    return vocab
+
+
+def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, object]:
+    """The models of checkpoint files that carry one vocabulary (an ensemble), and it; `ema`:
+    each checkpoint's EMA weights.
+
+    Raises:
+        ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
+            vocabularies (both files and the first differing piece named).
+    """
+    from vtx.data.vocab import differing_pieces
+
+    models, vocab, first = [], None, None
+    for path in paths:
+        checkpoint = checkpoints.load(path, ema)
+        this = checkpoint_vocabulary(checkpoint, path)
+        if vocab is None:
+            vocab, first = this, path
+        elif differ := differing_pieces(vocab, this):
+            index, ours, theirs = differ[0]
+            raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
+                             f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
+                             f"ensemble needs one")
+        models.append(load_model(checkpoint))
+    return models, vocab
