@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -50,7 +51,7 @@ import time
 import numpy as np
 
 from gpu_train import gpu_name, timed_updates
-from train_throughput import model_config_for, synthetic_batches
+from train_throughput import RESULT_TAG, model_config_for, synthetic_batches
 
 # The largest weight difference allowed between 8 replicas and 1 replica x 8 micro-batches, as a
 # share of the sum of the updates' learning rates. Both sum each update's gradients in float32,
@@ -256,38 +257,65 @@ def rate(run: Run, args) -> float:
 
 
 def report(runs: list[Run], initial: list[np.ndarray], args) -> bool:
-    """Print the tok/s lines and the weights' check; whether the weights agree."""
-    replicas, one, accumulated = runs[:3]
-    for run in runs:
+    """Print the tok/s lines and the weights' check, then the figures as one `RESULT_TAG` JSON
+    line (`summary`); whether the weights agree."""
+    figures = summary(runs, initial, args)
+    replicas = runs[0]
+    for run, said in zip(runs, figures["runs"]):
         if run.failed:
             print(f"{run.label:28} {run.failed}", flush=True)
             continue
         against = ("" if run is replicas else f"; {replicas.label} / {run.label} = "
-                   f"{rate(replicas, args) / rate(run, args):.2f}")
-        print(f"{run.label:28} {rate(run, args):10.0f} tok/s{against}", flush=True)
+                   f"{figures['runs'][0]['tok_s'] / said['tok_s']:.2f}")
+        print(f"{run.label:28} {said['tok_s']:10.0f} tok/s{against}", flush=True)
+    accumulated, one = runs[2], runs[1]
     if accumulated.failed:
         print(f"weights: not compared: {accumulated.label} {accumulated.failed}", flush=True)
-        return False
-    print(f"first update's loss: {replicas.first_loss:.6f} ({replicas.label}), "
-          f"{accumulated.first_loss:.6f} ({accumulated.label})")
+    else:
+        print(f"first update's loss: {replicas.first_loss:.6f} ({replicas.label}), "
+              f"{accumulated.first_loss:.6f} ({accumulated.label})")
+        found, scale, floor = figures["gap"], figures["lr_sum"], figures["floor"]
+        floor_said = "" if floor is None else (
+            f"; the floor (round-off): max |{accumulated.label} - {runs[3].label}| = "
+            f"{floor:.3g}, the gap {found / floor if floor else float('inf'):.2f}x it "
+            f"(at most {FLOOR_FACTOR:g}x)")
+        other = figures["other_batches_gap"]
+        print(f"weights after {args.warmup + args.steps} updates: moved up to "
+              f"{figures['moved']:.3g} from the initial ones; max |{replicas.label} - "
+              f"{one.label}| (other batches) = {one.failed if other is None else f'{other:.3g}'}")
+        print(f"weights: max |{replicas.label} - {accumulated.label}| = {found:.3g}, "
+              f"{found / scale:.2g} of the learning rates' sum {scale:.3g} (tolerance "
+              f"{figures['tolerance']:g} in {args.precision}){floor_said}: "
+              f"{'agree' if figures['agree'] else 'DISAGREE'}", flush=True)
+    print(RESULT_TAG + json.dumps(figures), flush=True)
+    return figures["agree"]
+
+
+def summary(runs: list[Run], initial: list[np.ndarray], args) -> dict:
+    """The figures of the runs: each run's label, tok/s and how it failed (null: it finished);
+    the first update's loss of the replicas and of 1 x N; how far the replicas' weights moved
+    from the initial ones; their largest gap to 1 replica on other batches (the check's
+    sensitivity), to 1 x N (`gap`), and 1 x N's to itself reversed (`floor`, the round-off);
+    the learning rates' sum, the tolerance, and whether they agree. Gaps of a run that failed
+    are null, and a failed 1 x N never agrees."""
+    replicas, one, accumulated = runs[:3]
+    figures = {"runs": [{"label": run.label, "tok_s": None if run.failed else rate(run, args),
+                         "failed": run.failed or None} for run in runs],
+               "first_loss": None, "moved": None, "other_batches_gap": None, "gap": None,
+               "floor": None, "floor_factor": FLOOR_FACTOR, "lr_sum": learning_rate_sum(args),
+               "tolerance": TOLERANCE[args.precision], "precision": args.precision,
+               "agree": False}
+    if accumulated.failed:
+        return figures
     found = gap(replicas.weights, accumulated.weights)
-    scale, tolerance = learning_rate_sum(args), TOLERANCE[args.precision]
-    agree = found <= tolerance * scale
-    floor_said = ""
+    figures.update(first_loss=[float(replicas.first_loss), float(accumulated.first_loss)],
+                   moved=gap(replicas.weights, initial), gap=found,
+                   other_batches_gap=None if one.failed else gap(replicas.weights, one.weights),
+                   agree=found <= figures["tolerance"] * figures["lr_sum"])
     if len(runs) == 4 and not runs[3].failed:
-        floor = gap(accumulated.weights, runs[3].weights)
-        agree = agree or found <= FLOOR_FACTOR * floor
-        floor_said = (f"; the floor (round-off): max |{accumulated.label} - {runs[3].label}| = "
-                      f"{floor:.3g}, the gap {found / floor if floor else float('inf'):.2f}x it "
-                      f"(at most {FLOOR_FACTOR:g}x)")
-    print(f"weights after {args.warmup + args.steps} updates: moved up to "
-          f"{gap(replicas.weights, initial):.3g} from the initial ones; max |{replicas.label} - "
-          f"{one.label}| (other batches) = "
-          f"{f'{gap(replicas.weights, one.weights):.3g}' if one.weights else one.failed}")
-    print(f"weights: max |{replicas.label} - {accumulated.label}| = {found:.3g}, "
-          f"{found / scale:.2g} of the learning rates' sum {scale:.3g} (tolerance {tolerance:g} "
-          f"in {args.precision}){floor_said}: {'agree' if agree else 'DISAGREE'}", flush=True)
-    return agree
+        figures["floor"] = gap(accumulated.weights, runs[3].weights)
+        figures["agree"] = figures["agree"] or found <= FLOOR_FACTOR * figures["floor"]
+    return figures
 
 
 def make_runs(devices: list[str], args) -> list[Run]:
