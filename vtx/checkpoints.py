@@ -240,6 +240,29 @@ def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
                       vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None, ema=ema)
 
 
+def model_config(checkpoint: Checkpoint, path: str | Path) -> ModelConfig:
+    """The model configuration `checkpoint` (read from `path`) records, checked against its
+    weights: what translating, parsing, scoring or exporting it builds.
+
+    Raises:
+        ArchitectureError: a key this vtx does not know (a newer vtx's), or weights for another
+            number of parameters than it implies (fewer layers, another width); `path` named.
+    """
+    values = checkpoint.meta["model_config"]
+    try:
+        config = ModelConfig.from_dict(values)
+    except ValueError as error:
+        raise ArchitectureError(f"{path}: its {error} (written by another version of vtx?); "
+                                f"this vtx builds none of them") from None
+    held = sum(a.size for a in checkpoint.model if np.issubdtype(a.dtype, np.floating))
+    if held != config.parameter_count:
+        raise ArchitectureError(
+            f"{path}: its weights hold {held:,} parameters, its model configuration "
+            f"(num_layers {config.num_layers}, d_model {config.d_model}, d_ff {config.d_ff}, "
+            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}")
+    return config
+
+
 def _invalid_model_config(values: dict) -> str | None:
     """Why a checkpoint's model configuration cannot be built (a wrong type, a value out of
     range, weights beyond this machine's memory), or None. Keys this vtx does not know are left

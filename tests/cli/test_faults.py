@@ -783,6 +783,27 @@ def test_a_checkpoint_whose_configuration_cannot_be_built_is_refused_naming_it(
     assert not (tmp_path / "average.npz").exists()
 
 
+@pytest.mark.parametrize("change,reason", [
+    ({"rotary": True}, "unknown model configuration keys: rotary"),
+    ({"num_layers": 3}, "its weights hold 231,424 parameters, its model configuration "
+                        "(num_layers 3,")])
+def test_a_checkpoint_that_does_not_build_its_weights_is_named_even_in_an_ensemble(
+        trained_checkpoint, tmp_path, change, reason):
+    """A stored configuration with a key this vtx does not know, or that says more layers than
+    its weights hold: the message named neither file, so an ensemble's could not be told."""
+    checkpoint = checkpoints.load(trained_checkpoint)
+    checkpoint.meta["model_config"].update(change)
+    crafted = tmp_path / "crafted.npz"
+    checkpoints.save(crafted, checkpoint)
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--checkpoint", crafted,
+                    stdin="A dog runs .\n")
+    assert_one_line_error(result, f"{crafted}: its ", reason)
+    result = invoke("export", "--checkpoint", crafted, "--format", "ctranslate2",
+                    "--output", tmp_path / "export")
+    assert_one_line_error(result, f"{crafted}: its ", reason)
+    assert not (tmp_path / "export").exists()
+
+
 def test_model_flags_past_the_machines_memory_are_refused_before_building(tmp_path):
     """`--d-model 1000000000` gave TensorFlow's ResourceExhaustedError traceback; `--layers
     1000000` was still building after minutes."""

@@ -100,7 +100,8 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     output = Path(output)
     _check_output(output, force)
     checkpoint = checkpoints.load(checkpoint_path, ema)
-    checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
+    checkpoints.model_config(checkpoint, checkpoint_path)  # both checked before any work
+    checkpoint_vocabulary(checkpoint, checkpoint_path)
     with atomic.replaced_on_success(output) as tmp:
         _WRITERS[format](checkpoint, tmp, options)
     return output

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vtx import checkpoints
 from vtx.checkpoints import Checkpoint
-from vtx.config import ModelConfig
 from vtx.inference.decoding import DecodeOptions
 
 
@@ -14,14 +14,15 @@ def seq2seq_lm(checkpoint: Checkpoint, options: DecodeOptions = DecodeOptions())
     `options`.
 
     Raises:
-        ValueError: the checkpoint's weights do not fit its own model configuration.
+        ValueError: the checkpoint's weights do not fit its own model configuration
+            (`checkpoints.model_config`).
     """
     from vtx.hub.backbone import TransformerBackbone
     from vtx.hub.preprocessor import TransformerSeq2SeqLMPreprocessor
     from vtx.hub.seq2seq_lm import SEARCH_SETTINGS, TransformerSeq2SeqLM
     from vtx.hub.tokenizer import TransformerTokenizer
 
-    config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    config = checkpoints.model_config(checkpoint, "the checkpoint")
     backbone = TransformerBackbone.from_model_config(config)
     variables = backbone.transformer.variables
     if [tuple(v.shape) for v in variables] != [a.shape for a in checkpoint.model]:

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
-from vtx.config import PAD_ID, ModelConfig
+from vtx.config import PAD_ID
 from vtx.data.text import count_lines, decode_line, lines_in_file, open_binary
 from vtx.errors import ArgumentError, DataError, SearchInterrupted, out_of_device_memory
 from vtx.inference.decoding import (LENGTH_BUCKET, DecodeOptions, available_memory,
@@ -84,14 +84,21 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
-    """Build the checkpoint's Transformer and load its weights (optimizer state is ignored)."""
+def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32",
+               path: str | Path = "the checkpoint"):
+    """Build the checkpoint's Transformer (read from `path`) and load its weights (optimizer
+    state is ignored).
+
+    Raises:
+        ArchitectureError: its configuration does not build, or not its weights (`path` named;
+            `checkpoints.model_config`).
+    """
     from vtx.models import transformer
 
-    model_config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    model_config = checkpoints.model_config(checkpoint, path)
     model = transformer.build(model_config, dtype=dtype)
     if [tuple(v.shape) for v in model.variables] != [a.shape for a in checkpoint.model]:
-        raise ValueError("checkpoint variables do not match its own model configuration")
+        raise ValueError(f"{path}: its variables do not match its own model configuration")
     for variable, array in zip(model.variables, checkpoint.model):
         variable.assign(array)
     return model
@@ -808,7 +815,7 @@ def load_translator(path: str | Path, options: DecodeOptions,
     """
     checkpoint = checkpoints.load(path, ema)
     vocab = checkpoint_vocabulary(checkpoint, path)
-    return Translator(load_model(checkpoint), vocab, options, warn)
+    return Translator(load_model(checkpoint, path=path), vocab, options, warn)
 
 
 def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, object]:
@@ -832,5 +839,5 @@ def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, o
             raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
                              f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
                              f"ensemble needs one")
-        models.append(load_model(checkpoint))
+        models.append(load_model(checkpoint, path=path))
     return models, vocab
