@@ -72,6 +72,11 @@ class OutputExistsError(FileExistsError):
     """Raised when an output is an existing regular file and replacing it was not asked for."""
 
 
+class OutputLockedError(OSError):
+    """Raised when another process is writing the output a command would write
+    (`vtx.locking`); the message names the output, its flag, the holder and the lock file."""
+
+
 class TreeSyntaxError(ValueError):
     """Raised on bracketed text that is not a tree; the message says where."""
 
