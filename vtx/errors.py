@@ -45,6 +45,12 @@ class DataError(ValueError):
     """Raised on bad input data; the message names the file (and line), or the setting and value."""
 
 
+class ManifestError(DataError):
+    """Raised when a directory vtx wrote does not match its manifest (`vtx.manifest`): a file
+    changed, missing or added, or a symbolic link leaving it; or lacks a file its readers need,
+    or holds one that does not parse. The message names the file."""
+
+
 class VocabularyTooSmallError(DataError):
     """Raised when the vocabulary size is below the pieces SentencePiece needs for the text.
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.data.conftest import small_corpus  # noqa: F401  (a fixture)
-from vtx import checkpoints
+from vtx import checkpoints, manifest
 from vtx.checkpoints import Checkpoint
 from vtx_cli.main import main
 
@@ -214,6 +214,7 @@ def test_a_validation_split_of_no_pairs_is_none(multi30k_small, tmp_path):
     meta = json.loads((data / "meta.json").read_text())
     meta["splits"]["valid"].update(sentences=0, source_tokens=0, target_tokens=0, shards=[])
     (data / "meta.json").write_text(json.dumps(meta))
+    manifest.write(data)  # as `vtx preprocess` writes such a directory, whole
     result = invoke("train", data, "--save-dir", tmp_path / "run", "--max-steps", 1, *TRAIN,
                     "--validate-interval-steps", 1)
     assert result.exit_code == 0, result.output

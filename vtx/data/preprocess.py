@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from vtx import atomic, locking
+from vtx import atomic, locking, manifest
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import decode_line, lines_in_file, read_parallel, resolve_path
@@ -307,4 +307,5 @@ def _preprocess(config: PreprocessConfig, log: Callable[[str], None]) -> dict:
         meta = _meta(config, vocab, files, splits)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        manifest.write(workdir)  # last: it lists every other file
     return meta

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vtx import atomic, locking
+from vtx import atomic, locking, manifest
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 
@@ -107,4 +107,5 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         checkpoint_vocabulary(checkpoint, checkpoint_path)
         with atomic.replaced_on_success(output) as tmp:
             _WRITERS[format](checkpoint, tmp, options)
+            manifest.write(tmp)  # last: it lists every other file
     return output
