@@ -28,7 +28,7 @@ from vtx_cli.options import ema_option
 @ema_option
 def average_checkpoints(inputs, num_last, upper_bound, output, force, keep_optimizer_state, ema):
     """Average the float weights of several checkpoints; integer state comes from the newest."""
-    from vtx import checkpoints
+    from vtx import checkpoints, locking
 
     paths = [Path(p) for p in inputs]
     if upper_bound is not None and not (upper_bound == "best" or upper_bound.isdecimal()):
@@ -52,9 +52,10 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force, keep_optim
     elif num_last is not None or upper_bound is not None:
         raise click.UsageError("--num-last and --upper-bound go with a directory in --inputs")
     try:
-        checkpoints.check_output(output, force, paths)
-        averaged = checkpoints.average(paths, ema, keep_optimizer=keep_optimizer_state)
-        checkpoints.save(output, averaged)
+        with locking.output_lock(output, "--output"):  # checked and written by one process
+            checkpoints.check_output(output, force, paths)
+            averaged = checkpoints.average(paths, ema, keep_optimizer=keep_optimizer_state)
+            checkpoints.save(output, averaged)
     except (OSError, ValueError, MemoryError) as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"averaged {len(paths)} checkpoints (steps {averaged.meta['averaged_from']}) "

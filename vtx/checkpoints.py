@@ -132,6 +132,10 @@ def save(path: str | Path, checkpoint: Checkpoint) -> None:
 def load(path: str | Path, ema: bool = False) -> Checkpoint:
     """Read a checkpoint file and verify its checksum (when it has one).
 
+    Reading is bounded: the meta record is read first, then every entry's declared name, shape
+    and dtype is checked against what its model configuration implies (`_check_entries`)
+    before any array is unpacked, so a crafted file costs about its model's own size in memory.
+
     Args:
         ema: return the checkpoint with its EMA's weights as its model (`with_ema_weights`).
 
@@ -147,21 +151,21 @@ def load(path: str | Path, ema: bool = False) -> Checkpoint:
     with open(path, "rb") as handle:
         if handle.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:  # else numpy would suggest unpickling it
             raise _damaged(path, "it does not start as a zip archive")
-        handle.seek(0)
-        try:
-            with np.load(handle, allow_pickle=False) as data:
-                arrays = {name: data[name] for name in data.files}
-        except MemoryError as error:
-            # A damaged .npy header can declare a shape too large to allocate.
-            if not _entries_fit(handle):
-                raise _damaged(path, "an entry declares more data than it holds") from error
-            raise MemoryError(f"{path}: out of memory reading it ({path.stat().st_size:,} "
-                              f"bytes); free memory or use a machine with more") from error
         # A damaged zip or .npy header fails in many ways (BadZipFile, EOFError, a header that
         # does not parse): each one means "damaged".
+        try:
+            meta = _check_entries(path, handle)
+            handle.seek(0)
+            with np.load(handle, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files if name != "meta"}
+        except CheckpointError:
+            raise
+        except MemoryError as error:  # every entry holds what it declares: not damage
+            raise MemoryError(f"{path}: out of memory reading it ({path.stat().st_size:,} "
+                              f"bytes); free memory or use a machine with more") from error
         except Exception as error:
             raise _damaged(path, f"{type(error).__name__}: {error}") from error
-    checkpoint = _from_arrays(path, arrays)
+    checkpoint = _from_arrays(path, arrays, meta)
     return with_ema_weights(checkpoint, path) if ema else checkpoint
 
 
@@ -180,55 +184,112 @@ def with_ema_weights(checkpoint: Checkpoint, path: str | Path) -> Checkpoint:
                       meta={**checkpoint.meta, "weights": "ema"}, vocab=checkpoint.vocab)
 
 
-def _entries_fit(handle) -> bool:
-    """Whether every .npy entry of the zip archive open in `handle` declares no more bytes than
-    it holds (False too when an entry's header does not read)."""
+# The entries `save` writes (.npy files in the zip): "meta", "vocab", and numbered variables.
+_ENTRY = re.compile(r"^(meta|vocab|(model|optimizer|ema)_\d{5})\.npy$")
+_META_MAX = 16 * 2**20  # bytes of the meta record: a configuration and a run's state
+_SLACK = 2**20  # bytes beyond the weights' sizes: integer state (dropout RNG), scalars
+_PIECE_MAX = 1024  # bytes of a SentencePiece model per piece: pieces, scores, normalizer
+
+
+def _check_entries(path: Path, handle) -> dict:
+    """The meta record of the checkpoint open in `handle`, once its entries are checked
+    against it, before any array is unpacked: known names only, numbers only, no entry
+    declaring more than it holds, and no kind of entry more bytes than the model
+    configuration allows (`_allowed_bytes`).
+
+    Raises:
+        CheckpointError: the reason, `path` named.
+        Exception: a damaged zip or .npy header, as the zip or numpy raise it.
+    """
     import zipfile
 
-    try:
-        handle.seek(0)
-        with zipfile.ZipFile(handle) as archive:
-            for info in archive.infolist():
-                with archive.open(info) as entry:
-                    version = np.lib.format.read_magic(entry)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shape, _, dtype = read(entry)
-                    if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > info.file_size:
-                        return False
-    except Exception:
-        return False
-    return True
+    with zipfile.ZipFile(handle) as archive:
+        headers = {}
+        for info in archive.infolist():
+            if not (match := _ENTRY.match(info.filename)) or match[1] in headers:
+                raise _damaged(path, f"it holds an entry vtx does not write: {info.filename}")
+            with archive.open(info) as entry:
+                version = np.lib.format.read_magic(entry)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(entry)
+            size = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+            if size > info.file_size:
+                raise _damaged(path, f"{info.filename} declares more data than it holds")
+            expected = "U" if match[1] == "meta" else "u" if match[1] == "vocab" else "biuf"
+            if dtype.kind not in expected:
+                raise _damaged(path, f"{info.filename} holds {dtype}, not numbers")
+            headers[match[1]] = (info, size)
+        if "meta" not in headers:
+            raise _damaged(path, "no valid meta record: it has no meta entry")
+        info, size = headers.pop("meta")
+        if size > _META_MAX:
+            raise _damaged(path, f"its meta record declares {size:,} bytes")
+        with archive.open(info) as entry:
+            text = str(np.lib.format.read_array(entry, allow_pickle=False))
+    meta = _checked_meta(path, text)
+    allowed = _allowed_bytes(ModelConfig(**_known_keys(meta["model_config"])))
+    declared = dict.fromkeys(allowed, 0)
+    for name, (_, size) in headers.items():
+        declared[name.split("_")[0]] += size
+    for kind, size in declared.items():
+        if size > allowed[kind]:
+            raise _damaged(path, f"its {kind} entries declare {size:,} bytes, more than its model "
+                                 f"configuration allows ({allowed[kind]:,})")
+    return meta
+
+
+def _allowed_bytes(config: ModelConfig) -> dict[str, int]:
+    """The most bytes each kind of entry of a checkpoint of `config` may declare: the float32
+    weights (the optimizer: Adam's two moments), and the vocabulary by its pieces."""
+    weights = 4 * config.parameter_count
+    return {"model": weights + _SLACK, "ema": weights + _SLACK,
+            "optimizer": 2 * weights + _SLACK, "vocab": _PIECE_MAX * config.vocab_size + _SLACK}
 
 
 def read_meta(path: str | Path) -> dict | None:
     """The meta record of a checkpoint alone, without reading its arrays or verifying its
-    checksum (`load` does both); None when it does not read."""
+    checksum (`load` does both), its entries checked as `load` checks them; None when it does
+    not read or they do not pass."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
+        with open(path, "rb") as handle:
+            return _check_entries(Path(path), handle)
     except Exception:  # damaged in one of many ways: `load` names it when it is resumed from
         return None
-    return meta if isinstance(meta, dict) else None
 
 
-def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
+def _checked_meta(path: Path, text: str) -> dict:
+    """The meta record `text` of the checkpoint `path` as a dict (its checksum in it), once it
+    holds what every command reads of it; else a TypeError or KeyError deep inside one of them.
+
+    Raises:
+        CheckpointError: the reason, `path` named.
+    """
     try:
-        meta = json.loads(str(arrays.pop("meta")))
-    except (KeyError, ValueError) as error:
+        meta = json.loads(text)
+    except ValueError as error:
         raise _damaged(path, f"no valid meta record: {error}") from error
     if not isinstance(meta, dict):
         raise _damaged(path, f"its meta record is not a JSON object: {str(meta)[:60]}")
-    stored = meta.pop(_CHECKSUM, None)
-    if stored is not None and stored != _checksum(arrays, meta):
-        raise _damaged(path, "checksum mismatch: its contents changed after it was written")
-    # What every command reads of it; else a TypeError or KeyError deep inside one of them.
     step, model_config = meta.get("step"), meta.get("model_config")
     if type(step) is not int or step < 0 or not isinstance(model_config, dict):
         raise _damaged(path, f"its meta record needs a step number and a model configuration, "
                              f"has step {step!r} and model_config {model_config!r}")
     if reason := _invalid_model_config(model_config):
         raise _damaged(path, f"its model configuration is not one vtx builds: {reason}")
+    return meta
+
+
+def _from_arrays(path: Path, arrays: dict, meta: dict) -> Checkpoint:
+    """The checkpoint of `arrays` (every entry but the meta record) and `meta` (`_checked_meta`),
+    read from `path`.
+
+    Raises:
+        CheckpointError: the checksum does not match, or the EMA is not of the model's shapes.
+    """
+    stored = meta.pop(_CHECKSUM, None)
+    if stored is not None and stored != _checksum(arrays, meta):
+        raise _damaged(path, "checksum mismatch: its contents changed after it was written")
     names = sorted(arrays)
     model = [arrays[n] for n in names if n.startswith("model_")]
     ema = [arrays[n] for n in names if n.startswith("ema_")] or None
@@ -240,18 +301,45 @@ def _from_arrays(path: Path, arrays: dict) -> Checkpoint:
                       vocab=arrays["vocab"].tobytes() if "vocab" in arrays else None, ema=ema)
 
 
+def model_config(checkpoint: Checkpoint, path: str | Path) -> ModelConfig:
+    """The model configuration `checkpoint` (read from `path`) records, checked against its
+    weights: what translating, parsing, scoring or exporting it builds.
+
+    Raises:
+        ArchitectureError: a key this vtx does not know (a newer vtx's), or weights for another
+            number of parameters than it implies (fewer layers, another width); `path` named.
+    """
+    values = checkpoint.meta["model_config"]
+    try:
+        config = ModelConfig.from_dict(values)
+    except ValueError as error:
+        raise ArchitectureError(f"{path}: its {error} (written by another version of vtx?); "
+                                f"this vtx builds none of them") from None
+    held = sum(a.size for a in checkpoint.model if np.issubdtype(a.dtype, np.floating))
+    if held != config.parameter_count:
+        raise ArchitectureError(
+            f"{path}: its weights hold {held:,} parameters, its model configuration "
+            f"(num_layers {config.num_layers}, d_model {config.d_model}, d_ff {config.d_ff}, "
+            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}")
+    return config
+
+
 def _invalid_model_config(values: dict) -> str | None:
     """Why a checkpoint's model configuration cannot be built (a wrong type, a value out of
     range, weights beyond this machine's memory), or None. Keys this vtx does not know are left
     to `check_architecture`, which names them."""
-    known = {field.name for field in dataclasses.fields(ModelConfig)}
     try:
-        model_config = ModelConfig(**{key: value for key, value in values.items()
-                                      if key in known})
+        model_config = ModelConfig(**_known_keys(values))
         check_fits_in_memory(model_config, "it")
     except ValueError as error:
         return str(error)
     return None
+
+
+def _known_keys(values: dict) -> dict:
+    """`values` without the keys `ModelConfig` does not have."""
+    known = {field.name for field in dataclasses.fields(ModelConfig)}
+    return {key: value for key, value in values.items() if key in known}
 
 
 def _damaged(path: Path, reason: str) -> CheckpointError:

@@ -45,6 +45,12 @@ class DataError(ValueError):
     """Raised on bad input data; the message names the file (and line), or the setting and value."""
 
 
+class ManifestError(DataError):
+    """Raised when a directory vtx wrote does not match its manifest (`vtx.manifest`): a file
+    changed, missing or added, or a symbolic link leaving it; or lacks a file its readers need,
+    or holds one that does not parse. The message names the file."""
+
+
 class VocabularyTooSmallError(DataError):
     """Raised when the vocabulary size is below the pieces SentencePiece needs for the text.
 
@@ -70,6 +76,11 @@ class ArchitectureError(ValueError):
 
 class OutputExistsError(FileExistsError):
     """Raised when an output is an existing regular file and replacing it was not asked for."""
+
+
+class OutputLockedError(OSError):
+    """Raised when another process is writing the output a command would write
+    (`vtx.locking`); the message names the output, its flag, the holder and the lock file."""
 
 
 class TreeSyntaxError(ValueError):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from vtx import checkpoints
+from tests.data.conftest import small_corpus  # noqa: F401  (a fixture)
+from vtx import checkpoints, manifest
 from vtx.checkpoints import Checkpoint
 from vtx_cli.main import main
 
@@ -213,6 +214,7 @@ def test_a_validation_split_of_no_pairs_is_none(multi30k_small, tmp_path):
     meta = json.loads((data / "meta.json").read_text())
     meta["splits"]["valid"].update(sentences=0, source_tokens=0, target_tokens=0, shards=[])
     (data / "meta.json").write_text(json.dumps(meta))
+    manifest.write(data)  # as `vtx preprocess` writes such a directory, whole
     result = invoke("train", data, "--save-dir", tmp_path / "run", "--max-steps", 1, *TRAIN,
                     "--validate-interval-steps", 1)
     assert result.exit_code == 0, result.output
@@ -254,6 +256,62 @@ def preprocess(train_prefix, destdir):
 def write_corpus(prefix, lines):
     for lang in ("en", "de"):
         prefix.with_name(f"{prefix.name}.{lang}").write_text("".join(f"{l}\n" for l in lines))
+
+
+# Another vtx process writing OUTPUT: the lock it holds beside it (`vtx.locking`), its holder said.
+HOLD_THE_OUTPUT = """
+import fcntl, os, socket, sys, time
+descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(descriptor, fcntl.LOCK_EX)
+os.write(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since now".encode())
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def output_written_by_another_process(output):
+    import subprocess
+    import sys
+
+    lock = output.with_name(f".{output.name}.lock")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_OUTPUT, str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield f"is being written by another process (pid {holder.pid} on "
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_second_writer_of_an_output_is_refused_naming_the_first(tmp_path, trained_checkpoint,
+                                                                  small_corpus):
+    """Two `vtx preprocess` into one new --destdir both succeeded, the second replacing the
+    first's data directory without --force; export and average-checkpoints likewise. The second
+    is refused at once, naming the first, and writes nothing."""
+    destdir = tmp_path / "data"
+    with output_written_by_another_process(destdir) as said:
+        assert_one_line_error(invoke("preprocess", "-s", "en", "-t", "de", "--trainpref",
+                                     small_corpus / "train", "--destdir", destdir,
+                                     "--vocab-size", 1000), f"--destdir {destdir} ", said)
+    assert not destdir.exists()
+    for step in (1, 2):
+        write(checkpoints.checkpoint_path(tmp_path, step), step)
+    output = tmp_path / "average.npz"
+    output.write_bytes(b"the first's")
+    with output_written_by_another_process(output) as said:
+        assert_one_line_error(average_into(tmp_path, output, "--force"), f"--output {output} ",
+                              said)
+    assert output.read_bytes() == b"the first's"
+    output = tmp_path / "export"
+    with output_written_by_another_process(output) as said:
+        assert_one_line_error(invoke("export", "--checkpoint", trained_checkpoint, "--format",
+                                     "ctranslate2", "--output", output), said)
+    assert not output.exists()
+    # Once the first is gone, so is its lock: the output is written.
+    result = average_into(tmp_path, output.with_name("average.npz"), "--force")
+    assert result.exit_code == 0, result.output
 
 
 def test_preprocess_into_a_path_below_a_regular_file_is_a_clear_error(tmp_path):
@@ -781,6 +839,27 @@ def test_a_checkpoint_whose_configuration_cannot_be_built_is_refused_naming_it(
                     "--output", tmp_path / "average.npz")
     assert result.exit_code != 0 and said in result.output and reason in result.output
     assert not (tmp_path / "average.npz").exists()
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"rotary": True}, "unknown model configuration keys: rotary"),
+    ({"num_layers": 3}, "its weights hold 231,424 parameters, its model configuration "
+                        "(num_layers 3,")])
+def test_a_checkpoint_that_does_not_build_its_weights_is_named_even_in_an_ensemble(
+        trained_checkpoint, tmp_path, change, reason):
+    """A stored configuration with a key this vtx does not know, or that says more layers than
+    its weights hold: the message named neither file, so an ensemble's could not be told."""
+    checkpoint = checkpoints.load(trained_checkpoint)
+    checkpoint.meta["model_config"].update(change)
+    crafted = tmp_path / "crafted.npz"
+    checkpoints.save(crafted, checkpoint)
+    result = invoke("translate", "--checkpoint", trained_checkpoint, "--checkpoint", crafted,
+                    stdin="A dog runs .\n")
+    assert_one_line_error(result, f"{crafted}: its ", reason)
+    result = invoke("export", "--checkpoint", crafted, "--format", "ctranslate2",
+                    "--output", tmp_path / "export")
+    assert_one_line_error(result, f"{crafted}: its ", reason)
+    assert not (tmp_path / "export").exists()
 
 
 def test_model_flags_past_the_machines_memory_are_refused_before_building(tmp_path):

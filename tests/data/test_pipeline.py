@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.data.conftest import SMALL_VOCAB, read_shard
+from vtx import manifest
 from vtx.config import BOS_ID, EOS_ID, PAD_ID
 from vtx.data import pipeline
 from vtx.data.directory import DataDirectory
@@ -325,6 +326,7 @@ def test_training_data_tells_other_pairs_or_another_order_from_a_copy(small_data
                 if tuple(lengths[:, i]) != tuple(lengths[:, i + 1]))
     lengths[:, [swap, swap + 1]] = lengths[:, [swap + 1, swap]]
     lengths.tofile(idx)
+    manifest.write(copy)  # as if `vtx preprocess` had written it so
     swapped = DataDirectory.open(copy).training_data()
     assert swapped["lengths_sha256"] != data["lengths_sha256"]
     assert {**swapped, "lengths_sha256": None} == {**data, "lengths_sha256": None}
@@ -334,9 +336,13 @@ def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp
     """A shard cut short (full disk, interrupted copy) was read as fewer or emptier pairs and
     trained on without a word; a damaged meta.json or a missing vocabulary gave Python's bare
     error without the file."""
-    def damaged(change):
+    def damaged(change, checked=False):
+        """What opening a copy of the directory changed by `change` says; its manifest kept
+        where `checked`, else removed (a directory an earlier vtx wrote: meta.json's checks)."""
         copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
         shutil.copytree(small_data_dir, copy)
+        if not checked:
+            (copy / manifest.NAME).unlink()
         change(copy)
         with pytest.raises(DataError) as refused:
             DataDirectory.open(copy)
@@ -359,6 +365,28 @@ def test_a_damaged_data_directory_is_refused_naming_the_file(small_data_dir, tmp
     assert damaged(lambda d: (d / "spm.model").unlink()).startswith("DIR/spm.model is missing")
     assert damaged(lambda d: cut(d / "meta.json", 40)).startswith(
         "DIR/meta.json: not readable as JSON (")
+    # With its manifest, what meta.json cannot tell: the vocabulary's bytes, a file added, a
+    # link leaving the directory (the vocabulary the run would read is another's).
+    def flip_last_byte(path):
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 1
+        path.write_bytes(bytes(data))
+
+    assert damaged(lambda d: flip_last_byte(d / "spm.model"), checked=True) == (
+        "DIR/spm.model changed after it was written: its SHA-256 is not the one "
+        "DIR/SHA256SUMS lists (damaged or edited)")
+    assert damaged(lambda d: (d / "notes.txt").write_text("x"), checked=True) == (
+        "DIR/notes.txt is not in DIR/SHA256SUMS: added after the directory was written; "
+        "remove it")
+    elsewhere = tmp_path / "elsewhere.model"
+    shutil.copy(small_data_dir / "spm.model", elsewhere)
+
+    def linked(d):
+        (d / "spm.model").unlink()
+        (d / "spm.model").symlink_to(elsewhere)
+
+    assert damaged(linked, checked=True) == (
+        f"DIR/spm.model is a symbolic link to {elsewhere}, outside DIR: not read")
 
 
 def test_fits_buckets_holds_a_pair_where_its_bucket_holds_each_side():

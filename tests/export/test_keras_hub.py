@@ -141,3 +141,74 @@ def test_keras_hub_samplers_and_max_length_are_refused_naming_vtx_settings(prese
         translator.generate({"encoder_text": ["A man."], "decoder_text": ["Ein"]})
     assert translator.generate({"encoder_text": ["A man."], "decoder_text": [""]}) == [
         translator.generate("A man.")]
+
+
+def damaged_copy(preset, tmp_path, damage):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(preset, copy)
+    damage(copy)
+    return copy
+
+
+def flip_a_weights_byte(copy):
+    weights = bytearray((copy / "model.weights.h5").read_bytes())
+    weights[len(weights) * 3 // 4] ^= 0xFF  # in the weights' data, past the HDF5 headers
+    (copy / "model.weights.h5").write_bytes(bytes(weights))
+
+
+def weights_linked_outside(copy):
+    outside = copy.with_name("outside.h5")
+    (copy / "model.weights.h5").rename(outside)
+    (copy / "model.weights.h5").symlink_to(outside)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage, said", [
+    (flip_a_weights_byte, "/model.weights.h5 changed after it was written: its SHA-256 is "
+                          "not the one "),
+    (weights_linked_outside, "/model.weights.h5 is a symbolic link to "),
+    (lambda copy: (copy / "model.weights.h5").unlink(),
+     "/model.weights.h5 is missing: "),
+])
+def test_keras_hubs_from_preset_refuses_a_preset_that_changed_naming_the_file(
+        preset, tmp_path, damage, said):
+    """Damaged weights loaded and translated into empty lines; weights linked from outside
+    the preset were read; missing weights were named as model.weights.json."""
+    import vtx.hub  # noqa: F401
+
+    copy = damaged_copy(preset, tmp_path, damage)
+    with pytest.raises(ValueError, match=f"^{copy}{said}"):
+        keras_hub.models.Seq2SeqLM.from_preset(str(copy))
+
+
+@pytest.mark.slow
+def test_a_preset_whose_config_does_not_parse_is_named(preset, tmp_path):
+    """keras-hub's from_preset reads config.json before any vtx code runs: a bare
+    JSONDecodeError. `vtx.hub.load_preset` checks the preset first."""
+    import vtx.hub
+
+    copy = damaged_copy(preset, tmp_path, lambda copy: (copy / "SHA256SUMS").unlink())
+    (copy / "config.json").write_text('{"module": ', encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^{copy}/config.json: not readable as JSON "):
+        vtx.hub.load_preset(copy)
+    # And with its manifest, as changed.
+    copy = damaged_copy(preset, tmp_path / "kept", lambda copy: (
+        copy / "config.json").write_text('{"module": ', encoding="utf-8"))
+    with pytest.raises(ValueError, match=f"^{copy}/config.json changed after it was written"):
+        vtx.hub.load_preset(copy)
+
+
+@pytest.mark.slow
+def test_an_export_verifies_with_sha256sum_as_the_docs_say(preset):
+    """docs/export.md: `cd DIR && sha256sum -c --strict SHA256SUMS`, outside vtx."""
+    import shutil
+
+    if shutil.which("sha256sum") is None:
+        pytest.skip("no sha256sum (GNU coreutils) on this machine")
+    checked = subprocess.run(["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=preset,
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    listed = {line.split("  ", 1)[1] for line in (preset / "SHA256SUMS").read_text().splitlines()}
+    assert "model.weights.h5" in listed and "config.json" in listed

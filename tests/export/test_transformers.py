@@ -219,6 +219,21 @@ def test_reading_the_export_back_gives_the_checkpoint_exactly(exported, trained_
 
 
 @pytest.mark.slow
+def test_reading_back_an_export_that_changed_is_refused_naming_the_file(exported, tmp_path):
+    import shutil
+
+    from vtx.errors import ManifestError
+    from vtx.export.marian import read_marian
+
+    copy = tmp_path / "copy"
+    shutil.copytree(exported[2], copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    (copy / "config.json").write_text(json.dumps({**config, "d_model": 32}), encoding="utf-8")
+    with pytest.raises(ManifestError, match=f"^{copy}/config.json changed after it was written"):
+        read_marian(copy)
+
+
+@pytest.mark.slow
 def test_reading_a_marian_model_of_another_architecture_is_refused(exported, tmp_path):
     import shutil
 
@@ -226,6 +241,7 @@ def test_reading_a_marian_model_of_another_architecture_is_refused(exported, tmp
 
     copy = tmp_path / "gelu"
     shutil.copytree(exported[2], copy)
+    (copy / "SHA256SUMS").unlink()  # a model made elsewhere has no manifest to fail
     config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
     config.update(activation_function="gelu", pad_token_id=5)
     (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")

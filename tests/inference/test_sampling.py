@@ -1,6 +1,9 @@
 """The sampling search on the toy decoder: greedy at top-k 1, reproducible per line, and drawing
 one step's tokens with the frequencies of the (reshaped) model distribution."""
 
+import math
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,12 +31,15 @@ def hypotheses(output, sentence):
             for r in range(output.tokens.shape[1])]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_top_k_of_one_equals_greedy(seed):
+# The smallest temperature the flag accepts (the smallest positive float) draws the argmax too.
+@pytest.mark.parametrize("seed, settings", [(0, {"topk": 1, "temperature": 0.5}),
+                                            (1, {"topk": 1, "temperature": 0.5}),
+                                            (2, {"temperature": math.ulp(0.0)})])
+def test_top_k_of_one_equals_greedy(seed, settings):
     decoder = HashPrefixDecoder(vocab_size=9, seed=seed, eos_bias=1.0)
     greedy = tf.function(lambda: greedy_search(decoder, decoder.initial_state(STARTS),
                                                len(STARTS), max_length=7, alpha=0.6))()
-    sampled = run_sampling(decoder, SamplingOptions(topk=1, temperature=0.5, seed=seed),
+    sampled = run_sampling(decoder, SamplingOptions(**settings, seed=seed),
                            nbest=3, max_length=7, alpha=0.6)
     for sentence in range(len(STARTS)):
         expected = tuple(greedy.tokens[sentence, 0, :greedy.lengths[sentence, 0]].numpy())
@@ -94,7 +100,9 @@ def expected_first_token(decoder, start, options):
 
 @pytest.mark.parametrize("options", [SamplingOptions(seed=3),
                                      SamplingOptions(topk=4, temperature=0.7, seed=4),
-                                     SamplingOptions(topp=0.6, temperature=1.5, seed=5)])
+                                     SamplingOptions(topp=0.6, temperature=1.5, seed=5),
+                                     # the largest the flag accepts: uniform over the tokens
+                                     SamplingOptions(temperature=sys.float_info.max, seed=6)])
 def test_one_steps_token_frequencies_match_the_distribution(options):
     decoder = HashPrefixDecoder(vocab_size=12, seed=9)
     draws = 4000

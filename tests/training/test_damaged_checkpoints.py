@@ -115,6 +115,61 @@ def test_a_meta_record_without_what_the_commands_read_is_refused_naming_the_file
     assert reason in str(refused.value)
 
 
+# A tiny model's configuration (about 1 MB of weights) and a crafted checkpoint of it: one entry
+# declaring 512 MiB of zeros, half a megabyte once compressed, and no checksum to find it by.
+CRAFTED = """
+import json, re, sys, zipfile
+import numpy as np
+from vtx import checkpoints
+path = sys.argv[1]
+config = {"vocab_size": 1000, "num_layers": 1, "d_model": 32, "d_ff": 64, "num_heads": 2}
+with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    with archive.open("meta.npy", "w") as entry:
+        np.lib.format.write_array(entry, np.array(json.dumps({"step": 1, "model_config": config})))
+    with archive.open("model_00000.npy", "w", force_zip64=True) as entry:
+        np.lib.format.write_array_header_1_0(entry, {"descr": "<f4", "fortran_order": False,
+                                                     "shape": (2**27,)})
+        for _ in range(2**9):
+            entry.write(bytes(2**20))
+try:
+    checkpoints.load(path)
+    said = "loaded"
+except Exception as error:
+    said = f"{type(error).__name__}: {error}"
+# This process's peak memory (ru_maxrss would hold the parent's, pytest's, across the exec).
+peak = re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read())
+print(json.dumps({"said": said, "peak_kib": int(peak[1])}))
+"""
+
+
+def test_a_crafted_entry_is_refused_before_it_is_unpacked(tmp_path):
+    """Each entry's declared size is checked against the model configuration before its bytes
+    are inflated: the 512 MiB entry of a 1 MB model is refused at the memory of a bare Python
+    with numpy (it took 512 MiB and loaded, without a checksum to fail)."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "crafted.npz"
+    done = subprocess.run([sys.executable, "-c", CRAFTED, str(path)], capture_output=True,
+                          text=True, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["peak_kib"] < 256 * 1024  # far below the entry's 512 MiB
+    assert result["said"].startswith(f"CheckpointError: {path}: not a readable vtx checkpoint")
+    assert "its model entries declare 536,870,912 bytes, more than its model configuration " \
+           "allows" in result["said"]
+    assert path.stat().st_size < 2**21
+
+
+def test_an_entry_vtx_does_not_write_is_refused_naming_it(tmp_path):
+    path = tmp_path / "c.npz"
+    np.savez(path, model_00000=np.ones(3, np.float32), extra=np.ones(3, np.float32),
+             meta=np.array('{"step": 1, "model_config": {}}'))
+    with pytest.raises(CheckpointError, match=f"^{path}: not a readable vtx checkpoint.*"
+                                              f"an entry vtx does not write: extra.npy"):
+        checkpoints.load(path)
+
+
 def make_trainer(save_dir, lines) -> Trainer:
     train_config = config.TrainConfig(max_steps=4, save_interval_steps=2, save_interval_minutes=0,
                                       validate_interval_steps=0, warmup_steps=10)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from vtx import checkpoints, config
+from vtx import checkpoints, config, manifest
 from vtx.errors import ArchitectureError
 from vtx.training import run
 
@@ -96,6 +96,7 @@ def test_a_shard_damaged_in_place_is_named_not_a_traceback(multi30k_small, tmp_p
             for shard in split["shards"]:
                 shard.pop("sha256")
         (data / "meta.json").write_text(json.dumps(meta))
+        manifest.write(data)  # as an earlier vtx wrote it, whole
     first = DataDirectory.open(data).split("train")["shards"][0]
     model = dict(num_layers=1, d_model=16, d_ff=32, num_heads=2)
     train_config = config.TrainConfig(max_tokens=512, max_steps=2, precision="float32",

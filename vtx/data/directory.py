@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from vtx import manifest
 from vtx.data.preprocess import FORMAT, META_FILE
 from vtx.data.vocab import Vocabulary
 from vtx.errors import DataError
@@ -39,14 +40,24 @@ class DataDirectory:
 
     @classmethod
     def open(cls, path: str | Path) -> "DataDirectory":
-        """Read and check `path`/meta.json (`load_meta`).
+        """Read and check `path`/meta.json (`load_meta`), then the directory against its
+        manifest (`vtx.manifest`; once a process for each meta.json).
 
         Raises:
             FileNotFoundError: no meta.json (not a finished `vtx preprocess` directory).
             ValueError: an unknown format.
             DataError: meta.json is damaged, or a file it names is missing or of another size.
+            ManifestError: a file changed, missing or added since `vtx preprocess` wrote the
+                directory, or a link leaving it (the file named).
         """
-        return cls(Path(path), load_meta(path))
+        meta = load_meta(path)
+        # After meta.json's checks, which say more of a shard (its size); the manifest says
+        # the rest: the vocabulary's bytes, meta.json's, a file added, a link leaving it.
+        verified = _state(Path(path) / META_FILE)
+        if verified not in _VERIFIED:
+            manifest.verify(path)
+            _VERIFIED.add(verified)
+        return cls(Path(path), meta)
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -166,8 +177,7 @@ def load_meta(data_dir: str | Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else meta
         raise ValueError(f"{path}: format {found!r}, expected {FORMAT!r}")
-    state = path.stat()
-    checked = (str(path.resolve()), state.st_mtime_ns, state.st_size)
+    checked = _state(path)
     if checked not in _CHECKED:  # once a process: called per epoch, a WMT dir has many shards
         try:
             _check_files(Path(data_dir), meta)
@@ -184,6 +194,13 @@ def load_meta(data_dir: str | Path) -> dict:
 
 
 _CHECKED: set[tuple[str, int, int]] = set()  # meta.json files whose shards were checked
+_VERIFIED: set[tuple[str, int, int]] = set()  # those whose directory matched its manifest
+
+
+def _state(meta_path: Path) -> tuple[str, int, int]:
+    """What tells one meta.json from another, or from itself rewritten: path, time, size."""
+    state = meta_path.stat()
+    return str(meta_path.resolve()), state.st_mtime_ns, state.st_size
 
 
 def checked_reading(batches: Iterable, data_dir: DataDir) -> Iterator:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from vtx import atomic
+from vtx import atomic, locking, manifest
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import decode_line, lines_in_file, read_parallel, resolve_path
@@ -258,7 +258,15 @@ def preprocess(config: PreprocessConfig,
     Raises:
         DataError: any bad input (missing file, unequal line counts, invalid UTF-8, non-empty
             destdir without `force`, bad model); nothing is left in `destdir` then.
+        OutputLockedError: another process writes `destdir` (`vtx.locking`).
     """
+    # Checked and written under the lock: else a second run could pass the checks while the
+    # first works, then replace its output without --force.
+    with locking.output_lock(config.destdir, "--destdir"):
+        return _preprocess(config, log)
+
+
+def _preprocess(config: PreprocessConfig, log: Callable[[str], None]) -> dict:
     destdir = Path(config.destdir)
     _check_destdir(destdir, config.force)
     files = _split_files(config)
@@ -299,4 +307,5 @@ def preprocess(config: PreprocessConfig,
         meta = _meta(config, vocab, files, splits)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         (workdir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        manifest.write(workdir)  # last: it lists every other file
     return meta

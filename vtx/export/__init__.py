@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vtx import atomic
+from vtx import atomic, locking, manifest
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 
@@ -30,6 +30,7 @@ def _check_output(output: Path, force: bool) -> None:
     """Refuse an existing output unless forced, and never replace something not an export.
 
     Raises:
+        OutputLockedError: another process writes `output` (`vtx.locking`).
         ArgumentError: `output` is in the way (the message names it and the `force` argument).
     """
     if not output.exists():
@@ -89,6 +90,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         `output` as a Path.
 
     Raises:
+        OutputLockedError: another process writes `output` (`vtx.locking`).
         ArgumentError: `output` is in the way (a ValueError naming `output` and `force`).
         ValueError: unknown format, unreadable checkpoint or no vocabulary.
     """
@@ -98,9 +100,12 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
     output = Path(output)
-    _check_output(output, force)
-    checkpoint = checkpoints.load(checkpoint_path, ema)
-    checkpoint_vocabulary(checkpoint, checkpoint_path)  # checked before any work is done
-    with atomic.replaced_on_success(output) as tmp:
-        _WRITERS[format](checkpoint, tmp, options)
+    with locking.output_lock(output, "output"):  # checked and written by one process
+        _check_output(output, force)
+        checkpoint = checkpoints.load(checkpoint_path, ema)
+        checkpoints.model_config(checkpoint, checkpoint_path)  # both checked before any work
+        checkpoint_vocabulary(checkpoint, checkpoint_path)
+        with atomic.replaced_on_success(output) as tmp:
+            _WRITERS[format](checkpoint, tmp, options)
+            manifest.write(tmp)  # last: it lists every other file
     return output

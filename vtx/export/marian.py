@@ -35,6 +35,7 @@ from typing import Iterable
 
 import numpy as np
 
+from vtx import manifest
 from vtx.checkpoints import Checkpoint
 from vtx.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from vtx.inference.decoding import DecodeOptions
@@ -333,6 +334,7 @@ def read_marian(directory: str | Path) -> Checkpoint:
     vocabulary back). A model trained in Transformers keeps Marian's layer-norm epsilon.
 
     Raises:
+        ManifestError: a vtx export that changed since it was written (the file named).
         ValueError: an architecture or vocabulary vtx's model lacks (`vtx_config`; special ids,
             `vocab.json` not in the SentencePiece model's id order, a non-zero
             `final_logits_bias`), or weights of other shapes; each named.
@@ -343,6 +345,10 @@ def read_marian(directory: str | Path) -> Checkpoint:
     from vtx.models.transformer import build
 
     directory = Path(directory)
+    # A vtx export is checked against its manifest; a directory without one (a model trained
+    # in Transformers; a hub cache's snapshot, whose files are links to blobs beside it) is not.
+    if (directory / manifest.NAME).is_file():
+        manifest.verify(directory)
     marian = MarianMTModel.from_pretrained(str(directory), local_files_only=True)
     config = vtx_config(marian.config)
     vocab_bytes = (directory / SENTENCEPIECE_FILES[0]).read_bytes()

@@ -7,12 +7,16 @@ Importing this package registers the classes with Keras, which `from_preset` nee
     import vtx.hub  # noqa: F401
     translator = keras_hub.models.Seq2SeqLM.from_preset("DIR")
     translator.generate(["A man is riding a bike."])
+
+`vtx.hub.load_preset("DIR")` does the same once the preset is checked against its manifest
+(`vtx.manifest`); keras-hub's own `from_preset` checks it too, once it has read config.json.
 """
 
 from vtx.hub.backbone import TransformerBackbone
+from vtx.hub.preset import check_preset, load_preset
 from vtx.hub.preprocessor import TransformerSeq2SeqLMPreprocessor
 from vtx.hub.seq2seq_lm import TransformerSeq2SeqLM
 from vtx.hub.tokenizer import TransformerTokenizer
 
-__all__ = ["TransformerBackbone", "TransformerSeq2SeqLM", "TransformerSeq2SeqLMPreprocessor",
+__all__ = ["check_preset", "load_preset", "TransformerBackbone", "TransformerSeq2SeqLM", "TransformerSeq2SeqLMPreprocessor",
            "TransformerTokenizer"]

@@ -1,11 +1,13 @@
-"""A keras-hub preset from a vtx checkpoint (`vtx export --format keras-hub`)."""
+"""A keras-hub preset from a vtx checkpoint (`vtx export --format keras-hub`), and loading one
+back checked (`load_preset`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from vtx import checkpoints, manifest
 from vtx.checkpoints import Checkpoint
-from vtx.config import ModelConfig
 from vtx.inference.decoding import DecodeOptions
 
 
@@ -14,14 +16,15 @@ def seq2seq_lm(checkpoint: Checkpoint, options: DecodeOptions = DecodeOptions())
     `options`.
 
     Raises:
-        ValueError: the checkpoint's weights do not fit its own model configuration.
+        ValueError: the checkpoint's weights do not fit its own model configuration
+            (`checkpoints.model_config`).
     """
     from vtx.hub.backbone import TransformerBackbone
     from vtx.hub.preprocessor import TransformerSeq2SeqLMPreprocessor
     from vtx.hub.seq2seq_lm import SEARCH_SETTINGS, TransformerSeq2SeqLM
     from vtx.hub.tokenizer import TransformerTokenizer
 
-    config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    config = checkpoints.model_config(checkpoint, "the checkpoint")
     backbone = TransformerBackbone.from_model_config(config)
     variables = backbone.transformer.variables
     if [tuple(v.shape) for v in variables] != [a.shape for a in checkpoint.model]:
@@ -42,3 +45,49 @@ def write_preset(checkpoint: Checkpoint, directory: str | Path,
     model.weights.h5, task.json, preprocessor.json, tokenizer.json, the SentencePiece model
     under assets/, metadata.json), its `generate()` searching with `options` by default."""
     seq2seq_lm(checkpoint, options).save_to_preset(str(directory))
+
+
+# The preset's configuration files (keras-hub's save_to_preset) and its weights.
+CONFIG_FILES = ("config.json", "task.json", "preprocessor.json", "tokenizer.json",
+                "metadata.json")
+WEIGHTS_FILE = "model.weights.h5"
+
+
+def check_preset(directory: str | Path) -> None:
+    """Refuse a preset directory that is not whole: a file changed, missing or added since it
+    was exported, or a link leaving it (`vtx.manifest`), a configuration file that does not
+    parse, or no weights. keras-hub would read on, or fail in words that do not name the file
+    (a bare JSONDecodeError; "model.weights.json" for missing weights).
+
+    Raises:
+        ManifestError: the file, named with the reason.
+    """
+    from vtx.errors import ManifestError
+
+    directory = Path(directory)
+    manifest.verify(directory)
+    for name in CONFIG_FILES + (WEIGHTS_FILE,):
+        if not (directory / name).is_file():
+            raise ManifestError(f"{directory / name} is missing: {directory} is not a whole "
+                                f"keras-hub preset; export it again")
+    for name in CONFIG_FILES:
+        try:
+            json.loads((directory / name).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ManifestError(f"{directory / name}: not readable as JSON ({error}): damaged; "
+                                f"export it again") from None
+
+
+def load_preset(directory: str | Path, **kwargs):
+    """keras-hub's `Seq2SeqLM.from_preset` on the local preset `directory`, checked first
+    (`check_preset`); `kwargs` as from_preset's (search settings such as `beam=1`).
+
+    Raises:
+        ManifestError: the preset is not whole (the file named).
+    """
+    import keras_hub
+
+    import vtx.hub  # noqa: F401  (registers the classes from_preset builds)
+
+    check_preset(directory)
+    return keras_hub.models.Seq2SeqLM.from_preset(str(directory), **kwargs)

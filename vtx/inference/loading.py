@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Sequence
 
 from vtx import checkpoints
-from vtx.config import ModelConfig
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -37,14 +36,21 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return path
 
 
-def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32"):
-    """Build the checkpoint's Transformer and load its weights (optimizer state is ignored)."""
+def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32",
+               path: str | Path = "the checkpoint"):
+    """Build the checkpoint's Transformer (read from `path`) and load its weights (optimizer
+    state is ignored).
+
+    Raises:
+        ArchitectureError: its configuration does not build, or not its weights (`path` named;
+            `checkpoints.model_config`).
+    """
     from vtx.models import transformer
 
-    model_config = ModelConfig.from_dict(checkpoint.meta["model_config"])
+    model_config = checkpoints.model_config(checkpoint, path)
     model = transformer.build(model_config, dtype=dtype)
     if [tuple(v.shape) for v in model.variables] != [a.shape for a in checkpoint.model]:
-        raise ValueError("checkpoint variables do not match its own model configuration")
+        raise ValueError(f"{path}: its variables do not match its own model configuration")
     for variable, array in zip(model.variables, checkpoint.model):
         variable.assign(array)
     return model
@@ -90,5 +96,5 @@ def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, o
             raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
                              f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
                              f"ensemble needs one")
-        models.append(load_model(checkpoint))
+        models.append(load_model(checkpoint, path=path))
     return models, vocab

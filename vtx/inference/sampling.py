@@ -76,6 +76,23 @@ def uniform(keys: tf.Tensor, step) -> tf.Tensor:
     return tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32) * 2.0**-24
 
 
+def scale_by_temperature(logits: tf.Tensor, temperature: float) -> tf.Tensor:
+    """float32 [N, V]: `logits` [N, V] / `temperature`, shifted so that each row's best is 0.
+
+    Safe at every finite temperature > 0, where a plain division is not: float32 holds neither
+    the smallest (it rounds them to 0: 0 / 0) nor the largest (inf: -inf / inf), and a small
+    one overflows the logits (inf - inf in the softmax). So each row is shifted by its maximum
+    first (the best logit becomes 0, the others <= 0, none overflows) and divided in float64,
+    which holds every temperature a Python float does. The best stay 0 and -inf stays -inf
+    whatever the divisor: TensorFlow flushes subnormals to 0, the divisor or, in a graph, its
+    reciprocal (0 / 0, -inf * 0). Gaps too wide for float32 become -inf: tokens of mass 0, as
+    they are at that temperature.
+    """
+    shifted = logits - tf.reduce_max(logits, axis=-1, keepdims=True)  # [N, V], <= 0
+    scaled = tf.cast(tf.cast(shifted, tf.float64) / temperature, tf.float32)  # [N, V]
+    return tf.where((shifted == 0) | tf.math.is_inf(shifted), shifted, scaled)
+
+
 def kept_logits(logits: tf.Tensor, options: SamplingOptions) -> tuple[tf.Tensor, tf.Tensor]:
     """The tokens a row may draw from and their temperature-scaled logits.
 
@@ -87,7 +104,7 @@ def kept_logits(logits: tf.Tensor, options: SamplingOptions) -> tuple[tf.Tensor,
         (logits float32 [N, C], -inf at those top-p leaves out; their token ids int32 [N, C]).
         With top-k or top-p the C tokens are in descending order, else in vocabulary order.
     """
-    scaled = logits / options.temperature
+    scaled = scale_by_temperature(logits, options.temperature)
     vocab = logits.shape[-1] if logits.shape[-1] is not None else tf.shape(logits)[-1]
     if options.topk:
         count = options.topk if logits.shape[-1] is None else min(options.topk, vocab)

@@ -7,17 +7,13 @@ warnings, and resuming a run from the newest one that loads (damaged ones set as
 
 from __future__ import annotations
 
-import fcntl
 import math
-import os
-import socket
-import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from vtx import checkpoints
+from vtx import checkpoints, locking
 from vtx.config import ModelConfig, TrainConfig
 from vtx.data.vocab import Vocabulary, differing_pieces
 from vtx.errors import (ArchitectureError, CheckpointError, DataError, TrainingError,
@@ -30,10 +26,9 @@ from vtx.training.state import RunState
 from vtx.training.stream import BatchStream
 
 
-# The file `vtx train` holds an exclusive lock on (flock) while it writes its save dir; it says
-# which process holds it. The OS releases the lock when that process ends, however it ends.
+# The file `vtx train` holds an exclusive lock on (`vtx.locking`) while it writes its save dir; it
+# says which process holds it. The OS releases the lock when that process ends, however it ends.
 LOCK_FILE = ".vtx-train.lock"
-_HELD: dict[str, int] = {}  # resolved save dir -> the descriptor whose lock this process holds
 
 
 def lock_save_dir(save_dir: Path) -> bool:
@@ -46,45 +41,24 @@ def lock_save_dir(save_dir: Path) -> bool:
     Raises:
         TrainingError: another process holds it (the holder its lock file names).
     """
-    key = str(Path(save_dir).resolve())
-    if key in _HELD:
-        return True
-    path = Path(save_dir) / LOCK_FILE
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a read-only save dir: its writes fail later, each named
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(descriptor, 4096, 0).decode("utf-8", "replace").strip()
-        os.close(descriptor)
+        return locking.acquire(Path(save_dir) / LOCK_FILE)
+    except locking.Held as held:
         raise TrainingError(
-            f"{save_dir} is being written by another `vtx train` ({holder or 'starting'}; "
-            f"{path} is its lock): one run writes a save dir at a time, or their checkpoints "
-            f"and history mix; wait for it to end, stop it, or use another --save-dir") from None
-    except OSError:
-        os.close(descriptor)
-        return False
-    _HELD[key] = descriptor
-    return True
+            f"{save_dir} is being written by another `vtx train` ({held.holder or 'starting'}; "
+            f"{held.path} is its lock): one run writes a save dir at a time, or their "
+            f"checkpoints and history mix; wait for it to end, stop it, or use another "
+            f"--save-dir") from None
 
 
 def say_holder(save_dir: Path) -> None:
     """Write into the held lock file which process holds it (for a refused run to name)."""
-    descriptor = _HELD.get(str(Path(save_dir).resolve()))
-    if descriptor is not None:
-        said = (f"pid {os.getpid()} on {socket.gethostname()}, since "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n").encode()
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, said, 0)
+    locking.say_holder(Path(save_dir) / LOCK_FILE)
 
 
 def unlock_save_dir(save_dir: Path) -> None:
     """Release the save dir's lock, where this process holds it."""
-    descriptor = _HELD.pop(str(Path(save_dir).resolve()), None)
-    if descriptor is not None:
-        os.close(descriptor)
+    locking.release(Path(save_dir) / LOCK_FILE)
 
 
 def recorded_precision(save_dir) -> tuple[str, str] | None:
