@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -62,6 +63,9 @@ class Comparison:
     def __init__(self, path: Path, lines: list[str], references: list[str]):
         self.path, self.lines, self.references = path, lines, references
         self._vtx: dict[DecodeOptions, list[str]] = {}
+        # The figures, printed last as one `RESULT ` JSON line: a row per export and search,
+        # and what else a comparison measured (the Transformers export's log-prob gaps).
+        self.figures: dict = {"checkpoint": str(path), "lines": len(lines), "rows": []}
 
     def vtx_output(self, options: DecodeOptions) -> list[str]:
         if options not in self._vtx:
@@ -74,9 +78,12 @@ class Comparison:
             options: DecodeOptions) -> None:
         ours = self.vtx_output(options)
         same = sum(a == b for a, b in zip(ours, theirs))
+        row = {"export": export_name, "search": search, "identical": same,
+               "bleu_export": sacrebleu_score(theirs, self.references),
+               "bleu_vtx": sacrebleu_score(ours, self.references)}
+        self.figures["rows"].append(row)
         print(f"| {export_name} | {search} | {same}/{len(ours)} ({100 * same / len(ours):.1f}%) "
-              f"| {sacrebleu_score(theirs, self.references):.2f} "
-              f"| {sacrebleu_score(ours, self.references):.2f} |", flush=True)
+              f"| {row['bleu_export']:.2f} | {row['bleu_vtx']:.2f} |", flush=True)
 
 
 def compare_ctranslate2(comparison: Comparison, directory: Path, beam: int,
@@ -156,6 +163,8 @@ def compare_transformers(comparison: Comparison, directory: Path, beam: int,
                    translate_lines(marian, tokenizer, comparison.lines, same_search),
                    same_search)
     gaps = marian_log_prob_gaps(marian, comparison)
+    comparison.figures["transformers_log_prob_gap"] = {
+        "max": float(gaps.max()), "median": float(np.median(gaps)), "sentences": len(gaps)}
     print(f"transformers: reference log-probabilities, a sentence's largest gap to vtx's: "
           f"max {gaps.max():.2e}, median {np.median(gaps):.2e} over {len(gaps)} sentences",
           flush=True)
@@ -208,6 +217,7 @@ def main() -> None:
         for name in formats:
             directory = export(path, Path(tmp) / name, name)
             COMPARE[name](comparison, directory, args.beam, args.lenpen)
+    print("RESULT " + json.dumps(comparison.figures), flush=True)
 
 
 if __name__ == "__main__":

@@ -215,17 +215,32 @@ def run_worker(framework: str, arch: str, tokens: int, args) -> dict | None:
     return run_child(command, f"{framework} {arch} {tokens}")
 
 
-def format_row(arch: str, tokens: int, vtx: dict | None, torch: dict | None, args) -> str:
-    """arch, tokens, compile s, tok/s of each, the ratio, MFU of each, parameters."""
+def row_figures(arch: str, tokens: int, vtx: dict | None, torch: dict | None, args) -> dict:
+    """A row's figures: compile seconds, tok/s and MFU of each (None: its worker failed or did
+    not run), their ratio, parameters, and vtx's tok/s timed again per --in-flight and
+    --prefetch value."""
     target_tokens = tokens // args.length * args.length * args.steps
     rate = lambda r: target_tokens / r["seconds"] if r else None
     mfu = lambda r: 100 * rate(r) * 6 * r["params"] / (args.peak_tflops * 1e12) if r else None
-    cell = lambda value, spec: format(value, spec) if value is not None else "-"
-    ratio = rate(vtx) / rate(torch) if vtx and torch else None
-    return (f"{arch:10} {tokens:6d} {cell(vtx and vtx['compile_seconds'], '9.1f'):>9} "
-            f"{cell(rate(vtx), '10.0f'):>10} {cell(rate(torch), '10.0f'):>10} "
-            f"{cell(ratio, '6.2f'):>6}x {cell(mfu(vtx), '6.1f'):>6}% {cell(mfu(torch), '6.1f'):>6}% "
-            f"{'/'.join(str(r['params']) if r else '-' for r in (vtx, torch))}")
+    again = lambda key: {value: target_tokens / seconds
+                         for value, seconds in (vtx or {}).get(key, {}).items()}
+    return {"arch": arch, "tokens": tokens,
+            "compile_seconds": vtx["compile_seconds"] if vtx else None,
+            "vtx_tok_s": rate(vtx), "torch_tok_s": rate(torch),
+            "ratio": rate(vtx) / rate(torch) if vtx and torch else None,
+            "vtx_mfu": mfu(vtx), "torch_mfu": mfu(torch),
+            "params": [r["params"] if r else None for r in (vtx, torch)],
+            "in_flight": again("in_flight"), "prefetch": again("prefetch")}
+
+
+def format_row(figures: dict) -> str:
+    """arch, tokens, compile s, tok/s of each, the ratio, MFU of each, parameters."""
+    cell = lambda key, spec: format(figures[key], spec) if figures[key] is not None else "-"
+    return (f"{figures['arch']:10} {figures['tokens']:6d} {cell('compile_seconds', '9.1f'):>9} "
+            f"{cell('vtx_tok_s', '10.0f'):>10} {cell('torch_tok_s', '10.0f'):>10} "
+            f"{cell('ratio', '6.2f'):>6}x {cell('vtx_mfu', '6.1f'):>6}% "
+            f"{cell('torch_mfu', '6.1f'):>6}% "
+            f"{'/'.join('-' if p is None else str(p) for p in figures['params'])}")
 
 
 def main(args) -> None:
@@ -238,18 +253,20 @@ def main(args) -> None:
           f"MFU against {args.peak_tflops:g} TFLOP/s")
     print(f"{'arch':10} {'tokens':>6} {'compile s':>9} {'vtx tok/s':>10} {'torch tok/s':>10} "
           f"{'ratio':>7} {'vtx MFU':>7} {'torch MFU':>7} params vtx/torch")
+    rows = []
     for arch in args.archs.split(","):
         for tokens in (int(t) for t in args.tokens.split(",")):
             vtx = run_worker("vtx", arch, tokens, args)
             torch = run_worker("torch", arch, tokens, args) if args.reference else None
-            print(format_row(arch, tokens, vtx, torch, args), flush=True)
+            rows.append(row_figures(arch, tokens, vtx, torch, args))
+            print(format_row(rows[-1]), flush=True)
             for key, said in (("in_flight", in_flight_said), ("prefetch", prefetch_said)):
-                for value, seconds in (vtx or {}).get(key, {}).items():
-                    rate = tokens // args.length * args.length * args.steps / seconds
+                for value, rate in rows[-1][key].items():
                     print(f"  vtx, {said(int(value))}: {rate:.0f} tok/s, "
-                          f"{100 * vtx['seconds'] / seconds:.1f}% of the row's", flush=True)
+                          f"{100 * rate / rows[-1]['vtx_tok_s']:.1f}% of the row's", flush=True)
             if vtx and vtx.get("profile"):
                 print(vtx["profile"], flush=True)
+    print(RESULT_TAG + json.dumps({"rows": rows}), flush=True)
 
 
 def gpu_name() -> str:

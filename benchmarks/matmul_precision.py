@@ -6,14 +6,15 @@
 the model's feed-forward shape in both precisions (`vtx.training.precision.matmul_speedup`) and
 takes bfloat16 only where it ran at least MIN_MEASURED_SPEEDUP times float32's. This prints that
 timing for the feed-forward and output-projection shapes of the quick start, base and big, each
-the fastest of `--repeats` products, and what `auto` decides from the first (the quick start's).
-Whether bfloat16 then trains faster is `benchmarks/train_throughput.py`'s to measure.
+the fastest of `--repeats` products, and what `auto` decides from the first (the quick start's);
+then the same as one `RESULT ` JSON line. Whether bfloat16 then trains faster is `benchmarks/train_throughput.py`'s to measure.
 Timings: run with nothing else on the machine and name the CPU (`lscpu`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -41,16 +42,20 @@ def main() -> None:
     print(f"CPU flags for bfloat16: {' '.join(native) or 'none'}")
     print(f"{'shape':24} {'rows x inner x outer':>22} {'float32 ms':>11} {'bf16 ms':>9} "
           f"{'bf16/f32 speed':>15} {'f32 GFLOP/s':>12}")
-    first = None
+    first, shapes = None, []
     for name, inner, outer in SHAPES:
         speedup, f32, bf16 = matmul_speedup(args.rows, inner, outer, repeats=args.repeats)
         first = first or (speedup, f32, bf16)
         gflops = 2 * args.rows * inner * outer / f32 / 1e9
         print(f"{name:24} {f'{args.rows} x {inner} x {outer}':>22} {f32 * 1e3:11.2f} "
               f"{bf16 * 1e3:9.2f} {speedup:14.2f}x {gflops:12.0f}")
+        shapes.append({"shape": name, "rows": args.rows, "inner": inner, "outer": outer,
+                       "float32_s": f32, "bfloat16_s": bf16, "speedup": speedup})
     precision, reason = choose_precision("auto", [], flags, max_cpu_isa(), lambda: first)
     print(f"auto on this CPU (threshold {MIN_MEASURED_SPEEDUP}x, the quick start's timing above): "
           f"{precision} ({reason})")
+    print("RESULT " + json.dumps({"cpu_flags": native, "shapes": shapes,
+                                  "auto": {"precision": precision, "reason": reason}}))
 
 
 if __name__ == "__main__":

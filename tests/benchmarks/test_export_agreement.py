@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,19 +20,18 @@ def test_each_export_gets_a_row_per_search_and_the_greedy_ones_agree():
     run = subprocess.run([sys.executable, str(SCRIPT), "--checkpoint", str(FIXTURE),
                           "--limit", "12"], capture_output=True, text=True, timeout=900,
                          check=True)
-    rows = [line.split(" | ") for line in run.stdout.splitlines()
-            if re.match(r"\| (ctranslate2|transformers|keras-hub) \|", line)]
-    assert [(row[0], row[1].split(",")[0]) for row in rows] == [
-        ("| ctranslate2", "greedy"), ("| ctranslate2", "beam 4"), ("| ctranslate2", "beam 4"),
-        ("| transformers", "greedy"), ("| transformers", "beam 4"),
-        ("| keras-hub", "greedy"), ("| keras-hub", "beam 4")], run.stdout
+    figures = json.loads(run.stdout.splitlines()[-1].removeprefix("RESULT "))
+    rows = figures["rows"]
+    assert figures["lines"] == 12
+    assert [(row["export"], row["search"].split(",")[0]) for row in rows] == [
+        ("ctranslate2", "greedy"), ("ctranslate2", "beam 4"), ("ctranslate2", "beam 4"),
+        ("transformers", "greedy"), ("transformers", "beam 4"),
+        ("keras-hub", "greedy"), ("keras-hub", "beam 4")], run.stdout
     # Greedy is one search in every system. CTranslate2 and keras-hub compute what vtx
     # computes: the same 12 lines, so the same BLEU. Marian's layer-norm epsilon (1e-5, vtx's
     # 1e-6) may flip a near tie on some CPU: 11 of 12 at least.
     for row in rows:
-        if row[1] == "greedy":
-            same = int(row[2].split("/")[0])
-            assert same >= (11 if row[0] == "| transformers" else 12), row
-            assert same < 12 or row[3] == row[4].rstrip(" |"), row
-    gap = re.search(r"reference log-probabilities.*max ([0-9.e+-]+)", run.stdout)
-    assert gap and float(gap.group(1)) < 3e-4, run.stdout
+        if row["search"] == "greedy":
+            assert row["identical"] >= (11 if row["export"] == "transformers" else 12), row
+            assert row["identical"] < 12 or row["bleu_export"] == row["bleu_vtx"], row
+    assert figures["transformers_log_prob_gap"]["max"] < 3e-4, run.stdout
