@@ -69,8 +69,9 @@
 #
 # A part starts only when the seconds left cover what it took the last time it was measured
 # (benchmarks/results/gpu_session_seconds.csv, or the file GPU_SESSION_SECONDS names: part,
-# seconds, exit, GPU, date; its default where absent). Each run writes its parts' rows to $OUT/gpu_session_seconds.csv: copy them
-# over the file's rows of the same part.
+# seconds, exit, GPU, date; its default where absent). Each run writes its parts' rows to
+# $OUT/gpu_session_seconds.csv (a part that did not run: exit "skipped"): copy them over the
+# file's rows of the same part.
 #
 # The traces' device side needs CUDA 12's CUPTI, which the GPU machine may lack (without it they
 # hold the host's events only, and xplane_summary says /host:CPU): stage its wheel in the last
@@ -146,6 +147,14 @@ expected() {
   echo "${seconds:-$2}"
 }
 
+# skipped NAME WHY...: says that part NAME did not run and why, in the summary and as a row of
+# the seconds' file (exit "skipped").
+skipped() {
+  local name=$1; shift
+  note "== $name: skipped, $*"
+  echo "$name,0,skipped,$gpu,$(date -u +%F)" >> "$out/gpu_session_seconds.csv"
+}
+
 # part NAME SECONDS_NEEDED COMMAND...: runs COMMAND under the time left, its output in
 # $OUT/NAME.log, unless less is left than the seconds NAME took when last measured (else
 # SECONDS_NEEDED).
@@ -153,7 +162,7 @@ part() {
   local name=$1 need; need=$(expected "$1" "$2"); shift 2
   local left=$(( budget - (SECONDS - started) ))
   if (( left < need )); then
-    note "== $name: skipped, $left s left (needs about $need)"
+    skipped "$name" "$left s left (needs about $need)"
     return 0
   fi
   note "== $name ($left s left): $*"
@@ -291,8 +300,8 @@ decode_checkpoint() {
 decode_inputs() {
   checkpoint=$(decode_checkpoint)
   if [ -z "$checkpoint" ] || [ ! -f "$checkpoint" ] || [ ! -f "$data/test.en" ]; then
-    note "== $1: skipped, it needs a checkpoint (CHECKPOINT, part bleu's or pipeline's)" \
-      "and $data/test.en"
+    skipped "$1" "it needs a checkpoint (CHECKPOINT, part bleu's or pipeline's) and" \
+      "$data/test.en"
     return 1
   fi
 }
@@ -311,7 +320,7 @@ do_decode() {
 do_bleu() {
   local minutes=${BLEU_MINUTES:-4}
   if [ ! -d "$data/raw" ]; then
-    note "== bleu: skipped, it needs the raw Multi30k in $data/raw (header)"
+    skipped bleu "it needs the raw Multi30k in $data/raw (header)"
     return 0
   fi
   part bleu "$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 150 }')" \
@@ -326,7 +335,7 @@ do_ct2() {
   local checkpoint
   decode_inputs ct2 || return 0
   if ! "$python" -c "import ctranslate2" > /dev/null 2>&1; then
-    note "== ct2: skipped, no ctranslate2 (stage its wheel: VTX_GPU_EXTRA_WHEELS, header)"
+    skipped ct2 "no ctranslate2 (stage its wheel: VTX_GPU_EXTRA_WHEELS, header)"
     return 0
   fi
   part ct2 240 "$python" "$here/translate_speed.py" --checkpoint "$checkpoint" --input \
