@@ -7,7 +7,7 @@ import os
 import click
 
 from vtx import atomic
-from vtx.errors import ArgumentError
+from vtx.errors import Templated
 from vtx.inference.decoding import LENPEN_FORMULAS, STOP_RULES, DecodeOptions  # no TensorFlow
 
 
@@ -121,9 +121,9 @@ def _renamed(new_flag: str):
 
 
 def library_error(error: Exception, flags: dict[str, str]) -> click.ClickException:
-    """The one-line error of a library exception; an `ArgumentError` names the command's flag
-    for each library argument it mentions (`flags`: argument -> flag)."""
-    if isinstance(error, ArgumentError):
+    """The one-line error of a library exception; an `ArgumentError` (any `errors.Templated`)
+    names the command's flag for each library argument it mentions (`flags`: argument -> flag)."""
+    if isinstance(error, Templated):
         return click.ClickException(error.message(lambda argument: flags.get(argument, argument)))
     if isinstance(error, MemoryError) and not str(error):  # Python's own carries no words
         return click.ClickException("out of the host's memory (MemoryError)")

@@ -15,16 +15,9 @@ import string
 from typing import Callable
 
 
-class ArgumentError(ValueError):
-    """A bad value of a library function's argument.
-
-    Args:
-        template: the message, a `str.format` template whose fields are either argument names
-            (`{beam}`), written as `name` says, or keys of `values`.
-        values: the offending values and other figures, e.g. `path=...`.
-
-    `str(error)` writes each argument by its library name.
-    """
+class Templated:
+    """A message kept as a `str.format` template whose fields are either a library function's
+    argument names (`{beam}`), written as `message`'s `name` says, or keys of `values`."""
 
     def __init__(self, template: str, **values) -> None:
         self.template, self.values = template, values
@@ -39,6 +32,18 @@ class ArgumentError(ValueError):
     def message(self, name: Callable[[str], str]) -> str:
         """The message with each argument written as `name(argument)` (e.g. its flag)."""
         return self.template.format(**{a: name(a) for a in self.arguments}, **self.values)
+
+
+class ArgumentError(Templated, ValueError):
+    """A bad value of a library function's argument.
+
+    Args:
+        template: the message, a `str.format` template whose fields are either argument names
+            (`{beam}`), written as `name` says, or keys of `values`.
+        values: the offending values and other figures, e.g. `path=...`.
+
+    `str(error)` writes each argument by its library name.
+    """
 
 
 class DataError(ValueError):
@@ -78,9 +83,10 @@ class OutputExistsError(FileExistsError):
     """Raised when an output is an existing regular file and replacing it was not asked for."""
 
 
-class OutputLockedError(OSError):
+class OutputLockedError(Templated, OSError):
     """Raised when another process is writing the output a command would write
-    (`vtx.locking`); the message names the output, its flag, the holder and the lock file."""
+    (`vtx.locking`); the message names the output, its flag (or the library argument a command
+    maps to its flag, as `ArgumentError`'s), the holder and the lock file."""
 
 
 class TreeSyntaxError(ValueError):

@@ -109,7 +109,9 @@ def output_lock(output: str | Path, flag: str) -> Iterator[None]:
     (a missing or read-only folder), the block runs without one and its own checks speak.
 
     Args:
-        flag: how the command was given `output` (e.g. "--destdir"), for the refusal.
+        flag: how the command was given `output` (e.g. "--destdir"), for the refusal; or the
+            library argument that holds it (e.g. "output"), which a command writes as its flag
+            (`errors.Templated`).
 
     Raises:
         OutputLockedError: another process writes `output` (the holder and the lock file named).
@@ -118,9 +120,11 @@ def output_lock(output: str | Path, flag: str) -> Iterator[None]:
     try:
         held = acquire(path)
     except Held as error:
+        named = "{" + flag + "}" if flag.isidentifier() else flag.replace("{", "{{")
         raise OutputLockedError(
-            f"{flag} {output} is being written by another process ({error.holder or 'starting'}"
-            f"; {path} is its lock): wait for it to end, or give another {flag}") from None
+            named + " {target} is being written by another process ({holder}; {lock} is its "
+            "lock): wait for it to end, or give another " + named, target=output,
+            holder=error.holder or "starting", lock=path) from None
     try:
         if held:
             say_holder(path)

@@ -307,7 +307,8 @@ def test_a_second_writer_of_an_output_is_refused_naming_the_first(tmp_path, trai
     output = tmp_path / "export"
     with output_written_by_another_process(output) as said:
         assert_one_line_error(invoke("export", "--checkpoint", trained_checkpoint, "--format",
-                                     "ctranslate2", "--output", output), said)
+                                     "ctranslate2", "--output", output), f"--output {output} ",
+                              said)
     assert not output.exists()
     # Once the first is gone, so is its lock: the output is written.
     result = average_into(tmp_path, output.with_name("average.npz"), "--force")
