@@ -8,7 +8,8 @@ from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, en
 
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
-         "batch_wait_ms": "--batch-wait-ms", "alignment_layer": "--alignment-layer"}
+         "batch_wait_ms": "--batch-wait-ms", "alignment_layer": "--alignment-layer",
+         "glossary_path": "--glossary"}
 
 
 @click.command()
@@ -39,10 +40,13 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
 @click.option("--alignment-layer", type=int, default=-1, show_default=True,
               help="The decoder layer whose cross-attention aligns, for a request asking "
                    "\"alignment\" (from 0; negative: from the last).")
+@click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
+              help="A glossary for every request, `source term<TAB>target term` a line (as "
+                   "`vtx translate --glossary`); a request's \"glossary\" pairs win over it.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
           nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens, max_queue,
-          alignment_layer, jit):
+          alignment_layer, glossary_path, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics. Stops on SIGTERM once the requests in flight are answered."""
     from vtx.inference.decoding import DecodeOptions
@@ -62,7 +66,8 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
         limits = Limits(max_beam=max_beam, max_lines=max_lines, max_line_tokens=max_line_tokens,
                         max_queue=max_queue, batch_wait_ms=batch_wait_ms)
         service = build_service(checkpoint, options, limits, alignment_layer, ema,
-                                warn=lambda message: click.echo(f"warning: {message}", err=True))
+                                warn=lambda message: click.echo(f"warning: {message}", err=True),
+                                glossary_path=glossary_path)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

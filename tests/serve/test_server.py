@@ -42,7 +42,8 @@ def translate_jsonl(checkpoint, tmp_path, lines, *flags):
     source = tmp_path / "source.txt"
     source.write_text("".join(line + "\n" for line in lines))
     result = CliRunner().invoke(main, ["translate", "--checkpoint", str(checkpoint), "--input",
-                                       str(source), "--output-format", "jsonl", *flags])
+                                       str(source), "--output-format", "jsonl",
+                                       *map(str, flags)])
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -89,6 +90,18 @@ def test_a_sampled_request_draws_vtx_translate_s_samples(server, trained_checkpo
     assert_same_records(reply["translations"], offline)
 
 
+def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_checkpoint,
+                                                             tmp_path):
+    pairs = [["snow", "Eis"], ["woman", "Frau"], ["bike", "Rad"]]
+    status, _, reply = request(server.url + "/v1/translate", {"text": LINES, "glossary": pairs})
+    assert status == 200, reply
+    (tmp_path / "glossary.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
+    offline = translate_jsonl(trained_checkpoint, tmp_path, LINES, "--glossary",
+                              tmp_path / "glossary.tsv")
+    assert_same_records(reply["translations"], offline)
+    assert "Eis" in reply["translations"][1]["hypotheses"][0]["text"]
+
+
 @pytest.mark.parametrize("body, reason", [
     (b'{"text": ["A man."', "malformed JSON: Expecting ',' delimiter"),
     (b'["A man."]', "the body must be a JSON object, got [\"A man.\"]"),
@@ -105,6 +118,10 @@ def test_a_sampled_request_draws_vtx_translate_s_samples(server, trained_checkpo
     ({"text": ["A man."], "seed": 3}, "field 'seed' needs 'sampling': true"),
     ({"text": ["A man."], "prefix": ["Ein", "Zwei"]}, "field 'prefix': 2 entries for 1 lines"),
     ({"beam": 2}, "field 'text' is missing"),
+    ({"text": ["A"], "glossary": [["dog", " "]]}, "field 'glossary[0]': the target term is empty"),
+    ({"text": ["A"], "glossary": [["dog"]]}, "field 'glossary': expected a list of [source, "),
+    ({"text": ["A"], "constraints": [["\u200b"]]}, "field 'constraints[0]': the phrase \"\u200b\" "
+                                                  "encodes to no pieces"),
 ])
 def test_a_bad_request_gets_a_400_naming_the_field_and_value(server, body, reason):
     status, _, reply = request(server.url + "/v1/translate", body)

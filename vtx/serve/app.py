@@ -7,7 +7,8 @@ on the batcher's thread, so the event loop only reads, checks and answers reques
 API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry-After):
     POST /v1/translate  {"text": [lines], "beam", "nbest", "lenpen", "sampling", "sampling_topk",
                         "sampling_topp", "temperature", "seed", "prefix": [per line],
-                        "constraints": [[phrases] per line], "alignment": bool}
+                        "constraints": [[phrases] per line], "alignment": bool,
+                        "glossary": [[source term, target term], ...]}
                         -> {"translations": [per line the record of `vtx translate
                         --output-format jsonl`: id, source, hypotheses]}
     POST /v1/parse      {"text": [tokenized sentences], "beam", "lenpen"}
@@ -31,6 +32,7 @@ from aiohttp import web
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
+from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translate import Translator, line_record
 from vtx.serve.batcher import Batcher, Translators
 from vtx.serve.metrics import Metrics
@@ -54,9 +56,16 @@ class Service:
     alignment_layer: int  # the decoder layer a request's "alignment" reads
     checkpoints: list[str]  # file names only: a reply names no server path
     parser: bool  # the vocabulary holds tree brackets: /v1/parse answers
+    glossary: Glossary | None = None  # every request's, under the request's own pairs
 
     def count_pieces(self, line: str) -> int:
         return len(self.translator.vocab.encode(line))
+
+    def constrain(self, glossary: Glossary, lines: list[str],
+                  given: list[list[str]] | None) -> list[list[str]]:
+        """Each line's phrases with `glossary`'s terms, as `vtx translate` of the lines."""
+        return translator_constraints(self.translator, glossary, lines, given,
+                                      range(len(lines)))
 
     def info(self) -> dict:
         options = self.translator.options
@@ -145,8 +154,10 @@ async def _search(request: web.Request, job) -> list:
     except asyncio.CancelledError:
         service.batcher.cancel(pending)
         raise
-    except ArgumentError as error:  # a prefix or phrase the search refuses
-        raise RequestError(error.message(lambda argument: repr(argument))) from None
+    except ArgumentError as error:  # a prefix too long for its line's output
+        fields = {"prefix_path": "field 'prefix'", "constraints_path": "field 'constraints'"}
+        raise RequestError(error.message(lambda argument: fields.get(argument, repr(argument)))
+                           ) from None
     except Exception as error:
         raise RequestError(f"the search failed: {error}", 500) from None
 
@@ -154,7 +165,8 @@ async def _search(request: web.Request, job) -> list:
 async def _translate(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
     job = translate_job(await request.read(), service.translator.options, service.limits,
-                        service.alignment_layer, service.count_pieces)
+                        service.alignment_layer, service.count_pieces, service.glossary,
+                        service.constrain)
     results = await _search(request, job)
     records = [line_record(service.translator, index, line, hypotheses)
                for index, (line, hypotheses) in enumerate(zip(job.lines, results))]
@@ -190,17 +202,20 @@ def _json(data: dict) -> web.Response:
 
 def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, limits: Limits,
                   alignment_layer: int = -1, ema: bool = False,
-                  warn: Callable[[str], None] = lambda message: None) -> Service:
-    """Load the model (or ensemble) of `checkpoints` and make its service.
+                  warn: Callable[[str], None] = lambda message: None,
+                  glossary_path: str | Path | None = None) -> Service:
+    """Load the model (or ensemble) of `checkpoints` and make its service; with
+    `glossary_path`, a glossary for every request (`vtx.inference.glossary`).
 
     Raises:
-        ValueError: an unreadable checkpoint, or ones of different vocabularies; limits over
-            the model (a line limit past its positions).
+        OSError, ValueError: an unreadable checkpoint or glossary (named), or checkpoints of
+            different vocabularies; limits over the model (a line limit past its positions).
     """
     from vtx.inference.translate import load_models, resolve_checkpoint
     from vtx.parsing.linearize import bracket_pairs
 
     paths = [resolve_checkpoint(path) for path in checkpoints]
+    glossary = Glossary.read(glossary_path) if glossary_path else None
     models, vocab = load_models(paths, ema)
     translator = Translator(models if len(models) > 1 else models[0], vocab, options, warn)
     if limits.max_line_tokens is None:
@@ -215,7 +230,7 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     metrics.queue_lines = batcher.queued_lines
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
     return Service(translator, batcher, limits, metrics, alignment_layer,
-                   [path.name for path in paths], parser)
+                   [path.name for path in paths], parser, glossary)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

@@ -12,8 +12,9 @@ import json
 import math
 from typing import Callable
 
-from vtx.errors import ArgumentError
+from vtx.errors import ArgumentError, DataError
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
+from vtx.inference.glossary import Glossary
 
 
 class RequestError(Exception):
@@ -60,7 +61,7 @@ TRANSLATE_FIELDS = {"text": "a list of strings", "beam": "an integer", "nbest": 
                     "lenpen": "a number", "sampling": "a boolean", "sampling_topk": "an integer",
                     "sampling_topp": "a number", "temperature": "a number", "seed": "an integer",
                     "prefix": "a list of strings", "constraints": "a list of lists of strings",
-                    "alignment": "a boolean"}
+                    "alignment": "a boolean", "glossary": "a list of [source, target] pairs"}
 PARSE_FIELDS = {"text": "a list of strings", "beam": "an integer", "lenpen": "a number"}
 SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
@@ -98,7 +99,9 @@ def _of_type(value, kind: str) -> bool:
             "a boolean": lambda: isinstance(value, bool),
             "a list of strings": lambda: strings(value),
             "a list of lists of strings": lambda: isinstance(value, list)
-            and all(strings(x) for x in value)}[kind]()
+            and all(strings(x) for x in value),
+            "a list of [source, target] pairs": lambda: isinstance(value, list)
+            and all(strings(x) and len(x) == 2 for x in value)}[kind]()
 
 
 def _shown(value, limit: int = 60) -> str:
@@ -141,8 +144,9 @@ def per_line(data: dict, name: str, count: int) -> list | None:
 
 
 def decode_options(data: dict, defaults: DecodeOptions, limits: Limits,
-                   alignment_layer: int) -> DecodeOptions:
-    """The search settings of a request: the server's `defaults` with the request's fields.
+                   alignment_layer: int, constraints: bool = False) -> DecodeOptions:
+    """The search settings of a request: the server's `defaults` with the request's fields;
+    `constraints`: some line has constraint phrases.
 
     Raises:
         RequestError: a beam or nbest over the limit, a sampling field without sampling (or the
@@ -159,7 +163,6 @@ def decode_options(data: dict, defaults: DecodeOptions, limits: Limits,
     if sampling and "beam" in data:
         raise RequestError("field 'beam' has no use with 'sampling': true (it draws 'nbest' "
                            "samples)")
-    constraints = bool(data.get("constraints"))
     try:
         sampler = SamplingOptions(**{field.removeprefix("sampling_"): data[field]
                                      for field in SAMPLING_FIELDS if field in data}) \
@@ -177,18 +180,37 @@ def decode_options(data: dict, defaults: DecodeOptions, limits: Limits,
 
 
 def translate_job(body: bytes, defaults: DecodeOptions, limits: Limits, alignment_layer: int,
-                  count_pieces: Callable[[str], int]) -> Job:
-    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`).
+                  count_pieces: Callable[[str], int], glossary: Glossary | None = None,
+                  constrain: Callable[[Glossary, list[str], list[list[str]] | None],
+                                      list[list[str]]] | None = None) -> Job:
+    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`). With the server's `glossary`
+    or the request's own (whose pairs win), `constrain(glossary, lines, given constraints)`
+    gives each line's phrases (`vtx.inference.glossary.line_constraints`).
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`.
+        RequestError: see `read_body`, `check_lines`, `decode_options`; a bad glossary pair.
     """
     data = read_body(body, TRANSLATE_FIELDS)
     lines = data["text"]
     tokens = check_lines(lines, limits, count_pieces)
-    options = decode_options(data, defaults, limits, alignment_layer)
+    constraints = per_line(data, "constraints", len(lines))
+    for index, phrases in enumerate(constraints or []):
+        for phrase in phrases:
+            if not count_pieces(phrase):
+                raise RequestError(f"field 'constraints[{index}]': the phrase {_shown(phrase)} "
+                                   f"encodes to no pieces")
+    if "glossary" in data:
+        try:
+            own = Glossary.from_pairs(data["glossary"], lambda index: f"field 'glossary[{index}]'")
+        except DataError as error:
+            raise RequestError(str(error)) from None
+        glossary = glossary.updated(own) if glossary is not None else own
+    if glossary is not None and constrain is not None:
+        constraints = constrain(glossary, lines, constraints)
+    options = decode_options(data, defaults, limits, alignment_layer,
+                             constraints=any(constraints or []))
     return Job(options, lines, tokens, per_line(data, "prefix", len(lines)),
-               per_line(data, "constraints", len(lines)) if options.constraints else None)
+               constraints if options.constraints else None)
 
 
 def parse_job(body: bytes, defaults: DecodeOptions, limits: Limits,
