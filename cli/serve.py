@@ -48,7 +48,7 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
           nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens, max_queue,
           alignment_layer, glossary_path, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
-    /metrics. Stops on SIGTERM once the requests in flight are answered."""
+    /metrics, and a page at /. Stops on SIGTERM once the requests in flight are answered."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.serve.app import build_service, serve as run

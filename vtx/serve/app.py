@@ -4,13 +4,18 @@ Built on aiohttp: one package gives the asyncio server (graceful stop: listening
 requests in flight finished) and the client the load benchmark and the tests use; the search runs
 on the batcher's thread, so the event loop only reads, checks and answers requests.
 
+GET / is a page to try it (vtx/serve/page.html: one file, no build step, nothing fetched from
+elsewhere): the translations with their n-best lists and scores and an alignment heatmap, or a
+parser's trees drawn in SVG.
+
 API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry-After):
     POST /v1/translate  {"text": [lines], "beam", "nbest", "lenpen", "sampling", "sampling_topk",
                         "sampling_topp", "temperature", "seed", "prefix": [per line],
                         "constraints": [[phrases] per line], "alignment": bool,
                         "glossary": [[source term, target term], ...]}
                         -> {"translations": [per line the record of `vtx translate
-                        --output-format jsonl`: id, source, hypotheses]}
+                        --output-format jsonl`: id, source, hypotheses; with alignment,
+                        also source_tokens, the pieces its pairs' source indices count]}
     POST /v1/parse      {"text": [tokenized sentences], "beam", "lenpen"}
                         -> {"trees": [{"id", "source", "tree"}]}  (a parsing model only)
     GET /v1/info        the model, vocabulary, default settings and limits
@@ -84,6 +89,9 @@ def make_app(service: Service) -> web.Application:
     (queued jobs searched first)."""
     app = web.Application(middlewares=[_errors(service.metrics)], client_max_size=MAX_BODY_BYTES)
     app["service"] = service
+    page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
+    app.router.add_get("/", lambda request: web.Response(text=page, content_type="text/html",
+                                                         charset="utf-8"))
     app.router.add_get("/health", lambda request: web.json_response({"status": "ok"}))
     app.router.add_get("/metrics", lambda request: web.Response(
         text=service.metrics.text(), content_type="text/plain", charset="utf-8",
@@ -170,6 +178,10 @@ async def _translate(request: web.Request) -> web.Response:
     results = await _search(request, job)
     records = [line_record(service.translator, index, line, hypotheses)
                for index, (line, hypotheses) in enumerate(zip(job.lines, results))]
+    if job.options.alignment_layer is not None:  # what the alignments' source indices count
+        vocab = service.translator.vocab
+        for record in records:
+            record["source_tokens"] = vocab.pieces(vocab.encode(record["source"]))
     return _json({"translations": records})
 
 
