@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.serve.server import ServerProcess, request
+from vtx.serve.process import ServerProcess, request
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SENTENCE = "A man is riding a bike."

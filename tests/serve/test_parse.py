@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.serve.server import ServerProcess, request
+from vtx.serve.process import ServerProcess, request
 
 SETTINGS = ["--beam", "2", "--lenpen", "0.3", "--max-len-b", "30"]
 SENTENCES = ["The company said it expects higher sales .", "", "Prices fell ."]

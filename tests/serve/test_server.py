@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.serve.server import ServerProcess, request
+from vtx.serve.process import ServerProcess, request
 from vtx import checkpoints
 from vtx.inference.translate import checkpoint_vocabulary
 

@@ -1,4 +1,5 @@
-"""A `vtx serve` process on 127.0.0.1 for the tests, and a plain HTTP client (urllib)."""
+"""A `vtx serve` process started from Python (the tests, `benchmarks/serve_load.py`), and a
+plain HTTP client of it (urllib)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import urllib.request
 
 
 class ServerProcess:
-    """`vtx serve ARGS --host 127.0.0.1 --port 0` started; `url` once it listens."""
+    """`vtx serve ARGS --host 127.0.0.1 --port 0` started; `url` once it listens, `stderr` its
+    lines so far.
+
+    Raises:
+        AssertionError: it ended before listening (its stderr in the message).
+    """
 
     def __init__(self, *args):
         self.process = subprocess.Popen(
