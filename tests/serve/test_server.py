@@ -137,7 +137,23 @@ def test_info_health_and_an_unknown_route(server):
     assert "/" not in "".join(info["model"]["checkpoints"])  # no server path
     assert request(server.url + "/health")[:1] == (200,)
     assert request(server.url + "/v1/parse", {"text": ["A man ."]})[0] == 404
-    assert request(server.url + "/nowhere")[0] == 404
+    assert request(server.url + "/nowhere")[:3:2] == (404, {"error": "no such route: /nowhere"})
+    status, headers, reply = request(server.url + "/v1/info", {})
+    assert status == 405 and reply["error"].startswith("POST /v1/info: use GET")
+
+
+def test_a_request_whose_client_disconnects_leaves_the_queue(server):
+    import socket
+    from urllib.parse import urlsplit
+
+    body = json.dumps({"text": ["A girl."]}).encode()
+    address = urlsplit(server.url)
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                           b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (len(body), body))
+        server.wait_for_metric("vtx_queue_lines", 1)  # fewer pieces than --max-tokens: held
+    server.wait_for_metric("vtx_queue_lines", 0)
 
 
 def test_a_full_queue_gets_503_and_sigterm_answers_what_is_queued_then_exits_0(server):

@@ -127,12 +127,19 @@ def _errors(metrics: Metrics):
         except RequestError as error:
             response = web.json_response({"error": str(error)}, status=error.status,
                                          headers=error.headers)
-        except web.HTTPException as error:
+        except web.HTTPNotFound:
+            response = web.json_response({"error": f"no such route: {request.path}"},
+                                         status=404)
+        except web.HTTPMethodNotAllowed as error:
+            response = web.json_response({"error": f"{request.method} {request.path}: use "
+                                                   f"{', '.join(sorted(error.allowed_methods))}"},
+                                         status=405, headers={"Allow": ",".join(
+                                             sorted(error.allowed_methods))})
+        except web.HTTPException as error:  # 413: aiohttp's text says the sizes
             if error.status < 400:
                 raise
-            response = web.json_response({"error": error.reason if error.text is None
-                                          or error.text.startswith(str(error.status))
-                                          else error.text}, status=error.status)
+            response = web.json_response({"error": error.text or error.reason},
+                                         status=error.status)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "other"
         metrics.observe_request(name, response.status, time.monotonic() - started)

@@ -54,7 +54,6 @@ class Pending:
     job: Job
     done: Done
     arrived: float  # time.monotonic()
-    cancelled: bool = False  # the client went away: not searched
 
 
 class Batcher:
@@ -104,9 +103,12 @@ class Batcher:
         return pending
 
     def cancel(self, pending: Pending) -> None:
-        """Drop `pending` if its search has not started (its client went away)."""
+        """Drop `pending` from the queue if its search has not started (its client went away):
+        it takes no room in the queue nor in a batch."""
         with self._changed:
-            pending.cancelled = True
+            if pending in self._pending:
+                self._pending.remove(pending)
+                self._changed.notify()
 
     def close(self) -> None:
         """Stop taking jobs; the thread searches those queued at once, then ends."""
@@ -126,7 +128,6 @@ class Batcher:
         oldest's batch to fill or its wait to end."""
         with self._changed:
             while True:
-                self._pending = [p for p in self._pending if not p.cancelled]
                 if not self._pending:
                     if self._closing:
                         return None

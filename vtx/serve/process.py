@@ -51,12 +51,16 @@ class ServerProcess:
         return next(float(line.split()[1]) for line in text.splitlines()
                     if line.startswith(name + " "))
 
-    def wait_for_metric(self, name: str, at_least: float, timeout: float = 60) -> None:
-        """Poll /metrics until `name` reaches `at_least` (a state the test knows will come)."""
+    def wait_for_metric(self, name: str, value: float, timeout: float = 60) -> None:
+        """Poll /metrics until `name` is `value` (a state the caller knows will come).
+
+        Raises:
+            AssertionError: it is not, `timeout` seconds on.
+        """
         deadline = time.monotonic() + timeout
-        while self.metric(name) < at_least:
+        while (now := self.metric(name)) != value:
             if time.monotonic() > deadline:
-                raise AssertionError(f"{name} stayed under {at_least} for {timeout} s")
+                raise AssertionError(f"{name} is {now}, not {value}, after {timeout} s")
             time.sleep(0.05)
 
 
