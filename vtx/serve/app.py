@@ -236,7 +236,12 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     paths = [resolve_checkpoint(path) for path in checkpoints]
     glossary = Glossary.read(glossary_path) if glossary_path else None
     models, vocab = load_models(paths, ema)
-    translator = Translator(models if len(models) > 1 else models[0], vocab, options, warn)
+    # Positional scores as every request's (the fields of translate's jsonl).
+    translator = Translator(models if len(models) > 1 else models[0], vocab,
+                            dataclasses.replace(options, positional_scores=True), warn)
+    translators = Translators(translator)
+    # A layer the model lacks is refused now, not at a request's search.
+    translators.get(dataclasses.replace(translator.options, alignment_layer=alignment_layer))
     if limits.max_line_tokens is None:
         limits = dataclasses.replace(limits, max_line_tokens=translator.max_positions)
     elif limits.max_line_tokens > translator.max_positions:
@@ -244,7 +249,7 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
                             "positions", value=limits.max_line_tokens,
                             positions=translator.max_positions)
     metrics = Metrics()
-    batcher = Batcher(Translators(translator), options.max_tokens, limits.batch_wait_ms / 1000,
+    batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
                       limits.max_queue, metrics)
     metrics.queue_lines = batcher.queued_lines
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
