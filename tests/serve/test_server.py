@@ -137,6 +137,10 @@ def test_info_health_and_an_unknown_route(server):
     assert info["settings"]["beam"] == 4 and not info["model"]["parser"]
     assert "/" not in "".join(info["model"]["checkpoints"])  # no server path
     assert request(server.url + "/health")[:1] == (200,)
+    status, headers, text = request(server.url + "/metrics", raw=True)
+    assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert 'vtx_requests_total{route="/health",status="200"} ' in text
+    assert "# TYPE vtx_request_seconds histogram" in text
     assert request(server.url + "/v1/parse", {"text": ["A man ."]})[0] == 404
     assert request(server.url + "/nowhere")[:3:2] == (404, {"error": "no such route: /nowhere"})
     status, headers, reply = request(server.url + "/v1/info", {})

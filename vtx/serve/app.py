@@ -94,8 +94,8 @@ def make_app(service: Service) -> web.Application:
                                                          charset="utf-8"))
     app.router.add_get("/health", lambda request: web.json_response({"status": "ok"}))
     app.router.add_get("/metrics", lambda request: web.Response(
-        text=service.metrics.text(), content_type="text/plain", charset="utf-8",
-        headers={"X-Content-Type-Version": "0.0.4"}))
+        body=service.metrics.text().encode(),
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}))
     app.router.add_get("/v1/info", lambda request: web.json_response(service.info()))
     app.router.add_post("/v1/translate", _translate)
     app.router.add_post("/v1/parse", _parse)
