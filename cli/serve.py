@@ -57,9 +57,6 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
     xla = resolve_jit(jit)
     click.echo(xla.log_line("search"), err=True)
     try:
-        if beam > max_beam or nbest > max_beam:
-            raise click.UsageError(f"--beam {beam} and --nbest {nbest} must be at most "
-                                   f"--max-beam {max_beam}")
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 nbest=nbest, max_tokens=max_tokens, jit_compile=xla.compile)

@@ -228,11 +228,16 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or checkpoints of
-            different vocabularies; limits over the model (a line limit past its positions).
+            different vocabularies; limits over the model (a line limit past its positions), or
+            default beam or nbest over the limit (ArgumentError).
     """
     from vtx.inference.translate import load_models, resolve_checkpoint
     from vtx.parsing.linearize import bracket_pairs
 
+    if max(options.beam, options.nbest) > limits.max_beam:
+        raise ArgumentError("{beam} {beam_value} and {nbest} {nbest_value}, the defaults, must be "
+                            "at most {max_beam} {limit}", beam_value=options.beam,
+                            nbest_value=options.nbest, limit=limits.max_beam)
     paths = [resolve_checkpoint(path) for path in checkpoints]
     glossary = Glossary.read(glossary_path) if glossary_path else None
     models, vocab = load_models(paths, ema)
