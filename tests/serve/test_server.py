@@ -13,6 +13,7 @@ import pytest
 
 from vtx.serve.process import ServerProcess, request
 from vtx import checkpoints
+from vtx.inference.decoding import padded_batches
 from vtx.inference.translate import checkpoint_vocabulary
 
 REQUESTS = [["A man is riding a bike.", "Two dogs play in the snow."],
@@ -76,8 +77,13 @@ def test_concurrent_requests_share_a_batch_and_get_vtx_translate_s_output(
         assert_same_records(reply["translations"], expected)
         start += len(lines)
     assert reply["translations"][1]["source"] == LINES[-1]
-    # One batch held the lines of all three.
-    assert server.metric("vtx_batch_lines_count") == batches + 1
+    # The lines of all three in vtx's padded batches, one of them holding lines of several.
+    vocab = checkpoint_vocabulary(checkpoints.load(trained_checkpoint), trained_checkpoint)
+    encoded = [vocab.encode(line) for line in LINES]
+    shared = [rows for rows, _ in padded_batches(encoded, sum(map(len, encoded)), pad_rows=False)]
+    owner = [number for number, lines in enumerate(REQUESTS) for _ in lines]
+    assert any(len({owner[row] for row in rows}) > 1 for rows in shared)
+    assert server.metric("vtx_batch_lines_count") == batches + len(shared)
     assert server.metric("vtx_batch_lines_sum") == searched + len(LINES)
 
 

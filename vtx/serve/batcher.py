@@ -2,8 +2,9 @@
 
 Jobs wait in a queue. The search's thread takes the oldest job and every other waiting job of the
 same search settings, up to `max_tokens` source pieces, once they hold that many or the oldest
-has waited `wait_s` (`--batch-wait-ms`); `Translator.translate` sorts their lines by length into
-vtx's padded batches. Each line keeps its index in its own request as its line id, so that a
+has waited `wait_s` (`--batch-wait-ms`), sorts their lines by length into vtx's padded batches
+(`decoding.padded_batches`) and searches these one after the other, telling each job its
+hypotheses as soon as its last line is searched. Each line keeps its index in its own request as its line id, so that a
 request's hypotheses are those `vtx translate` gives for its lines alone, whatever shares the
 batch (sampling's per-line seeds included; scores agree to the rounding of a batch's matrix
 products). A request whose client went away is dropped before its search.
@@ -17,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from vtx.inference.decoding import DecodeOptions
+from vtx.inference.decoding import DecodeOptions, padded_batches
 from vtx.inference.translate import Hypothesis, Translator
 from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Job, RequestError
@@ -150,32 +151,54 @@ class Batcher:
             return batch
 
     def _search(self, batch: list[Pending]) -> None:
-        """Search the lines of `batch` together and tell each job its own; when the search
-        fails, each job is searched alone, so that only the one at fault gets the error."""
+        """Search the lines of `batch` in `vtx translate`'s padded batches, one after the other,
+        and tell each job its hypotheses once its last line is searched; when a search fails,
+        each job not yet told is searched alone, so that only the one at fault gets the error."""
         options = batch[0].job.options
-        lines, line_ids, prefixes, constraints = [], [], [], []
-        for pending in batch:
-            job = pending.job
-            lines += job.lines
-            line_ids += range(len(job.lines))
-            prefixes += job.prefixes or [""] * len(job.lines)
-            constraints += job.constraints or [[] for _ in job.lines]
-        started = time.monotonic()
+        # (job, index of the line in it) of every line.
+        lines = [(pending, index) for pending in batch for index in range(len(pending.job.lines))]
+        results = {id(pending): [None] * len(pending.job.lines) for pending in batch}
+        left = {id(pending): len(pending.job.lines) for pending in batch}
+        told = set()
         try:
-            results = self.translators.get(options).translate(
-                lines, prefixes=prefixes if options.prefix else None,
-                constraints=constraints if options.constraints else None, line_ids=line_ids)
+            translator = self.translators.get(options)
+            encoded = [translator.vocab.encode(p.job.lines[i]) for p, i in lines]
+            for rows, _ in padded_batches(encoded, options.max_tokens, pad_rows=False):
+                group = [lines[row] for row in rows]
+                searched = self._translate(translator, group, sum(len(encoded[r]) for r in rows))
+                for (pending, index), hypotheses in zip(group, searched):
+                    results[id(pending)][index] = hypotheses
+                    left[id(pending)] -= 1
+                    if not left[id(pending)]:
+                        pending.done(results[id(pending)])
+                        told.add(id(pending))
+            for pending in batch:  # jobs of no line
+                if id(pending) not in told:
+                    pending.done([])
+                    told.add(id(pending))
         except Exception as error:
+            untold = [pending for pending in batch if id(pending) not in told]
             if len(batch) > 1:
-                for pending in batch:
+                for pending in untold:
                     self._search([pending])
             else:
-                batch[0].done(error)
-            return
-        self.metrics.observe_batch(len(lines), sum(p.job.tokens for p in batch),
+                for pending in untold:
+                    pending.done(error)
+
+    def _translate(self, translator: Translator, group: list[tuple[Pending, int]],
+                   source_tokens: int) -> list[list[Hypothesis]]:
+        """The hypotheses of the lines of `group` ((job, line index) pairs, of `source_tokens`
+        pieces), each line's id its index in its job."""
+        options = translator.options
+        texts = [pending.job.lines[index] for pending, index in group]
+        started = time.monotonic()
+        results = translator.translate(
+            texts, prefixes=[pending.job.prefixes[index] for pending, index in group]
+            if options.prefix else None,
+            constraints=[pending.job.constraints[index] for pending, index in group]
+            if options.constraints else None,
+            line_ids=[index for _, index in group])
+        self.metrics.observe_batch(len(texts), source_tokens,
                                    sum(len(h[0].tokens) for h in results if h),
                                    time.monotonic() - started)
-        start = 0
-        for pending in batch:
-            pending.done(results[start:start + len(pending.job.lines)])
-            start += len(pending.job.lines)
+        return results
