@@ -109,6 +109,20 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
     assert "Eis" in reply["translations"][1]["hypotheses"][0]["text"]
 
 
+def test_a_request_the_search_refuses_costs_the_one_sharing_its_batch_nothing(server):
+    # Together they fill --max-tokens: taken together; the second's prefix of "A woman is
+    # cooking." is longer than that line's output may be.
+    first, second = LINES[:3], LINES[3:]
+    bodies = [{"text": first, "prefix": ["Ein", "", ""]},
+              {"text": second, "prefix": ["", "a " * 80, ""]}]
+    with ThreadPoolExecutor(2) as pool:
+        (status, _, reply), (refused, _, error) = pool.map(
+            lambda body: request(server.url + "/v1/translate", body), bodies)
+    assert status == 200 and reply["translations"][0]["hypotheses"][0]["tokens"][0] == "▁Ein"
+    assert refused == 400
+    assert error["error"].startswith("field 'prefix' line 2: 80 pieces")
+
+
 @pytest.mark.parametrize("body, reason", [
     (b'{"text": ["A man."', "malformed JSON: Expecting ',' delimiter"),
     (b'["A man."]', "the body must be a JSON object, got [\"A man.\"]"),
