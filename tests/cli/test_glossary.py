@@ -35,6 +35,13 @@ def test_a_bad_glossary_line_or_sampling_is_refused_naming_it(trained_checkpoint
     assert result.exit_code == 1
     assert f"{tmp_path / 'glossary.tsv'} line 2: expected a source term and a target term" \
         in result.output
+    (tmp_path / "glossary.tsv").write_text("snow\tEis\nsun\t\u200b\n")
+    result = CliRunner().invoke(main, ["translate", "--checkpoint", str(trained_checkpoint),
+                                       "--glossary", str(tmp_path / "glossary.tsv")],
+                                input="A dog.\n")
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'glossary.tsv'}: the target term '\\u200b' of 'sun' encodes to no " \
+        "pieces" in result.output
     (tmp_path / "glossary.tsv").write_text("snow\tEis\n")
     result = CliRunner().invoke(main, ["translate", "--checkpoint", str(trained_checkpoint),
                                        "--glossary", str(tmp_path / "glossary.tsv"),

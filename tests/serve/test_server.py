@@ -141,6 +141,8 @@ def test_a_request_the_search_refuses_costs_the_one_sharing_its_batch_nothing(se
     ({"beam": 2}, "field 'text' is missing"),
     ({"text": ["A"], "glossary": [["dog", " "]]}, "field 'glossary[0]': the target term is empty"),
     ({"text": ["A"], "glossary": [["dog"]]}, "field 'glossary': expected a list of [source, "),
+    ({"text": ["A"], "glossary": [["dog", "\u200b"]]}, "field 'glossary': the target term "
+                                                      "'\\u200b' of 'dog' encodes to no pieces"),
     ({"text": ["A"], "constraints": [["\u200b"]]}, "field 'constraints[0]': the phrase \"\u200b\" "
                                                   "encodes to no pieces"),
 ])

@@ -82,6 +82,18 @@ class Glossary:
         return cls.from_pairs([line.split("\t") for _, line in numbered],
                               lambda index: f"{path} line {numbered[index][0]}")
 
+    def check_targets(self, count_pieces: Callable[[str], int], where: str) -> None:
+        """Refuse a target term of no pieces in the model's vocabulary (e.g. a zero-width
+        space alone), which no hypothesis could hold, before any search.
+
+        Raises:
+            DataError: naming `where` (the glossary), the target and its source term.
+        """
+        for source, target in self.pairs:
+            if not count_pieces(target):
+                raise DataError(f"{where}: the target term {target!r} of {source!r} encodes to "
+                                f"no pieces")
+
     def updated(self, other: "Glossary") -> "Glossary":
         """This glossary with `other`'s pairs, which win where both have a source term."""
         targets = {**dict(self.pairs), **dict(other.pairs)}

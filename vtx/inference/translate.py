@@ -18,7 +18,7 @@ import sys
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from vtx.errors import ArgumentError, DataError, SearchInterrupted, out_of_devic
 from vtx.inference.decoding import (LENGTH_BUCKET, DecodeOptions, available_memory,
                                    padded_batches, search_bytes)
 from vtx.progress_lines import LineProgress
+
+if TYPE_CHECKING:  # the glossary module reads its file with `read_references`, below
+    from vtx.inference.glossary import Glossary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -533,15 +536,15 @@ class LineFile:
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
                      buffer_size: int, progress: LineProgress | None = None,
                      output_format: str = "text", line_files: Sequence[LineFile] = (),
-                     glossary=None) -> list[str]:
+                     glossary: Glossary | None = None) -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist; with alignments
     each line ends with a tab and the hypothesis's `i-j` pairs); with `output_format` "jsonl",
     one `json_record` per input line. `line_files`: target prefixes or constraints, an entry per
-    input line (`Translator.translate`); `glossary` (a `vtx.inference.glossary.Glossary`): its
-    terms found in a line join the line's constraints. Returns the best hypotheses' texts;
+    input line (`Translator.translate`); `glossary`: its terms found in a line join the line's
+    constraints (`vtx.inference.glossary`). Returns the best hypotheses' texts;
     `progress` is told
     of each batch of the search as it finishes, and finished at the end.
 
@@ -700,6 +703,9 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
             translator = Translator(*load_models(paths, ema), options, warn)
         for path in paths:
             log(f"checkpoint: {path}")
+        if glossary is not None:
+            glossary.check_targets(lambda text: len(translator.vocab.encode(text)),
+                                   str(glossary_path))
         for line_file in line_files:  # every phrase, before the search
             if line_file.keyword == "constraints":
                 for number, phrases in enumerate(line_file.entries, 1):

@@ -257,6 +257,8 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
                       limits.max_queue, metrics)
     metrics.queue_lines = batcher.queued_lines
+    if glossary is not None:
+        glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
     return Service(translator, batcher, limits, metrics, alignment_layer,
                    [path.name for path in paths], parser, glossary)

@@ -202,6 +202,7 @@ def translate_job(body: bytes, defaults: DecodeOptions, limits: Limits, alignmen
     if "glossary" in data:
         try:
             own = Glossary.from_pairs(data["glossary"], lambda index: f"field 'glossary[{index}]'")
+            own.check_targets(count_pieces, "field 'glossary'")
         except DataError as error:
             raise RequestError(str(error)) from None
         glossary = glossary.updated(own) if glossary is not None else own
