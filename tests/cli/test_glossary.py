@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from vtx_cli.main import main
@@ -27,24 +28,17 @@ def test_a_glossary_gives_the_constraints_of_the_terms_found(trained_checkpoint,
     assert "Eis" in best[0] and "Hund" in best[2] and "Katze" in best[2]
 
 
-def test_a_bad_glossary_line_or_sampling_is_refused_naming_it(trained_checkpoint, tmp_path):
-    (tmp_path / "glossary.tsv").write_text("snow\tEis\nsun\n")
+@pytest.mark.parametrize("glossary, flags, message", [
+    ("snow\tEis\nsun\n", [], "{path} line 2: expected a source term and a target term"),
+    ("snow\tEis\nsun\t\u200b\n", [],
+     "{path}: the target term '\\u200b' of 'sun' encodes to no pieces"),
+    ("snow\tEis\n", ["--sampling"], "--glossary and --sampling exclude each other"),
+])
+def test_a_bad_glossary_line_or_sampling_is_refused_naming_it(trained_checkpoint, tmp_path,
+                                                              glossary, flags, message):
+    path = tmp_path / "glossary.tsv"
+    path.write_text(glossary)
     result = CliRunner().invoke(main, ["translate", "--checkpoint", str(trained_checkpoint),
-                                       "--glossary", str(tmp_path / "glossary.tsv")],
-                                input="A dog.\n")
+                                       "--glossary", str(path), *flags], input="A dog.\n")
     assert result.exit_code == 1
-    assert f"{tmp_path / 'glossary.tsv'} line 2: expected a source term and a target term" \
-        in result.output
-    (tmp_path / "glossary.tsv").write_text("snow\tEis\nsun\t\u200b\n")
-    result = CliRunner().invoke(main, ["translate", "--checkpoint", str(trained_checkpoint),
-                                       "--glossary", str(tmp_path / "glossary.tsv")],
-                                input="A dog.\n")
-    assert result.exit_code == 1
-    assert f"{tmp_path / 'glossary.tsv'}: the target term '\\u200b' of 'sun' encodes to no " \
-        "pieces" in result.output
-    (tmp_path / "glossary.tsv").write_text("snow\tEis\n")
-    result = CliRunner().invoke(main, ["translate", "--checkpoint", str(trained_checkpoint),
-                                       "--glossary", str(tmp_path / "glossary.tsv"),
-                                       "--sampling"], input="A dog.\n")
-    assert result.exit_code == 1
-    assert "--glossary and --sampling exclude each other" in result.output
+    assert message.format(path=path) in result.output
