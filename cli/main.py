@@ -17,7 +17,7 @@ try:
 
     from vtx import stop
     from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess, score,
-                         score_trees, train, translate)
+                         score_trees, serve, train, translate)
 except KeyboardInterrupt:
     print("vtx: interrupted (SIGINT) while starting", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)
@@ -123,6 +123,7 @@ main.add_command(export.export)
 main.add_command(score.score)
 main.add_command(score_trees.score_trees)
 main.add_command(prepare_parse.prepare_parse)
+main.add_command(serve.serve)
 
 if __name__ == "__main__":
     main()

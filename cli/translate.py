@@ -10,7 +10,8 @@ FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
          "temperature": "--temperature", "prefix_path": "--prefix",
          "alignment_layer": "--alignment-layer", "constraints_path": "--constraints",
-         "constraints": "--constraints", "sampling": "--sampling", "jit_compile": "--jit"}
+         "constraints": "--constraints", "sampling": "--sampling", "jit_compile": "--jit",
+         "glossary_path": "--glossary"}
 # Flags of one mode, and the flags that mode has no use for: given together, refused.
 NEEDS = {"sampling_topk": "sampling", "sampling_topp": "sampling", "temperature": "sampling",
          "seed": "sampling", "alignment_layer": "print_alignment"}
@@ -86,6 +87,10 @@ def check_combinations(ctx: click.Context) -> None:
               help="Lexical constraints, one line per input line: tab-separated phrases (raw "
                    "text; an empty line: none) that every finished hypothesis of the line "
                    "holds.")
+@click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
+              help="A glossary, `source term<TAB>target term` a line: where a source term "
+                   "occurs in a line as whole words (case as written), its target term is one "
+                   "of the line's constraints. See docs/commands.md for overlaps and fit.")
 @click.option("--print-alignment", is_flag=True,
               help="Also each hypothesis's word alignment, `i-j` pairs (source piece i, target "
                    "piece j) from --alignment-layer's cross-attention: after a tab in text, a "
@@ -97,7 +102,7 @@ def check_combinations(ctx: click.Context) -> None:
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
               sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
-              constraints_path, print_alignment, alignment_layer, ema):
+              constraints_path, glossary_path, print_alignment, alignment_layer, ema):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -105,7 +110,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
     from vtx.inference.jit import resolve_jit
 
     check_combinations(ctx)
-    xla = resolve_jit(jit, host_steps=bool(constraints_path))
+    xla = resolve_jit(jit, host_steps=bool(constraints_path or glossary_path))
     click.echo(xla.log_line("search"), err=True)
     try:
         sampler = SamplingOptions(topk=sampling_topk, topp=sampling_topp,
@@ -127,10 +132,14 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
                                   log=lambda message: click.echo(message, err=True),
                                   other_inputs={"--reference": reference}, ema=ema,
                                   output_format=output_format, prefix_path=prefix_path,
-                                  constraints_path=constraints_path)
+                                  constraints_path=constraints_path,
+                                  glossary_path=glossary_path)
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)
             click.echo(signature, err=True)
     except (OSError, ValueError, MemoryError) as error:
-        raise library_error(error, FLAGS) from error
+        # A glossary alone is what asked for the constrained search.
+        flags = {**FLAGS, "constraints": "--glossary"} \
+            if glossary_path and not constraints_path else FLAGS
+        raise library_error(error, flags) from error

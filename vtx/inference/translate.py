@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from vtx.data.text import lines_in_file
 from vtx.errors import ArgumentError
@@ -22,6 +22,9 @@ from vtx.inference.loading import load_models
 from vtx.inference.translator import Hypothesis, Translator
 from vtx.progress_lines import LineProgress
 
+if TYPE_CHECKING:
+    from vtx.inference.glossary import Glossary
+
 
 def _finite(value: float) -> float | None:
     """JSON has no infinity nor nan: null stands for them."""
@@ -30,8 +33,14 @@ def _finite(value: float) -> float | None:
 
 def json_record(translator: Translator, line_id: int, source: str,
                 hypotheses: list[Hypothesis]) -> str:
-    """One input line's jsonl record: its id (0 for the first line), its source, and per
-    hypothesis its text, score, pieces and (when computed) positional scores."""
+    """One input line's jsonl record (`line_record`) as a line of JSON."""
+    return json.dumps(line_record(translator, line_id, source, hypotheses), ensure_ascii=False)
+
+
+def line_record(translator: Translator, line_id: int, source: str,
+                hypotheses: list[Hypothesis]) -> dict:
+    """One input line's record: its id (0 for the first line), its source, and per hypothesis
+    its text, score, pieces and (when computed) positional scores and alignment."""
     records = []
     for hypothesis in hypotheses:
         record = {"text": hypothesis.text, "score": _finite(hypothesis.score),
@@ -42,22 +51,22 @@ def json_record(translator: Translator, line_id: int, source: str,
         if hypothesis.alignment is not None:
             record["alignment"] = hypothesis.alignment
         records.append(record)
-    return json.dumps({"id": line_id, "source": source, "hypotheses": records},
-                      ensure_ascii=False)
+    return {"id": line_id, "source": source, "hypotheses": records}
 
 
 def translate_stream(translator: Translator, lines: Iterable[str], write: Callable[[str], None],
                      buffer_size: int, progress: LineProgress | None = None,
-                     output_format: str = "text", line_files: Sequence[LineFile] = ()
-                     ) -> list[str]:
+                     output_format: str = "text", line_files: Sequence[LineFile] = (),
+                     glossary: Glossary | None = None) -> list[str]:
     """Translate `lines` `buffer_size` at a time, writing one output line per input line (with
     nbest R > 1, R lines `score<TAB>text` per input: line R * i + r of the output
     is hypothesis r of input line i; `nan<TAB>`, no text, stands for no hypothesis: R of them
     for a line of no pieces, and the rest of a sentence's R when fewer exist; with alignments
     each line ends with a tab and the hypothesis's `i-j` pairs); with `output_format` "jsonl",
     one `json_record` per input line. `line_files`: target prefixes or constraints, an entry per
-    input line (`Translator.translate`). Returns the best hypotheses' texts; `progress` is told
-    of each batch of the search as it finishes, and finished at the end.
+    input line (`Translator.translate`); `glossary`: its terms found in a line join the line's
+    constraints (`vtx.inference.glossary`). Returns the best hypotheses' texts; `progress` is
+    told of each batch of the search as it finishes, and finished at the end.
 
     Raises:
         ArgumentError: one of `line_files` has another number of lines than `lines`.
@@ -66,6 +75,12 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, buffer_size)):
         extra = {f.keyword: f.chunk(number - 1, len(chunk)) for f in line_files}
+        if glossary is not None:
+            from vtx.inference.glossary import translator_constraints
+
+            extra["constraints"] = translator_constraints(
+                translator, glossary, chunk, extra.get("constraints"),
+                range(number - 1, number - 1 + len(chunk)))
         for offset, hypotheses in enumerate(translator.translate(
                 chunk, number, progress.batch if progress else None, **extra)):
             best.append(hypotheses[0].text if hypotheses else "")
@@ -100,13 +115,15 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
                    other_inputs: dict[str, str | Path | None] | None = None,
                    ema: bool = False, output_format: str = "text",
                    prefix_path: str | Path | None = None,
-                   constraints_path: str | Path | None = None) -> list[str]:
+                   constraints_path: str | Path | None = None,
+                   glossary_path: str | Path | None = None) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
     a list of them: their ensemble), written as `output_format` says (`translate_stream`);
     with `prefix_path` each line's hypotheses start with that file's line; with
     `constraints_path` every finished hypothesis holds the phrases of that file's line
-    (`read_constraints`).
+    (`read_constraints`); with `glossary_path` the target terms of the glossary's source terms
+    found in a line join its constraints (`vtx.inference.glossary`).
 
     Returns:
         The best hypothesis of every line, in input order.
@@ -121,18 +138,26 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
             of the inputs; constraints with a mode they exclude (`DecodeOptions`), or a phrase
             of no pieces.
     """
+    from vtx.inference.glossary import Glossary
+
     options = dataclasses.replace(options, prefix=options.prefix or bool(prefix_path),
-                                  constraints=options.constraints or bool(constraints_path))
+                                  constraints=options.constraints or bool(constraints_path)
+                                  or bool(glossary_path))
     several = not isinstance(checkpoint, (str, Path))
     paths = [check_output(output_path, force, one, {
         "--input": input_path, "--prefix": prefix_path, "--constraints": constraints_path,
-        **(other_inputs or {})}) for one in (checkpoint if several else [checkpoint])]
+        "--glossary": glossary_path, **(other_inputs or {})})
+        for one in (checkpoint if several else [checkpoint])]
     line_files = read_line_files(input_path, prefix_path, constraints_path)
+    glossary = Glossary.read(glossary_path) if glossary_path else None
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
         translator = Translator(*load_models(paths, ema), options, warn)
         for path in paths:
             log(f"checkpoint: {path}")
+        if glossary is not None:
+            glossary.check_targets(lambda text: len(translator.vocab.encode(text)),
+                                   str(glossary_path))
         for line_file in line_files:  # every phrase, before the search
             if line_file.keyword == "constraints":
                 for number, phrases in enumerate(line_file.entries, 1):
@@ -141,7 +166,8 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
                                     else None)
         with output_sink(output_path, flush_each_line=buffer_size == 1, force=force) as write:
             return translate_stream(translator, read_lines(source, input_path or STDIN),
-                                    write, buffer_size, progress, output_format, line_files)
+                                    write, buffer_size, progress, output_format, line_files,
+                                    glossary)
 
 
 def bleu(hypotheses: list[str], reference_path: str | Path,

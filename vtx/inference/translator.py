@@ -138,14 +138,18 @@ class Translator:
     def translate(self, lines: list[str], first_line_number: int = 1,
                   on_batch: Callable[[list[str]], None] | None = None,
                   prefixes: list[str] | None = None,
-                  constraints: Sequence[Sequence[str]] | None = None) -> list[list[Hypothesis]]:
+                  constraints: Sequence[Sequence[str]] | None = None,
+                  line_ids: Sequence[int] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
         sentence up). `on_batch`: see `search_ids`. `prefixes` (with `options.prefix`): each
         line's target prefix, raw text ("" for none). `constraints` (with
         `options.constraints`): each line's phrases, raw text, that every finished hypothesis
-        holds (none: the plain search).
+        holds (none: the plain search). `line_ids`: each line's id (default
+        `first_line_number - 1` plus its index), its number in messages less one, on which with
+        the seed its samples depend (a server batching the lines of several requests gives each
+        its index in its request, as `vtx translate` of those lines alone would).
 
         Raises:
             ArgumentError: a prefix leaves no room for EOS within its line's length limit, a
@@ -153,21 +157,22 @@ class Translator:
                 `options.constraints`.
         """
         results: list[list[Hypothesis]] = [[] for _ in lines]
-        encoded = [(i, self.encode(line, first_line_number + i))
+        if line_ids is None:
+            line_ids = range(first_line_number - 1, first_line_number - 1 + len(lines))
+        encoded = [(i, self.encode(line, line_ids[i] + 1))
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]
-        line_ids = [first_line_number - 1 + i for i in wanted]
         prefix_ids = constraint_ids = None
         if self.options.prefix:
-            prefix_ids = [self._encode_prefix(prefixes[i], len(ids), first_line_number + i)
+            prefix_ids = [self._encode_prefix(prefixes[i], len(ids), line_ids[i] + 1)
                           for i, ids in zip(wanted, encoded)]
         if constraints is not None:
-            constraint_ids = [self.encode_constraints(constraints[i], first_line_number + i)
+            constraint_ids = [self.encode_constraints(constraints[i], line_ids[i] + 1)
                               for i in wanted]
         for index, hypotheses in zip(wanted, self.search_ids(
-                encoded, on_batch=on_batch, line_ids=line_ids, prefixes=prefix_ids,
-                constraints=constraint_ids)):
+                encoded, on_batch=on_batch, line_ids=[line_ids[i] for i in wanted],
+                prefixes=prefix_ids, constraints=constraint_ids)):
             results[index] = hypotheses
         return results
 
