@@ -68,7 +68,7 @@
 # averaged checkpoint, else pipeline's last checkpoint.
 #
 # A part starts only when the seconds left cover what it took the last time it was measured
-# (benchmarks/results/gpu_session_seconds.csv, or the file GPU_SESSION_SECONDS names: part,
+# (benchmarks/gpu_session_seconds.csv, or the file GPU_SESSION_SECONDS names: part,
 # seconds, exit, GPU, date; its default where absent). Each run writes its parts' rows to
 # $OUT/gpu_session_seconds.csv (a part that did not run: exit "skipped"): copy them over the
 # file's rows of the same part.
@@ -139,7 +139,7 @@ note() { echo "$*" | tee -a "$summary"; }
 
 # expected NAME DEFAULT: the seconds part NAME took when last measured (the newest row of
 # $measured whose exit was 0), else DEFAULT.
-measured=${GPU_SESSION_SECONDS:-$here/results/gpu_session_seconds.csv}
+measured=${GPU_SESSION_SECONDS:-$here/gpu_session_seconds.csv}
 expected() {
   local seconds
   seconds=$(awk -F, -v part="$1" '$1 == part && $3 == 0 { s = $2 } END { print s }' \
