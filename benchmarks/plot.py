@@ -194,6 +194,34 @@ def plot_wsj_curve(rows: list[dict[str, str]], out: Path) -> None:
     _save(fig, out)
 
 
+def plot_serve_load(rows: list[dict[str, str]], out: Path) -> None:
+    """`vtx serve` under load, the newest run per number of clients: lines/s served against
+    the same lines translated offline, and the requests' latency percentiles."""
+    newest = {int(row["clients"]): row for row in rows}  # later rows replace earlier ones
+    clients = sorted(newest)
+    labels = [f"{count} client{'s' if count > 1 else ''}" for count in clients]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 2.8))
+    _paired_bars(left, labels, [float(newest[c]["lines_per_s"]) for c in clients],
+                 [float(newest[c]["offline_lines_per_s"]) for c in clients],
+                 ("vtx serve", "offline (vtx translate)"))
+    left.set_xlabel("lines/s")
+    height = 0.25
+    for offset, (name, color) in enumerate((("p50", VTX_COLOR), ("p95", "#6baed6"),
+                                            ("p99", REFERENCE_COLOR))):
+        right.barh([row + (offset - 1) * height for row in range(len(clients))],
+                   [float(newest[c][f"{name}_s"]) for c in clients], height, label=name,
+                   color=color)
+    right.set_yticks(list(range(len(clients))), labels)
+    right.invert_yaxis()
+    right.set_xlabel("request latency, s (1-5 lines a request)")
+    right.legend(loc="lower right", fontsize=9)
+    right.grid(axis="x", alpha=0.3)
+    machine = newest[clients[-1]]["machine"].split(";")[0]
+    fig.suptitle(f"vtx serve under load, {newest[clients[-1]]['checkpoint']}, {machine}",
+                 fontsize=10)
+    _save(fig, out)
+
+
 # CSV name -> (the columns its plot reads, the plot, the PNG it writes)
 PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], None], str]] = {
     "quickstart.csv": (
@@ -217,6 +245,12 @@ PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], N
          "commit", "date", "command"),
         plot_decoding,
         "decoding_vs_ct2.png",
+    ),
+    "serve_load.csv": (
+        ("machine", "checkpoint", "clients", "lines_per_s", "offline_lines_per_s", "p50_s",
+         "p95_s", "p99_s", "command"),
+        plot_serve_load,
+        "serve_load.png",
     ),
     "wsj_f1_curve.csv": (
         ("run", "machine", "minutes", "dev_f1_beam4", "command"),

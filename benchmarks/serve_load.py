@@ -13,11 +13,11 @@ throughput. Each served line's hypotheses must equal the offline ones (texts and
 
 Prints the machine, the command, throughput (lines/s, requests/s), latency p50/p95/p99, the RSS
 over time, the offline throughput and the ratio, and with --json a last line of JSON with all of
-it. Exit 1 when a served line differs from the offline one. Run it alone on a quiet machine.
+it; `--csv FILE` appends the run's row (benchmarks/results/serve_load.csv, plotted by plot.py). Exit 1 when a served line differs from the offline one. Run it alone on a quiet machine.
 
 Usage: python benchmarks/serve_load.py [--checkpoint PATH] [--input FILE] [--clients 32]
        [--duration 60] [--beam 4] [--lenpen 0.6] [--max-tokens 4096] [--batch-wait-ms 5]
-       [--rss-every 1] [--seed 0] [--json]
+       [--rss-every 1] [--seed 0] [--json] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from translate_speed import cpu_model
+from translate_speed import append_csv, commit, cpu_model, csv_header_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -120,6 +120,27 @@ def offline(checkpoint: Path, lines: list[str], args) -> tuple[dict, float]:
     return records, len(lines) / seconds
 
 
+CSV_COLUMNS = ("machine", "checkpoint", "clients", "seconds", "requests", "lines_per_s",
+               "offline_lines_per_s", "served_over_offline", "p50_s", "p95_s", "p99_s",
+               "rss_first_mib", "rss_last_mib", "rss_max_mib", "identical_lines", "lines",
+               "commit", "date", "command")
+
+
+def csv_row(summary: dict, checkpoint: Path, command: str) -> dict:
+    """The run's row of CSV_COLUMNS."""
+    import datetime
+
+    rss = [mib for _, mib in summary["rss_mib"]]
+    return {**{key: summary[key] for key in ("machine", "clients", "seconds", "requests",
+                                              "lines_per_s", "offline_lines_per_s",
+                                              "served_over_offline", "identical_lines",
+                                              "lines")},
+            "checkpoint": checkpoint.name,
+            **{f"{key}_s": value for key, value in summary["latency_s"].items()},
+            "rss_first_mib": rss[0], "rss_last_mib": rss[-1], "rss_max_mib": max(rss),
+            "commit": commit(), "date": datetime.date.today().isoformat(), "command": command}
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -138,13 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-every", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="a last line of JSON")
+    parser.add_argument("--csv", type=Path, help="append the run's row to this CSV")
     args = parser.parse_args(argv)
+    if args.csv and (error := csv_header_error(args.csv, CSV_COLUMNS)):
+        parser.error(error)  # before the load, not after it
 
     from vtx.serve.process import ServerProcess, request
 
     lines = read_lines(args.input)
     print(f"machine: {cpu_model()}")
-    print(f"command: python benchmarks/serve_load.py {shlex.join(sys.argv[1:])}")
+    given = sys.argv[1:] if argv is None else argv
+    command = f"python benchmarks/serve_load.py {shlex.join(given)}"
+    print(f"command: {command}")
     server = ServerProcess("--checkpoint", args.checkpoint, "--beam", args.beam, "--lenpen",
                            args.lenpen, "--max-tokens", args.max_tokens, "--batch-wait-ms",
                            args.batch_wait_ms, "--max-queue", max(1024, 5 * args.clients))
@@ -184,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['served_over_offline']}")
     print(f"outputs identical to offline: {summary['identical_lines']} of {len(records)} lines"
           + (f"; differing, e.g. {differing[0]!r}" if differing else ""))
+    if args.csv:
+        append_csv(args.csv, [csv_row(summary, args.checkpoint, command)], CSV_COLUMNS)
     if args.json:
         print(json.dumps(summary))
     return 1 if differing else 0

@@ -281,26 +281,28 @@ def print_fastest(measured: list[tuple[Setting, Steady]], vtx: Steady, lines: in
     print(f"vtx / CTranslate2 at its fastest (sentences/s): {ratio:.2f}; {faster} faster")
 
 
-def csv_header_error(path: Path) -> str | None:
-    """Why rows cannot be appended to `path`: a header that is not CSV_COLUMNS; None when they
-    can (or the file is new)."""
+def csv_header_error(path: Path, columns: tuple[str, ...] = CSV_COLUMNS) -> str | None:
+    """Why rows cannot be appended to `path`: its folder is missing, or a header that is not
+    `columns`; None when they can (or the file is new)."""
+    if not path.parent.is_dir():
+        return f"--csv {path}: no folder {path.parent}"
     if not path.exists() or path.stat().st_size == 0:
         return None
     with path.open(newline="", encoding="utf-8") as handle:
         header = tuple(next(csv.reader(handle), ()))
-    if header == CSV_COLUMNS:
+    if header == columns:
         return None
-    return f"--csv {path}: its columns are {','.join(header)}, not {','.join(CSV_COLUMNS)}"
+    return f"--csv {path}: its columns are {','.join(header)}, not {','.join(columns)}"
 
 
-def append_csv(path: Path, rows: list[dict]) -> None:
-    """Append `rows` (CSV_COLUMNS) to `path`, with the header first when it is new or empty."""
+def append_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = CSV_COLUMNS) -> None:
+    """Append `rows` (`columns`) to `path`, with the header first when it is new or empty."""
     new = not path.exists() or path.stat().st_size == 0
     ends_a_line = new or path.read_bytes().endswith(b"\n")
     with path.open("a", newline="", encoding="utf-8") as handle:
         if not ends_a_line:
             handle.write("\n")
-        writer = csv.DictWriter(handle, CSV_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
         if new:
             writer.writeheader()
         writer.writerows(rows)
