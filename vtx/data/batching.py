@@ -75,20 +75,18 @@ class BatchPlan:
                                         policy["step"], log), sides)
 
     @classmethod
-    def from_meta(cls, meta: dict, data: DataDirectory, shaped: DataDir,
-                  splits: tuple[str, ...], train_config: TrainConfig, model_config: ModelConfig,
+    def from_meta(cls, meta: dict, new: "BatchPlan", data: DataDirectory, shaped: DataDir,
+                  splits: tuple[str, ...], train_config: TrainConfig,
                   log: Callable[[str], None]) -> "BatchPlan":
         """The plan of a run resumed from a checkpoint of `meta`: its lengths and packing
         (those of a checkpoint from before the lengths were recorded: the 8 multiples of 8 used
-        then), what a new run would choose (`choose`) said where it differs. The kept lengths are
-        checked against the deterministic pairs of `data`: sampled pairs they do not hold fall
-        back to those.
+        then), what a new run with these flags would use (`new`, `choose`'s) said where it
+        differs. The kept lengths are checked against the deterministic pairs of `data`: sampled
+        pairs they do not hold fall back to those.
 
         Raises:
-            ValueError: --max-tokens cannot hold the longest pair at the kept lengths, or
-                `choose`'s errors.
+            ValueError: --max-tokens cannot hold the longest pair at the kept lengths.
         """
-        new = cls.choose(shaped, splits, train_config, model_config, log)
         kept = cls.recorded(meta)
         boundaries = kept.boundaries or pipeline.bucket_boundaries_for(data, splits)
         if boundaries != new.boundaries:

@@ -1,8 +1,8 @@
 """`vtx train` as a library call: a preprocessed data directory in, checkpoints out.
 
 The story of a run: open the data and the save dir, settle the model (a preset, or a
-fine-tuning's checkpoint), check the flags against the data, build the trainer, plan the batches
-(kept from the checkpoint a run resumes from), resume, and train.
+fine-tuning's checkpoint), check the flags against the data, build the trainer, choose a new
+run's batches, resume (the checkpoint's batches kept), and train.
 """
 
 from __future__ import annotations
@@ -93,13 +93,13 @@ def train(data_dir, save_dir, arch: str | None, overrides: dict, train_config: T
             # Batches cut from the training text sampled anew each epoch where it is
             # (`vtx.data.subword`), from the data as preprocessed otherwise.
             shaped = sampler.shapes_view(model_config.max_positions) if sampler else data
-            plan = (BatchPlan.from_meta(run_dir.newest_meta, data, shaped, splits, train_config,
-                                        model_config, log) if run_dir.resumes
-                    else BatchPlan.choose(shaped, splits, train_config, model_config, log))
+            new_run = BatchPlan.choose(shaped, splits, train_config, model_config, log)
             score_valid = _scorer(trainer, data, eval_metric, eval_options, train_config, log)
             trainer.state.training_data = data.training_data()
-            trainer.resume()
-            trainer.state.batches = plan  # the checkpoint restored records no side lengths
+            trainer.resume()  # first: a checkpoint of another model or vocabulary is refused
+            plan = (BatchPlan.from_meta(run_dir.newest_meta, new_run, data, shaped, splits,
+                                        train_config, log) if run_dir.resumes else new_run)
+            trainer.state.batches = plan
             if finetune_from and trainer.resumed_from is None:
                 finetune.start_from(trainer, finetune_from, start, data)
             del start  # the weights are on the devices: the host's copy is not kept for the run
