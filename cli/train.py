@@ -47,9 +47,8 @@ def _check_profile(steps, max_steps, directory):
 
 
 def _device_names(ctx, param, value):
-    """Click callback of --devices: its comma-separated names (None: the default). An empty
-    value named no device and was taken for the default, every GPU, in silence; an empty item
-    (`/cpu:0,`) was refused only later, as "'' is not a device", exit 1."""
+    """Click callback of --devices: its comma-separated names (None: the default); an empty
+    value, or an empty item (`/cpu:0,`), refused at once as naming no device."""
     if value is None:
         return None
     if not value.strip():
@@ -227,10 +226,9 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
           prefetch, profile, finetune_from, **train_options):
     """Train a Transformer on the binarized data in DATA_DIR (from `vtx preprocess`)."""
     from vtx import config
+    from vtx.training import flag_rules  # no TensorFlow import
 
-    if finetune_from and dry_run:
-        raise click.UsageError("--dry-run builds a preset's model; --finetune-from trains the "
-                               "checkpoint's (leave one out)")
+    _usage(flag_rules.check_command, dry_run, finetune_from, vocab_size, data_dir, save_dir)
     if finetune_from and _given("arch") is None:
         arch = None  # the checkpoint's model; a --arch given must be it
 
@@ -240,14 +238,11 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     if dry_run:
         _dry_run(arch, vocab_size, data_dir, overrides)
         return
-    if vocab_size is not None:  # said, not ignored: training takes the data's vocabulary
-        raise click.UsageError(f"--vocab-size {vocab_size} goes with --dry-run: a run trains on "
-                               f"the data directory's vocabulary")
-    if not data_dir or not save_dir:
-        raise click.UsageError("DATA_DIR and --save-dir are required (or use --dry-run)")
     if profile:
+        from vtx.training.directory import RunDirectory  # no TensorFlow import
+
         _check_profile(profile, train_options["max_steps"],
-                       tensorboard_dir or Path(save_dir) / "profile")
+                       tensorboard_dir or RunDirectory(Path(save_dir)).profile_folder)
     # Until the training loop takes SIGINT over (saving, then exiting 130), Ctrl-C raises
     # KeyboardInterrupt: importing TensorFlow, reading the data, building the model.
     with _interrupted_before_training():
@@ -257,36 +252,20 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             train_options["jit"] = compile_cache.jit_by_default(devices)
             if train_options["jit"]:
                 click.echo("XLA on (nvidia-smi lists a GPU; --no-jit turns it off)", err=True)
+        _usage(flag_rules.check_xla_cache, train_options["jit"], xla_cache_dir)
         if train_options["jit"]:  # before TensorFlow is imported: it reads the flag once
             cache = xla_cache_dir or compile_cache.default_directory(save_dir)
             if cache is not None:
                 click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
-        elif xla_cache_dir:
-            raise click.UsageError("--xla-cache-dir goes with --jit")
-        from vtx.errors import DataError
+        from vtx.errors import DataError, TrainingError
         from vtx.training import run
-        from vtx.errors import TrainingError
 
-        if eval_bleu and eval_gold:
-            raise click.UsageError("--eval-bleu and --eval-f1 exclude each other (one task "
-                                   "metric)")
-        eval_metric = "bleu" if eval_bleu else "f1" if eval_gold else None
-        for flag, value in (("--eval-beam", eval_beam), ("--eval-lenpen", eval_lenpen)):
-            if value is not None and not eval_metric:
-                raise click.UsageError(f"{flag} {value} goes with --eval-bleu or --eval-f1 (the "
-                                       f"search of each validation's metric)")
-        for flag, given in (("--ema-start-step", train_options["ema_start_step"]),
-                            ("--validate-with-ema", train_options["validate_ema"])):
-            if given and train_options["ema_decay"] is None:
-                raise click.UsageError(f"{flag} goes with --ema-decay (the average it acts on)")
-        if train_options["subword_nbest"] is not None and train_options["subword_alpha"] is None:
-            raise click.UsageError("--subword-nbest goes with --subword-alpha (the sampling it "
-                                   "bounds)")
-        if eval_constrain_trees and not eval_gold:
-            raise click.UsageError("--eval-constrain-trees goes with --eval-f1")
         eval_options = {"beam": eval_beam, "lenpen": eval_lenpen}
         if eval_gold:
             eval_options.update(gold_path=eval_gold, constrain_trees=eval_constrain_trees)
+        eval_metric = _usage(flag_rules.eval_metric, eval_bleu, eval_gold)
+        _usage(flag_rules.check_flags, eval_metric, eval_beam, eval_lenpen,
+               eval_constrain_trees, train_options)
         try:
             train_config = config.TrainConfig(
                 jit_compile=train_options.pop("jit"),
@@ -302,6 +281,16 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             raise library_error(error, FLAGS) from error
     if stopped:
         sys.exit(128 + stopped)
+
+
+def _usage(check, *args):
+    """`check(*args)` (a `vtx.training.flag_rules` rule), its refusal a usage error (exit 2)."""
+    from vtx.errors import FlagError
+
+    try:
+        return check(*args)
+    except FlagError as error:
+        raise click.UsageError(str(error)) from error
 
 
 def _given(name):

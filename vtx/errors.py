@@ -46,6 +46,10 @@ class ArgumentError(Templated, ValueError):
     """
 
 
+class FlagError(ValueError):
+    """Flags that do not go together (each named): a command refuses them as a usage error."""
+
+
 class DataError(ValueError):
     """Raised on bad input data; the message names the file (and line), or the setting and value."""
 

@@ -136,7 +136,8 @@ def main() -> None:
     trainer.fit(slow_epoch, make_valid, score_valid)
     if args.scores:
         state = trainer.state
-        print(f"best_score {state.best_score} since_best {state.since_best}", flush=True)
+        print(f"best_score {state.best_score} since_best "
+              f"{state.validations_since_best}", flush=True)
     weights = {f"w{i:04d}": np.asarray(v.numpy()) for i, v in enumerate(trainer.model.variables)}
     out = Path(args.save_dir) / f"final_weights_{trainer.engine.topology.worker_index}.npz"
     np.savez(out, **weights)

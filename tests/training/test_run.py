@@ -10,35 +10,36 @@ import pytest
 from vtx import checkpoints, config, manifest
 from vtx.errors import ArchitectureError
 from vtx.training import run
+from vtx.training.directory import CONFIG_FILE, RunDirectory
 
 
 def test_a_save_dir_of_another_model_is_refused_naming_config_json_and_the_fields(tmp_path):
     tiny = config.preset("tiny", vocab_size=100)
-    run.check_run_config(tmp_path, tiny)  # no config.json yet: anything goes
-    run.write_run_config(tmp_path, tmp_path, "tiny", tiny, config.TrainConfig())
-    run.check_run_config(tmp_path, tiny)
+    RunDirectory(tmp_path).check_config(tiny)  # no config.json yet: anything goes
+    RunDirectory(tmp_path).write_config(tmp_path, "tiny", tiny, config.TrainConfig())
+    RunDirectory(tmp_path).check_config(tiny)
     wider = dataclasses.replace(tiny, d_ff=64)
     with pytest.raises(ArchitectureError,
                        match=r"config.json holds a different architecture \(d_ff 128, expected "
                              r"64\); use a new --save-dir or the same model flags"):
-        run.check_run_config(tmp_path, wider)
+        RunDirectory(tmp_path).check_config(wider)
 
 
 def test_an_unreadable_config_json_is_named(tmp_path):
-    (tmp_path / run.CONFIG_FILE).write_text("{")
+    (tmp_path / CONFIG_FILE).write_text("{")
     with pytest.raises(ValueError, match="config.json: not valid JSON"):
-        run.check_run_config(tmp_path, config.preset("tiny"))
+        RunDirectory(tmp_path).check_config(config.preset("tiny"))
 
 
 @pytest.mark.parametrize("text,found", [("[]", "[]"), ('{"model": [1]}', "its model [1]"),
                                         ('{"arch": "tiny"}', "its model None")])
 def test_a_config_json_that_is_not_vtx_trains_is_named_not_a_traceback(tmp_path, text, found):
     """Was an AttributeError or TypeError traceback."""
-    (tmp_path / run.CONFIG_FILE).write_text(text)
+    (tmp_path / CONFIG_FILE).write_text(text)
     with pytest.raises(ValueError) as refused:
-        run.check_run_config(tmp_path, config.preset("tiny"))
+        RunDirectory(tmp_path).check_config(config.preset("tiny"))
     assert str(refused.value) == (
-        f"{tmp_path / run.CONFIG_FILE}: not the configuration `vtx train` writes ({found}, not "
+        f"{tmp_path / CONFIG_FILE}: not the configuration `vtx train` writes ({found}, not "
         f"a JSON object of the model's settings); move it away to start over")
 
 
@@ -168,14 +169,15 @@ def test_subword_sampling_resumed_mid_epoch_ends_on_the_weights_of_the_straight_
                     for folder in (resumed, tmp_path / "straight"))
     for mine, straight in zip(ours.model, theirs.model):
         np.testing.assert_array_equal(mine, straight)
-    assert json.loads((resumed / run.CONFIG_FILE).read_text())["train"]["subword_alpha"] == 0.1
+    assert json.loads((resumed / CONFIG_FILE).read_text())["train"]["subword_alpha"] == 0.1
     assert not list(resumed.glob(".subword*"))  # the epochs' folder goes with the process
 
 
 def test_subword_sampling_trains_on_sampled_pairs_and_validates_on_the_preprocessed(
         subword_data, tmp_path):
     from vtx.config import EOS_ID, PAD_ID
-    from vtx.data import pipeline
+    from vtx.data import pipeline, subword
+    from vtx.data.batching import BatchPlan
     from vtx.data.directory import DataDirectory
 
     data = DataDirectory.open(subword_data)
@@ -190,12 +192,12 @@ def test_subword_sampling_trains_on_sampled_pairs_and_validates_on_the_preproces
         return sorted(tuple(target) + (EOS_ID,)
                       for _, target in pipeline.split_pairs(directory, split))
 
-    with run._subword_sampling(data, train_config, tmp_path, lambda line: None) as sampler:
+    with subword.sampling(data, train_config, tmp_path, lambda line: None) as sampler:
         view = sampler.shapes_view(max_positions=256)
         boundaries = pipeline.bucket_boundaries_for(view, splits, max_tokens=1024)
         sides = pipeline.side_lengths_for(view, splits, boundaries)
-        make_epoch, make_valid = run._batch_readers(data, train_config, boundaries, sides, None,
-                                                    1, 0, sampler, 256)
+        make_epoch, make_valid = BatchPlan(boundaries, None, sides).readers(
+            data, train_config, 1, 0, sampler, 256)
         assert targets(make_valid()) == stored(data, "valid")
         trained = targets(make_epoch(0, 0))
         assert trained == stored(sampler.epoch(0, lambda s, t: s >= 0), "train")

@@ -87,7 +87,7 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
     import errno
 
     from vtx.errors import TrainingError
-    from vtx.training.checkpointing import LOCK_FILE
+    from vtx.training.directory import LOCK_FILE
 
     save = np.savez
 
@@ -854,7 +854,7 @@ def test_the_smoothing_warning_is_only_where_a_smoothed_best_loss_is_compared():
 HOLD_THE_LOCK = """
 import sys, time
 from pathlib import Path
-from vtx.training.checkpointing import lock_save_dir, say_holder
+from vtx.training.directory import lock_save_dir, say_holder
 lock_save_dir(Path(sys.argv[1]))
 say_holder(Path(sys.argv[1]))
 print("held", flush=True)
@@ -872,7 +872,7 @@ def test_a_second_run_in_a_save_dir_in_use_is_refused_naming_the_first(tmp_path)
     import sys
 
     from vtx.errors import TrainingError
-    from vtx.training.checkpointing import LOCK_FILE
+    from vtx.training.directory import LOCK_FILE
 
     make_trainer(tmp_path, max_steps=2).fit(epoch_maker(PAIRS, 4))
     holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)],

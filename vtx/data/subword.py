@@ -26,6 +26,7 @@ What an epoch's encoding costs: docs/results.md, subword regularization.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -190,3 +191,29 @@ class SubwordSampler:
             match = EPOCH_FOLDER.fullmatch(path.name)
             if match and int(match.group(1)) not in keep:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sampling(data: DataDirectory, train_config, save_dir: Path, log: Callable[[str], None]):
+    """A training run's `SubwordSampler` (`train_config.subword_alpha`, a `TrainConfig`'s; None
+    without), writing its epochs into a folder of this process's own in `save_dir`, removed
+    when the block ends.
+
+    Raises:
+        DataError: the data directory keeps no training text.
+        ArgumentError: a setting its vocabulary's type refuses.
+    """
+    if train_config.subword_alpha is None:
+        yield None
+        return
+    check_sampling(data, train_config.subword_alpha, train_config.subword_nbest)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    with atomic.scratch_directory(save_dir / "subword") as folder:
+        sampler = SubwordSampler(data, train_config.subword_alpha, train_config.subword_nbest,
+                                 train_config.seed, folder, log)
+        nbest = train_config.subword_nbest
+        log(f"subword regularization: each epoch the training text segmented anew "
+            f"({'BPE-dropout' if sampler.model_type == 'bpe' else 'unigram sampling'}, alpha "
+            f"{train_config.subword_alpha:g}"
+            f"{f', among the {nbest} best' if nbest else ''}); validation as preprocessed")
+        yield sampler

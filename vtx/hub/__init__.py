@@ -13,7 +13,8 @@ Importing this package registers the classes with Keras, which `from_preset` nee
 """
 
 from vtx.hub.backbone import TransformerBackbone
-from vtx.hub.preset import check_preset, load_preset
+from vtx.hub.check import check_preset
+from vtx.hub.preset import load_preset
 from vtx.hub.preprocessor import TransformerSeq2SeqLMPreprocessor
 from vtx.hub.seq2seq_lm import TransformerSeq2SeqLM
 from vtx.hub.tokenizer import TransformerTokenizer

@@ -25,12 +25,12 @@ class TransformerTokenizer(SentencePieceTokenizer):
         super().__init__(proto=proto, **kwargs)
 
     def load_preset_assets(self, preset):
-        """keras-hub's, once the preset is checked (`vtx.hub.preset.check_preset`): its
+        """keras-hub's, once the preset is checked (`vtx.hub.check.check_preset`): its
         `from_preset` calls this before it reads the weights, so that keras-hub's own loading
         refuses a preset that is not whole too."""
         from pathlib import Path
 
-        from vtx.hub.preset import check_preset
+        from vtx.hub.check import check_preset
 
         if Path(preset).is_dir():  # a local preset (a hub's handle is checked by its hub)
             check_preset(preset)

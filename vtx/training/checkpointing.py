@@ -1,8 +1,9 @@
 """The trainer's checkpoints: what one holds, writing it, loading it back with its checks and
 warnings, and resuming a run from the newest one that loads (damaged ones set aside).
 
-`Checkpointer` reads and writes the engine's variables (`engine.py`) and the run state
-(`state.py`); the file format is `vtx.checkpoints`; when checkpoints are written is `loop.py`'s.
+`Checkpointer` writes and restores what the engine says a checkpoint holds of it
+(`UpdateEngine.checkpoint_arrays`, `engine.py`) and the run state (`state.py`); the file format
+is `vtx.checkpoints`; when checkpoints are written is `loop.py`'s.
 """
 
 from __future__ import annotations
@@ -13,62 +14,18 @@ from typing import Callable
 
 import numpy as np
 
-from vtx import checkpoints, locking
+from vtx import checkpoints
 from vtx.config import ModelConfig, TrainConfig
 from vtx.data.vocab import Vocabulary, differing_pieces
 from vtx.errors import (ArchitectureError, CheckpointError, DataError, TrainingError,
                         disk_full)
+from vtx.training.directory import RunDirectory
 from vtx.training.distribute import Collectives, Topology
 from vtx.training.engine import UpdateEngine
 from vtx.training.precision import AUTO
 from vtx.training.schedule import paper_learning_rate
 from vtx.training.state import RunState
 from vtx.training.stream import BatchStream
-
-
-# The file `vtx train` holds an exclusive lock on (`vtx.locking`) while it writes its save dir; it
-# says which process holds it. The OS releases the lock when that process ends, however it ends.
-LOCK_FILE = ".vtx-train.lock"
-
-
-def lock_save_dir(save_dir: Path) -> bool:
-    """Hold the save dir's lock for this process (again: nothing to do).
-
-    Returns:
-        False where no lock can be taken (a filesystem without locks, a read-only save dir:
-        the run goes on without one), else True.
-
-    Raises:
-        TrainingError: another process holds it (the holder its lock file names).
-    """
-    try:
-        return locking.acquire(Path(save_dir) / LOCK_FILE)
-    except locking.Held as held:
-        raise TrainingError(
-            f"{save_dir} is being written by another `vtx train` ({held.holder or 'starting'}; "
-            f"{held.path} is its lock): one run writes a save dir at a time, or their "
-            f"checkpoints and history mix; wait for it to end, stop it, or use another "
-            f"--save-dir") from None
-
-
-def say_holder(save_dir: Path) -> None:
-    """Write into the held lock file which process holds it (for a refused run to name)."""
-    locking.say_holder(Path(save_dir) / LOCK_FILE)
-
-
-def unlock_save_dir(save_dir: Path) -> None:
-    """Release the save dir's lock, where this process holds it."""
-    locking.release(Path(save_dir) / LOCK_FILE)
-
-
-def recorded_precision(save_dir) -> tuple[str, str] | None:
-    """(precision, checkpoint) recorded by the newest checkpoint of `save_dir` whose meta reads."""
-    for path in reversed(checkpoints.list_checkpoints(save_dir)):
-        meta = checkpoints.read_meta(path)
-        if meta and isinstance(meta.get("train_config"), dict):
-            precision = meta["train_config"].get("precision")
-            return (precision, str(path)) if isinstance(precision, str) else None
-    return None
 
 
 class Checkpointer:
@@ -78,7 +35,7 @@ class Checkpointer:
 
     Args:
         engine: the model and optimizer whose variables a checkpoint holds.
-        save_dir: where checkpoint_<step>.npz are written.
+        run_dir: the save dir, where checkpoint_<step>.npz are written.
         topology, collectives: the workers (only the chief writes; positions are gathered).
         log: receives the resume's lines and warnings.
         vocab: serialized SentencePiece model stored in every checkpoint (None: taken from the
@@ -88,10 +45,10 @@ class Checkpointer:
         clock: seconds from an arbitrary origin: the run's wall time kept in checkpoints.
     """
 
-    def __init__(self, engine: UpdateEngine, save_dir, topology: Topology,
+    def __init__(self, engine: UpdateEngine, run_dir: RunDirectory, topology: Topology,
                  collectives: Collectives, log: Callable[[str], None], vocab: bytes | None,
                  requested_precision: str, clock: Callable[[], float]):
-        self.engine, self.save_dir = engine, Path(save_dir)
+        self.engine, self.run_dir, self.save_dir = engine, run_dir, run_dir.path
         self.model_config: ModelConfig = engine.model_config
         self.config: TrainConfig = engine.config
         self.topology, self.collectives, self.log = topology, collectives, log
@@ -117,11 +74,11 @@ class Checkpointer:
         if not self.topology.is_chief:
             return None
         path = checkpoints.checkpoint_path(self.save_dir, state.step)
+        model, optimizer, ema = self.engine.checkpoint_arrays()
         try:
             checkpoints.save(path, checkpoints.Checkpoint(
-                model=[np.asarray(v.numpy()) for v in self.engine.model.variables],
-                optimizer=[np.asarray(v.numpy()) for v in self.engine.optimizer.variables],
-                meta=self._meta(state), vocab=self.vocab, ema=self._ema_arrays()))
+                model=model, optimizer=optimizer, meta=self._meta(state), vocab=self.vocab,
+                ema=ema))
         except OSError as error:
             if not disk_full(error):
                 raise
@@ -137,30 +94,18 @@ class Checkpointer:
                 old.unlink(missing_ok=True)
         return path
 
-    def _ema_arrays(self) -> list | None:
-        """The checkpoint's EMA entries (`checkpoints.Checkpoint.ema`): the engine's averages
-        for the trainable variables, the model's own values for the others; None without."""
-        if self.engine.ema is None:
-            return None
-        averages = iter(self.engine.ema.arrays())
-        return [next(averages) if v.trainable else np.asarray(v.numpy())
-                for v in self.engine.model.variables]
-
-    def _restore_ema(self, path, checkpoint: checkpoints.Checkpoint) -> str | None:
-        """Load the checkpoint's EMA into the engine's; a warning where one of them has none
-        (a run given --ema-decay, or not, on resuming), or their decays differ."""
-        ema, saved = self.engine.ema, (checkpoint.meta.get("train_config") or {})
-        if ema is None:
+    def _ema_warning(self, path, checkpoint: checkpoints.Checkpoint) -> str | None:
+        """A warning where the checkpoint or this run has no EMA of the weights (a run given
+        --ema-decay, or not, on resuming), or their decays differ."""
+        saved = checkpoint.meta.get("train_config") or {}
+        if not self.engine.keeps_ema:
             return (None if checkpoint.ema is None else
                     f"warning: {path} holds an EMA of the weights, which this run (without "
                     f"--ema-decay) does not keep: its checkpoints hold none; --ema-decay "
                     f"{saved.get('ema_decay')} keeps it")
         if checkpoint.ema is None:
-            ema.follow_weights()
             return (f"warning: {path} holds no EMA of the weights (trained without "
                     f"--ema-decay): this run's EMA starts from its weights")
-        ema.assign([array for array, variable in zip(checkpoint.ema, self.engine.model.variables)
-                    if variable.trainable])
         if saved.get("ema_decay") != self.config.ema_decay:
             return (f"warning: resumed with --ema-decay {self.config.ema_decay:g} (the "
                     f"checkpoint's run: {saved.get('ema_decay')}): the EMA goes on from the "
@@ -192,9 +137,9 @@ class Checkpointer:
                 f"{_count(saved_workers, 'worker')} (TF_CONFIG's cluster), or use another "
                 f"--save-dir")
         saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
-        for variables, arrays in ((self.engine.model.variables, checkpoint.model),
-                                  (self.engine.optimizer.variables, checkpoint.optimizer)):
-            if [tuple(v.shape) for v in variables] != [a.shape for a in arrays]:
+        for shapes, arrays in zip(self.engine.checkpoint_shapes(),
+                                  (checkpoint.model, checkpoint.optimizer)):
+            if shapes != [a.shape for a in arrays]:
                 if saved_precision and saved_precision != self.config.precision:
                     # mixed_float16's loss scaling adds optimizer variables the others lack
                     raise TrainingError(
@@ -202,9 +147,9 @@ class Checkpointer:
                         f"{self.config.precision}, whose optimizer state differs: resume with "
                         f"--precision {saved_precision}, or use another --save-dir")
                 raise TrainingError(f"{path}: variable shapes do not match this model")
-            for variable, array in zip(variables, arrays):
-                variable.assign(array)
-        ema_warning = self._restore_ema(path, checkpoint)
+        self.engine.load_checkpoint_arrays(checkpoint.model, checkpoint.optimizer,
+                                           checkpoint.ema)
+        ema_warning = self._ema_warning(path, checkpoint)
         meta = checkpoint.meta
         state.load_meta(meta)
         if self.vocab is None:
@@ -231,15 +176,10 @@ class Checkpointer:
         Raises:
             TrainingError: its variables' shapes are not this model's.
         """
-        model = self.engine.model.variables
-        if [tuple(v.shape) for v in model] != [a.shape for a in start.model]:
+        if self.engine.checkpoint_shapes()[0] != [a.shape for a in start.model]:
             raise TrainingError(f"--finetune-from {path}: its variables' shapes are not those of "
                                 f"this run's model")
-        for variable, array in zip(model, start.model):
-            if np.issubdtype(array.dtype, np.floating):
-                variable.assign(array)
-        if self.engine.ema is not None:
-            self.engine.ema.follow_weights()
+        self.engine.load_weights(start.model)
         state.finetuned_from = str(path)
         self.log(f"fine-tuning from {path} (step {start.meta.get('step')}): its weights, a "
                  f"fresh optimizer and learning-rate schedule, the data from its start")
@@ -286,7 +226,7 @@ class Checkpointer:
         was made (the epoch moves on when its next batch is asked for)."""
         flags = [("seed", "--seed"), ("subword_alpha", "--subword-alpha"),
                  ("subword_nbest", "--subword-nbest")]
-        if not state.packed_shapes:
+        if not (state.batches and state.batches.packed):
             flags.append(("max_tokens", "--max-tokens"))
         # A checkpoint of a run from before subword sampling was kept sampled nothing.
         saved = {"subword_alpha": None, "subword_nbest": None, **saved}
@@ -325,7 +265,7 @@ class Checkpointer:
                 the workers resumed at different steps.
         """
         if self.topology.is_chief and self.save_dir.is_dir():
-            self.lock()
+            self.run_dir.lock(self.log)
         self._resume_newest(state)
         refusal = self._start_over_refusal() if self.resumed_from is None else None
         best = self.save_dir / checkpoints.BEST_NAME
@@ -396,13 +336,6 @@ class Checkpointer:
                 f"first to keep it; --finetune-from {best} there trains on from its weights, with a "
                 f"fresh optimizer and schedule), or move {best.name} out of {self.save_dir} to "
                 f"start over here")
-
-    def lock(self) -> None:
-        """Hold the save dir's lock while this process trains (`lock_save_dir`); where none can
-        be taken that is said and the run goes on."""
-        if not lock_save_dir(self.save_dir):
-            self.log(f"warning: {self.save_dir} cannot be locked (read-only, or a filesystem "
-                     f"without locks): make sure no other run writes it")
 
     def _set_aside(self, path: Path, error: CheckpointError) -> None:
         if not self.topology.is_chief:  # the chief renames it (workers may share the save dir)

@@ -10,19 +10,18 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
 from vtx.config import PAD_ID
+from vtx.data.batching import format_shape
 from vtx.data.packing import PACKED_KEYS
 from vtx.errors import TrainingError, disk_full, out_of_device_memory, tf_message
 from vtx.training import compile_cache
 from vtx.training.distribute import Topology, peer_failure
-
-if TYPE_CHECKING:  # the engine imports `format_shape` from here
-    from vtx.training.engine import UpdateEngine
+from vtx.training.engine import UpdateEngine
 
 
 class ShapeCompiler:
@@ -37,7 +36,7 @@ class ShapeCompiler:
         stop_signal: the stop signal received so far, or None (the loop's handler sets it).
     """
 
-    def __init__(self, engine: "UpdateEngine", topology: Topology, log: Callable[[str], None],
+    def __init__(self, engine: UpdateEngine, topology: Topology, log: Callable[[str], None],
                  clock: Callable[[], float], stop_signal: Callable[[], int | None]):
         self.engine, self.config = engine, engine.config
         self.topology, self.collectives = topology, engine.collectives
@@ -70,8 +69,7 @@ class ShapeCompiler:
         if shapes:  # before the passes, which may run at once (the first would trace alone)
             self.engine.trace_for_any_shape(self.all_pad_batches(shapes[0], packed))
         started, done, crowded = self.clock(), 0, []
-        seeds = [(variable, variable.numpy())
-                 for variable in self.engine.model.non_trainable_variables]
+        seeds = self.engine.random_state()
 
         def report(shape, seconds, note=""):
             nonlocal done
@@ -119,8 +117,7 @@ class ShapeCompiler:
                     report(shape, self._compile_pass(shape, packed), ", run again alone (out "
                            "of memory beside the others)")
         self.engine.reset()
-        for variable, value in seeds:
-            variable.assign(value)
+        self.engine.restore_random_state(seeds)
         signum = self.stop_signal()
         by = f"signal {signum}" if signum else "a signal to another worker"
         left = f": stopped by {by}, {len(shapes) - done} of {len(shapes)} left" if (
@@ -189,12 +186,6 @@ def _all_pad_batch(shape: tuple[int, int, int], packed: bool) -> dict:
         batch.update({key: np.zeros((rows, source if key.startswith("source") else target),
                                     np.int32) for key in PACKED_KEYS})
     return batch
-
-
-def format_shape(shape: tuple[int, int, int]) -> str:
-    """rows x length, or rows x source length x target length when the sides differ."""
-    rows, source, target = shape
-    return f"{rows}x{source}" if source == target else f"{rows}x{source}x{target}"
 
 
 def compile_workers(requested: int, shapes: int, replicas: int,

@@ -27,11 +27,11 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.config import PAD_ID, ModelConfig, TrainConfig
+from vtx.data.batching import format_shape
 from vtx.data.packing import PACKED_KEYS
 from vtx.errors import TrainingError, out_of_device_memory
 from vtx.models import transformer
 from vtx.training.adam import FusedAdam
-from vtx.training.compiling import format_shape
 from vtx.training.distribute import SUM, Collectives, Topology
 from vtx.training.ema import WeightAverage
 from vtx.training.loss import label_smoothed_loss
@@ -133,7 +133,7 @@ class UpdateEngine:
         self.prefetch = prefetch
         # (checkpoint, packed batch shapes) of a resumed packed run, whose shapes --max-tokens
         # cannot change: an out-of-memory error then says so (`out_of_memory`).
-        self.resumed_packed: tuple[Path, list] | None = None
+        self._resumed_packed: tuple[Path, list] | None = None
         # The longest target row of each update launched and not yet counted by the loop,
         # oldest first (at most two are in flight; the bound keeps callers that never count,
         # such as benchmarks, from growing it).
@@ -333,9 +333,10 @@ class UpdateEngine:
         if self._weighted_program is not None:
             earlier = self._accumulators[0].read_value() if self._accumulators else None
             summed = across(self._weighted_program(batch, earlier))
-            # Checked once summed: a non-finite element of any replica's makes the sum's (each
-            # replica's check in its program took base's layout at width 512 40 ms more an
-            # update on XLA:CPU, whose reductions are slow). Adam splits off the gradients.
+            # Checked once summed: a non-finite element of any replica's makes the sum's, so one
+            # check serves every replica (a check in each replica's program is one more
+            # reduction over the gradients, and XLA:CPU's reductions are slow). Adam splits off
+            # the gradients.
             return tf.concat([summed[:3], [_nonfinite([summed])]], 0), summed
         sums, grads = self._gradient_fn(batch)
         grads = [_float32(grad) for grad in grads]
@@ -403,6 +404,88 @@ class UpdateEngine:
 
         return self.strategy.reduce(SUM, self.strategy.run(replica, args=(batch,)), axis=None)
 
+    # ---- what a checkpoint holds of the engine ----
+
+    def checkpoint_arrays(self) -> tuple[list, list, list | None]:
+        """(model, optimizer, ema) arrays a checkpoint keeps (`vtx.checkpoints.Checkpoint`):
+        every model and optimizer variable, and with --ema-decay the averages of the trainable
+        variables beside the model's own values of the others (None without)."""
+        model = [np.asarray(v.numpy()) for v in self.model.variables]
+        optimizer = [np.asarray(v.numpy()) for v in self.optimizer.variables]
+        if self.ema is None:
+            return model, optimizer, None
+        averages = iter(self.ema.arrays())
+        ema = [next(averages) if v.trainable else array
+               for v, array in zip(self.model.variables, model)]
+        return model, optimizer, ema
+
+    def checkpoint_shapes(self) -> tuple[list[tuple], list[tuple]]:
+        """The shapes of the model's and of the optimizer's variables, in checkpoint order."""
+        return ([tuple(v.shape) for v in self.model.variables],
+                [tuple(v.shape) for v in self.optimizer.variables])
+
+    @property
+    def keeps_ema(self) -> bool:
+        """Whether the run keeps a moving average of the weights (--ema-decay)."""
+        return self.ema is not None
+
+    def load_checkpoint_arrays(self, model: list, optimizer: list, ema: list | None) -> None:
+        """Take a checkpoint's arrays (`checkpoint_arrays`' order and shapes, checked by the
+        caller); `ema` None: the average (where kept) starts from the weights."""
+        for variables, arrays in ((self.model.variables, model),
+                                  (self.optimizer.variables, optimizer)):
+            for variable, array in zip(variables, arrays):
+                variable.assign(array)
+        if self.ema is None:
+            return
+        if ema is None:
+            self.ema.follow_weights()
+        else:
+            self.ema.assign([array for array, variable in zip(ema, self.model.variables)
+                             if variable.trainable])
+
+    def load_weights(self, model: list) -> None:
+        """Take the floating-point model variables of a checkpoint's `model` arrays (a
+        fine-tuning's start; shapes checked by the caller); the optimizer and the dropout's
+        random state stay fresh, the average (where kept) starts from the weights."""
+        for variable, array in zip(self.model.variables, model):
+            if np.issubdtype(array.dtype, np.floating):
+                variable.assign(array)
+        if self.ema is not None:
+            self.ema.follow_weights()
+
+    def keep_packed_shapes(self, checkpoint: Path, shapes: list) -> None:
+        """Say that this run resumed from `checkpoint` keeps its packed batch `shapes`
+        whatever --max-tokens says: an out-of-memory error then advises accordingly."""
+        self._resumed_packed = (checkpoint, shapes)
+
+    @contextlib.contextmanager
+    def validated_weights(self, averaged: bool):
+        """Within it the model holds the averaged weights where `averaged` (--validate-with-ema;
+        swapped back after it, exactly), else its own."""
+        with self.ema.swapped() if averaged else contextlib.nullcontext():
+            yield
+
+    def random_state(self) -> list:
+        """The model's non-trainable variables' values (the dropout layers' seeds), which every
+        pass through the update advances: `restore_random_state` puts them back."""
+        return [variable.numpy() for variable in self.model.non_trainable_variables]
+
+    def restore_random_state(self, values: list) -> None:
+        """Put back the values `random_state` returned."""
+        for variable, value in zip(self.model.non_trainable_variables, values):
+            variable.assign(value)
+
+    def take_launched_length(self) -> int | None:
+        """The longest target row of the oldest update launched and not yet taken (None: with
+        several workers, or none recorded), for the loop's divergence watch."""
+        return self.launched_lengths.popleft() if self.launched_lengths else None
+
+    def forget_launched(self) -> None:
+        """Drop the lengths of updates launched outside the training loop (never read by it)."""
+        self.launched_lengths.clear()
+
+    # ---- host side ----
     # ---- host side ----
 
     def set_cooldown(self, window: tuple[int, int] | None) -> None:
@@ -518,10 +601,10 @@ class UpdateEngine:
                            f"{tuple(b['target_in'].shape)}" for b in batches)
         on = f" on a {kind + ' ' if kind else ''}batch of {shapes}" if shapes else ""
         what = f"out of memory{on}"
-        if self.resumed_packed is not None:
-            # A resumed run keeps its checkpoint's packed rows (run.py): --max-tokens cannot
-            # shrink them without moving the data position.
-            resumed_from, shapes = self.resumed_packed
+        if self._resumed_packed is not None:
+            # A resumed run keeps its checkpoint's packed rows (`BatchPlan.from_meta`):
+            # --max-tokens cannot shrink them without moving the data position.
+            resumed_from, shapes = self._resumed_packed
             kept = " + ".join(format_shape(shape) for shape in shapes)
             return TrainingError(
                 f"{what}; this run resumed from {resumed_from} and keeps its packed batch "

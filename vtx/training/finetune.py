@@ -20,6 +20,7 @@ from vtx.errors import CheckpointError, DataError
 
 if TYPE_CHECKING:
     from vtx.data.directory import DataDirectory
+    from vtx.training.directory import RunDirectory
 
 # The model's shape, which the checkpoint's weights fix, and the flags of `vtx train` that set it.
 SIZE_FLAGS = {"num_layers": "--layers", "d_model": "--d-model", "d_ff": "--d-ff",
@@ -44,19 +45,52 @@ def load_start(path: str | Path) -> checkpoints.Checkpoint:
         raise ValueError(f"--finetune-from: {error}") from error
 
 
-def resumed_model_config(save_dir: Path, finetune_from: str | Path,
+def resumed_model_config(run_dir: "RunDirectory", finetune_from: str | Path,
                          log: Callable[[str], None]) -> tuple[dict, Path] | None:
     """(model configuration, the checkpoint it was read from) of the newest checkpoint of
-    `save_dir` whose meta reads, where the save dir holds checkpoints: the run resumes from them
+    `run_dir` whose meta reads, where the save dir holds checkpoints: the run resumes from them
     and `--finetune-from` is ignored (said). None where it holds none that reads."""
-    for path in reversed(checkpoints.list_checkpoints(save_dir)):
-        meta = checkpoints.read_meta(path)
-        if meta and isinstance(meta.get("model_config"), dict):
-            log(f"warning: --finetune-from {finetune_from} ignored: {save_dir} holds checkpoints "
-                f"(the newest {path.name}), so this run resumes from them; a fine-tuning "
-                f"killed there goes on exactly (another --save-dir starts a new fine-tuning)")
-            return meta["model_config"], path
-    return None
+    meta = run_dir.newest_meta
+    if not (meta and isinstance(meta.get("model_config"), dict)):
+        return None
+    log(f"warning: --finetune-from {finetune_from} ignored: {run_dir} holds checkpoints (the "
+        f"newest {run_dir.newest.name}), so this run resumes from them; a fine-tuning killed "
+        f"there goes on exactly (another --save-dir starts a new fine-tuning)")
+    return meta["model_config"], run_dir.newest
+
+
+def model_and_start(run_dir: "RunDirectory", finetune_from: str | Path, data: "DataDirectory",
+                    arch: str | None, overrides: dict, log: Callable[[str], None]
+                    ) -> tuple[ModelConfig, checkpoints.Checkpoint | None]:
+    """(the model configuration, the checkpoint to start from) of a fine-tuning run: the model of
+    `finetune_from`, or where the save dir holds checkpoints (the run resumes from them) of its
+    newest, whose start is then not read (None).
+
+    Raises:
+        ValueError: the checkpoint does not load, --arch or a size flag disagrees with its
+            model, or the data's vocabulary is not its.
+    """
+    resumed = resumed_model_config(run_dir, finetune_from, log)
+    if resumed is not None:
+        return model_config(*resumed, arch, overrides), None
+    start = load_start(finetune_from)
+    check_vocabulary(start, finetune_from, data)
+    return model_config(start.meta["model_config"], finetune_from, arch, overrides), start
+
+
+def start_from(trainer, finetune_from: str | Path, start: checkpoints.Checkpoint | None,
+               data: "DataDirectory") -> None:
+    """Load the weights of `start`, the checkpoint `finetune_from`, into a `Trainer` that
+    resumed nothing; read now where `model_and_start` left it (None: the save dir's checkpoints
+    were listed, but none loaded).
+
+    Raises:
+        ValueError: it does not load, or the data's vocabulary is not its.
+    """
+    if start is None:
+        start = load_start(finetune_from)
+        check_vocabulary(start, finetune_from, data)
+    trainer.start_from(start, finetune_from)
 
 
 def model_config(source: dict, where: str | Path, arch: str | None,

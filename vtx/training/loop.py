@@ -12,15 +12,15 @@ import contextlib
 import dataclasses
 import math
 import signal
-from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
 from vtx import atomic, checkpoints, stop
 from vtx.errors import SearchInterrupted, TrainingError
-from vtx.training.checkpointing import Checkpointer, say_holder, unlock_save_dir
+from vtx.training.checkpointing import Checkpointer
 from vtx.training.compiling import ShapeCompiler
+from vtx.training.directory import RunDirectory
 from vtx.training.distribute import peer_failure
 from vtx.training.engine import UpdateEngine
 from vtx.training.profile import StepProfiler
@@ -63,7 +63,7 @@ class TrainingLoop:
         checkpointer: writes and resumes the run's checkpoints.
         compiler: compiles the update for every batch shape before the first (with XLA).
         state: the run state, resumed and saved with every checkpoint.
-        save_dir: checkpoints, history and learning curve.
+        run_dir: the save dir: checkpoints, history and learning curve.
         log: receives progress lines.
         clock: seconds from an arbitrary origin, for the time budget, the save cadence and the
             progress lines (tests pass a fake one).
@@ -78,14 +78,15 @@ class TrainingLoop:
     """
 
     def __init__(self, engine: UpdateEngine, checkpointer: Checkpointer, compiler: ShapeCompiler,
-                 state: RunState, save_dir, log: Callable[[str], None],
+                 state: RunState, run_dir: RunDirectory, log: Callable[[str], None],
                  clock: Callable[[], float], launch_ahead: bool = True, prefetch: int = 2,
                  tensorboard_dir: str | None = None, profiler: StepProfiler | None = None):
         self.engine, self.checkpointer, self.compiler, self.state = (engine, checkpointer,
                                                                      compiler, state)
         self.config, self.topology, self.collectives = (engine.config, engine.topology,
                                                         engine.collectives)
-        self.save_dir, self.log, self.clock = Path(save_dir), log, clock
+        self.run_dir, self.save_dir = run_dir, run_dir.path
+        self.log, self.clock = log, clock
         self.launch_ahead, self.prefetch = launch_ahead, prefetch
         self._tensorboard_dir, self._profiler = tensorboard_dir, profiler
         self.stop_signal: int | None = None  # received by the handlers `fit` sets
@@ -98,8 +99,9 @@ class TrainingLoop:
         self._resumed = True
         self.checkpointer.resume(self.state)
         resumed_from = self.checkpointer.resumed_from
-        if self.state.packed_shapes and resumed_from is not None:
-            self.engine.resumed_packed = (resumed_from, self.state.packed_shapes)
+        packed = self.state.batches.packed if self.state.batches else None
+        if packed and resumed_from is not None:
+            self.engine.keep_packed_shapes(resumed_from, packed)
 
     def _request_stop(self, signum, frame) -> None:
         self.stop_signal = signum
@@ -152,8 +154,8 @@ class TrainingLoop:
             self.resume()
         self.save_dir.mkdir(parents=True, exist_ok=True)
         if self.topology.is_chief:
-            self.checkpointer.lock()  # held since `resume` where the save dir existed
-            say_holder(self.save_dir)
+            self.run_dir.lock(self.log)  # held since `resume` where the save dir existed
+            self.run_dir.say_holder()
             for path, size in atomic.remove_stale_temporaries(self.save_dir):
                 self.log(f"removed {path} ({size / 2**20:.1f} MiB): a write interrupted when "
                          f"an earlier run was killed")
@@ -171,7 +173,8 @@ class TrainingLoop:
                 # Before the progress clock starts: compiling is not training (tokens/s, ETA).
                 self.compiling = True
                 try:
-                    self.compiler.compile_shapes(shapes, bool(self.state.packed_shapes))
+                    packed = bool(self.state.batches and self.state.batches.packed)
+                    self.compiler.compile_shapes(shapes, packed)
                 finally:
                     self.compiling = False
                 # Compiling takes minutes on a GPU: a stop signal received meanwhile stops now.
@@ -193,7 +196,7 @@ class TrainingLoop:
             if self._profiler:
                 self._profiler.stop(self.state.step)
             stream.close()
-            unlock_save_dir(self.save_dir)
+            self.run_dir.unlock()
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
@@ -206,11 +209,12 @@ class TrainingLoop:
             return (f"step {self.state.step} ends the run's cooldown (its learning rate fell to 0 "
                     f"over steps {self.state.cooldown[0] + 1}-{self.last_step}; --cooldown 0 "
                     f"trains on at the paper's rate)")
-        if self.config.patience and self.state.since_best >= self.config.patience:
+        since_best = self.state.validations_since_best
+        if self.config.patience and since_best >= self.config.patience:
             # The run that saved this checkpoint stopped by patience: the same command again (a
             # requeued job) trained on past it, and wrote checkpoints after the best one.
             return (f"the run stopped at step {self.state.step} with no better "
-                    f"{self.config.best_checkpoint_metric} in {self.state.since_best} validations "
+                    f"{self.config.best_checkpoint_metric} in {since_best} validations "
                     f"(--patience {self.config.patience}; raise it to go on)")
         return None
 
@@ -223,8 +227,7 @@ class TrainingLoop:
             return None
         # --validate-with-ema: the model holds the EMA's weights for the validation (swapped back
         # after it, exactly).
-        with (self.engine.ema.swapped() if self.config.validate_ema
-              else contextlib.nullcontext()):
+        with self.engine.validated_weights(averaged=self.config.validate_ema):
             loss, nll = self.engine.evaluate(make_valid())
             score, interrupted = None, False
             if score_valid is not None:
@@ -250,7 +253,7 @@ class TrainingLoop:
         state = self.state
         if score is not None and (state.best_score is None or score.value > state.best_score):
             state.best_score = score.value
-        self.state.since_best = 0 if is_best else self.state.since_best + 1
+        state.validations_since_best = 0 if is_best else state.validations_since_best + 1
         if is_best:
             self.state.best_step = self.state.step
         progress.report_valid(self.state.step, loss, nll, is_best, score)
@@ -306,7 +309,7 @@ class TrainingLoop:
         for the host's book-keeping."""
         loop = _LoopState(started=self.clock(), first_step=self.state.step)
         self._cooldown_at_start(progress)
-        self.engine.launched_lengths.clear()  # of updates launched outside this loop, never counted
+        self.engine.forget_launched()
         loop.last_save = loop.last_read = loop.started
         # Every worker resumed the same step, but each from its own copy: they agree.
         pending = self.collectives.any_worker(self.state.validation_pending)
@@ -447,7 +450,7 @@ class TrainingLoop:
         """
         config, now = self.config, self.clock()
         loop.seconds_per_update, loop.last_read = now - loop.last_read, now
-        length = self.engine.launched_lengths.popleft() if self.engine.launched_lengths else None
+        length = self.engine.take_launched_length()
         loss_sum, nll_sum, tokens, stepped, loss_scale, nonfinite_grads = totals
         loss_scaled = config.precision == "mixed_float16"
         if not math.isfinite(loss_sum) or (nonfinite_grads and not loss_scaled):
@@ -532,10 +535,10 @@ class TrainingLoop:
         due = clock_due or bool(config.save_interval_steps and
                                 self.state.step % config.save_interval_steps == 0)
         # Every worker computes the same validation, so they agree without a collective.
-        patience_out = (validated and bool(config.patience)
-                        and self.state.since_best >= config.patience)
+        since_best = self.state.validations_since_best
+        patience_out = validated and bool(config.patience) and since_best >= config.patience
         if patience_out:
-            self.log(f"no better {config.best_checkpoint_metric} in {self.state.since_best} "
+            self.log(f"no better {config.best_checkpoint_metric} in {since_best} "
                      f"validations (--patience {config.patience}) at step {self.state.step}: "
                      f"saving a checkpoint and stopping")
         out_of_time = out_of_time or patience_out

@@ -11,32 +11,46 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from vtx.data.batching import BatchPlan
+
+
+def _read_as(read):
+    """A field's metadata: how its value is read back from the checkpoint's JSON (lists)."""
+    return {"read": read}
+
+
+# A field that a checkpoint records but a resumed run does not take: this run's, compared.
+_THIS_RUNS = {"compared": True}
+
 
 @dataclasses.dataclass
 class RunState:
-    """What a run counts and where it is; fresh for a new run, then as checkpoints restore it."""
+    """What a run counts and where it is; fresh for a new run, then as checkpoints restore it.
+    Each field is kept in a checkpoint's meta under its own name (tuples as JSON lists), but
+    `batches`, under the plan's own names."""
 
     # Updates applied (skipped ones not counted).
     step: int = 0
     # Per worker, (epoch, batches of the epoch already trained on): where its data resumes.
-    positions: list[tuple[int, int]] = dataclasses.field(default_factory=lambda: [(0, 0)])
+    positions: list[tuple[int, int]] = dataclasses.field(
+        default_factory=lambda: [(0, 0)],
+        metadata=_read_as(lambda value: [tuple(position) for position in value]))
     skipped: int = 0  # updates skipped for a non-finite loss or float16 overflow
     diverged: int = 0  # updates whose loss diverged (applied and counted)
     best_valid: float = math.inf  # the lowest validation loss so far
     best_score: float | None = None  # the best task metric so far (higher is better)
     best_step: int | None = None  # the step of the best validation (by the chosen metric)
-    since_best: int = 0  # validations since the best one (what --patience counts)
+    validations_since_best: int = 0  # validations since the best one (what --patience counts)
     # Wall seconds of every run of this save dir before this process.
     elapsed_seconds: float = 0.0
-    # The padded batch lengths the positions refer to (`pipeline.optimal_boundaries`); None
-    # when unknown.
-    bucket_boundaries: list[int] | None = None
-    # The (rows, source, target) shapes of packed training batches (`vtx.data.packing`); None:
-    # bucketed batches.
-    packed_shapes: list[tuple[int, int, int]] | None = None
+    # How the data is cut into the batches the positions count (`vtx.data.batching`): its
+    # checkpoint fields are the plan's own (`BatchPlan.to_meta`); None: unknown (a run's caller
+    # sets it before `fit`).
+    batches: BatchPlan | None = dataclasses.field(
+        default=None, metadata={"read": BatchPlan.recorded, "write": BatchPlan.to_meta})
     # What identifies the training pairs the positions count (`DataDirectory.training_data`): this
     # run's, set by the caller; a checkpoint's is compared with it, never taken.
-    training_data: dict | None = None
+    training_data: dict | None = dataclasses.field(default=None, metadata=_THIS_RUNS)
     # The step's validation was interrupted by a stop signal: made first when resumed.
     validation_pending: bool = False
     # The checkpoint a fine-tuning run started from (`vtx train --finetune-from`); None: a run
@@ -44,7 +58,9 @@ class RunState:
     finetuned_from: str | None = None
     # The learning rate's cooldown window (start, end] (`--cooldown`): falling linearly to 0 by
     # update `end`, the run's last; None: none (yet). Kept once begun: the run's own schedule.
-    cooldown: tuple[int, int] | None = None
+    cooldown: tuple[int, int] | None = dataclasses.field(
+        default=None,
+        metadata=_read_as(lambda value: (int(value[0]), int(value[1])) if value else None))
 
     @classmethod
     def fresh(cls, num_workers: int) -> "RunState":
@@ -54,33 +70,36 @@ class RunState:
     def to_meta(self, elapsed_seconds: float) -> dict:
         """The checkpoint meta's fields of this state; `elapsed_seconds`: every run's so far,
         this process's included."""
-        return {"step": self.step, "positions": [list(p) for p in self.positions],
-                "skipped": self.skipped, "diverged": self.diverged,
-                "best_valid": self.best_valid, "best_score": self.best_score,
-                "validations_since_best": self.since_best, "best_step": self.best_step,
-                "elapsed_seconds": elapsed_seconds,
-                "bucket_boundaries": self.bucket_boundaries,
-                "validation_pending": self.validation_pending,
-                "packed_shapes": ([list(shape) for shape in self.packed_shapes]
-                                  if self.packed_shapes else None),
-                "training_data": self.training_data, "finetuned_from": self.finetuned_from,
-                "cooldown": list(self.cooldown) if self.cooldown else None}
+        meta = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if write := field.metadata.get("write"):
+                meta.update(write(value if value is not None else BatchPlan(None)))
+            else:
+                meta[field.name] = _as_json(value)
+        meta["elapsed_seconds"] = elapsed_seconds
+        return meta
 
     def load_meta(self, meta: dict) -> None:
         """Take a checkpoint's state (`to_meta`'s fields) in place, keeping this run's
-        `training_data`. Fields a checkpoint does not hold take their fresh values."""
-        packed = meta.get("packed_shapes")
-        self.step, self.skipped = meta["step"], meta.get("skipped", 0)
-        self.positions = [tuple(p) for p in meta["positions"]]
-        self.diverged = meta.get("diverged", 0)
-        self.best_valid = meta.get("best_valid", math.inf)
-        self.best_score = meta.get("best_score")
-        self.best_step = meta.get("best_step")
-        self.since_best = meta.get("validations_since_best", 0)
-        self.elapsed_seconds = meta.get("elapsed_seconds", 0.0)
-        self.bucket_boundaries = meta.get("bucket_boundaries")
-        self.packed_shapes = [tuple(shape) for shape in packed] if packed else None
-        self.validation_pending = meta.get("validation_pending", False)
-        self.finetuned_from = meta.get("finetuned_from")
-        cooldown = meta.get("cooldown")
-        self.cooldown = (int(cooldown[0]), int(cooldown[1])) if cooldown else None
+        `training_data`. Fields a checkpoint does not hold take their fresh values; `step` and
+        `positions` it must hold."""
+        fresh = RunState()
+        for field in dataclasses.fields(self):
+            if field.metadata.get("compared"):
+                continue
+            read = field.metadata.get("read")
+            if field.metadata.get("write"):  # a value of several fields, read from them all
+                value = meta
+            elif field.name in ("step", "positions"):
+                value = meta[field.name]
+            else:
+                value = meta.get(field.name, getattr(fresh, field.name))
+            setattr(self, field.name, read(value) if read else value)
+
+
+def _as_json(value):
+    """`value` with its tuples as lists (how JSON keeps them)."""
+    if isinstance(value, (tuple, list)):
+        return [_as_json(item) for item in value]
+    return value

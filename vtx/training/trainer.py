@@ -17,9 +17,11 @@ import keras
 import tensorflow as tf
 
 from vtx.config import ModelConfig, TrainConfig
-from vtx.training.checkpointing import Checkpointer, recorded_precision
+from vtx.training.checkpointing import Checkpointer
 from vtx.training.compiling import ShapeCompiler
-from vtx.training.distribute import Collectives, make_strategy, topology, unseen_gpus_warning
+from vtx.training.directory import RunDirectory
+from vtx.training.distribute import (Collectives, Topology, make_strategy, topology,
+                                      unseen_gpus_warning)
 from vtx.training.engine import UpdateEngine
 from vtx.training.loop import TrainingLoop
 from vtx.training.precision import AUTO, resolve_precision
@@ -33,7 +35,7 @@ class Trainer:
     Args:
         model_config, train_config: what to train and how.
         save_dir: checkpoints, config, history and learning curve; resumed from when it has
-            checkpoints.
+            checkpoints (a path, or the `RunDirectory` opened on it).
         strategy: default `make_strategy()` (every GPU, or TF_CONFIG's cluster).
         log: receives progress lines.
         vocab: serialized SentencePiece model stored in every checkpoint.
@@ -47,16 +49,19 @@ class Trainer:
 
     Attributes:
         engine, checkpointer, compiler, loop: the parts (see the module's docstring).
-        state: the run state (`RunState`), fresh, then as `resume` restores it. `training_data`,
-            `bucket_boundaries` and `packed_shapes` are the caller's to set before `fit`.
+        state: the run state (`RunState`), fresh, then as `resume` restores it. `training_data`
+            and `batches` (the run's `BatchPlan`) are the caller's to set before `fit`.
     """
 
-    def __init__(self, model_config: ModelConfig, train_config: TrainConfig, save_dir,
+    def __init__(self, model_config: ModelConfig, train_config: TrainConfig,
+                 save_dir: str | Path | RunDirectory,
                  strategy: tf.distribute.Strategy | None = None,
                  log: Callable[[str], None] = print, vocab: bytes | None = None,
                  tensorboard_dir: str | None = None,
                  clock: Callable[[], float] = time.monotonic, launch_ahead: bool = True,
                  prefetch: int = 2, profile: tuple[int, int] | None = None):
+        run_dir = (save_dir if isinstance(save_dir, RunDirectory)
+                   else RunDirectory.open(save_dir))
         strategy = strategy or make_strategy()
         workers = topology(strategy)
         collectives = Collectives(strategy, workers)
@@ -64,7 +69,7 @@ class Trainer:
         # checkpoint's precision instead, and several workers agree on one.
         precision, reason = resolve_precision(
             train_config.precision, (model_config.d_model, model_config.d_ff),
-            recorded_precision(save_dir) if train_config.precision == AUTO else None,
+            run_dir.recorded_precision() if train_config.precision == AUTO else None,
             collectives.every_worker if workers.num_workers > 1 else None,
             train_config.jit_compile)
         requested_precision = train_config.precision
@@ -73,18 +78,17 @@ class Trainer:
             f"{', '.join(strategy.extended.worker_devices)}")
         if warning := unseen_gpus_warning():
             log(warning)
-        save_dir = Path(save_dir)
-        profiler = (StepProfiler(profile, tensorboard_dir or save_dir / "profile", log)
+        profiler = (StepProfiler(profile, tensorboard_dir or run_dir.profile_folder, log)
                     if profile and workers.is_chief else None)
         self.engine = UpdateEngine(model_config, train_config, strategy, workers, collectives,
                                    prefetch)
         self.state = RunState.fresh(workers.num_workers)
-        self.checkpointer = Checkpointer(self.engine, save_dir, workers, collectives, log, vocab,
+        self.checkpointer = Checkpointer(self.engine, run_dir, workers, collectives, log, vocab,
                                          requested_precision, clock)
         self.compiler = ShapeCompiler(self.engine, workers, log, clock,
                                       stop_signal=lambda: self.loop.stop_signal)
         self.loop = TrainingLoop(self.engine, self.checkpointer, self.compiler, self.state,
-                                 save_dir, log, clock, launch_ahead, prefetch, tensorboard_dir,
+                                 run_dir, log, clock, launch_ahead, prefetch, tensorboard_dir,
                                  profiler)
 
     @property
@@ -96,6 +100,21 @@ class Trainer:
     def config(self) -> TrainConfig:
         """The run's training configuration, its precision resolved (never `auto`)."""
         return self.engine.config
+
+    @property
+    def topology(self) -> Topology:
+        """The workers of the run and this process's place among them."""
+        return self.engine.topology
+
+    @property
+    def resumed_from(self) -> Path | None:
+        """The checkpoint `resume` restored, or None."""
+        return self.checkpointer.resumed_from
+
+    def start_from(self, start, path) -> None:
+        """Start a run that resumed nothing from the weights of the checkpoint `start` read from
+        `path` (`Checkpointer.start_from`: a fine-tuning's start)."""
+        self.checkpointer.start_from(start, path, self.state)
 
     def resume(self) -> None:
         """Restore the newest checkpoint of the save dir that loads (damaged ones set aside);
