@@ -192,7 +192,8 @@ def test_trainer_times_bfloat16_on_a_new_run_and_keeps_the_choice_when_resumed(t
 def test_a_checkpoints_meta_reads_alone(tmp_path):
     path = tmp_path / "checkpoint_00000001.npz"
     checkpoints.save(path, checkpoints.Checkpoint(model=[np.ones(3)], optimizer=[],
-                                                  meta={"step": 1, "train_config": {}}))
+                                                  meta={"step": 1, "train_config": {},
+                                                        "model_config": {"d_model": 8}}))
     meta = checkpoints.read_meta(path)
     assert meta["step"] == 1 and meta["train_config"] == {}
     path.write_bytes(path.read_bytes()[:40])
