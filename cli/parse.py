@@ -54,7 +54,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 max_tokens=max_tokens,
                                 jit_compile=xla.compile, constrain_trees=constrain_trees)
-        parsed = lib.parse_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
+        parsed = lib.parse_file(list(checkpoint),
                                 input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
                                 log=lambda message: click.echo(message, err=True), ema=ema,

@@ -125,7 +125,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
         references = read_references(reference) if reference else None
         if reference:
             check_reference_length(input_path, reference, references)
-        best = lib.translate_file(checkpoint[0] if len(checkpoint) == 1 else checkpoint,
+        best = lib.translate_file(list(checkpoint),
                                   input_path, output_path, options, buffer_size,
                                   force, warn=lambda message: click.echo(f"warning: {message}",
                                                                          err=True),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from vtx.errors import DataError
+from vtx.inference.files import read_references
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +76,6 @@ class Glossary:
             DataError: a bad line (`from_pairs`, naming the file and line), or bytes that are
                 not UTF-8.
         """
-        from vtx.inference.files import read_references
-
         numbered = [(number, line) for number, line in enumerate(read_references(path), 1)
                     if line.strip()]
         return cls.from_pairs([line.split("\t") for _, line in numbered],

@@ -11,19 +11,17 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from vtx.data.text import lines_in_file
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.files import (STDIN, LineFile, check_output, open_source, output_sink,
                                  read_line_files, read_lines, read_references)
+from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.loading import load_models
 from vtx.inference.translator import Hypothesis, Translator
 from vtx.progress_lines import LineProgress
-
-if TYPE_CHECKING:
-    from vtx.inference.glossary import Glossary
 
 
 def _finite(value: float) -> float | None:
@@ -76,8 +74,6 @@ def translate_stream(translator: Translator, lines: Iterable[str], write: Callab
     while chunk := list(itertools.islice(lines, buffer_size)):
         extra = {f.keyword: f.chunk(number - 1, len(chunk)) for f in line_files}
         if glossary is not None:
-            from vtx.inference.glossary import translator_constraints
-
             extra["constraints"] = translator_constraints(
                 translator, glossary, chunk, extra.get("constraints"),
                 range(number - 1, number - 1 + len(chunk)))
@@ -138,8 +134,6 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
             of the inputs; constraints with a mode they exclude (`DecodeOptions`), or a phrase
             of no pieces.
     """
-    from vtx.inference.glossary import Glossary
-
     options = dataclasses.replace(options, prefix=options.prefix or bool(prefix_path),
                                   constraints=options.constraints or bool(constraints_path)
                                   or bool(glossary_path))
