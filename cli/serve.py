@@ -9,7 +9,12 @@ from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, en
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
          "batch_wait_ms": "--batch-wait-ms", "alignment_layer": "--alignment-layer",
-         "glossary_path": "--glossary"}
+         "glossary_path": "--glossary", "max_line_chars": "--max-line-chars",
+         "max_constraints": "--max-constraints", "max_glossary_pairs": "--max-glossary-pairs",
+         "max_term_chars": "--max-term-chars", "max_request_cost": "--max-request-cost",
+         "max_queue_cost": "--max-queue-cost", "request_timeout_s": "--request-timeout",
+         "read_timeout_s": "--read-timeout", "max_connections": "--max-connections",
+         "drain_s": "--drain-seconds", "allowed_hosts": "--allowed-host"}
 
 
 @click.command()
@@ -34,9 +39,42 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
               help="Lines a request may hold.")
 @click.option("--max-line-tokens", type=click.IntRange(min=1), default=None,
               help="Source pieces a line may hold.  [default: the model's positions]")
+@click.option("--max-line-chars", type=click.IntRange(min=1), default=10_000,
+              show_default=True,
+              help="Characters a line (and a prefix or a constraint phrase) may hold.")
+@click.option("--max-constraints", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Constraint phrases a line may get, given and from glossaries together.")
+@click.option("--max-glossary-pairs", type=click.IntRange(min=1), default=1000,
+              show_default=True, help="Pairs a request's own glossary may hold.")
+@click.option("--max-term-chars", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Characters a request's glossary term may hold.")
+@click.option("--max-request-cost", type=click.IntRange(min=1), default=None,
+              help="The most hypothesis tokens a request's search may take: for each line, the "
+                   "beam (or samples) times its output limit; more gets 400.  [default: "
+                   "--max-lines lines of --max-line-tokens pieces at the default beam]")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines that may wait for the search; a request past it gets 503 and "
                    "Retry-After.")
+@click.option("--max-queue-cost", type=click.IntRange(min=1), default=None,
+              help="Hypothesis tokens that may wait for the search (as --max-request-cost "
+                   "counts them); past it, 503 and Retry-After.  [default: 16 times "
+                   "--max-request-cost]")
+@click.option("--request-timeout", type=FiniteFloat(min=0, min_open=True), default=60.0,
+              show_default=True,
+              help="Seconds a request may take from its arrival; then it gets 504 and its "
+                   "search stops.")
+@click.option("--read-timeout", type=FiniteFloat(min=0, min_open=True), default=15.0,
+              show_default=True,
+              help="Seconds a client has to send a request's headers, and then its body (408).")
+@click.option("--max-connections", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Connections open at once; one more is answered 503 and closed.")
+@click.option("--drain-seconds", type=FiniteFloat(min=0, min_open=True), default=30.0,
+              show_default=True,
+              help="On SIGTERM or SIGINT, how long the requests in flight are answered before "
+                   "the server exits; a second signal exits at once.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True,
+              help="A name the server is reached by (the Host header) beside loopback names and "
+                   "IP addresses, e.g. behind a reverse proxy; repeat for several, '*' for any.")
 @click.option("--alignment-layer", type=int, default=-1, show_default=True,
               help="The decoder layer whose cross-attention aligns, for a request asking "
                    "\"alignment\" (from 0; negative: from the last).")
@@ -45,13 +83,17 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
                    "`vtx translate --glossary`); a request's \"glossary\" pairs win over it.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
-          nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens, max_queue,
-          alignment_layer, glossary_path, jit):
+          nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens,
+          max_line_chars, max_constraints, max_glossary_pairs, max_term_chars, max_request_cost,
+          max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
+          drain_seconds, allowed_hosts, alignment_layer, glossary_path, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
-    /metrics, and a page at /. Stops on SIGTERM once the requests in flight are answered."""
+    /metrics, and a page at /. Stops on SIGTERM once the requests in flight are answered
+    (--drain-seconds at most). Listens on loopback by default: put it behind a reverse proxy
+    for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
-    from vtx.serve.app import build_service, serve as run
+    from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.requests import Limits
 
     xla = resolve_jit(jit)
@@ -61,10 +103,16 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
                                 nbest=nbest, max_tokens=max_tokens, jit_compile=xla.compile)
         limits = Limits(max_beam=max_beam, max_lines=max_lines, max_line_tokens=max_line_tokens,
-                        max_queue=max_queue, batch_wait_ms=batch_wait_ms)
+                        max_line_chars=max_line_chars, max_constraints=max_constraints,
+                        max_glossary_pairs=max_glossary_pairs, max_term_chars=max_term_chars,
+                        max_request_cost=max_request_cost, max_queue=max_queue,
+                        max_queue_cost=max_queue_cost, batch_wait_ms=batch_wait_ms,
+                        request_timeout_s=request_timeout)
+        transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
+                              drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))
         service = build_service(checkpoint, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
-                                glossary_path=glossary_path)
+                                glossary_path=glossary_path, transport=transport)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

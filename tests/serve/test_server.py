@@ -109,18 +109,14 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
     assert "Eis" in reply["translations"][1]["hypotheses"][0]["text"]
 
 
-def test_a_request_the_search_refuses_costs_the_one_sharing_its_batch_nothing(server):
-    # Together they fill --max-tokens: taken together; the second's prefix of "A woman is
-    # cooking." is longer than that line's output may be.
-    first, second = LINES[:3], LINES[3:]
-    bodies = [{"text": first, "prefix": ["Ein", "", ""]},
-              {"text": second, "prefix": ["", "a " * 80, ""]}]
-    with ThreadPoolExecutor(2) as pool:
-        (status, _, reply), (refused, _, error) = pool.map(
-            lambda body: request(server.url + "/v1/translate", body), bodies)
-    assert status == 200 and reply["translations"][0]["hypotheses"][0]["tokens"][0] == "▁Ein"
-    assert refused == 400
-    assert error["error"].startswith("field 'prefix' line 2: 80 pieces")
+def test_a_prefix_too_long_for_its_line_is_refused_before_it_is_queued(server):
+    # "A woman is cooking." may have an output of at most 5 + 50 tokens with EOS.
+    status, _, error = request(server.url + "/v1/translate", {
+        "text": LINES[3:], "prefix": ["", "a " * 80, ""]})
+    assert status == 400
+    assert error["error"].startswith("field 'prefix[1]': 80 pieces, but the output of that line "
+                                     "holds at most")
+    assert server.metric("vtx_queue_lines") == 0
 
 
 @pytest.mark.parametrize("body, reason", [
@@ -176,7 +172,7 @@ def test_a_request_whose_client_disconnects_leaves_the_queue(server):
     body = json.dumps({"text": ["A girl."]}).encode()
     address = urlsplit(server.url)
     with socket.create_connection((address.hostname, address.port)) as connection:
-        connection.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        connection.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                            b"application/json\r\nContent-Length: %d\r\n\r\n%s"
                            % (len(body), body))
         server.wait_for_metric("vtx_queue_lines", 1)  # fewer pieces than --max-tokens: held

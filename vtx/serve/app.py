@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import json
+import os
 import signal
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
@@ -42,12 +45,30 @@ from vtx.inference.translate import line_record
 from vtx.inference.translator import Translator
 from vtx.serve.batcher import Batcher, Translators
 from vtx.serve.metrics import Metrics
-from vtx.serve.requests import Limits, RequestError, parse_job, translate_job
+from vtx.serve.requests import Limits, Model, RequestError, parse_job, translate_job
 
-# How long a stop waits for the requests in flight (a wide beam's search of a full batch on a
-# CPU can take minutes).
-SHUTDOWN_TIMEOUT_S = 300.0
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    """What a connection may take of the server (`vtx serve`'s flags of the same names)."""
+
+    read_timeout_s: float = 15.0  # to send a request's headers, and then its body (408)
+    max_connections: int = 256  # open at once; more are answered 503 and closed
+    drain_s: float = 30.0  # a stop answers the requests in flight for this long at most
+    allowed_hosts: tuple[str, ...] = ()  # Host names served beside loopback names and IPs
+
+    def __post_init__(self) -> None:
+        for name in ("read_timeout_s", "drain_s"):
+            value = getattr(self, name)
+            if not (value == value and 0 < value < float("inf")):
+                raise ArgumentError("{" + name + "} must be finite and > 0, got {value}",
+                                    value=value)
+        if self.max_connections < 1:
+            raise ArgumentError("{max_connections} must be >= 1, got {value}",
+                                value=self.max_connections)
 
 
 @dataclasses.dataclass
@@ -63,9 +84,15 @@ class Service:
     checkpoints: list[str]  # file names only: a reply names no server path
     parser: bool  # the vocabulary holds tree brackets: /v1/parse answers
     glossary: Glossary | None = None  # every request's, under the request's own pairs
+    transport: Transport = Transport()
 
     def count_pieces(self, line: str) -> int:
         return len(self.translator.vocab.encode(line))
+
+    def model(self) -> Model:
+        """What checking a request needs (`vtx.serve.requests.Model`)."""
+        return Model(self.translator.options, self.limits, self.translator.max_positions,
+                     self.count_pieces, self.alignment_layer, self.glossary, self.constrain)
 
     def constrain(self, glossary: Glossary, lines: list[str],
                   given: list[list[str]] | None) -> list[list[str]]:
@@ -82,13 +109,16 @@ class Service:
                           "parser": self.parser, "config": self.translator.model.config.to_dict()},
                 "vocabulary": {"size": self.translator.vocab.size},
                 "settings": {**settings, "alignment_layer": self.alignment_layer},
-                "limits": dataclasses.asdict(self.limits)}
+                "limits": {**dataclasses.asdict(self.limits),
+                           **dataclasses.asdict(self.transport),
+                           "max_body_bytes": MAX_BODY_BYTES}}
 
 
 def make_app(service: Service) -> web.Application:
     """The aiohttp application of `service`; its batcher starts with the app and stops with it
-    (queued jobs searched first)."""
-    app = web.Application(middlewares=[_errors(service.metrics)], client_max_size=MAX_BODY_BYTES)
+    (queued jobs searched for the drain's time first)."""
+    app = web.Application(middlewares=[_errors(service.metrics), _guard(service.transport)],
+                          client_max_size=MAX_BODY_BYTES)
     app["service"] = service
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
     app.router.add_get("/", lambda request: web.Response(text=page, content_type="text/html",
@@ -105,10 +135,10 @@ def make_app(service: Service) -> web.Application:
         service.batcher.start()
 
     async def stop_taking(app):
-        service.batcher.close()
+        service.batcher.close(service.transport.drain_s)
 
     async def join(app):
-        await asyncio.to_thread(service.batcher.join)
+        await asyncio.to_thread(service.batcher.join, service.transport.drain_s + 5)
 
     app.on_startup.append(start)
     app.on_shutdown.append(stop_taking)
@@ -117,8 +147,8 @@ def make_app(service: Service) -> web.Application:
 
 
 def _errors(metrics: Metrics):
-    """Middleware: a `RequestError` or aiohttp's own refusal (404, 405, 413) as one JSON line;
-    every reply counted by route and status."""
+    """Middleware: a `RequestError` or aiohttp's own refusal (404, 405, 413) as one JSON line, a
+    bug as a JSON 500; every reply counted by route and status."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -129,7 +159,7 @@ def _errors(metrics: Metrics):
             response = web.json_response({"error": str(error)}, status=error.status,
                                          headers=error.headers)
         except web.HTTPNotFound:
-            response = web.json_response({"error": f"no such route: {request.path}"},
+            response = web.json_response({"error": f"no such route: {request.path[:80]}"},
                                          status=404)
         except web.HTTPMethodNotAllowed as error:
             response = web.json_response({"error": f"{request.method} {request.path}: use "
@@ -141,6 +171,11 @@ def _errors(metrics: Metrics):
                 raise
             response = web.json_response({"error": error.text or error.reason},
                                          status=error.status)
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as error:  # a bug: said, not hidden in a plain-text page
+            response = web.json_response({"error": f"internal error: "
+                                                   f"{type(error).__name__}"}, status=500)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "other"
         metrics.observe_request(name, response.status, time.monotonic() - started)
@@ -149,8 +184,62 @@ def _errors(metrics: Metrics):
     return middleware
 
 
+def _guard(transport: Transport):
+    """Middleware: the Host and, on a POST, the Content-Type and the Origin checked (see the
+    module docstring), and the body read within the read timeout (408)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        host = request.host or ""
+        if not _allowed_host(host, transport.allowed_hosts):
+            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
+                               f"names, IP addresses and --allowed-host names only", 421)
+        if request.method == "POST":
+            if request.content_type != "application/json":
+                raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
+                                   f"'application/json'", 415)
+            origin = request.headers.get("Origin")
+            if origin is not None and not _same_origin(origin, host):
+                raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
+                                   f"answers POSTs from its own page and from clients that "
+                                   f"are not web pages", 403)
+            try:
+                await asyncio.wait_for(request.read(), transport.read_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(f"the body was not received within "
+                                   f"{transport.read_timeout_s:g} s (--read-timeout)",
+                                   408, {"Connection": "close"}) from None
+        return await handler(request)
+
+    return middleware
+
+
+def _allowed_host(host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether `host` (a Host header: name or address, and maybe a port) names this server: a
+    loopback name, an IP address (no page can rebind those), or one of `allowed` ('*': any)."""
+    if host.startswith("["):  # [IPv6]:port
+        name = host[1:host.find("]")] if "]" in host else host
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.lower().rstrip(".")
+    if "*" in allowed or name in LOOPBACK_NAMES or name.endswith(".localhost") \
+            or name in (h.lower().rstrip(".") for h in allowed):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """Whether a request's `Origin` is the server's own page's (http://HOST)."""
+    return origin.lower() in (f"http://{host}".lower(), f"https://{host}".lower())
+
+
 async def _search(request: web.Request, job) -> list:
-    """The hypotheses of `job`'s lines from the batcher; the job dropped if the client goes."""
+    """The hypotheses of `job`'s lines from the batcher; the job dropped if the client goes or
+    its deadline (--request-timeout) passes (504)."""
     service: Service = request.app["service"]
     loop = asyncio.get_running_loop()
     future = loop.create_future()
@@ -163,27 +252,44 @@ async def _search(request: web.Request, job) -> list:
         else:
             future.set_result(result)
 
-    pending = service.batcher.submit(job, lambda result: loop.call_soon_threadsafe(
-        resolve, result))
+    def done(result) -> None:
+        try:
+            loop.call_soon_threadsafe(resolve, result)
+        except RuntimeError:  # the loop is closed: nobody waits
+            pass
+
+    pending = service.batcher.submit(job, done)
+    timeout = service.limits.request_timeout_s
     try:
-        return await future
+        return await asyncio.wait_for(future, timeout)
+    except asyncio.TimeoutError:
+        service.batcher.cancel(pending)
+        raise RequestError(f"not answered within {timeout:g} s (--request-timeout): the "
+                           f"search was stopped; send fewer lines or a smaller beam", 504) \
+            from None
     except asyncio.CancelledError:
         service.batcher.cancel(pending)
         raise
-    except ArgumentError as error:  # a prefix too long for its line's output
+    except ArgumentError as error:  # a setting the search refuses for one of its lines
         fields = {"prefix_path": "field 'prefix'", "constraints_path": "field 'constraints'"}
         raise RequestError(error.message(lambda argument: fields.get(argument, repr(argument)))
                            ) from None
+    except RequestError:
+        raise
     except Exception as error:
-        raise RequestError(f"the search failed: {error}", 500) from None
+        raise RequestError(f"the search failed: {str(error)[:240]}", 500) from None
 
 
 async def _translate(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
-    job = translate_job(await request.read(), service.translator.options, service.limits,
-                        service.alignment_layer, service.count_pieces, service.glossary,
-                        service.constrain)
+    job = await asyncio.to_thread(translate_job, await request.read(), service.model())
     results = await _search(request, job)
+    return await asyncio.to_thread(_translations, service, job, results)
+
+
+def _translations(service: Service, job, results: list) -> web.Response:
+    """The reply of /v1/translate: each line's record as `vtx translate --output-format jsonl`
+    writes it."""
     records = [line_record(service.translator, index, line, hypotheses)
                for index, (line, hypotheses) in enumerate(zip(job.lines, results))]
     if job.options.alignment_layer is not None:  # what the alignments' source indices count
@@ -195,17 +301,27 @@ async def _translate(request: web.Request) -> web.Response:
 
 async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
-    from vtx.parsing.linearize import delinearize
 
     service: Service = request.app["service"]
     if not service.parser:
         raise RequestError("POST /v1/parse: this server's model is not a parser (its "
                            "vocabulary holds no tree brackets); use /v1/translate", 404)
-    job = parse_job(await request.read(), service.translator.options, service.limits,
-                    service.count_pieces)
-    words = [sentence_words(line) for line in job.lines]
-    job = dataclasses.replace(job, lines=[" ".join(w) for w in words])
+    body = await request.read()
+
+    def prepare():
+        job = parse_job(body, service.model())
+        words = [sentence_words(line) for line in job.lines]
+        return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
+
+    job, words = await asyncio.to_thread(prepare)
     results = await _search(request, job)
+    return await asyncio.to_thread(_trees, job, words, results)
+
+
+def _trees(job, words: list[list[str]], results: list) -> web.Response:
+    """The reply of /v1/parse: each sentence's best tree, its words in the slots."""
+    from vtx.parsing.linearize import delinearize
+
     trees = []
     for index, (line, sentence, best) in enumerate(zip(job.lines, words, results)):
         tree = delinearize(best[0].text.split() if best else [], sentence)[0] \
@@ -223,7 +339,8 @@ def _json(data: dict) -> web.Response:
 def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, limits: Limits,
                   alignment_layer: int = -1, ema: bool = False,
                   warn: Callable[[str], None] = lambda message: None,
-                  glossary_path: str | Path | None = None) -> Service:
+                  glossary_path: str | Path | None = None,
+                  transport: Transport = Transport()) -> Service:
     """Load the model (or ensemble) of `checkpoints` and make its service; with
     `glossary_path`, a glossary for every request (`vtx.inference.glossary`).
 
@@ -248,46 +365,113 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     translators = Translators(translator)
     # A layer the model lacks is refused now, not at a request's search.
     translators.get(dataclasses.replace(translator.options, alignment_layer=alignment_layer))
-    if limits.max_line_tokens is None:
-        limits = dataclasses.replace(limits, max_line_tokens=translator.max_positions)
-    elif limits.max_line_tokens > translator.max_positions:
-        raise ArgumentError("{max_line_tokens} {value} is over the model's {positions} "
-                            "positions", value=limits.max_line_tokens,
-                            positions=translator.max_positions)
+    limits = limits.resolved(translator.options, translator.max_positions)
     metrics = Metrics()
     batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
-                      limits.max_queue, metrics)
+                      limits.max_queue, metrics, max_queue_cost=limits.max_queue_cost,
+                      turn_cost=limits.max_request_cost)
     metrics.queue_lines = batcher.queued_lines
     if glossary is not None:
         glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
     return Service(translator, batcher, limits, metrics, alignment_layer,
-                   [path.name for path in paths], parser, glossary)
+                   [path.name for path in paths], parser, glossary, transport)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,
           log: Callable[[str], None] = print) -> None:
-    """Serve until SIGTERM or SIGINT: then stop listening, finish the requests in flight (and
-    the jobs queued), and return. `log` is told the address (the port bound when `port` is 0)."""
-    asyncio.run(_serve(make_app(service), host, port, log))
+    """Serve until SIGTERM or SIGINT: then stop listening, answer the requests in flight (and
+    search the jobs queued) for the drain's time at most, and return; a second signal ends the
+    process at once. `log` is told the address (the port bound when `port` is 0)."""
+    asyncio.run(_serve(make_app(service), service.transport, host, port, log))
 
 
-async def _serve(app: web.Application, host: str, port: int, log: Callable[[str], None]) -> None:
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-                           access_log=None)
+class _HalfOpen(RequestHandler):
+    """aiohttp's connection, kept open for the answer when the client closes its sending side
+    after its request (`shutdown(SHUT_WR)`, as `nc -N` does)."""
+
+    __slots__ = ()
+
+    def eof_received(self) -> bool:
+        # Kept open (True) while a request is read or answered; an idle one closes at once.
+        return bool(getattr(self, "_request_in_progress", True) or getattr(self, "_messages", 1))
+
+
+class _Site(web.BaseSite):
+    """A TCP site whose connections past `Transport.max_connections` are answered 503 and
+    closed, and kept open after the client's end of sending (`_HalfOpen`)."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, transport: Transport):
+        super().__init__(runner)
+        self._host, self._port, self._transport = host, port, transport
+
+    @property
+    def name(self) -> str:
+        return f"http://{_host(self._host)}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+
+        def connection():
+            if len(server.connections) >= self._transport.max_connections:
+                return _Refused()
+            handler = server()
+            handler.__class__ = _HalfOpen
+            return handler
+
+        self._server = await asyncio.get_running_loop().create_server(
+            connection, self._host, self._port, reuse_address=True)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection over the cap: answered 503, then closed once the client has closed its side
+    or a second has passed (what it sends is read and dropped, so that closing resets
+    nothing)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        body = b'{"error": "too many open connections (--max-connections); retry"}'
+        transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                        b"\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: "
+                        + str(len(body)).encode() + b"\r\n\r\n" + body)
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(1.0, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> None:  # None: the transport closes
+        return None
+
+
+async def _serve(app: web.Application, transport: Transport, host: str, port: int,
+                 log: Callable[[str], None]) -> None:
+    # keepalive_timeout: a connection that has not sent a whole request's headers by then is
+    # closed (aiohttp counts it from the connection's start, and after each answer).
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=transport.drain_s,
+                           access_log=None, keepalive_timeout=transport.read_timeout_s)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():  # the second: at once
+            log(f"vtx serve: {signal.Signals(signum).name} again: exiting now")
+            os._exit(128 + signum)
+        stop.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal, signum)
     try:
-        await web.TCPSite(runner, host, port).start()
-        bound = runner.addresses[0]
+        site = _Site(runner, host, port, transport)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()
         log(f"vtx serve: listening on http://{_host(bound[0])}:{bound[1]}")
         await stop.wait()
-        log("vtx serve: stopping: no new connections; finishing the requests in flight")
-    finally:
+        log(f"vtx serve: stopping: no new connections; answering the requests in flight "
+            f"for {transport.drain_s:g} s at most (a second signal exits at once)")
         await runner.cleanup()
+    finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
     log("vtx serve: stopped")

@@ -1,13 +1,18 @@
-"""Dynamic batching: the lines of concurrent requests searched together on one thread.
+"""Dynamic batching: the lines of concurrent requests searched together on one thread, in turns.
 
 Jobs wait in a queue. The search's thread takes the oldest job and every other waiting job of the
-same search settings, up to `max_tokens` source pieces, once they hold that many or the oldest
-has waited `wait_s` (`--batch-wait-ms`), sorts their lines by length into vtx's padded batches
-(`decoding.padded_batches`) and searches these one after the other, telling each job its
-hypotheses as soon as its last line is searched. Each line keeps its index in its own request as its line id, so that a
-request's hypotheses are those `vtx translate` gives for its lines alone, whatever shares the
-batch (sampling's per-line seeds included; scores agree to the rounding of a batch's matrix
-products). A request whose client went away is dropped before its search.
+same search settings once they hold `max_tokens` source pieces or the oldest has waited `wait_s`
+(`--batch-wait-ms`): that is a turn. A turn holds at most `max_tokens` source pieces and the cost
+(`vtx.serve.requests`) of the costliest request the server takes, so a job larger than that is
+searched over several turns, and between two of its turns every job queued behind it has its
+own: no request holds the search for longer than a turn, whatever it asks.
+A turn's lines are sorted by length into vtx's padded batches (`decoding.padded_batches`) and
+searched one after the other, each job told its hypotheses as soon as its last line is searched.
+Each line keeps its index in its own request as its line id, so that a request's hypotheses are
+those `vtx translate` gives for its lines alone, whatever shares the batch (sampling's per-line
+seeds included; scores agree to the rounding of a batch's matrix products). A job whose client
+went away, or whose deadline passed, is dropped between batches; a stop searches what is queued
+until its drain ends, then tells the rest that the server stopped.
 """
 
 from __future__ import annotations
@@ -49,11 +54,33 @@ class Translators:
 
 @dataclasses.dataclass(eq=False)
 class Pending:
-    """A job in the queue, and whom to tell of its hypotheses (or of its error)."""
+    """A job in the queue, whom to tell of its hypotheses (or of its error), and how far its
+    lines have been taken into turns."""
 
     job: Job
     done: Done
-    arrived: float  # time.monotonic()
+    arrived: float  # time.monotonic(); 0 once a turn took some of its lines
+    taken: int = 0  # its lines [0, taken) are searched or being searched
+    results: list = dataclasses.field(default_factory=list)
+    dropped: bool = False  # its client went away or its deadline passed: tell it nothing
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.job.lines)
+
+    @property
+    def waiting(self) -> int:
+        return len(self.job.lines) - self.taken
+
+
+@dataclasses.dataclass(eq=False)
+class Turn:
+    """The lines [start, stop) of each of some jobs, searched together."""
+
+    parts: list[tuple[Pending, int, int]]
+
+    def lines(self) -> list[tuple[Pending, int]]:
+        return [(pending, index) for pending, start, stop in self.parts
+                for index in range(start, stop)]
 
 
 class Batcher:
@@ -61,19 +88,24 @@ class Batcher:
 
     Args:
         translators: the search of each job's settings.
-        max_tokens: source pieces searched together at most (a job larger alone is searched
+        max_tokens: source pieces searched in one turn at most (a line larger alone is searched
             alone, in the Translator's own batches).
         wait_s: how long the oldest job waits for others before its search starts.
         max_queue: lines that may wait; a job that would exceed it is refused (503).
+        max_queue_cost: the cost that may wait (`vtx.serve.requests`); likewise.
+        turn_cost: the cost a turn holds at most (at least one line).
     """
 
     def __init__(self, translators: Translators, max_tokens: int, wait_s: float,
-                 max_queue: int, metrics: Metrics | None = None):
+                 max_queue: int, metrics: Metrics | None = None,
+                 max_queue_cost: int | None = None, turn_cost: int | None = None):
         self.translators, self.max_tokens, self.wait_s = translators, max_tokens, wait_s
         self.max_queue, self.metrics = max_queue, metrics or Metrics()
+        self.max_queue_cost, self.turn_cost = max_queue_cost, turn_cost
         self._pending: list[Pending] = []
         self._changed = threading.Condition()
         self._closing = False
+        self._drain_until = float("inf")  # time.monotonic() past which a stop drops the queue
         self._thread = threading.Thread(target=self._run, name="vtx-serve-search", daemon=True)
 
     def start(self) -> None:
@@ -81,7 +113,10 @@ class Batcher:
 
     def queued_lines(self) -> int:
         with self._changed:
-            return sum(len(p.job.lines) for p in self._pending)
+            return sum(p.waiting for p in self._pending)
+
+    def _queued_cost(self) -> int:
+        return sum(sum(p.job.line_costs[p.taken:]) for p in self._pending)
 
     def submit(self, job: Job, done: Done) -> Pending:
         """Queue `job`; `done` is called on the search's thread with its hypotheses per line.
@@ -92,42 +127,53 @@ class Batcher:
         with self._changed:
             if self._closing:
                 raise RequestError("the server is stopping", 503, {"Retry-After": "1"})
-            queued = sum(len(p.job.lines) for p in self._pending)
+            queued = sum(p.waiting for p in self._pending)
             if queued + len(job.lines) > self.max_queue:
                 raise RequestError(f"the queue is full: {queued} lines wait, at most "
                                    f"{self.max_queue} (--max-queue); retry later", 503,
                                    {"Retry-After": "1"})
+            cost = self._queued_cost()
+            if self.max_queue_cost is not None and cost + job.cost > self.max_queue_cost:
+                raise RequestError(f"the queue is full: searches of cost {cost} wait, at most "
+                                   f"{self.max_queue_cost} (--max-queue-cost); retry later",
+                                   503, {"Retry-After": "1"})
             pending = Pending(job, done, time.monotonic())
             self._pending.append(pending)
             self._changed.notify()
         return pending
 
     def cancel(self, pending: Pending) -> None:
-        """Drop `pending` from the queue if its search has not started (its client went away):
-        it takes no room in the queue nor in a batch."""
+        """Drop `pending` (its client went away, or its deadline passed): its lines not yet
+        searched take no room in the queue nor in a batch, and it is told nothing."""
         with self._changed:
+            pending.dropped = True
             if pending in self._pending:
                 self._pending.remove(pending)
                 self._changed.notify()
 
-    def close(self) -> None:
-        """Stop taking jobs; the thread searches those queued at once, then ends."""
+    def close(self, drain_s: float = float("inf")) -> None:
+        """Stop taking jobs; the thread searches those queued for `drain_s` seconds more, then
+        tells the rest that the server stopped (503) and ends."""
         with self._changed:
             self._closing = True
+            self._drain_until = time.monotonic() + drain_s
             self._changed.notify()
 
-    def join(self) -> None:
-        self._thread.join()
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
 
     def _run(self) -> None:
-        while (batch := self._take()) is not None:
-            self._search(batch)
+        while (turn := self._take()) is not None:
+            self._search(turn)
 
-    def _take(self) -> list[Pending] | None:
-        """The next jobs to search together (None: closed and nothing left), waiting for the
-        oldest's batch to fill or its wait to end."""
+    def _take(self) -> Turn | None:
+        """The next turn (None: closed, and nothing left or the drain over), waiting for the
+        oldest job's batch to fill or its wait to end."""
         with self._changed:
             while True:
+                if self._closing and time.monotonic() >= self._drain_until:
+                    self._stop_queued()
+                    return None
                 if not self._pending:
                     if self._closing:
                         return None
@@ -135,54 +181,90 @@ class Batcher:
                     continue
                 head = self._pending[0]
                 same = [p for p in self._pending if p.job.options == head.job.options]
-                left = head.arrived + self.wait_s - time.monotonic()
+                # A job a turn has served waits no more (its `arrived` is 0).
+                left = min(p.arrived for p in same) + self.wait_s - time.monotonic()
                 if (self._closing or left <= 0
-                        or sum(p.job.tokens for p in same) >= self.max_tokens):
+                        or sum(sum(p.job.line_tokens[p.taken:]) for p in same)
+                        >= self.max_tokens):
                     break
                 self._changed.wait(left)
-            batch, tokens = [], 0
-            for pending in same:
-                if batch and tokens + pending.job.tokens > self.max_tokens:
-                    break
-                batch.append(pending)
-                tokens += pending.job.tokens
-            self._pending = [p for p in self._pending if p not in batch]
-            return batch
+            turn = self._fill(same)
+            taken = [pending for pending, _, _ in turn.parts]
+            # Round robin: jobs with lines left go behind those this turn did not serve.
+            self._pending = ([p for p in self._pending if p not in taken]
+                             + [p for p in taken if p.waiting])
+            return turn
 
-    def _search(self, batch: list[Pending]) -> None:
-        """Search the lines of `batch` in `vtx translate`'s padded batches, one after the other,
+    def _fill(self, jobs: list[Pending]) -> Turn:
+        """A turn of the waiting lines of `jobs`, oldest first, within the turn's pieces and
+        cost (at least one line)."""
+        parts, tokens, cost = [], 0, 0
+        for pending in jobs:
+            start = stop = pending.taken
+            while stop < len(pending.job.lines):
+                more_tokens = tokens + pending.job.line_tokens[stop]
+                more_cost = cost + pending.job.line_costs[stop]
+                if (tokens or cost) and (more_tokens > self.max_tokens or (
+                        self.turn_cost is not None and more_cost > self.turn_cost)):
+                    break
+                tokens, cost, stop = more_tokens, more_cost, stop + 1
+            if stop > start or not pending.job.lines:
+                parts.append((pending, start, stop))
+                pending.taken, pending.arrived = stop, 0.0
+            if stop < len(pending.job.lines):
+                break
+        return Turn(parts)
+
+    def _stop_queued(self) -> None:
+        """Tell every queued job that the server stopped before searching it."""
+        for pending in self._pending:
+            pending.dropped = True
+            pending.done(RequestError("the server stopped before searching this request (its "
+                                      "drain ended); retry", 503, {"Retry-After": "1"}))
+        self._pending = []
+
+    def _search(self, turn: Turn) -> None:
+        """Search the lines of `turn` in `vtx translate`'s padded batches, one after the other,
         and tell each job its hypotheses once its last line is searched; when a search fails,
-        each job not yet told is searched alone, so that only the one at fault gets the error."""
-        options = batch[0].job.options
-        # (job, index of the line in it) of every line.
-        lines = [(pending, index) for pending in batch for index in range(len(pending.job.lines))]
-        results = {id(pending): [None] * len(pending.job.lines) for pending in batch}
-        left = {id(pending): len(pending.job.lines) for pending in batch}
+        each job's part is searched alone, so that only the one at fault gets the error."""
+        options = turn.parts[0][0].job.options
+        lines = turn.lines()
         told = set()
         try:
             translator = self.translators.get(options)
             encoded = [translator.vocab.encode(p.job.lines[i]) for p, i in lines]
             for rows, _ in padded_batches(encoded, options.max_tokens, pad_rows=False):
-                group = [lines[row] for row in rows]
+                group = [lines[row] for row in rows if not lines[row][0].dropped]
+                if not group:
+                    continue
                 searched = self._translate(translator, group, sum(len(encoded[r]) for r in rows))
                 for (pending, index), hypotheses in zip(group, searched):
-                    results[id(pending)][index] = hypotheses
-                    left[id(pending)] -= 1
-                    if not left[id(pending)]:
-                        pending.done(results[id(pending)])
-                        told.add(id(pending))
-            for pending in batch:  # jobs of no line
-                if id(pending) not in told:
-                    pending.done([])
-                    told.add(id(pending))
+                    pending.results[index] = hypotheses
+            for pending, _, _ in turn.parts:
+                told.add(id(pending))
+                self._tell_if_done(pending)
         except Exception as error:
-            untold = [pending for pending in batch if id(pending) not in told]
-            if len(batch) > 1:
-                for pending in untold:
-                    self._search([pending])
+            untold = [part for part in turn.parts if id(part[0]) not in told]
+            if len(turn.parts) > 1:
+                for part in untold:
+                    self._search(Turn([part]))
             else:
-                for pending in untold:
-                    pending.done(error)
+                for pending, _, _ in untold:
+                    self._fail(pending, error)
+
+    def _tell_if_done(self, pending: Pending) -> None:
+        if pending.dropped:
+            return
+        if all(result is not None for result in pending.results):
+            pending.done(pending.results)
+
+    def _fail(self, pending: Pending, error: BaseException) -> None:
+        with self._changed:
+            if pending in self._pending:
+                self._pending.remove(pending)
+        if not pending.dropped:
+            pending.dropped = True
+            pending.done(error)
 
     def _translate(self, translator: Translator, group: list[tuple[Pending, int]],
                    source_tokens: int) -> list[list[Hypothesis]]:

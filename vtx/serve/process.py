@@ -65,12 +65,15 @@ class ServerProcess:
 
 
 def request(url: str, body: dict | bytes | None = None, raw: bool = False,
-            timeout: float = 300) -> tuple[int, dict, object]:
-    """(status, headers, the JSON reply or, `raw`, its text) of a GET, or a POST of `body`."""
+            timeout: float = 300, headers: dict | None = None) -> tuple[int, dict, object]:
+    """(status, headers, the JSON reply or, `raw`, its text) of a GET, or a POST of `body` (as
+    `Content-Type: application/json` unless `headers` say otherwise)."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    sent = {"Content-Type": "application/json"} if data is not None else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=timeout) \
-                as reply:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data,
+                                                           headers={**sent, **(headers or {})}),
+                                    timeout=timeout) as reply:
             status, headers, text = reply.status, dict(reply.headers), reply.read().decode()
     except urllib.error.HTTPError as error:
         status, headers, text = error.code, dict(error.headers), error.read().decode()

@@ -1,8 +1,15 @@
 """A request's JSON body, checked field by field, into a `Job` for the batcher.
 
-Every refusal is a `RequestError`: an HTTP status and one line naming the field and the value
-(malformed JSON, an unknown field, a wrong type, a line over the length limit, a beam or n-best
-over the server's limit, too many lines). Nothing in a request names a file on the server.
+Every refusal is a `RequestError`: an HTTP status and one line naming the field and the value,
+cut to ~80 characters (malformed JSON, an unknown field, a wrong type, text that is no UTF-8, a
+line over a length limit, too many constraint phrases or glossary pairs, a beam or n-best over
+the server's limit, too many lines, a request whose search would cost more than the server
+takes at once). The checks run from the cheapest up: characters and counts before any line is
+cut into pieces. Nothing in a request names a file on the server.
+
+A request's cost is the work its search may take: for each line, the hypotheses searched at once
+(the beam, or the samples) times the most tokens its output may hold (`DecodeOptions.
+length_limit`); the queue and each request are bounded by it (`Limits`).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from vtx.errors import ArgumentError, DataError
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
 from vtx.inference.glossary import Glossary
 
+SHOWN = 80  # characters of an offending value a refusal quotes
+
 
 class RequestError(Exception):
     """A request refused: `status` (4xx, or 503) and a one-line reason."""
@@ -27,22 +36,64 @@ class RequestError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """What one request may ask of the server (`vtx serve`'s --max-* flags)."""
+    """What one request may ask of the server, and what may wait (`vtx serve`'s --max-* flags).
+    Each bounds a request's memory or time before its search is queued."""
 
     max_beam: int = 16  # beam and nbest (or samples) a request may ask for
     max_lines: int = 64  # lines a request
     max_line_tokens: int | None = None  # source pieces a line; None: the model's positions
+    max_line_chars: int = 10_000  # characters a line (and a prefix or constraint phrase)
+    max_constraints: int = 32  # constraint phrases a line (given and from glossaries)
+    max_glossary_pairs: int = 1000  # pairs of a request's own glossary
+    max_term_chars: int = 256  # characters of a glossary term
+    # The cost a request may have; None: that of --max-lines lines of --max-line-tokens pieces
+    # searched with the server's default beam.
+    max_request_cost: int | None = None
     max_queue: int = 1024  # lines waiting for the search; more: 503 with Retry-After
+    max_queue_cost: int | None = None  # the cost waiting; None: 16 requests of the most cost
     batch_wait_ms: float = 5.0  # how long a line waits for others to share its batch
+    request_timeout_s: float = 60.0  # a request not answered by then gets 504, its search stops
 
     def __post_init__(self) -> None:
-        for name in ("max_beam", "max_lines", "max_line_tokens", "max_queue"):
+        for name in ("max_beam", "max_lines", "max_line_tokens", "max_line_chars",
+                     "max_constraints", "max_glossary_pairs", "max_term_chars",
+                     "max_request_cost", "max_queue", "max_queue_cost"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ArgumentError("{" + name + "} must be >= 1, got {value}",
                                     value=getattr(self, name))
-        if not (math.isfinite(self.batch_wait_ms) and self.batch_wait_ms >= 0):
-            raise ArgumentError("{batch_wait_ms} must be finite and >= 0, got {value}",
-                                value=self.batch_wait_ms)
+        for name in ("batch_wait_ms", "request_timeout_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ArgumentError("{" + name + "} must be finite and >= 0, got {value}",
+                                    value=getattr(self, name))
+        if self.request_timeout_s == 0:
+            raise ArgumentError("{request_timeout_s} must be > 0, got 0")
+        if self.max_lines > self.max_queue:
+            raise ArgumentError("{max_lines} {lines} is over {max_queue} {queue}: a request of "
+                                "that many lines could never wait in the queue",
+                                lines=self.max_lines, queue=self.max_queue)
+
+    def resolved(self, defaults: DecodeOptions, max_positions: int) -> "Limits":
+        """These limits with every None given its value for a model of `max_positions` searched
+        with `defaults`.
+
+        Raises:
+            ArgumentError: a line limit past the model's positions, or a request's cost over
+                the queue's.
+        """
+        line_tokens = self.max_line_tokens if self.max_line_tokens is not None else max_positions
+        if line_tokens > max_positions:
+            raise ArgumentError("{max_line_tokens} {value} is over the model's {positions} "
+                                "positions", value=line_tokens, positions=max_positions)
+        request_cost = self.max_request_cost if self.max_request_cost is not None else (
+            self.max_lines * defaults.rows_per_sentence
+            * defaults.length_limit(line_tokens, max_positions))
+        queue_cost = self.max_queue_cost if self.max_queue_cost is not None else 16 * request_cost
+        if request_cost > queue_cost:
+            raise ArgumentError("{max_request_cost} {cost} is over {max_queue_cost} {queue}: "
+                                "such a request could never wait in the queue",
+                                cost=request_cost, queue=queue_cost)
+        return dataclasses.replace(self, max_line_tokens=line_tokens,
+                                   max_request_cost=request_cost, max_queue_cost=queue_cost)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +102,35 @@ class Job:
 
     options: DecodeOptions  # jobs of equal options share batches
     lines: list[str]
-    tokens: int  # source pieces of all its lines (the batcher's --max-tokens accounting)
+    line_tokens: list[int]  # source pieces of each line (the batcher's --max-tokens accounting)
+    line_costs: list[int]  # each line's cost (module docstring)
     prefixes: list[str] | None = None  # with options.prefix: a target prefix per line
     constraints: list[list[str]] | None = None  # with options.constraints: phrases per line
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.line_tokens)
+
+    @property
+    def cost(self) -> int:
+        return sum(self.line_costs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """What checking a request needs of the server's model: its default search, its limits
+    (`Limits.resolved`), the decoder layer "alignment" reads, a text's number of pieces, and
+    the server's glossary with the function giving a line's phrases from a glossary
+    (`vtx.inference.glossary.translator_constraints`)."""
+
+    defaults: DecodeOptions
+    limits: Limits
+    max_positions: int
+    count_pieces: Callable[[str], int]
+    alignment_layer: int = -1
+    glossary: Glossary | None = None
+    constrain: Callable[[Glossary, list[str], list[list[str]] | None],
+                        list[list[str]]] | None = None
 
 
 # The request's fields -> their JSON type's name, as a refusal says it.
@@ -67,27 +144,50 @@ SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
 
 def read_body(body: bytes, fields: dict[str, str]) -> dict:
-    """The JSON object of a request's body, its fields among `fields` and of their types.
+    """The JSON object of a request's body, its fields among `fields` and of their types, every
+    string of it UTF-8 (no lone surrogate).
 
     Raises:
-        RequestError: malformed JSON, not an object, an unknown field or a value of the wrong
-            type (naming the field and the value).
+        RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
+            not an object, an unknown field, a value of the wrong type or a string that is no
+            UTF-8 (naming the field and the value).
     """
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(f"malformed JSON: {error}") from None
+        raise RequestError(f"malformed JSON: {_cut(str(error))}") from None
+    except RecursionError:
+        raise RequestError("malformed JSON: nested too deep") from None
+    except ValueError as error:  # an integer past Python's digit limit
+        raise RequestError(f"malformed JSON: {_cut(str(error))}") from None
     if not isinstance(data, dict):
         raise RequestError(f"the body must be a JSON object, got {_shown(data)}")
     for name, value in data.items():
         if name not in fields:
-            raise RequestError(f"unknown field {name!r}; the fields are: {', '.join(fields)}")
+            shown = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
+            raise RequestError(f"unknown field {shown}; the fields are: "
+                               f"{', '.join(fields)}")
         if not _of_type(value, fields[name]):
             raise RequestError(f"field {name!r}: expected {fields[name]}, got {_shown(value)}")
+        _check_text(value, name)
     if "text" not in data:
         raise RequestError("field 'text' is missing: give the lines to translate, a list of "
                            "strings")
     return data
+
+
+def _check_text(value, where: str) -> None:
+    """Refuse a string of `value` (a JSON value) that UTF-8 cannot hold: a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise RequestError(f"field {where!r}: {_shown(value)} holds "
+                               f"{value[error.start]!r} at character {error.start}, a lone "
+                               f"surrogate, which is no Unicode text") from None
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_text(item, f"{where}[{index}]")
 
 
 def _of_type(value, kind: str) -> bool:
@@ -104,33 +204,61 @@ def _of_type(value, kind: str) -> bool:
             and all(strings(x) and len(x) == 2 for x in value)}[kind]()
 
 
-def _shown(value, limit: int = 60) -> str:
-    """A value as JSON, cut to `limit` characters (a refusal stays one short line)."""
-    text = json.dumps(value, ensure_ascii=False)
+def _cut(text: str, limit: int = SHOWN) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def check_lines(lines: list[str], limits: Limits, count_pieces: Callable[[str], int]) -> int:
-    """The source pieces of `lines`, each line checked against the limits.
+def _shown(value, limit: int = SHOWN) -> str:
+    """A value as JSON, cut to `limit` characters (a refusal stays one short line)."""
+    if isinstance(value, str):
+        value = value[:limit + 1]  # no need to write out a long string to cut it
+    elif isinstance(value, (list, dict)) and len(value) > limit:
+        value = value[:limit] if isinstance(value, list) else dict(list(value.items())[:limit])
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):  # past the digit limit, or nested deep
+        text = repr(type(value).__name__)
+    return _cut(text, limit)
+
+
+def check_lines(lines: list[str], limits: Limits, field: str = "text") -> None:
+    """Refuse too many lines, a line holding a line break, or one of too many characters.
 
     Raises:
-        RequestError: too many lines, a line holding a line break, or one over the length limit.
+        RequestError: naming the field (`field[i]`), the value and the flag.
     """
     if len(lines) > limits.max_lines:
-        raise RequestError(f"field 'text': {len(lines)} lines, over the server's limit of "
+        raise RequestError(f"field {field!r}: {len(lines)} lines, over the server's limit of "
                            f"{limits.max_lines} a request (--max-lines)")
-    total = 0
     for index, line in enumerate(lines):
+        _check_chars(line, limits.max_line_chars, f"{field}[{index}]", "--max-line-chars")
         if "\n" in line or "\r" in line:
-            raise RequestError(f"field 'text[{index}]': {_shown(line)} holds a line break; give "
-                               f"each line as its own string")
+            raise RequestError(f"field '{field}[{index}]': {_shown(line)} holds a line break; "
+                               f"give each line as its own string")
+
+
+def _check_chars(text: str, limit: int, where: str, flag: str) -> None:
+    if len(text) > limit:
+        raise RequestError(f"field {where!r}: {len(text)} characters ({_shown(text, 40)}), "
+                           f"over the server's limit of {limit} ({flag})")
+
+
+def count_lines(lines: list[str], limits: Limits, count_pieces: Callable[[str], int]
+                ) -> list[int]:
+    """The source pieces of each line, each checked against --max-line-tokens.
+
+    Raises:
+        RequestError: a line over the limit.
+    """
+    counts = []
+    for index, line in enumerate(lines):
         pieces = count_pieces(line)
         if pieces > limits.max_line_tokens:
             raise RequestError(f"field 'text[{index}]': {pieces} source pieces, over the "
                                f"server's limit of {limits.max_line_tokens} a line "
                                f"(--max-line-tokens)")
-        total += pieces
-    return total
+        counts.append(pieces)
+    return counts
 
 
 def per_line(data: dict, name: str, count: int) -> list | None:
@@ -175,53 +303,123 @@ def decode_options(data: dict, defaults: DecodeOptions, limits: Limits,
             # The constrained search runs its steps from the host (`DecodeOptions`).
             jit_compile=defaults.jit_compile and not constraints,
             alignment_layer=alignment_layer if data.get("alignment") else None)
-    except ArgumentError as error:
-        raise RequestError(error.message(lambda argument: repr(argument))) from None
+    except (ArgumentError, OverflowError) as error:  # OverflowError: a seed past 64 bits
+        message = error.message(lambda argument: repr(argument)) \
+            if isinstance(error, ArgumentError) else str(error)
+        raise RequestError(_cut(message, 4 * SHOWN)) from None
 
 
-def translate_job(body: bytes, defaults: DecodeOptions, limits: Limits, alignment_layer: int,
-                  count_pieces: Callable[[str], int], glossary: Glossary | None = None,
-                  constrain: Callable[[Glossary, list[str], list[list[str]] | None],
-                                      list[list[str]]] | None = None) -> Job:
-    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`). With the server's `glossary`
-    or the request's own (whose pairs win), `constrain(glossary, lines, given constraints)`
-    gives each line's phrases (`vtx.inference.glossary.line_constraints`).
+def _check_phrases(data: dict, limits: Limits, count: int) -> None:
+    """Refuse more constraint phrases a line than --max-constraints, a phrase or prefix over
+    --max-line-chars, a request glossary of more pairs than --max-glossary-pairs or a term
+    longer than --max-term-chars (before any is cut into pieces)."""
+    for index, phrases in enumerate(per_line(data, "constraints", count) or []):
+        if len(phrases) > limits.max_constraints:
+            raise RequestError(f"field 'constraints[{index}]': {len(phrases)} phrases, over the "
+                               f"server's limit of {limits.max_constraints} a line "
+                               f"(--max-constraints)")
+        for phrase in phrases:
+            _check_chars(phrase, limits.max_line_chars, f"constraints[{index}]",
+                         "--max-line-chars")
+    for index, prefix in enumerate(per_line(data, "prefix", count) or []):
+        _check_chars(prefix, limits.max_line_chars, f"prefix[{index}]", "--max-line-chars")
+    pairs = data.get("glossary", [])
+    if len(pairs) > limits.max_glossary_pairs:
+        raise RequestError(f"field 'glossary': {len(pairs)} pairs, over the server's limit of "
+                           f"{limits.max_glossary_pairs} (--max-glossary-pairs)")
+    for index, pair in enumerate(pairs):
+        for term in pair:
+            _check_chars(term, limits.max_term_chars, f"glossary[{index}]", "--max-term-chars")
+
+
+def _fit_phrases(phrases: list[list[str]] | None, prefixes: list[str] | None,
+                 tokens: list[int], options: DecodeOptions, model: Model) -> None:
+    """Refuse a line whose given phrases (each of some pieces) or prefix, with EOS, exceed its
+    output's length limit: no hypothesis could hold them."""
+    for index, pieces in enumerate(tokens):
+        limit = options.length_limit(pieces, model.max_positions)
+        counts = [model.count_pieces(phrase) for phrase in (phrases or [[]] * len(tokens))[index]]
+        if 0 in counts:
+            phrase = phrases[index][counts.index(0)]
+            raise RequestError(f"field 'constraints[{index}]': the phrase {_shown(phrase)} "
+                               f"encodes to no pieces")
+        if sum(counts) + 1 > limit:
+            raise RequestError(f"field 'constraints[{index}]': {sum(counts)} pieces of "
+                               f"phrases, but the output of that line holds at most {limit} "
+                               f"tokens with EOS")
+        if prefixes is not None and (length := model.count_pieces(prefixes[index])) >= limit:
+            raise RequestError(f"field 'prefix[{index}]': {length} pieces, but the output of "
+                               f"that line holds at most {limit} tokens with EOS")
+
+
+def _costs(tokens: list[int], options: DecodeOptions, model: Model) -> list[int]:
+    """Each line's cost (module docstring), the request's checked against --max-request-cost.
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`; a bad glossary pair.
+        RequestError: the request's cost is over the limit (saying what lowers it).
+    """
+    costs = [options.rows_per_sentence * options.length_limit(pieces, model.max_positions)
+             if pieces else 0 for pieces in tokens]  # a line of no pieces is not searched
+    if sum(costs) > model.limits.max_request_cost:
+        raise RequestError(f"the request's search may take {sum(costs)} hypothesis tokens "
+                           f"({len(tokens)} lines, {options.rows_per_sentence} hypotheses "
+                           f"each, up to their output limits), over the server's limit of "
+                           f"{model.limits.max_request_cost} a request (--max-request-cost); "
+                           f"send fewer or shorter lines, or a smaller beam")
+    return costs
+
+
+def translate_job(body: bytes, model: Model) -> Job:
+    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`). With the server's glossary
+    or the request's own (whose pairs win), `model.constrain` gives each line's phrases.
+
+    Raises:
+        RequestError: see `read_body`, `check_lines`, `decode_options`, `_check_phrases`,
+            `count_lines`, `_fit_phrases`, `_costs`; a bad glossary pair.
     """
     data = read_body(body, TRANSLATE_FIELDS)
-    lines = data["text"]
-    tokens = check_lines(lines, limits, count_pieces)
+    lines, limits = data["text"], model.limits
+    check_lines(lines, limits)
+    _check_phrases(data, limits, len(lines))
+    # The settings refused before any line is cut into pieces (those of a constrained search
+    # are the same but for its own flag).
+    options = decode_options(data, model.defaults, limits, model.alignment_layer)
+    tokens = count_lines(lines, limits, model.count_pieces)
     constraints = per_line(data, "constraints", len(lines))
-    for index, phrases in enumerate(constraints or []):
-        for phrase in phrases:
-            if not count_pieces(phrase):
-                raise RequestError(f"field 'constraints[{index}]': the phrase {_shown(phrase)} "
-                                   f"encodes to no pieces")
+    prefixes = per_line(data, "prefix", len(lines))
+    _fit_phrases(constraints, prefixes, tokens, options, model)
+    glossary = model.glossary
     if "glossary" in data:
         try:
             own = Glossary.from_pairs(data["glossary"], lambda index: f"field 'glossary[{index}]'")
-            own.check_targets(count_pieces, "field 'glossary'")
+            own.check_targets(model.count_pieces, "field 'glossary'")
         except DataError as error:
-            raise RequestError(str(error)) from None
+            raise RequestError(_cut(str(error), 4 * SHOWN)) from None
         glossary = glossary.updated(own) if glossary is not None else own
-    if glossary is not None and constrain is not None:
-        constraints = constrain(glossary, lines, constraints)
-    options = decode_options(data, defaults, limits, alignment_layer,
-                             constraints=any(constraints or []))
-    return Job(options, lines, tokens, per_line(data, "prefix", len(lines)),
+    if glossary is not None and model.constrain is not None:
+        constraints = model.constrain(glossary, lines, constraints)
+        for index, phrases in enumerate(constraints):
+            if len(phrases) > limits.max_constraints:
+                raise RequestError(f"field 'text[{index}]': the glossary's terms found in it "
+                                   f"and its constraints make {len(phrases)} phrases, over the "
+                                   f"server's limit of {limits.max_constraints} a line "
+                                   f"(--max-constraints)")
+    if any(constraints or []):
+        options = decode_options(data, model.defaults, limits, model.alignment_layer,
+                                 constraints=True)
+    return Job(options, lines, tokens, _costs(tokens, options, model), prefixes,
                constraints if options.constraints else None)
 
 
-def parse_job(body: bytes, defaults: DecodeOptions, limits: Limits,
-              count_pieces: Callable[[str], int]) -> Job:
+def parse_job(body: bytes, model: Model) -> Job:
     """The job of a POST /v1/parse body (`PARSE_FIELDS`): whitespace-tokenized sentences.
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`.
+        RequestError: see `read_body`, `check_lines`, `decode_options`, `count_lines`, `_costs`.
     """
     data = read_body(body, PARSE_FIELDS)
-    tokens = check_lines(data["text"], limits, count_pieces)
-    options = decode_options(data, dataclasses.replace(defaults, nbest=1), limits, 0)
-    return Job(dataclasses.replace(options, positional_scores=False), data["text"], tokens)
+    check_lines(data["text"], model.limits)
+    options = decode_options(data, dataclasses.replace(model.defaults, nbest=1), model.limits, 0)
+    options = dataclasses.replace(options, positional_scores=False)
+    tokens = count_lines(data["text"], model.limits, model.count_pieces)
+    return Job(options, data["text"], tokens, _costs(tokens, options, model))

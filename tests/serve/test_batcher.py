@@ -1,0 +1,83 @@
+"""The batcher of `vtx serve` with the tests' trained model: turns, fairness and failures."""
+
+import dataclasses
+import threading
+
+import pytest
+
+from vtx.inference.decoding import DecodeOptions
+from vtx.inference.loading import load_models
+from vtx.inference.translator import Translator
+from vtx.serve.batcher import Batcher, Translators
+from vtx.serve.requests import Job
+
+
+@pytest.fixture(scope="module")
+def translator(trained_checkpoint):
+    models, vocab = load_models([trained_checkpoint], False)
+    return Translator(models, vocab, DecodeOptions(beam=2, positional_scores=True))
+
+
+def job(translator, lines, options=None):
+    options = options or translator.options
+    tokens = [len(translator.vocab.encode(line)) for line in lines]
+    return Job(options, lines, tokens, [options.beam * options.length_limit(t, 256)
+                                        for t in tokens])
+
+
+class Told:
+    """The order in which jobs are told, and what."""
+
+    def __init__(self):
+        self.order, self.results, self.lock = [], {}, threading.Lock()
+        self.all_told = threading.Event()
+        self.expected = 0
+
+    def done(self, name):
+        def tell(result):
+            with self.lock:
+                self.order.append(name)
+                self.results[name] = result
+                if len(self.order) == self.expected:
+                    self.all_told.set()
+        return tell
+
+
+def run(batcher, told, jobs):
+    """Queue `jobs` ((name, job) pairs) before the thread starts, then let it search them."""
+    told.expected = len(jobs)
+    for name, queued in jobs:
+        batcher.submit(queued, told.done(name))
+    batcher.start()
+    assert told.all_told.wait(600)
+    batcher.close()
+    batcher.join()
+
+
+def test_a_large_job_takes_turns_with_the_jobs_behind_it(translator):
+    big = job(translator, ["A man is riding a bike through the park."] * 12)
+    small = job(translator, ["A girl."])
+    # A turn of 40 source pieces: the big job's 12 lines of 10 need three.
+    batcher = Batcher(Translators(translator), max_tokens=40, wait_s=0, max_queue=64)
+    told = Told()
+    run(batcher, told, [("big", big), ("small", small)])
+    assert told.order == ["small", "big"]
+    alone = translator.translate(big.lines)
+    assert [[h.text for h in r] for r in told.results["big"]] == \
+        [[h.text for h in r] for r in alone]
+
+
+def test_a_failing_search_fails_only_the_job_at_fault(translator):
+    prefixed = Translator(translator.models, translator.vocab,
+                          dataclasses.replace(translator.options, prefix=True))
+    batcher = Batcher(Translators(prefixed), max_tokens=1000, wait_s=0, max_queue=64)
+    good = dataclasses.replace(job(prefixed, ["A girl.", "Two dogs play."]),
+                               prefixes=["Ein", ""])
+    # Longer than "A man."'s output may be: the search of any batch holding it refuses.
+    bad = dataclasses.replace(job(prefixed, ["A man."]), prefixes=["a " * 80])
+    told = Told()
+    run(batcher, told, [("good", good), ("bad", bad)])
+    assert isinstance(told.results["bad"], ValueError) and "80 pieces" in str(told.results["bad"])
+    alone = prefixed.translate(good.lines, prefixes=good.prefixes)
+    assert [[h.text for h in r] for r in told.results["good"]] == \
+        [[h.text for h in r] for r in alone]
