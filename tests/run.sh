@@ -16,7 +16,7 @@ echo "vtx tests on: ${cpu:-unknown CPU} (${ident}$(nproc) cores, $bf16)"
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     # Not fatal: without it the page test alone fails, saying what is missing.
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
         chromium-driver; } || echo "tests/run.sh: could not install chromium and chromium-driver"
   fi
 fi

@@ -1,0 +1,243 @@
+"""Honest clients of `vtx serve` beside hostile ones, against the same honest clients alone.
+
+One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default). First `--clients`
+honest clients (`serve_load.py`'s: requests of 1-5 lines of `--input`, one after the other) for
+`--duration` seconds alone: the clean run. Then the same honest clients for as long beside
+`--hostile` hostile clients, each looping over one kind of abuse (round robin over the kinds):
+
+- whitespace: a line of 450,000 spaces (about 3 pieces), with a 2,500-term glossary;
+- glossary: a request glossary of 25,000 pairs over a line of 100,000 spaces;
+- constraints: 16 lines of 2,000 constraint phrases each, at beam 16;
+- cost: 64 lines of 250 pieces at beam 16;
+- churn: a line with its own `lenpen`, sampling `seed` and `temperature` each request;
+- slow: a body of 10,000 bytes sent a byte a second;
+- malformed: lone surrogates, a 5,000-digit integer, 10,000-deep nesting, in turn;
+- foreign: a POST from another site's Origin, and one as text/plain.
+
+A prober asks GET /health every 50 ms throughout. Prints, for each run, the honest clients'
+lines/s and p50/p99 latency and /health's worst latency, the ratios (abused over clean), what
+the hostile requests were answered, and the server's RSS; a last line `RESULT {json}`, and with
+`--csv FILE` the row. Targets (docs/benchmarks.md): honest lines/s >= 0.9 and p99 <= 1.5 of
+the clean run's, /health worst < 100 ms, RSS bounded. Run it alone on a quiet machine.
+
+Usage: python benchmarks/serve_abuse.py [--checkpoint PATH] [--input FILE] [--clients 32]
+       [--hostile 8] [--duration 60] [--seed 0] [--csv FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import datetime
+import json
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from serve_load import DEFAULT_CHECKPOINT, DEFAULT_INPUT, percentile, read_lines, rss_mib
+from translate_speed import append_csv, commit, cpu_model, csv_header_error
+
+KINDS = ("whitespace", "glossary", "constraints", "cost", "churn", "slow", "malformed",
+         "foreign")
+CSV_COLUMNS = ("machine", "checkpoint", "clients", "hostile", "seconds", "clean_lines_per_s",
+               "abused_lines_per_s", "throughput_ratio", "clean_p50_s", "clean_p99_s",
+               "abused_p50_s", "abused_p99_s", "p99_ratio", "clean_health_worst_ms",
+               "abused_health_worst_ms", "rss_start_mib", "rss_end_mib", "rss_max_mib",
+               "hostile_answers", "commit", "date", "command")
+
+
+def hostile_body(kind: str, rng: random.Random, turn: int) -> tuple[bytes, dict]:
+    """The body and headers of one hostile request of `kind` (not "slow")."""
+    json_type = {"Content-Type": "application/json"}
+    if kind == "whitespace":
+        body = {"text": [" " * 450_000 + "man"],
+                "glossary": [[f"term{i}", f"Wort{i}"] for i in range(2_500)]}
+    elif kind == "glossary":
+        body = {"text": [" " * 100_000 + "term7"],
+                "glossary": [[f"t{i}", f"W{i}"] for i in range(25_000)]}
+    elif kind == "constraints":
+        body = {"text": ["A man is riding a bike."] * 16, "beam": 16,
+                "constraints": [[f"w{i}" for i in range(2_000)]] * 16}
+    elif kind == "cost":
+        body = {"text": ["a " * 250] * 64, "beam": 16}
+    elif kind == "churn":
+        body = ({"text": ["A man is riding a bike."], "lenpen": round(rng.uniform(0, 2), 6)}
+                if turn % 2 else
+                {"text": ["A dog runs."], "sampling": True, "seed": rng.randrange(1 << 30),
+                 "temperature": round(rng.uniform(0.5, 1.5), 6)})
+    elif kind == "malformed":
+        return [b'{"text": ["\\ud800"]}', b'{"text": ["a"], "lenpen": ' + b"9" * 5000 + b"}",
+                b"[" * 10_000 + b"]" * 10_000][turn % 3], json_type
+    else:  # foreign
+        headers = ({"Content-Type": "text/plain"} if turn % 2 else
+                   {**json_type, "Origin": "http://evil.example.com"})
+        return json.dumps({"text": ["A man."]}).encode(), headers
+    return json.dumps(body).encode(), json_type
+
+
+async def slow_body(url: str, stop: asyncio.Event) -> int:
+    """A POST whose 10,000-byte body comes a byte a second; the status answered (0: none)."""
+    from urllib.parse import urlsplit
+
+    address = urlsplit(url)
+    reader, writer = await asyncio.open_connection(address.hostname, address.port)
+    writer.write(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: 10000\r\n\r\n{")
+    status = 0
+    try:
+        while not stop.is_set():
+            try:
+                line = await asyncio.wait_for(reader.readline(), 1.0)
+                status = int(line.split()[1]) if line else 0
+                break
+            except asyncio.TimeoutError:
+                writer.write(b" ")
+                await writer.drain()
+    except (ConnectionError, IndexError, ValueError):
+        pass
+    finally:
+        writer.close()
+    return status
+
+
+async def hostile(session, url: str, kind: str, rng: random.Random, stop: asyncio.Event,
+                  answers: collections.Counter) -> None:
+    """Requests of one kind of abuse, one after the other, until `stop`."""
+    turn = 0
+    while not stop.is_set():
+        if kind == "slow":
+            status = await slow_body(url, stop)
+        else:
+            body, headers = hostile_body(kind, rng, turn)
+            async with session.post(url + "/v1/translate", data=body, headers=headers) as reply:
+                await reply.read()
+                status = reply.status
+        answers[f"{kind} {status}"] += 1
+        turn += 1
+
+
+async def honest(session, url: str, lines: list[str], rng: random.Random, stop: asyncio.Event,
+                 served: list) -> None:
+    """`serve_load.py`'s client: requests of 1-5 consecutive lines until `stop`."""
+    while not stop.is_set():
+        count = rng.randint(1, 5)
+        start = rng.randrange(len(lines) - count + 1)
+        sent = time.monotonic()
+        async with session.post(url + "/v1/translate",
+                                json={"text": lines[start:start + count]}) as reply:
+            body = await reply.json()
+        if reply.status != 200:
+            raise RuntimeError(f"an honest request was answered {reply.status}: {body}")
+        served.append((time.monotonic() - sent, len(body["translations"])))
+
+
+async def probe(session, url: str, stop: asyncio.Event, waits: list) -> None:
+    """GET /health every 50 ms: how long each took."""
+    while not stop.is_set():
+        asked = time.monotonic()
+        async with session.get(url + "/health") as reply:
+            await reply.read()
+        waits.append(time.monotonic() - asked)
+        await asyncio.sleep(0.05)
+
+
+async def run(url: str, pid: int, lines: list[str], args, hostile_count: int) -> dict:
+    """One run: the honest clients (and `hostile_count` hostile ones) for args.duration s."""
+    import aiohttp
+
+    served, waits, rss, answers = [], [], [], collections.Counter()
+    stop = asyncio.Event()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks = [asyncio.create_task(honest(session, url, lines, random.Random(args.seed + i),
+                                            stop, served)) for i in range(args.clients)]
+        tasks += [asyncio.create_task(hostile(session, url, KINDS[i % len(KINDS)],
+                                              random.Random(args.seed + 1000 + i), stop,
+                                              answers)) for i in range(hostile_count)]
+        tasks.append(asyncio.create_task(probe(session, url, stop, waits)))
+        started = time.monotonic()
+        while time.monotonic() - started < args.duration:
+            rss.append(rss_mib(pid))
+            await asyncio.sleep(1.0)
+        stop.set()
+        elapsed = time.monotonic() - started
+        await asyncio.gather(*tasks)
+    latencies = [latency for latency, _ in served]
+    return {"lines_per_s": round(sum(count for _, count in served) / elapsed, 2),
+            "requests": len(served),
+            "p50_s": round(percentile(latencies, 0.5), 4),
+            "p99_s": round(percentile(latencies, 0.99), 4),
+            "health_worst_ms": round(1000 * max(waits), 1), "health_probes": len(waits),
+            "rss_mib": [round(m, 1) for m in rss if m is not None],
+            "hostile_answers": dict(sorted(answers.items()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--hostile", type=int, default=8)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of each run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", type=Path, help="append the run's row to this CSV")
+    args = parser.parse_args(argv)
+    if args.csv and (error := csv_header_error(args.csv, CSV_COLUMNS)):
+        parser.error(error)
+
+    from vtx.serve.process import ServerProcess, request
+
+    lines = read_lines(args.input)
+    given = sys.argv[1:] if argv is None else argv
+    command = f"python benchmarks/serve_abuse.py {shlex.join(given)}"
+    print(f"machine: {cpu_model()}\ncommand: {command}")
+    server = ServerProcess("--checkpoint", args.checkpoint, "--max-queue",
+                           max(1024, 5 * (args.clients + args.hostile)), "--read-timeout", 5)
+    try:
+        for body in ({"text": lines[:5]}, {"text": ["A man."], "constraints": [["Mann"]]},
+                     {"text": ["A man."], "sampling": True}):
+            request(server.url + "/v1/translate", body)  # traces the searches
+        clean = asyncio.run(run(server.url, server.process.pid, lines, args, 0))
+        abused = asyncio.run(run(server.url, server.process.pid, lines, args, args.hostile))
+    finally:
+        code = server.stop()
+    rss = clean["rss_mib"] + abused["rss_mib"]
+    summary = {
+        "machine": cpu_model(), "checkpoint": args.checkpoint.name, "clients": args.clients,
+        "hostile": args.hostile, "seconds": args.duration, "clean": clean, "abused": abused,
+        "throughput_ratio": round(abused["lines_per_s"] / clean["lines_per_s"], 3),
+        "p99_ratio": round(abused["p99_s"] / clean["p99_s"], 3),
+        "rss_start_mib": rss[0], "rss_end_mib": rss[-1], "rss_max_mib": max(rss),
+        "server_exit": code}
+    for name, result in (("clean", clean), ("abused", abused)):
+        print(f"{name}: honest {result['lines_per_s']} lines/s ({result['requests']} requests), "
+              f"p50 {result['p50_s']} s, p99 {result['p99_s']} s; /health worst "
+              f"{result['health_worst_ms']} ms of {result['health_probes']} probes")
+    print(f"abused / clean: throughput {summary['throughput_ratio']} (target >= 0.9), p99 "
+          f"{summary['p99_ratio']} (target <= 1.5)")
+    print("hostile requests answered: " + ", ".join(f"{key}: {count}" for key, count
+                                                    in abused["hostile_answers"].items()))
+    print(f"server RSS (MiB): start {summary['rss_start_mib']}, end {summary['rss_end_mib']}, "
+          f"max {summary['rss_max_mib']}; exit code on SIGTERM {code}")
+    if args.csv:
+        row = {**{key: summary[key] for key in ("machine", "checkpoint", "clients", "hostile",
+                                                 "seconds", "throughput_ratio", "p99_ratio",
+                                                 "rss_start_mib", "rss_end_mib",
+                                                 "rss_max_mib")},
+               **{f"{name}_{key}": summary[name][key] for name in ("clean", "abused")
+                  for key in ("lines_per_s", "p50_s", "p99_s")},
+               "clean_health_worst_ms": clean["health_worst_ms"],
+               "abused_health_worst_ms": abused["health_worst_ms"],
+               "hostile_answers": json.dumps(abused["hostile_answers"]), "commit": commit(),
+               "date": datetime.date.today().isoformat(), "command": command}
+        append_csv(args.csv, [row], CSV_COLUMNS)
+    print("RESULT " + json.dumps(summary))
+    return 0 if code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
