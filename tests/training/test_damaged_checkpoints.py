@@ -274,6 +274,29 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
         np.testing.assert_allclose(variable.numpy(), want, atol=1e-5)
 
 
+def test_resuming_from_a_weights_only_average_says_so_and_how_to_go_on(tmp_path,
+                                                                         uninterrupted):
+    """An average (no optimizer state) as a save dir's newest checkpoint was refused as
+    "variable shapes do not match this model"."""
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    shutil.copy(checkpoints.checkpoint_path(uninterrupted, 4), tmp_path)
+    average = checkpoints.checkpoint_path(tmp_path, 6)
+    result = CliRunner().invoke(main, ["average-checkpoints", "--inputs", str(tmp_path),
+                                       "--num-last", "1", "--output", str(tmp_path / "a.npz")])
+    assert result.exit_code == 0, result.output
+    (tmp_path / "a.npz").rename(average)
+    with pytest.raises(TrainingError) as refused:
+        make_trainer(tmp_path, []).fit(epoch_maker(PAIRS, 4))
+    assert str(refused.value) == (
+        f"{average} holds weights only, no optimizer state (an average written by `vtx "
+        f"average-checkpoints`): a run does not resume from it; start one from its weights with "
+        f"`vtx train --finetune-from {average}` and another --save-dir, or move it out of "
+        f"{tmp_path}")
+
+
 def test_out_of_host_memory_reading_a_good_checkpoint_is_not_damage(tmp_path, uninterrupted,
                                                                       monkeypatch):
     """The host's memory running out while a checkpoint is read (big models, a busy host) says
