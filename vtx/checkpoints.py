@@ -357,8 +357,21 @@ def model_config(checkpoint: Checkpoint, path: str | Path) -> ModelConfig:
         raise ArchitectureError(
             f"{path}: its weights hold {held:,} parameters, its model configuration "
             f"(num_layers {config.num_layers}, d_model {config.d_model}, d_ff {config.d_ff}, "
-            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}")
+            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}"
+            + _first_beyond(checkpoint.model, config.parameter_count))
     return config
+
+
+def _first_beyond(model: list, parameters: int) -> str:
+    """Which of the weights `model` lies past the model's `parameters` ("" if none does)."""
+    count = 0
+    for index, array in enumerate(model):
+        if np.issubdtype(array.dtype, np.floating):
+            count += array.size
+            if count > parameters:
+                return (f": its variable model_{index:05d} (shape {array.shape}) is past "
+                        f"them")
+    return ""
 
 
 def _invalid_model_config(values: dict) -> str | None:
@@ -416,6 +429,8 @@ def average(paths: list[str | Path], ema: bool = False,
 
     Raises:
         ValueError: `ema` and a checkpoint holds no EMA (named).
+        ArchitectureError: a checkpoint whose weights are not its own model configuration's
+            (`model_config`: the file and the first variable past them named).
         ValueError: no paths, a file given twice (it would weigh double), or checkpoints of
             different architectures or vocabularies (pieces, not bytes: the newest's
             vocabulary goes with the averaged weights).
@@ -432,6 +447,8 @@ def average(paths: list[str | Path], ema: bool = False,
                     key=lambda pair: pair[0].meta.get("step", 0))
     checkpoints = [checkpoint for checkpoint, _ in loaded]
     newest = checkpoints[-1]
+    for checkpoint, path in loaded:  # else an average that translate refuses
+        model_config(checkpoint, path)
     _refuse_copies(loaded)
     for checkpoint, path in loaded:
         _check_same_architecture(newest, checkpoint, path)
