@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -66,6 +67,21 @@ def trained_checkpoint(tmp_path_factory) -> Path:
     path.parent.mkdir()
     checkpoints.save(path, checkpoint)
     return path
+
+
+# A model small enough to write by hand (464 parameters), for checkpoints of made-up weights.
+TOY_MODEL = {"vocab_size": 8, "num_layers": 1, "d_model": 4, "d_ff": 8, "num_heads": 1}
+
+
+def toy_weights(arrays: list, model_config: dict = TOY_MODEL) -> list:
+    """`arrays`, then float32 zeros making up the parameters `model_config` has: the weights
+    of a checkpoint its own configuration describes, as averaging and translating check."""
+    from vtx.config import ModelConfig
+
+    missing = ModelConfig.from_dict(model_config).parameter_count - sum(
+        a.size for a in arrays if a.dtype.kind == "f")
+    assert missing >= 0, f"more weights than {model_config} has"
+    return list(arrays) + [np.zeros(missing, np.float32)]
 
 
 def ended_pid() -> int:

@@ -193,8 +193,9 @@ _PIECE_MAX = 1024  # bytes of a SentencePiece model per piece: pieces, scores, n
 
 def _check_entries(path: Path, handle) -> dict:
     """The meta record of the checkpoint open in `handle`, once its entries are checked
-    against it, before any array is unpacked: known names only, numbers only, no entry
-    declaring more than it holds, and no kind of entry more bytes than the model
+    against it, before any array is unpacked: known names only, numbers only, every entry
+    stored uncompressed (`_stored_size`: none inflates past the file's size) and declaring the
+    data it holds, and no kind of entry more bytes than the model
     configuration allows (`_allowed_bytes`).
 
     Raises:
@@ -205,17 +206,15 @@ def _check_entries(path: Path, handle) -> dict:
 
     with zipfile.ZipFile(handle) as archive:
         headers = {}
+        stored, file_size = 0, os.fstat(handle.fileno()).st_size
         for info in archive.infolist():
             if not (match := _ENTRY.match(info.filename)) or match[1] in headers:
                 raise _damaged(path, f"it holds an entry vtx does not write: {info.filename}")
-            with archive.open(info) as entry:
-                version = np.lib.format.read_magic(entry)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read(entry)
-            size = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
-            if size > info.file_size:
-                raise _damaged(path, f"{info.filename} declares more data than it holds")
+            stored += _stored_size(path, info)  # what reading the entries takes, at most
+            if stored > file_size:
+                raise _damaged(path, f"its zip directory declares entries of {stored:,} bytes "
+                                     f"up to {info.filename}, more than the file holds")
+            size, dtype = _npy_header(path, archive, info)
             expected = "U" if match[1] == "meta" else "u" if match[1] == "vocab" else "biuf"
             if dtype.kind not in expected:
                 raise _damaged(path, f"{info.filename} holds {dtype}, not numbers")
@@ -237,6 +236,44 @@ def _check_entries(path: Path, handle) -> dict:
             raise _damaged(path, f"its {kind} entries declare {size:,} bytes, more than its model "
                                  f"configuration allows ({allowed[kind]:,})")
     return meta
+
+
+def _stored_size(path: Path, info) -> int:
+    """The bytes the zip entry `info` of checkpoint `path` takes in the file: `save` stores its
+    entries uncompressed, so that no entry inflates beyond the file's own size.
+
+    Raises:
+        CheckpointError: a compressed entry, or one whose sizes differ (`path` named).
+    """
+    import zipfile
+
+    if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+        raise _damaged(path, f"{info.filename} is compressed (zip method {info.compress_type}, "
+                             f"{info.compress_size:,} bytes declaring {info.file_size:,}); vtx "
+                             f"stores its entries uncompressed")
+    return info.compress_size
+
+
+def _npy_header(path: Path, archive, info) -> tuple[int, np.dtype]:
+    """The bytes of data the .npy header of the entry `info` declares, and their dtype, once
+    they are the bytes the zip entry holds after its header.
+
+    Raises:
+        CheckpointError: they differ (`path` named).
+        Exception: a damaged .npy header, as numpy raises it.
+    """
+    with archive.open(info) as entry:
+        version = np.lib.format.read_magic(entry)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(entry)
+        held = info.file_size - entry.tell()
+    size = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    if size != held:
+        more = "more" if size > held else "less"
+        raise _damaged(path, f"{info.filename} declares {more} data than it holds ({size:,} "
+                             f"bytes, {held:,} held)")
+    return size, dtype
 
 
 def _allowed_bytes(config: ModelConfig) -> dict[str, int]:
@@ -320,8 +357,21 @@ def model_config(checkpoint: Checkpoint, path: str | Path) -> ModelConfig:
         raise ArchitectureError(
             f"{path}: its weights hold {held:,} parameters, its model configuration "
             f"(num_layers {config.num_layers}, d_model {config.d_model}, d_ff {config.d_ff}, "
-            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}")
+            f"vocab_size {config.vocab_size}) has {config.parameter_count:,}"
+            + _first_beyond(checkpoint.model, config.parameter_count))
     return config
+
+
+def _first_beyond(model: list, parameters: int) -> str:
+    """Which of the weights `model` lies past the model's `parameters` ("" if none does)."""
+    count = 0
+    for index, array in enumerate(model):
+        if np.issubdtype(array.dtype, np.floating):
+            count += array.size
+            if count > parameters:
+                return (f": its variable model_{index:05d} (shape {array.shape}) is past "
+                        f"them")
+    return ""
 
 
 def _invalid_model_config(values: dict) -> str | None:
@@ -379,6 +429,8 @@ def average(paths: list[str | Path], ema: bool = False,
 
     Raises:
         ValueError: `ema` and a checkpoint holds no EMA (named).
+        ArchitectureError: a checkpoint whose weights are not its own model configuration's
+            (`model_config`: the file and the first variable past them named).
         ValueError: no paths, a file given twice (it would weigh double), or checkpoints of
             different architectures or vocabularies (pieces, not bytes: the newest's
             vocabulary goes with the averaged weights).
@@ -395,6 +447,8 @@ def average(paths: list[str | Path], ema: bool = False,
                     key=lambda pair: pair[0].meta.get("step", 0))
     checkpoints = [checkpoint for checkpoint, _ in loaded]
     newest = checkpoints[-1]
+    for checkpoint, path in loaded:  # else an average that translate refuses
+        model_config(checkpoint, path)
     _refuse_copies(loaded)
     for checkpoint, path in loaded:
         _check_same_architecture(newest, checkpoint, path)

@@ -93,6 +93,12 @@ class OutputLockedError(Templated, OSError):
     maps to its flag, as `ArgumentError`'s), the holder and the lock file."""
 
 
+class LockFileError(OSError):
+    """Raised when the path of an output's or a save dir's lock file (`vtx.locking`) holds
+    something else: a symbolic link, a hard link, a file that is not a lock's; the message names
+    the path."""
+
+
 class TreeSyntaxError(ValueError):
     """Raised on bracketed text that is not a tree; the message says where."""
 

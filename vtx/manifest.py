@@ -5,7 +5,8 @@ the format of GNU coreutils' `sha256sum` (`HASH  PATH`, one a line, sorted by pa
 Every directory vtx writes whole (an export, a keras-hub preset, a data directory) gets one,
 written last, into the directory while it is still being built under its temporary name
 (`vtx.atomic.new_directory`). The loaders vtx ships check it (`verify`): a changed, missing or
-added file is refused by name, as is a symbolic link that leaves the directory. A directory
+added file is refused by name, as is a symbolic link that leaves the directory and an entry
+that is not a plain relative path inside it (`..`, an absolute path). A directory
 without one (written before manifests existed, or by another tool) is read unchecked but for
 its links.
 """
@@ -78,6 +79,7 @@ def verify(directory: str | Path) -> None:
         if not (match := _LINE.match(line)):
             raise ManifestError(f"{manifest}:{number}: not a `sha256sum` line ({line[:80]!r}): "
                                 f"damaged")
+        _check_entry(match[2], manifest, number)
         listed[match[2]] = match[1]
     for relative, expected in listed.items():
         path = directory / relative
@@ -91,6 +93,21 @@ def verify(directory: str | Path) -> None:
         if relative not in listed:
             raise ManifestError(f"{directory / relative} is not in {manifest}: added after the "
                                 f"directory was written; remove it")
+
+
+def _check_entry(relative: str, manifest: Path, number: int) -> None:
+    """Refuse an entry of `manifest` (at line `number`) that is not a plain relative path
+    inside its directory, before anything is looked up there (an absolute path or `..` would
+    name a file outside, and whether it exists would show).
+
+    Raises:
+        ManifestError: the entry named.
+    """
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ManifestError(f"{manifest}:{number}: its entry {relative!r} is not a plain "
+                            f"relative path inside {manifest.parent} (an absolute path, or "
+                            f"'..', '.' or an empty part in it): damaged or crafted; not read")
 
 
 def _check_links(directory: Path) -> None:

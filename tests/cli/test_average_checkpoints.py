@@ -1,14 +1,19 @@
+import json
+
 import numpy as np
 from click.testing import CliRunner
 
+from tests.conftest import TOY_MODEL, toy_weights
 from vtx import checkpoints
 from vtx.checkpoints import Checkpoint
 from vtx_cli.main import main
 
 
 def write(path, step, value, config=None):
-    checkpoints.save(path, Checkpoint(model=[np.full((3,), value, np.float32)], optimizer=[],
-                                      meta={"step": step, "model_config": config or {"n": 1}}))
+    config = config or TOY_MODEL
+    checkpoints.save(path, Checkpoint(model=toy_weights([np.full((3,), value, np.float32)],
+                                                        config), optimizer=[],
+                                      meta={"step": step, "model_config": config}))
 
 
 def test_num_last_averages_the_newest_checkpoints_of_a_directory(tmp_path):
@@ -24,7 +29,7 @@ def test_num_last_averages_the_newest_checkpoints_of_a_directory(tmp_path):
 
 def test_explicit_files_and_architecture_mismatch(tmp_path):
     write(tmp_path / "a.npz", 1, 1.0)
-    write(tmp_path / "b.npz", 2, 2.0, {"n": 2})
+    write(tmp_path / "b.npz", 2, 2.0, {**TOY_MODEL, "d_model": 8})
     result = CliRunner().invoke(main, ["average-checkpoints", "--inputs", str(tmp_path / "a.npz"),
                                        "--inputs", str(tmp_path / "b.npz"),
                                        "--output", str(tmp_path / "o.npz")])
@@ -94,8 +99,8 @@ def test_checkpoints_of_other_vocabularies_are_refused_naming_the_first_other_pi
     assert Vocabulary.from_bytes(theirs, "a").size == Vocabulary.from_bytes(ours, "b").size
     for name, step, vocab in (("a.npz", 1, ours), ("b.npz", 2, theirs), ("c.npz", 3, ours)):
         checkpoints.save(tmp_path / name, Checkpoint(
-            model=[np.full((3,), 1.0, np.float32)], optimizer=[],
-            meta={"step": step, "model_config": {"n": 1}}, vocab=vocab))
+            model=toy_weights([np.full((3,), 1.0, np.float32)]), optimizer=[],
+            meta={"step": step, "model_config": TOY_MODEL}, vocab=vocab))
     files = ["--inputs", str(tmp_path / "a.npz"), "--inputs", str(tmp_path / "c.npz")]
     result = CliRunner().invoke(main, ["average-checkpoints", *files, "--output",
                                        str(tmp_path / "o.npz")])
@@ -163,3 +168,26 @@ def test_an_output_named_as_a_numbered_checkpoint_is_refused(tmp_path):
                                            "--num-last", "2", "--output", str(tmp_path / name)])
         assert result.exit_code == 0, result.output
         np.testing.assert_allclose(checkpoints.load(tmp_path / name).model[0], [2.0] * 3)
+
+
+def test_an_input_holding_a_variable_its_model_has_not_is_refused_naming_both(
+        tmp_path, trained_checkpoint):
+    """An old checkpoint (no checksum) holding an extra variable was averaged into a file,
+    with a valid checksum, that translate refused."""
+    with np.load(trained_checkpoint) as data:
+        arrays = {name: data[name] for name in data.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["checksum"]  # as written before checkpoints had one
+    arrays["meta"] = np.array(json.dumps(meta))
+    extra = f"model_{sum(n.startswith('model_') for n in arrays):05d}"
+    arrays[extra] = np.ones((3,), np.float32)
+    old = tmp_path / "old.npz"
+    np.savez(old, **arrays)
+    for inputs in ([old], [old, trained_checkpoint]):
+        result = CliRunner().invoke(main, ["average-checkpoints",
+                                           *[a for p in inputs for a in ("--inputs", str(p))],
+                                           "--output", str(tmp_path / "o.npz")])
+        assert result.exit_code == 1, result.output
+        assert f"Error: {old}: its weights hold " in result.output, result.output
+        assert f"its variable {extra} (shape (3,)) is past them" in result.output
+        assert not (tmp_path / "o.npz").exists()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import TOY_MODEL, toy_weights
 from tests.data.conftest import small_corpus  # noqa: F401  (a fixture)
 from vtx import checkpoints, manifest
 from vtx.checkpoints import Checkpoint
@@ -31,8 +32,9 @@ def assert_one_line_error(result, *fragments):
 
 
 def write(path, step, value=1.0):
-    checkpoints.save(path, Checkpoint(model=[np.full((300,), value, np.float32)], optimizer=[],
-                                      meta={"step": step, "model_config": {"n": 1}}, vocab=b"x"))
+    checkpoints.save(path, Checkpoint(model=toy_weights([np.full((300,), value, np.float32)]),
+                                      optimizer=[], meta={"step": step, "model_config": TOY_MODEL},
+                                      vocab=b"x"))
 
 
 def truncate(path):

@@ -1,23 +1,24 @@
 import numpy as np
 import pytest
 
+from tests.conftest import TOY_MODEL, toy_weights
 from vtx import checkpoints
 from vtx.checkpoints import Checkpoint
 from vtx.errors import ArchitectureError
 
 
-def make(step, scale, config=None):
-    model = [np.full((2, 3), scale, np.float32), np.array([7, step], np.int64),
-             np.full((4,), 2 * scale, np.float32)]
+def make(step, scale, config=TOY_MODEL):
+    model = toy_weights([np.full((2, 3), scale, np.float32), np.array([7, step], np.int64),
+                         np.full((4,), 2 * scale, np.float32)], config)
     return Checkpoint(model=model, optimizer=[np.array(step, np.int64)],
-                      meta={"step": step, "model_config": config or {"d_model": 8}}, vocab=b"spm")
+                      meta={"step": step, "model_config": config}, vocab=b"spm")
 
 
 def test_save_load_round_trip_leaves_no_temporary_file(tmp_path):
     path = checkpoints.checkpoint_path(tmp_path, 12)
     checkpoints.save(path, make(12, 1.5))
     loaded = checkpoints.load(path)
-    assert loaded.meta == {"step": 12, "model_config": {"d_model": 8}}
+    assert loaded.meta == {"step": 12, "model_config": TOY_MODEL}
     assert loaded.vocab == b"spm"
     np.testing.assert_array_equal(loaded.model[0], np.full((2, 3), 1.5))
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_00000012.npz"]
@@ -66,8 +67,8 @@ def test_an_average_holds_the_weights_only_unless_the_optimizer_state_is_kept(tm
 
 def test_different_architectures_are_refused(tmp_path):
     a, b = tmp_path / "a.npz", tmp_path / "b.npz"
-    checkpoints.save(a, make(10, 1.0, {"d_model": 8}))
-    checkpoints.save(b, make(20, 1.0, {"d_model": 16}))
+    checkpoints.save(a, make(10, 1.0, {**TOY_MODEL, "d_model": 8}))
+    checkpoints.save(b, make(20, 1.0, {**TOY_MODEL, "d_model": 16}))
     with pytest.raises(ArchitectureError,
                        match=r"a.npz holds a different architecture \(d_model 8, expected 16\); "
                              r"every averaged checkpoint must match the newest"):

@@ -124,7 +124,7 @@ from vtx import checkpoints
 path = sys.argv[1]
 config = {"vocab_size": 1000, "num_layers": 1, "d_model": 32, "d_ff": 64, "num_heads": 2}
 with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-    with archive.open("meta.npy", "w") as entry:
+    with archive.open(zipfile.ZipInfo("meta.npy"), "w") as entry:  # stored, as vtx writes it
         np.lib.format.write_array(entry, np.array(json.dumps({"step": 1, "model_config": config})))
     with archive.open("model_00000.npy", "w", force_zip64=True) as entry:
         np.lib.format.write_array_header_1_0(entry, {"descr": "<f4", "fortran_order": False,
@@ -143,9 +143,9 @@ print(json.dumps({"said": said, "peak_kib": int(peak[1])}))
 
 
 def test_a_crafted_entry_is_refused_before_it_is_unpacked(tmp_path):
-    """Each entry's declared size is checked against the model configuration before its bytes
-    are inflated: the 512 MiB entry of a 1 MB model is refused at the memory of a bare Python
-    with numpy (it took 512 MiB and loaded, without a checksum to fail)."""
+    """Each entry is checked before its bytes are inflated: the 512 MiB entry of a 1 MB model,
+    compressed, is refused at the memory of a bare Python with numpy (it took 512 MiB and
+    loaded, without a checksum to fail)."""
     import json
     import subprocess
     import sys
@@ -156,9 +156,75 @@ def test_a_crafted_entry_is_refused_before_it_is_unpacked(tmp_path):
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["peak_kib"] < 256 * 1024  # far below the entry's 512 MiB
     assert result["said"].startswith(f"CheckpointError: {path}: not a readable vtx checkpoint")
-    assert "its model entries declare 536,870,912 bytes, more than its model configuration " \
-           "allows" in result["said"]
+    assert "(model_00000.npy is compressed (zip method 8, " in result["said"]
+    assert "bytes declaring 536,871,040); vtx stores its entries uncompressed)" in result["said"]
     assert path.stat().st_size < 2**21
+
+
+# translate and average-checkpoints on a crafted file, in a process of their own, its peak
+# memory measured from after TensorFlow's import (translate's) to after both commands.
+COMMANDS_ON = """
+import json, re, sys
+import tensorflow  # noqa: F401
+from vtx_cli.main import main
+
+def peak_kib():
+    return int(re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read())[1])
+
+path, output = sys.argv[1:]
+before, said = peak_kib(), []
+for command in (["translate", "--checkpoint", path], ["average-checkpoints", "--inputs", path,
+                                                      "--output", output]):
+    try:
+        main(command, standalone_mode=False)
+        said.append("ran")
+    except Exception as error:
+        said.append(str(error))
+print(json.dumps({"said": said, "grew_kib": peak_kib() - before}))
+"""
+
+
+def write_inflating_checkpoint(path, model_config, entries, size):
+    """A checkpoint declaring `model_config`, whose `entries` each declare `size` bytes of
+    float32 zeros, deflated into a few hundred kilobytes, and whose meta has no checksum."""
+    import json
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(zipfile.ZipInfo("meta.npy"), "w") as entry:
+            np.lib.format.write_array(entry, np.array(json.dumps(
+                {"step": 1, "model_config": model_config})))
+        for name in entries:
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                np.lib.format.write_array_header_1_0(entry, {
+                    "descr": "<f4", "fortran_order": False, "shape": (size // 4,)})
+                for _ in range(size // 2**20):
+                    entry.write(bytes(2**20))
+
+
+def test_a_checkpoint_claiming_a_big_model_costs_no_more_than_its_file(tmp_path):
+    """A small file declaring an 800 MB model, whose deflated entries add up to 256 MiB, each
+    within what that model allows: translate and average-checkpoints inflated it whole (the
+    reporter stopped one at 6.3 GB). Both refuse it before inflating anything."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "crafted.npz"
+    write_inflating_checkpoint(path, {"vocab_size": 32000, "num_layers": 6, "d_model": 1024,
+                                      "d_ff": 4096, "num_heads": 16},
+                               ["model_00000", "ema_00000", "optimizer_00000",
+                                "optimizer_00001"], 2**26)
+    assert path.stat().st_size < 2**22
+    done = subprocess.run([sys.executable, "-c", COMMANDS_ON, str(path),
+                           str(tmp_path / "average.npz")], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    for said in result["said"]:
+        assert said.startswith(f"{path}: not a readable vtx checkpoint"), said
+        assert "model_00000.npy is compressed (zip method 8" in said, said
+    assert result["grew_kib"] < 32 * 1024  # nothing of the 256 MiB
+    assert not (tmp_path / "average.npz").exists()
 
 
 def test_an_entry_vtx_does_not_write_is_refused_naming_it(tmp_path):
@@ -206,6 +272,29 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     reference = checkpoints.load(checkpoints.checkpoint_path(uninterrupted, 4)).model
     for variable, want in zip(trainer.model.variables, reference):
         np.testing.assert_allclose(variable.numpy(), want, atol=1e-5)
+
+
+def test_resuming_from_a_weights_only_average_says_so_and_how_to_go_on(tmp_path,
+                                                                         uninterrupted):
+    """An average (no optimizer state) as a save dir's newest checkpoint was refused as
+    "variable shapes do not match this model"."""
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    shutil.copy(checkpoints.checkpoint_path(uninterrupted, 4), tmp_path)
+    average = checkpoints.checkpoint_path(tmp_path, 6)
+    result = CliRunner().invoke(main, ["average-checkpoints", "--inputs", str(tmp_path),
+                                       "--num-last", "1", "--output", str(tmp_path / "a.npz")])
+    assert result.exit_code == 0, result.output
+    (tmp_path / "a.npz").rename(average)
+    with pytest.raises(TrainingError) as refused:
+        make_trainer(tmp_path, []).fit(epoch_maker(PAIRS, 4))
+    assert str(refused.value) == (
+        f"{average} holds weights only, no optimizer state (an average written by `vtx "
+        f"average-checkpoints`): a run does not resume from it; start one from its weights with "
+        f"`vtx train --finetune-from {average}` and another --save-dir, or move it out of "
+        f"{tmp_path}")
 
 
 def test_out_of_host_memory_reading_a_good_checkpoint_is_not_damage(tmp_path, uninterrupted,

@@ -136,6 +136,12 @@ class Checkpointer:
                 f"{_count(self.topology.num_workers, 'worker')}: resume with "
                 f"{_count(saved_workers, 'worker')} (TF_CONFIG's cluster), or use another "
                 f"--save-dir")
+        if not checkpoint.optimizer and self.engine.checkpoint_shapes()[1]:
+            raise TrainingError(
+                f"{path} holds weights only, no optimizer state (an average written by `vtx "
+                f"average-checkpoints`): a run does not resume from it; start one from its "
+                f"weights with `vtx train --finetune-from {path}` and another --save-dir, or "
+                f"move it out of {Path(path).parent}")
         saved_precision = (checkpoint.meta.get("train_config") or {}).get("precision")
         for shapes, arrays in zip(self.engine.checkpoint_shapes(),
                                   (checkpoint.model, checkpoint.optimizer)):
