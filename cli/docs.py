@@ -2,8 +2,10 @@
 cannot drift apart.
 
 `python -m vtx_cli.docs` rewrites each table between `<!-- flags: CMD -->` and `<!-- /flags -->`
-from `vtx CMD`'s options: the flag, its default, and the first sentence of its help text.
-`--check` rewrites nothing and exits 1 naming the commands whose table differs.
+from `vtx CMD`'s options: the flag, its default, and the first sentence of its help text; the rest
+of a help text follows the table as a bullet, so that the doc drops nothing `--help` prints.
+`--check` rewrites nothing and exits 1 naming the commands whose table differs. After changing a
+flag, run it (tests/cli/test_docs_flags.py fails while a table differs).
 """
 
 import re
@@ -23,10 +25,16 @@ SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z`])")
 SAID_DEFAULT = re.compile(r"\s*\[default: (?P<default>[^\]]*)\]")
 
 
+def split_help(help_text: str) -> tuple[str, str]:
+    """The help's first sentence and the rest (empty if none), without `[default: ...]`."""
+    text = " ".join(SAID_DEFAULT.sub("", help_text).split())
+    first, *rest = SENTENCE_END.split(text, maxsplit=1)
+    return first, rest[0] if rest else ""
+
+
 def first_sentence(help_text: str) -> str:
     """The help's first sentence, without a trailing `[default: ...]`."""
-    text = " ".join(SAID_DEFAULT.sub("", help_text).split())
-    return SENTENCE_END.split(text, maxsplit=1)[0]
+    return split_help(help_text)[0]
 
 
 def flag_cell(option: click.Option) -> str:
@@ -59,23 +67,30 @@ def default_cell(option: click.Option) -> str:
 
 
 def flag_table(command: click.Command) -> str:
-    """The command's options as a Markdown table: flag, default, meaning.
+    """The command's options as a Markdown table: flag, default, meaning (the help's first
+    sentence); then a bullet for each help with more to say.
 
     Raises:
         ValueError: an option without help, or a cell of more than MAX_CELL_WORDS words.
     """
     rows = ["| Flag | Default | Meaning |", "| --- | --- | --- |"]
+    bullets = []
     for option in command.params:
         if not isinstance(option, click.Option) or option.hidden:
             continue
         if not option.help:
             raise ValueError(f"vtx {command.name} {option.opts[0]}: no help text")
-        cells = [flag_cell(option), default_cell(option), first_sentence(option.help)]
+        first, rest = split_help(option.help)
+        cells = [flag_cell(option), default_cell(option), first]
         for cell in cells:
             if len(cell.split()) > MAX_CELL_WORDS:
                 raise ValueError(f"vtx {command.name} {option.opts[0]}: {cell!r} is over "
                                  f"{MAX_CELL_WORDS} words; end its help's first sentence sooner")
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        if rest:
+            bullets.append(f"- `{max(option.opts, key=len)}`: {rest}")
+    if bullets:
+        rows += ["", *bullets]
     return "\n".join(rows) + "\n"
 
 

@@ -90,7 +90,7 @@ def check_combinations(ctx: click.Context) -> None:
 @click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
               help="A glossary, `source term<TAB>target term` a line: where a source term "
                    "occurs in a line as whole words (case as written), its target term is one "
-                   "of the line's constraints. See docs/commands.md for overlaps and fit.")
+                   "of the line's constraints. See docs/decoding.md for overlaps and fit.")
 @click.option("--print-alignment", is_flag=True,
               help="Also each hypothesis's word alignment, `i-j` pairs (source piece i, target "
                    "piece j) from --alignment-layer's cross-attention: after a tab in text, a "

@@ -13,7 +13,7 @@ def test_the_flag_tables_of_commands_md_match_the_click_commands():
                          f"`vtx {changed[0]} --help`; run `python -m vtx_cli.docs`")
 
 
-def test_a_table_row_is_the_flag_its_default_and_the_first_sentence_of_its_help():
+def test_a_row_holds_the_first_sentence_of_the_help_and_a_bullet_below_holds_the_rest():
     @click.command("demo")
     @click.option("--size", "-n", default=3, show_default=True,
                   help="Rows per batch, e.g. 8. Padding counted.")
@@ -25,7 +25,9 @@ def test_a_table_row_is_the_flag_its_default_and_the_first_sentence_of_its_help(
     assert docs.flag_table(demo).splitlines()[2:] == [
         "| `-n`, `--size` | `3` | Rows per batch, e.g. 8. |",
         "| `--mode` {a,b} | required | The mode. |",
-        "| `--jit/--no-jit` | --jit on a GPU | Compile. |"]
+        "| `--jit/--no-jit` | --jit on a GPU | Compile. |",
+        "",
+        "- `--size`: Padding counted."]
 
 
 def test_a_help_whose_first_sentence_is_too_long_for_a_cell_is_refused():
