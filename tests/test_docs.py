@@ -87,3 +87,30 @@ def test_every_relative_link_and_image_points_to_a_file_and_heading(path):
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
                 broken.append(f"{path.name}:{number}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+# Headline figures, each stated in one page of docs/ or the README; other pages link to it.
+# A second page stating one is how two pages come to disagree when it is measured again.
+# history.md, a dated record of what was measured when, is not a page of current figures.
+HEADLINE_FIGURES = {
+    "38.84": "results.md",        # quick start BLEU, Intel Xeon with AMX
+    "36.56": "results.md",        # quick start BLEU, AMD EPYC Zen 3
+    "5,732": "results.md",        # quick start median tok/s, Intel Xeon with AMX
+    "1,477": "results.md",        # quick start median tok/s, AMD EPYC Zen 3
+    "70.66": "results.md",        # WSJ sample parser test F1
+    "1.38-1.75x": "results.md",   # CPU training against the PyTorch reference
+    "1.65x CTranslate2": "results.md",  # CPU decoding against CTranslate2
+    "291,902": "results.md",      # `vtx train` target tok/s on one H200
+    "39.0%": "results.md",        # big's MFU on one H200
+    "0.11-0.13 s": "decoding.md",  # vtx's search on one H200, with XLA
+}
+
+
+def test_each_headline_figure_is_stated_in_exactly_one_page():
+    pages = [path for path in [*DOCS, ROOT / "README.md"] if path.name != "history.md"]
+    misplaced = []
+    for figure, home in HEADLINE_FIGURES.items():
+        holders = sorted(path.name for path in pages if figure in path.read_text(encoding="utf-8"))
+        if holders != [home]:
+            misplaced.append(f"{figure!r}: in {holders or 'no page'}, expected only in {home}")
+    assert not misplaced, "\n".join(misplaced)
