@@ -1,4 +1,5 @@
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -361,13 +362,16 @@ def test_a_profile_range_that_could_trace_nothing_is_refused_at_once(tmp_path):
 def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(multi30k_small,
                                                                              tmp_path):
     data, flags = multi30k_small / "data", SMALL[2:]  # without --arch tiny
-    assert vtx("train", data, "--save-dir", tmp_path / "a", "--max-steps", 1,
-               *SMALL).returncode == 0
+    first = vtx("train", data, "--save-dir", tmp_path / "a", "--max-steps", 1, *SMALL)
+    assert first.returncode == 0, first.stderr
+    # The model by its shape; the preset's name alone would read as the paper's model of it.
+    assert re.search(r"model: 2 layers, d_model 64, d_ff 128, 4 heads, [\d,]+ parameters "
+                     r"\(from preset tiny\); ", first.stderr), first.stderr
     start = checkpoints.checkpoint_path(tmp_path / "a", 1)
     result = vtx("train", data, "--save-dir", tmp_path / "b", "--max-steps", 1,
                  "--finetune-from", start, *flags)
     assert result.returncode == 0, result.stderr
-    assert f"model: fine-tuned from {start}, " in result.stderr
+    assert f" parameters (fine-tuned from {start}); " in result.stderr
     saved = json.loads((tmp_path / "b" / "config.json").read_text())
     assert (saved["arch"], saved["finetuned_from"]) == (None, str(start))
     result = vtx("train", data, "--save-dir", tmp_path / "c", "--max-steps", 1,

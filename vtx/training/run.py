@@ -109,8 +109,12 @@ def train(data_dir, save_dir, arch: str | None, overrides: dict, train_config: T
             if workers.is_chief and not trainer.nothing_to_train():
                 run_dir.write_config(data, arch, model_config, train_config,
                                      trainer.state.finetuned_from)
-            said = arch if arch else f"fine-tuned from {trainer.state.finetuned_from}"
-            log(f"model: {said}, {trainer.model.count_params()} parameters; "
+            # The shape first: a preset's name alone reads as the paper's model of that name.
+            said = f"from preset {arch}" if arch else (
+                f"fine-tuned from {trainer.state.finetuned_from}")
+            log(f"model: {model_config.num_layers} layers, d_model {model_config.d_model}, "
+                f"d_ff {model_config.d_ff}, {model_config.num_heads} heads, "
+                f"{trainer.model.count_params():,} parameters ({said}); "
                 f"{strategy.num_replicas_in_sync} replicas on {workers.num_workers} worker(s); "
                 f"{train_config.max_tokens} tokens per replica x {train_config.update_freq} "
                 f"micro-batches")
