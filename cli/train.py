@@ -163,7 +163,9 @@ def _device_names(ctx, param, value):
                    "also saves at its end, on a stop signal and at each new best validation).")
 @click.option("--save-interval-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="Also save a checkpoint every this many updates (0: none by the step "
-                   "count).")
+                   "count). Given, a new best validation between its multiples is written as "
+                   "checkpoint_best only, so that the numbered checkpoints that "
+                   "average-checkpoints takes are this many updates apart.")
 @click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
               help="Keep the N newest checkpoints (0: all).")
 @click.option("--validate-interval-steps", type=click.IntRange(min=0), default=1000,

@@ -3,5 +3,5 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/config.sh"
 source "$HERE/../lib/wmt14.sh"
-ARCH=base STEPS=100000 DROPOUT=0.1 NUM_LAST=5
+ARCH=base STEPS=100000 DROPOUT=0.1 NUM_LAST=5 SAVE_STEPS=1500
 train_main "$@"

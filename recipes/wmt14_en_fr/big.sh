@@ -3,5 +3,5 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/config.sh"
 source "$HERE/../lib/wmt14.sh"
-ARCH=big STEPS=300000 DROPOUT=$BIG_DROPOUT NUM_LAST=20
+ARCH=big STEPS=300000 DROPOUT=$BIG_DROPOUT NUM_LAST=20 SAVE_STEPS=600
 train_main "$@"

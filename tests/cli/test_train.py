@@ -432,3 +432,18 @@ def test_subword_alpha_trains_two_epochs_and_an_older_data_dir_is_refused(multi3
                  "--subword-nbest", 4, *SMALL)
     assert result.returncode == 1
     assert "Error: --subword-nbest 4 goes with a unigram vocabulary" in result.stderr
+
+
+def test_save_interval_steps_numbers_only_its_multiples_and_a_best_between_is_best_only(
+        multi30k_small, tmp_path):
+    # The paper's averaging window in updates: the numbered checkpoints average-checkpoints
+    # takes are the cadence's (and the run's end), never a new best between them.
+    flags = [*SMALL[:-4], "--validate-interval-steps", "5", "--save-interval-minutes", "0",
+             "--save-interval-steps", "15", "--max-steps", "40"]
+    result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path, *flags)
+    assert result.returncode == 0, result.stderr
+    kept = [int(checkpoints.read_meta(path)["step"])
+            for path in checkpoints.list_checkpoints(tmp_path)]
+    assert kept == [15, 30, 40]
+    best = int(checkpoints.read_meta(tmp_path / checkpoints.BEST_NAME)["step"])
+    assert best % 5 == 0 and 5 <= best <= 40

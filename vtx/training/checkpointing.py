@@ -67,13 +67,15 @@ class Checkpointer:
         """Every worker's stream position (a collective when there are several workers)."""
         return [(int(e), int(o)) for e, o in self.collectives.gather(np.array(stream.position))]
 
-    def save(self, state: RunState, stream: BatchStream) -> Path | None:
+    def save(self, state: RunState, stream: BatchStream, numbered: bool = True) -> Path | None:
         """Write checkpoint_<step>.npz of `state` at `stream`'s position (chief only) and prune
-        to `keep_last`."""
+        to `keep_last`; with `numbered` false, write checkpoint_best.npz only (a best between
+        the step cadence's checkpoints, kept out of the numbered ones that are averaged)."""
         state.positions = self._gather_positions(stream)
         if not self.topology.is_chief:
             return None
-        path = checkpoints.checkpoint_path(self.save_dir, state.step)
+        path = (checkpoints.checkpoint_path(self.save_dir, state.step) if numbered
+                else self.save_dir / checkpoints.BEST_NAME)
         model, optimizer, ema = self.engine.checkpoint_arrays()
         try:
             checkpoints.save(path, checkpoints.Checkpoint(
@@ -89,7 +91,7 @@ class Checkpointer:
                 f"{state.step}'s checkpoint could not be written ({error}); {newest}: free space "
                 f"there (--keep-last keeps fewer checkpoints) and run again, which resumes from "
                 f"the newest") from error
-        if self.config.keep_last:
+        if numbered and self.config.keep_last:
             for old in checkpoints.list_checkpoints(self.save_dir)[:-self.config.keep_last]:
                 old.unlink(missing_ok=True)
         return path

@@ -546,12 +546,17 @@ class TrainingLoop:
         # budget, last step) or when it validated as the best yet: a validation outweighs one
         # update's loss (a batch of unusually long or hard pairs can spike alone).
         wants_save = bool(due and not loop.diverging or is_best or stop)
+        # With a step cadence the numbered checkpoints are its multiples (and the run's end or
+        # stop) alone, so that averaging the last N spans N x --save-interval-steps updates as
+        # the paper's did; a best between them goes to checkpoint_best only.
+        numbered = not (config.save_interval_steps and is_best and not due and not stop)
         if (self.collectives.any_worker(wants_save) or out_of_time
                 or self.state.step == self.last_step):
-            path = self.checkpointer.save(self.state, stream)
+            numbered = numbered or out_of_time or self.state.step == self.last_step
+            path = self.checkpointer.save(self.state, stream, numbered)
             loop.last_save = self.clock()
             if path is not None:
-                if is_best:
+                if is_best and numbered:
                     atomic.copy_file(path, self.save_dir / checkpoints.BEST_NAME)
                 if progress.history_path.exists():
                     progress.plot()
