@@ -60,3 +60,12 @@ def average_checkpoints(inputs, num_last, upper_bound, output, force, keep_optim
         raise click.ClickException(str(error)) from error
     click.echo(f"averaged {len(paths)} checkpoints (steps {averaged.meta['averaged_from']}) "
                f"into {output}")
+    from vtx.training import directory  # no TensorFlow import
+
+    try:
+        click.echo(directory.vocabulary_line(directory.vocabulary_of(paths, averaged.vocab)),
+                   err=True)
+    except ValueError as error:
+        copy = (f"; {output} carries a copy (docs/training.md, Fine-tuning, says how to write "
+                f"it out)" if averaged.vocab is not None else "")
+        click.echo(f"vocabulary: {error}{copy}", err=True)

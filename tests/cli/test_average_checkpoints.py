@@ -191,3 +191,19 @@ def test_an_input_holding_a_variable_its_model_has_not_is_refused_naming_both(
         assert f"Error: {old}: its weights hold " in result.output, result.output
         assert f"its variable {extra} (shape (3,)) is past them" in result.output
         assert not (tmp_path / "o.npz").exists()
+
+
+def test_the_vocabulary_line_says_why_where_the_save_dir_records_none(tmp_path):
+    # The found case runs through `vtx train` (tests/cli/test_train.py, the fine-tune test).
+    for step in (1, 2):
+        write(checkpoints.checkpoint_path(tmp_path, step), step, float(step))
+    average = lambda: CliRunner().invoke(main, [
+        "average-checkpoints", "--inputs", str(tmp_path), "--num-last", "2",
+        "--output", str(tmp_path / "avg.npz"), "--force"])
+    result = average()
+    assert result.exit_code == 0, result.output
+    assert f"vocabulary: not found through {tmp_path / 'config.json'}: " in result.stderr
+    (tmp_path / "config.json").write_text(json.dumps({"data_dir": str(tmp_path / "gone")}))
+    result = average()
+    assert result.exit_code == 0, result.output
+    assert f"{tmp_path / 'gone'} is not a `vtx preprocess` output directory" in result.stderr

@@ -367,6 +367,14 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
     # The model by its shape; the preset's name alone would read as the paper's model of it.
     assert re.search(r"model: 2 layers, d_model 64, d_ff 128, 4 heads, [\d,]+ parameters "
                      r"\(from preset tiny\); ", first.stderr), first.stderr
+    # The vocabulary a fine-tune preprocesses its data with, said last by train and by
+    # average-checkpoints (through the save dir's config.json).
+    said = (f"vocabulary: {(data / 'spm.model').resolve()} (for --finetune-from: vtx preprocess "
+            f"--spm-model it)")
+    assert first.stderr.splitlines()[-1] == said, first.stderr
+    averaged = vtx("average-checkpoints", "--inputs", tmp_path / "a", "--num-last", 1,
+                   "--output", tmp_path / "avg.npz")
+    assert averaged.returncode == 0 and averaged.stderr.splitlines()[-1] == said, averaged.stderr
     start = checkpoints.checkpoint_path(tmp_path / "a", 1)
     result = vtx("train", data, "--save-dir", tmp_path / "b", "--max-steps", 1,
                  "--finetune-from", start, *flags)

@@ -3,7 +3,8 @@ checkpoints and the newest one's meta, the lock a training process holds on it a
 of the profiler's traces (the history is `progress.py`'s, the XLA cache `compile_cache.py`'s).
 
 Opening one reads nothing but the newest checkpoint's meta; `check_config` and `write_config`
-read and write config.json; `lock` holds the save dir's lock. No TensorFlow import.
+read and write config.json, `recorded_vocabulary` finds the vocabulary a fine-tune needs through
+it; `lock` holds the save dir's lock. No TensorFlow import.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def say_holder(save_dir: Path) -> None:
 def unlock_save_dir(save_dir: Path) -> None:
     """Release the save dir's lock, where this process holds it."""
     locking.release(Path(save_dir) / LOCK_FILE)
+
+
+def vocabulary_line(vocabulary: Path) -> str:
+    """The line `vtx train` and `vtx average-checkpoints` end with: the vocabulary that a
+    fine-tune of their checkpoints preprocesses its data with."""
+    return f"vocabulary: {vocabulary} (for --finetune-from: vtx preprocess --spm-model it)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,3 +174,50 @@ class RunDirectory:
     def unlock(self) -> None:
         """Release the save dir's lock, where this process holds it."""
         unlock_save_dir(self.path)
+
+    def recorded_vocabulary(self, vocab: bytes | None = None) -> Path:
+        """The SentencePiece model of the data directory this run trained on (config.json's
+        `data_dir`): the one a fine-tune of its checkpoints preprocesses its data with
+        (`vtx preprocess --spm-model`, then `vtx train --finetune-from`).
+
+        Args:
+            vocab: the vocabulary a checkpoint of the run carries; given, the file must hold
+                the same bytes (a data directory preprocessed again since holds another).
+
+        Raises:
+            ValueError: no config.json, no data directory recorded in it, that directory's
+                vocabulary gone or not `vocab` (the reason said).
+        """
+        from vtx.data.directory import load_meta  # checks meta.json only, not every file's bytes
+
+        try:
+            record = json.loads(self.config_path.read_text())
+            data_dir = Path(record["data_dir"])
+            path = data_dir / load_meta(data_dir)["vocab"]["model"]
+            found = path.read_bytes() if vocab is not None else b""
+        except (OSError, ValueError) as error:
+            raise ValueError(f"not found through {self.config_path}: {error}") from error
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"not found through {self.config_path}: not the record `vtx "
+                             f"train` writes (no {error})") from error
+        if vocab is not None and found != vocab:
+            raise ValueError(f"{path} is not the checkpoints' vocabulary ({data_dir} was "
+                             f"preprocessed again since)")
+        return path
+
+
+def vocabulary_of(checkpoint_paths: list[str | Path], vocab: bytes | None) -> Path:
+    """The vocabulary a fine-tune of `checkpoint_paths` (which carry `vocab`) needs: that of the
+    first of their save dirs that records it (`RunDirectory.recorded_vocabulary`).
+
+    Raises:
+        ValueError: none records it (the first save dir's reason said).
+    """
+    folders = list(dict.fromkeys(Path(path).parent for path in checkpoint_paths))
+    reasons = []
+    for folder in folders:
+        try:
+            return RunDirectory(folder).recorded_vocabulary(vocab)
+        except ValueError as error:
+            reasons.append(error)
+    raise reasons[0] if reasons else ValueError("no checkpoints")

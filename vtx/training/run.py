@@ -13,7 +13,7 @@ from typing import Callable
 from vtx import config
 from vtx.config import ModelConfig, TrainConfig
 from vtx.training import finetune
-from vtx.training.directory import RunDirectory
+from vtx.training.directory import RunDirectory, vocabulary_line
 
 
 def resolve_model_config(data_dir, arch: str, overrides: dict,
@@ -122,8 +122,10 @@ def train(data_dir, save_dir, arch: str | None, overrides: dict, train_config: T
             make_epoch, make_valid = plan.readers(data, train_config, workers.num_workers,
                                                   workers.worker_index, sampler,
                                                   model_config.max_positions)
-            return trainer.fit(make_epoch, make_valid if has_valid else None, score_valid,
-                               shapes)
+            stopped = trainer.fit(make_epoch, make_valid if has_valid else None, score_valid,
+                                  shapes)
+    log(vocabulary_line(data.vocabulary_path.resolve()))
+    return stopped
 
 
 def _scorer(trainer, data, eval_metric: str | None, eval_options: dict | None,
