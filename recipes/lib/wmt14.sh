@@ -165,8 +165,9 @@ Usage: $(basename "$0") [--gpus N] [--max-tokens N] [--max-steps N] [--arch A] [
 Trains Transformer $ARCH ($STEPS steps, P_drop $DROPOUT) on WORKDIR/data-bin with about
 $TOKENS_PER_STEP source + $TOKENS_PER_STEP target tokens per step: --update-freq is
 ceil($TOKENS_PER_STEP / (max-tokens x GPUs x workers)), workers being TF_CONFIG's hosts (1
-without it). Checkpoints every 10 minutes and at each new best validation, the last $NUM_LAST
-kept and averaged into SAVE_DIR/average.npz. Default --gpus: CUDA_VISIBLE_DEVICES's count when
+without it). Numbered checkpoints every $SAVE_STEPS updates (the paper's 10 minutes at its step
+times; a new best validation between them is checkpoint_best only), the last $NUM_LAST kept and
+averaged into SAVE_DIR/average.npz. Default --gpus: CUDA_VISIBLE_DEVICES's count when
 set, else the GPUs nvidia-smi lists (8 in the paper); give --gpus when vtx train's --devices
 picks fewer.
 EOF
