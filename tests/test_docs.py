@@ -103,6 +103,16 @@ HEADLINE_FIGURES = {
     "291,902": "results.md",      # `vtx train` target tok/s on one H200
     "39.0%": "results.md",        # big's MFU on one H200
     "0.11-0.13 s": "decoding.md",  # vtx's search on one H200, with XLA
+    "250,233": "benchmarks.md",   # base at 8,192 tokens, vtx tok/s on one H100
+    "13.39 s": "benchmarks.md",   # CTranslate2's plain search, quick start model, Intel Xeon
+    "1000/1000": "export.md",     # lines identical between an export and vtx translate
+    "39.82": "results.md",        # quick start with EMA, the last 5 averaged
+    "7,577,600": "results.md",    # the quick start model's parameters
+    "63,082,496": "results.md",   # base's parameters at a vocabulary of 37,000
+    "214,245,376": "results.md",  # big's parameters at a vocabulary of 37,000
+    "1.33x": "benchmarks.md",     # the read-ahead thread, real pipeline on one H200
+    "1.47x": "benchmarks.md",     # grouped beam cache at beam 4 with XLA (and a CPU ratio)
+    "+14% tok/s": "benchmarks.md",  # oneDNN on an AVX2-only CPU
 }
 
 
