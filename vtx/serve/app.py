@@ -393,8 +393,10 @@ class _HalfOpen(RequestHandler):
     __slots__ = ()
 
     def eof_received(self) -> bool:
-        # Kept open (True) while a request is read or answered; an idle one closes at once.
-        return bool(getattr(self, "_request_in_progress", True) or getattr(self, "_messages", 1))
+        # Kept open (True) unless idle: waiting for a request with none received (aiohttp's
+        # `_waiter` pending), which closes at once.
+        waiter = getattr(self, "_waiter", None)
+        return not (waiter is not None and not waiter.done() and not self._messages)
 
 
 class _Site(web.BaseSite):
