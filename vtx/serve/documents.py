@@ -62,11 +62,11 @@ def html_document(text: str, language: str) -> Document:
     parts: list[str] = []
     sentences: list[int] = []
     for chunk, is_text in reader.chunks:
-        if not is_text:
+        if not is_text or not chunk.strip():
             parts.append(chunk)
             continue
         start, end = len(chunk) - len(chunk.lstrip()), len(chunk.rstrip())
-        parts.append(html.escape(chunk[:start], quote=False))
+        parts.append(chunk[:start])
         _add_sentences(_SPACES.sub(" ", chunk[start:end]), language, parts, sentences)
         parts.append(chunk[end:])
     return Document(parts, sentences, markup=True)
