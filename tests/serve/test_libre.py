@@ -152,6 +152,8 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
     # Nine sentences in one text: nine lines of the job, over --max-lines 8.
     ({"q": "A man. " * 9, "source": "en", "target": "de"}, {}, 400,
      "field \"q's sentences\": 9 lines, over the server's limit of 8"),
+    ({"q": [""] * 9, "source": "en", "target": "de"}, {}, 400,
+     "q holds 9 texts, over the server's limit of 8 (--max-lines)"),
     # A form is what a web page of another site can post: its Origin is refused.
     (form({"q": "A man.", "source": "en", "target": "de"}),
      {**FORM, "Origin": "http://evil.example"}, 403, "Origin 'http://evil.example' is another"),

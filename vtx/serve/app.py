@@ -96,7 +96,8 @@ class Service:
     pair: LanguagePair | None = None  # the model's languages; None: LibreTranslate's
     # translation routes answer 404
     access: Access = dataclasses.field(default_factory=Access)  # of the LibreTranslate routes
-    detector: Detector | None = None  # POST /detect and source "auto"; None: made when asked
+    # POST /detect and source "auto": among the pair's languages, or all it knows
+    detector: Detector = dataclasses.field(default_factory=Detector)
 
     def count_pieces(self, line: str) -> int:
         return len(self.translator.vocab.encode(line))
@@ -111,11 +112,6 @@ class Service:
         """Each line's phrases with `glossary`'s terms, as `vtx translate` of the lines."""
         return translator_constraints(self.translator, glossary, lines, given,
                                       range(len(lines)))
-
-    def language_detector(self) -> Detector:
-        if self.detector is None:
-            self.detector = Detector((self.pair.source, self.pair.target) if self.pair else ())
-        return self.detector
 
     def language_pair(self) -> LanguagePair:
         """The model's languages.
@@ -346,7 +342,7 @@ async def _libre_translate(request: web.Request) -> web.Response:
     def check() -> libre.Translation:
         fields, is_json = libre.read_fields(body, content_type)
         service.access.admit(libre.api_key(fields), request.remote or "")
-        return libre.translation(fields, is_json, pair, service.language_detector(),
+        return libre.translation(fields, is_json, pair, service.detector,
                                  service.model())
 
     translation = await asyncio.to_thread(check)
@@ -361,7 +357,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
     def detect() -> web.Response:
         fields, _ = libre.read_fields(body, content_type)
         service.access.admit(libre.api_key(fields), request.remote or "")
-        return _json(libre.detect_text(fields, service.language_detector()))
+        return _json(libre.detect_text(fields, service.detector))
 
     return await asyncio.to_thread(detect)
 
@@ -443,7 +439,6 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     if glossary is not None:
         glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
-    # The language model read now, not at the first request that asks for it.
     detector = Detector((pair.source, pair.target) if pair else ())
     return Service(translator, batcher, limits, metrics, alignment_layer,
                    [path.name for path in paths], parser, glossary, transport, pair,

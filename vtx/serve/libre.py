@@ -105,6 +105,9 @@ def translation(fields: dict, is_json: bool, pair: LanguagePair, detector: Detec
             both), the text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
     texts, batch = _texts(fields, is_json)
+    if len(texts) > model.limits.max_lines:
+        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
+                           f"limit of {model.limits.max_lines} (--max-lines)")
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
     if text_format not in ("text", "html"):
