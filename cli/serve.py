@@ -14,7 +14,8 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_term_chars": "--max-term-chars", "max_request_cost": "--max-request-cost",
          "max_queue_cost": "--max-queue-cost", "request_timeout_s": "--request-timeout",
          "read_timeout_s": "--read-timeout", "max_connections": "--max-connections",
-         "drain_s": "--drain-seconds", "allowed_hosts": "--allowed-host"}
+         "drain_s": "--drain-seconds", "allowed_hosts": "--allowed-host",
+         "source_lang": "--source-lang", "target_lang": "--target-lang"}
 
 
 @click.command()
@@ -81,21 +82,37 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
 @click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
               help="A glossary for every request, `source term<TAB>target term` a line (as "
                    "`vtx translate --glossary`); a request's \"glossary\" pairs win over it.")
+@click.option("--source-lang", help="The model's source language, an ISO 639 code such as "
+              "'en': the LibreTranslate routes (POST /translate, /detect, GET /languages) "
+              "answer with it and --target-lang only.")
+@click.option("--target-lang", help="The model's target language, e.g. 'de' (with --source-lang).")
+@click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
+              help="A file of api keys, one a line: the LibreTranslate routes then answer 403 "
+                   "to a request without one of them as its 'api_key'.")
+@click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Requests a minute each api key, or each address without a key, may make "
+                   "of POST /translate and /detect (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
           nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens,
           max_line_chars, max_constraints, max_glossary_pairs, max_term_chars, max_request_cost,
           max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
-          drain_seconds, allowed_hosts, alignment_layer, glossary_path, jit):
+          drain_seconds, allowed_hosts, alignment_layer, glossary_path, source_lang,
+          target_lang, api_keys_path, req_limit, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
-    /metrics, and a page at /. Stops on SIGTERM once the requests in flight are answered
+    /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
+    /frontend/settings). Stops on SIGTERM once the requests in flight are answered
     (--drain-seconds at most). Listens on loopback by default: put it behind a reverse proxy
     for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
+    from vtx.serve.access import Access, read_api_keys
     from vtx.serve.app import Transport, build_service, serve as run
+    from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
 
+    if (source_lang is None) != (target_lang is None):
+        raise click.UsageError("--source-lang and --target-lang go together: give both")
     xla = resolve_jit(jit)
     click.echo(xla.log_line("search"), err=True)
     try:
@@ -110,9 +127,12 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
                         request_timeout_s=request_timeout)
         transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
                               drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))
+        pair = LanguagePair(source_lang, target_lang) if source_lang else None
+        access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit)
         service = build_service(checkpoint, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
-                                glossary_path=glossary_path, transport=transport)
+                                glossary_path=glossary_path, transport=transport, pair=pair,
+                                access=access)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

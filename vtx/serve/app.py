@@ -19,6 +19,9 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
     POST /v1/parse      {"text": [tokenized sentences], "beam", "lenpen"}
                         -> {"trees": [{"id", "source", "tree"}]}  (a parsing model only)
     GET /v1/info        the model, vocabulary, default settings and limits
+    POST /translate, POST /detect, GET /languages, GET /frontend/settings
+                        LibreTranslate's API (`vtx.serve.libre`): JSON or form bodies, api keys
+                        and a rate limit (`vtx.serve.access`)
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
 """
@@ -43,12 +46,17 @@ from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translate import line_record
 from vtx.inference.translator import Translator
+from vtx.serve import libre
+from vtx.serve.access import Access
 from vtx.serve.batcher import Batcher, Translators
+from vtx.serve.language import Detector, LanguagePair
 from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Limits, Model, RequestError, parse_job, translate_job
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+# The routes that take a form as well as JSON (as LibreTranslate's do).
+FORM_ROUTES = ("/translate", "/detect")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +93,11 @@ class Service:
     parser: bool  # the vocabulary holds tree brackets: /v1/parse answers
     glossary: Glossary | None = None  # every request's, under the request's own pairs
     transport: Transport = Transport()
+    pair: LanguagePair | None = None  # the model's languages; None: LibreTranslate's
+    # translation routes answer 404
+    access: Access = dataclasses.field(default_factory=Access)  # of the LibreTranslate routes
+    # POST /detect and source "auto": among the pair's languages, or all it knows
+    detector: Detector = dataclasses.field(default_factory=Detector)
 
     def count_pieces(self, line: str) -> int:
         return len(self.translator.vocab.encode(line))
@@ -100,13 +113,26 @@ class Service:
         return translator_constraints(self.translator, glossary, lines, given,
                                       range(len(lines)))
 
+    def language_pair(self) -> LanguagePair:
+        """The model's languages.
+
+        Raises:
+            RequestError: 404, the server was not told them.
+        """
+        if self.pair is None:
+            raise RequestError("this server was not told its model's languages: start it with "
+                               "--source-lang and --target-lang (e.g. en and de) for the "
+                               "LibreTranslate routes", 404)
+        return self.pair
+
     def info(self) -> dict:
         options = self.translator.options
         settings = {name: getattr(options, name) for name in (
             "beam", "nbest", "lenpen", "lenpen_formula", "max_len_a", "max_len_b", "stop",
             "max_tokens", "jit_compile")}
         return {"model": {"checkpoints": self.checkpoints, "ensemble": len(self.checkpoints),
-                          "parser": self.parser, "config": self.translator.model.config.to_dict()},
+                          "parser": self.parser, "config": self.translator.model.config.to_dict(),
+                          "languages": dataclasses.asdict(self.pair) if self.pair else None},
                 "vocabulary": {"size": self.translator.vocab.size},
                 "settings": {**settings, "alignment_layer": self.alignment_layer},
                 "limits": {**dataclasses.asdict(self.limits),
@@ -130,6 +156,12 @@ def make_app(service: Service) -> web.Application:
     app.router.add_get("/v1/info", lambda request: web.json_response(service.info()))
     app.router.add_post("/v1/translate", _translate)
     app.router.add_post("/v1/parse", _parse)
+    app.router.add_post("/translate", _libre_translate)
+    app.router.add_post("/detect", _libre_detect)
+    app.router.add_get("/languages", lambda request: web.json_response(
+        service.language_pair().languages()))
+    app.router.add_get("/frontend/settings", lambda request: web.json_response(
+        libre.frontend_settings(service.language_pair(), service.access.keys is not None)))
 
     async def start(app):
         service.batcher.start()
@@ -195,9 +227,12 @@ def _guard(transport: Transport):
             raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
                                f"names, IP addresses and --allowed-host names only", 421)
         if request.method == "POST":
-            if request.content_type != "application/json":
+            forms = request.path in FORM_ROUTES
+            if request.content_type != "application/json" and not (
+                    forms and request.content_type in libre.FORM_TYPES):
+                also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
-                                   f"'application/json'", 415)
+                                   f"'application/json'{also}", 415)
             origin = request.headers.get("Origin")
             if origin is not None and not _same_origin(origin, host):
                 raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
@@ -299,6 +334,34 @@ def _translations(service: Service, job, results: list) -> web.Response:
     return _json({"translations": records})
 
 
+async def _libre_translate(request: web.Request) -> web.Response:
+    service: Service = request.app["service"]
+    pair = service.language_pair()
+    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+
+    def check() -> libre.Translation:
+        fields, is_json = libre.read_fields(body, content_type)
+        service.access.admit(libre.api_key(fields), request.remote or "")
+        return libre.translation(fields, is_json, pair, service.detector,
+                                 service.model())
+
+    translation = await asyncio.to_thread(check)
+    results = await _search(request, translation.job) if translation.job else []
+    return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
+
+
+async def _libre_detect(request: web.Request) -> web.Response:
+    service: Service = request.app["service"]
+    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+
+    def detect() -> web.Response:
+        fields, _ = libre.read_fields(body, content_type)
+        service.access.admit(libre.api_key(fields), request.remote or "")
+        return _json(libre.detect_text(fields, service.detector))
+
+    return await asyncio.to_thread(detect)
+
+
 async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
 
@@ -331,7 +394,7 @@ def _trees(job, words: list[list[str]], results: list) -> web.Response:
     return _json({"trees": trees})
 
 
-def _json(data: dict) -> web.Response:
+def _json(data: dict | list) -> web.Response:
     return web.Response(text=json.dumps(data, ensure_ascii=False),
                         content_type="application/json")
 
@@ -340,9 +403,11 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
                   alignment_layer: int = -1, ema: bool = False,
                   warn: Callable[[str], None] = lambda message: None,
                   glossary_path: str | Path | None = None,
-                  transport: Transport = Transport()) -> Service:
+                  transport: Transport = Transport(), pair: LanguagePair | None = None,
+                  access: Access | None = None) -> Service:
     """Load the model (or ensemble) of `checkpoints` and make its service; with
-    `glossary_path`, a glossary for every request (`vtx.inference.glossary`).
+    `glossary_path`, a glossary for every request (`vtx.inference.glossary`); `pair`: the
+    model's languages, for the LibreTranslate routes; `access`: their api keys and rate limit.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or checkpoints of
@@ -374,8 +439,10 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     if glossary is not None:
         glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
+    detector = Detector((pair.source, pair.target) if pair else ())
     return Service(translator, batcher, limits, metrics, alignment_layer,
-                   [path.name for path in paths], parser, glossary, transport)
+                   [path.name for path in paths], parser, glossary, transport, pair,
+                   access or Access(), detector)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

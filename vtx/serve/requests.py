@@ -152,28 +152,49 @@ def read_body(body: bytes, fields: dict[str, str]) -> dict:
             not an object, an unknown field, a value of the wrong type or a string that is no
             UTF-8 (naming the field and the value).
     """
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(f"malformed JSON: {_cut(str(error))}") from None
-    except RecursionError:
-        raise RequestError("malformed JSON: nested too deep") from None
-    except ValueError as error:  # an integer past Python's digit limit
-        raise RequestError(f"malformed JSON: {_cut(str(error))}") from None
-    if not isinstance(data, dict):
-        raise RequestError(f"the body must be a JSON object, got {_shown(data)}")
+    data = read_json_object(body)
     for name, value in data.items():
         if name not in fields:
-            shown = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
-            raise RequestError(f"unknown field {shown}; the fields are: "
+            quoted = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
+            raise RequestError(f"unknown field {quoted}; the fields are: "
                                f"{', '.join(fields)}")
-        if not _of_type(value, fields[name]):
-            raise RequestError(f"field {name!r}: expected {fields[name]}, got {_shown(value)}")
-        _check_text(value, name)
+        check_field(name, value, fields[name])
     if "text" not in data:
         raise RequestError("field 'text' is missing: give the lines to translate, a list of "
                            "strings")
     return data
+
+
+def read_json_object(body: bytes) -> dict:
+    """The JSON object of a request's body.
+
+    Raises:
+        RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
+            or not an object.
+    """
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RequestError(f"malformed JSON: {cut(str(error))}") from None
+    except RecursionError:
+        raise RequestError("malformed JSON: nested too deep") from None
+    except ValueError as error:  # an integer past Python's digit limit
+        raise RequestError(f"malformed JSON: {cut(str(error))}") from None
+    if not isinstance(data, dict):
+        raise RequestError(f"the body must be a JSON object, got {shown(data)}")
+    return data
+
+
+def check_field(name: str, value, kind: str) -> None:
+    """Refuse a field's JSON value that is not of `kind` (a type's name in `TRANSLATE_FIELDS`)
+    or holds a string that is no UTF-8.
+
+    Raises:
+        RequestError: naming the field and the value.
+    """
+    if not _of_type(value, kind):
+        raise RequestError(f"field {name!r}: expected {kind}, got {shown(value)}")
+    _check_text(value, name)
 
 
 def _check_text(value, where: str) -> None:
@@ -182,7 +203,7 @@ def _check_text(value, where: str) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise RequestError(f"field {where!r}: {_shown(value)} holds "
+            raise RequestError(f"field {where!r}: {shown(value)} holds "
                                f"{value[error.start]!r} at character {error.start}, a lone "
                                f"surrogate, which is no Unicode text") from None
     elif isinstance(value, list):
@@ -197,6 +218,7 @@ def _of_type(value, kind: str) -> bool:
             "a number": lambda: (isinstance(value, (int, float)) and not isinstance(value, bool)
                                and math.isfinite(value)),
             "a boolean": lambda: isinstance(value, bool),
+            "a string": lambda: isinstance(value, str),
             "a list of strings": lambda: strings(value),
             "a list of lists of strings": lambda: isinstance(value, list)
             and all(strings(x) for x in value),
@@ -204,11 +226,11 @@ def _of_type(value, kind: str) -> bool:
             and all(strings(x) and len(x) == 2 for x in value)}[kind]()
 
 
-def _cut(text: str, limit: int = SHOWN) -> str:
+def cut(text: str, limit: int = SHOWN) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _shown(value, limit: int = SHOWN) -> str:
+def shown(value, limit: int = SHOWN) -> str:
     """A value as JSON, cut to `limit` characters (a refusal stays one short line)."""
     if isinstance(value, str):
         value = value[:limit + 1]  # no need to write out a long string to cut it
@@ -218,7 +240,7 @@ def _shown(value, limit: int = SHOWN) -> str:
         text = json.dumps(value, ensure_ascii=False)
     except (ValueError, RecursionError):  # past the digit limit, or nested deep
         text = repr(type(value).__name__)
-    return _cut(text, limit)
+    return cut(text, limit)
 
 
 def check_lines(lines: list[str], limits: Limits, field: str = "text") -> None:
@@ -233,28 +255,28 @@ def check_lines(lines: list[str], limits: Limits, field: str = "text") -> None:
     for index, line in enumerate(lines):
         _check_chars(line, limits.max_line_chars, f"{field}[{index}]", "--max-line-chars")
         if "\n" in line or "\r" in line:
-            raise RequestError(f"field '{field}[{index}]': {_shown(line)} holds a line break; "
+            raise RequestError(f"field '{field}[{index}]': {shown(line)} holds a line break; "
                                f"give each line as its own string")
 
 
 def _check_chars(text: str, limit: int, where: str, flag: str) -> None:
     if len(text) > limit:
-        raise RequestError(f"field {where!r}: {len(text)} characters ({_shown(text, 40)}), "
+        raise RequestError(f"field {where!r}: {len(text)} characters ({shown(text, 40)}), "
                            f"over the server's limit of {limit} ({flag})")
 
 
-def count_lines(lines: list[str], limits: Limits, count_pieces: Callable[[str], int]
-                ) -> list[int]:
+def count_lines(lines: list[str], limits: Limits, count_pieces: Callable[[str], int],
+                field: str = "text") -> list[int]:
     """The source pieces of each line, each checked against --max-line-tokens.
 
     Raises:
-        RequestError: a line over the limit.
+        RequestError: a line over the limit (naming `field[i]`).
     """
     counts = []
     for index, line in enumerate(lines):
         pieces = count_pieces(line)
         if pieces > limits.max_line_tokens:
-            raise RequestError(f"field 'text[{index}]': {pieces} source pieces, over the "
+            raise RequestError(f"field '{field}[{index}]': {pieces} source pieces, over the "
                                f"server's limit of {limits.max_line_tokens} a line "
                                f"(--max-line-tokens)")
         counts.append(pieces)
@@ -306,7 +328,7 @@ def decode_options(data: dict, defaults: DecodeOptions, limits: Limits,
     except (ArgumentError, OverflowError) as error:  # OverflowError: a seed past 64 bits
         message = error.message(lambda argument: repr(argument)) \
             if isinstance(error, ArgumentError) else str(error)
-        raise RequestError(_cut(message, 4 * SHOWN)) from None
+        raise RequestError(cut(message, 4 * SHOWN)) from None
 
 
 def _check_phrases(data: dict, limits: Limits, count: int) -> None:
@@ -341,7 +363,7 @@ def _fit_phrases(phrases: list[list[str]] | None, prefixes: list[str] | None,
         counts = [model.count_pieces(phrase) for phrase in (phrases or [[]] * len(tokens))[index]]
         if 0 in counts:
             phrase = phrases[index][counts.index(0)]
-            raise RequestError(f"field 'constraints[{index}]': the phrase {_shown(phrase)} "
+            raise RequestError(f"field 'constraints[{index}]': the phrase {shown(phrase)} "
                                f"encodes to no pieces")
         if sum(counts) + 1 > limit:
             raise RequestError(f"field 'constraints[{index}]': {sum(counts)} pieces of "
@@ -370,21 +392,30 @@ def _costs(tokens: list[int], options: DecodeOptions, model: Model) -> list[int]
 
 
 def translate_job(body: bytes, model: Model) -> Job:
-    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`). With the server's glossary
-    or the request's own (whose pairs win), `model.constrain` gives each line's phrases.
+    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`).
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`, `_check_phrases`,
-            `count_lines`, `_fit_phrases`, `_costs`; a bad glossary pair.
+        RequestError: see `read_body` and `job_of`.
     """
-    data = read_body(body, TRANSLATE_FIELDS)
+    return job_of(read_body(body, TRANSLATE_FIELDS), model)
+
+
+def job_of(data: dict, model: Model, field: str = "text") -> Job:
+    """The job of a translate request's fields (`TRANSLATE_FIELDS`, each of its type), its
+    lines in `data["text"]`, which a refusal names `field`. With the server's glossary or the
+    request's own (whose pairs win), `model.constrain` gives each line's phrases.
+
+    Raises:
+        RequestError: see `check_lines`, `decode_options`, `_check_phrases`, `count_lines`,
+            `_fit_phrases`, `_costs`; a bad glossary pair.
+    """
     lines, limits = data["text"], model.limits
-    check_lines(lines, limits)
+    check_lines(lines, limits, field)
     _check_phrases(data, limits, len(lines))
     # The settings refused before any line is cut into pieces (those of a constrained search
     # are the same but for its own flag).
     options = decode_options(data, model.defaults, limits, model.alignment_layer)
-    tokens = count_lines(lines, limits, model.count_pieces)
+    tokens = count_lines(lines, limits, model.count_pieces, field)
     constraints = per_line(data, "constraints", len(lines))
     prefixes = per_line(data, "prefix", len(lines))
     _fit_phrases(constraints, prefixes, tokens, options, model)
@@ -394,13 +425,13 @@ def translate_job(body: bytes, model: Model) -> Job:
             own = Glossary.from_pairs(data["glossary"], lambda index: f"field 'glossary[{index}]'")
             own.check_targets(model.count_pieces, "field 'glossary'")
         except DataError as error:
-            raise RequestError(_cut(str(error), 4 * SHOWN)) from None
+            raise RequestError(cut(str(error), 4 * SHOWN)) from None
         glossary = glossary.updated(own) if glossary is not None else own
     if glossary is not None and model.constrain is not None:
         constraints = model.constrain(glossary, lines, constraints)
         for index, phrases in enumerate(constraints):
             if len(phrases) > limits.max_constraints:
-                raise RequestError(f"field 'text[{index}]': the glossary's terms found in it "
+                raise RequestError(f"field '{field}[{index}]': the glossary's terms found in it "
                                    f"and its constraints make {len(phrases)} phrases, over the "
                                    f"server's limit of {limits.max_constraints} a line "
                                    f"(--max-constraints)")

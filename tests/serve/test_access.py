@@ -1,0 +1,41 @@
+"""Api keys and the rate limit of the LibreTranslate routes."""
+
+import pytest
+
+from vtx.errors import DataError
+from vtx.serve.access import Access, read_api_keys
+from vtx.serve.requests import RequestError
+
+
+def test_api_keys_are_read_one_a_line(tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_text("# ours\nkey-1\n\n  key-2  \n")
+    assert read_api_keys(path) == {"key-1", "key-2"}
+    path.write_text("# none\n")
+    with pytest.raises(DataError, match="no api key in it"):
+        read_api_keys(path)
+
+
+def test_a_missing_or_unknown_key_gets_403():
+    access = Access(frozenset({"key-1"}))
+    access.admit("key-1", "10.0.0.1")
+    for key in (None, "key-2"):
+        with pytest.raises(RequestError) as refused:
+            access.admit(key, "10.0.0.1")
+        assert refused.value.status == 403
+
+
+def test_each_key_and_address_gets_its_requests_a_minute_then_429():
+    now = [0.0]
+    access = Access(per_minute=2, clock=lambda: now[0])
+    for _ in range(2):
+        access.admit(None, "10.0.0.1")
+        access.admit("key-1", "10.0.0.1")  # a key counts apart from its address
+    with pytest.raises(RequestError) as refused:
+        access.admit(None, "10.0.0.1")
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "30"}
+    access.admit(None, "10.0.0.2")
+    now[0] = 30.0  # one request back, at 2 a minute
+    access.admit(None, "10.0.0.1")
+    with pytest.raises(RequestError):
+        access.admit(None, "10.0.0.1")

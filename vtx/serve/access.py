@@ -1,0 +1,96 @@
+"""Who may use the LibreTranslate routes of `vtx serve`, and how often: api keys (`--api-keys
+FILE`) and a rate limit (`--req-limit`, requests a minute), as LibreTranslate's flags of those
+names.
+
+The limit counts each key's requests apart, and those without a key by the address they come
+from: behind a reverse proxy that is the proxy's, so the proxy should limit its clients itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from vtx.errors import DataError
+from vtx.serve.requests import RequestError
+
+MAX_CLIENTS = 100_000  # buckets kept at most; full ones are dropped first
+
+
+def read_api_keys(path: str | Path) -> frozenset[str]:
+    """The keys of `path`: one a line; blank lines and lines starting with '#' are skipped.
+
+    Raises:
+        OSError: the file cannot be read.
+        DataError: it holds no key, or a key with spaces inside (naming the file and line).
+    """
+    keys = set()
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        key = line.strip()
+        if not key or key.startswith("#"):
+            continue
+        if any(character.isspace() for character in key):
+            raise DataError(f"{path}:{number}: an api key holds a space; give one key a line")
+        keys.add(key)
+    if not keys:
+        raise DataError(f"{path}: no api key in it (one a line)")
+    return frozenset(keys)
+
+
+@dataclasses.dataclass
+class Access:
+    """The api keys (None: none asked) and the requests a minute each client may make (0: no
+    limit), a client being its key or, without one, its address."""
+
+    keys: frozenset[str] | None = None
+    per_minute: int = 0
+    clock: Callable[[], float] = time.monotonic
+    # client -> (requests it may still make, as of when): a token bucket of `per_minute`
+    # tokens, refilled at per_minute / 60 a second.
+    _buckets: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.per_minute < 0:
+            raise DataError(f"--req-limit must be >= 0, got {self.per_minute}")
+
+    def admit(self, key: str | None, address: str) -> None:
+        """Let a request of `key` (its `api_key`) from `address` through, or refuse it.
+
+        Raises:
+            RequestError: 403 for a missing or unknown key while keys are asked; 429 (with
+                Retry-After) for a client past its rate.
+        """
+        if self.keys is not None:
+            if not key:
+                raise RequestError("this server asks for an api key: send it as 'api_key'", 403)
+            if key not in self.keys:
+                raise RequestError("invalid api key", 403)
+        if self.per_minute:
+            self._take(f"key {key}" if key else f"address {address}")
+
+    def _take(self, client: str) -> None:
+        rate = self.per_minute / 60
+        with self._lock:
+            now = self.clock()
+            tokens, then = self._buckets.get(client, (self.per_minute, now))
+            tokens = min(self.per_minute, tokens + (now - then) * rate)
+            if tokens < 1:
+                self._buckets[client] = (tokens, now)
+                wait = math.ceil((1 - tokens) / rate)
+                raise RequestError(f"Slowdown: {self.per_minute} per 1 minute (--req-limit); "
+                                   f"retry in {wait} s", 429, {"Retry-After": str(wait)})
+            self._buckets[client] = (tokens - 1, now)
+            if len(self._buckets) > MAX_CLIENTS:
+                self._forget(now, rate)
+
+    def _forget(self, now: float, rate: float) -> None:
+        """Drop the buckets refilled by now (a client seen again starts full anyway)."""
+        full = [client for client, (tokens, then) in self._buckets.items()
+                if tokens + (now - then) * rate >= self.per_minute]
+        for client in full or list(self._buckets)[:len(self._buckets) // 2]:
+            del self._buckets[client]

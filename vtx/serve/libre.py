@@ -1,0 +1,242 @@
+"""The LibreTranslate API (as LibreTranslate 1.9.6 answers it) on `vtx serve`: its requests,
+read from JSON or from a form, into a `Job` of the server's batcher, and its answers.
+
+    POST /translate  {q: text or [texts], source: code or "auto", target, format: "text" or
+                     "html", alternatives: n, api_key, glossary: [[source, target], ...] (vtx's
+                     own)} -> {translatedText: text or [texts], alternatives: [...] (with n > 0),
+                     detectedLanguage: {confidence, language} (with "auto"), or a list of them}
+    POST /detect     {q, api_key} -> [{confidence, language}]
+    GET /languages   [{code, name, targets}]
+    GET /frontend/settings
+
+A text is cut into its sentences (`vtx.serve.documents`), each one line of the job, so that a
+long text is searched in the shared batches as a file of lines is; the request's limits
+(`vtx.serve.requests.Limits`) count those lines. Confidences are percentages, as
+LibreTranslate's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.parser
+import email.policy
+import urllib.parse
+
+from vtx.serve.documents import Document, html_document, text_document
+from vtx.serve.language import Detector, LanguagePair, language_name
+from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Model, RequestError, check_field,
+                                job_of, read_json_object, shown)
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+# The field of a refusal about one of the job's lines.
+SENTENCES_FIELD = "q's sentences"
+# Texts shorter than this are detected with the request's other texts (as LibreTranslate does).
+SHORT_TEXT = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """A checked POST /translate: its texts as documents, its job, and what the answer says."""
+
+    documents: list[Document]
+    job: Job | None  # None: no sentence to search
+    batch: bool  # q was a list: the answer's fields are lists
+    alternatives: int
+    detected: list[dict] | None  # with source "auto": each text's {confidence, language}
+
+
+def read_fields(body: bytes, content_type: str) -> tuple[dict, bool]:
+    """The fields of a request (a JSON object, or a form's fields: the first value of each),
+    and whether it was JSON. `content_type`: the Content-Type header, with its parameters.
+
+    Raises:
+        RequestError: malformed JSON, a form that is no UTF-8, a form field that is a file.
+    """
+    kind = content_type.split(";")[0].strip().lower()
+    if kind == "application/json":
+        return read_json_object(body), True
+    if kind == "multipart/form-data":
+        return _multipart_fields(body, content_type), False
+    try:
+        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                       max_num_fields=len(FORM_FIELDS) * 4)
+    except UnicodeDecodeError:
+        raise RequestError("the form is no UTF-8 text") from None
+    except ValueError as error:  # too many fields
+        raise RequestError(f"the form: {error}") from None
+    fields: dict = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields, False
+
+
+# LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
+FORM_FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "glossary")
+
+
+def _multipart_fields(body: bytes, content_type: str) -> dict:
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
+    if not message.is_multipart():
+        raise RequestError("the multipart form has no parts (or no boundary)")
+    fields: dict = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name or name in fields:
+            continue
+        value = part.get_content()
+        if not isinstance(value, str):
+            raise RequestError(f"form field {shown(name)} is a file; send text")
+        fields[name] = value
+    return fields
+
+
+def api_key(fields: dict) -> str | None:
+    key = fields.get("api_key")
+    return key if isinstance(key, str) and key else None
+
+
+def translation(fields: dict, is_json: bool, pair: LanguagePair, detector: Detector,
+                model: Model) -> Translation:
+    """The checked request of POST /translate's `fields` to the server's `pair`.
+
+    Raises:
+        RequestError: a missing or malformed field, a language pair not the server's (naming
+            both), the text's sentences over a limit (see `vtx.serve.requests.job_of`).
+    """
+    texts, batch = _texts(fields, is_json)
+    if len(texts) > model.limits.max_lines:
+        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
+                           f"limit of {model.limits.max_lines} (--max-lines)")
+    source, target = (_code(fields, name) for name in ("source", "target"))
+    text_format = fields.get("format") or "text"
+    if text_format not in ("text", "html"):
+        raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
+    alternatives = _alternatives(fields, model)
+    detected = _detect(texts, detector) if source.lower() == "auto" else None
+    for code in [item["language"] for item in detected] if detected else [source]:
+        if (code.lower(), target.lower()) != (pair.source.lower(), pair.target.lower()):
+            said = f"detected {code!r} for source 'auto'" if detected else f"source {code!r}"
+            raise RequestError(f"{said} and target {target!r}: this server translates "
+                               f"{pair.source!r} ({language_name(pair.source)}) into "
+                               f"{pair.target!r} ({language_name(pair.target)}) only")
+    read = html_document if text_format == "html" else text_document
+    documents = [read(text, pair.source) for text in texts]
+    lines = [line for document in documents for line in document.lines]
+    data = {"text": lines, "nbest": alternatives + 1}
+    if alternatives + 1 > model.defaults.beam:
+        data["beam"] = alternatives + 1
+    if "glossary" in fields:
+        data["glossary"] = _glossary(fields["glossary"], is_json)
+    job = job_of(data, model, SENTENCES_FIELD) if lines else None
+    return Translation(documents, job, batch, alternatives, detected)
+
+
+def _texts(fields: dict, is_json: bool) -> tuple[list[str], bool]:
+    q = fields.get("q")
+    if not q:
+        raise RequestError("Invalid request: missing q parameter")
+    if isinstance(q, list):
+        check_field("q", q, "a list of strings")
+        return q, True
+    check_field("q", q, "a list of strings" if not isinstance(q, str) else "a string")
+    # A form's line breaks as LF only (as LibreTranslate does).
+    return [q if is_json else "\n".join(q.splitlines())], False
+
+
+def _code(fields: dict, name: str) -> str:
+    value = fields.get(name)
+    if not value:
+        raise RequestError(f"Invalid request: missing {name} parameter")
+    check_field(name, value, "a string")
+    return value
+
+
+def _alternatives(fields: dict, model: Model) -> int:
+    value = fields.get("alternatives", 0)
+    try:
+        count = int(value) if not isinstance(value, (bool, float)) else None
+    except ValueError:
+        count = None
+    if count is None or count < 0:
+        raise RequestError(f"Invalid request: alternatives must be an integer >= 0, got "
+                           f"{shown(value)}")
+    if count + 1 > model.limits.max_beam:
+        raise RequestError(f"Invalid request: alternatives ({count}) exceeds the server's "
+                           f"limit of {model.limits.max_beam - 1} (--max-beam less one)")
+    return count
+
+
+def _glossary(value, is_json: bool) -> list:
+    if not is_json:  # a form's glossary: its pairs as JSON text
+        try:
+            value = read_json_object(b'{"glossary": ' + value.encode() + b"}")["glossary"]
+        except RequestError:
+            raise RequestError(f"field 'glossary': expected JSON [[source, target], ...], "
+                               f"got {shown(value)}") from None
+    check_field("glossary", value, TRANSLATE_FIELDS["glossary"])
+    return value
+
+
+def _detect(texts: list[str], detector: Detector) -> list[dict]:
+    """Each text's language: a short one's is that of all the texts together."""
+    overall = None
+    found = []
+    for text in texts:
+        if len(text) > SHORT_TEXT:
+            found.append(detection(detector, text)[0])
+        else:
+            overall = overall or detection(detector, " ".join(texts))[0]
+            found.append(overall)
+    return found
+
+
+def detection(detector: Detector, text: str, count: int = 1) -> list[dict]:
+    """`text`'s likeliest languages as LibreTranslate says them."""
+    return [{"confidence": round(100 * p, 1), "language": code}
+            for code, p in detector.detect(text, count)]
+
+
+def detect_text(fields: dict, detector: Detector) -> list[dict]:
+    """The answer of POST /detect.
+
+    Raises:
+        RequestError: q is missing or not a string.
+    """
+    q = fields.get("q")
+    if not q:
+        raise RequestError("Invalid request: missing q parameter")
+    check_field("q", q, "a string")
+    return detection(detector, q, 3)
+
+
+def answer(request: Translation, results: list) -> dict:
+    """The answer of POST /translate: `results`, each line's hypotheses (best first), put back
+    into the request's documents."""
+    translated, alternatives, start = [], [], 0
+    for document in request.documents:
+        hypotheses = results[start:start + len(document.sentences)]
+        start += len(document.sentences)
+        versions = [document.translated([_text(h, rank) for h in hypotheses])
+                    for rank in range(request.alternatives + 1)]
+        translated.append(versions[0])
+        alternatives.append([v for v in dict.fromkeys(versions[1:]) if v != versions[0]])
+    reply: dict = {"translatedText": translated if request.batch else translated[0]}
+    if request.alternatives:
+        reply["alternatives"] = alternatives if request.batch else alternatives[0]
+    if request.detected is not None:
+        reply["detectedLanguage"] = request.detected if request.batch else request.detected[0]
+    return reply
+
+
+def _text(hypotheses: list, rank: int) -> str:
+    """The text of a line's hypothesis of `rank`, or its last one when it has fewer."""
+    return hypotheses[min(rank, len(hypotheses) - 1)].text if hypotheses else ""
+
+
+def frontend_settings(pair: LanguagePair, keys: bool) -> dict:
+    """GET /frontend/settings, in LibreTranslate's shape."""
+    return {"charLimit": -1, "frontendTimeout": 500, "apiKeys": keys, "keyRequired": keys,
+            "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+            "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
+                         "target": {"code": pair.target, "name": language_name(pair.target)}}}
