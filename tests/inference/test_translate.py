@@ -192,7 +192,7 @@ def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint, jit):
     translator = load_translator(trained_checkpoint, options)
     outputs = translator.translate(SENTENCES)  # several padded (rows, length) shapes
     translator.translate(["A dog."])
-    assert translator._search.experimental_get_tracing_count() == 1
+    assert translator.compiled.traces() == 1
     assert [bool(h and h[0].text) for h in outputs] == [bool(s) for s in SENTENCES]
 
 
@@ -247,7 +247,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
     translator = load_translator(trained_checkpoint, DecodeOptions(max_tokens=64),
                                  warnings.append)
     assert max(len(translator.encode(line, 1)) for line in SHORT) <= decoding.LENGTH_BUCKET
-    search, searched = translator._search, []
+    search, searched = translator._search(constrained=False), []
 
     def device_of_two_rows(source):  # the device's allocator refusing more than 2 sentences
         if source.shape[0] > 2:
@@ -255,7 +255,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
         searched.append(source.shape)
         return search(source)
 
-    translator._search = device_of_two_rows
+    translator._search = lambda constrained: device_of_two_rows
     got = [h[0].text for h in translator.translate(SHORT)]
     assert searched == [(2, 8)] * 6  # 8 rows: 4 + 4, each 2 + 2; then 2 at a time
     assert warnings == [
@@ -269,7 +269,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
     def no_room(source):
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-    translator._search = no_room
+    translator._search = lambda constrained: no_room
     with pytest.raises(ArgumentError, match=r"^beam 4: the search of one sentence of 8 pieces "
                                             r"ran out of the device's memory; use a smaller "
                                             r"beam$"):
