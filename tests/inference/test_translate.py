@@ -423,3 +423,34 @@ def test_positional_scores_sum_to_the_search_score(trained_checkpoint, options):
                                        hypothesis.score, rtol=1e-4)
     plain = load_translator(trained_checkpoint, DecodeOptions(nbest=3))
     assert all(h.positional_scores is None for hs in plain.translate(SENTENCES) for h in hs)
+
+
+def test_translators_of_any_lenpen_nbest_and_draw_share_one_trace_of_each_search(
+        trained_checkpoint):
+    """lenpen, nbest and sampling's seed, temperature, top-k and top-p are fed to a compiled
+    search at each call: Translators sharing their compiled functions trace each search (plain,
+    sampling, constrained) once, and translate as a Translator of those options alone does."""
+    from vtx.inference.translator import Compiled
+
+    first = load_translator(trained_checkpoint, DecodeOptions())
+    compiled = Compiled(first.models)
+    settings = [DecodeOptions(lenpen=alpha, nbest=nbest)
+                for alpha, nbest in ((0.0, 1), (0.6, 3), (1.7, 2), (3.1, 4))]
+    settings += [DecodeOptions(nbest=nbest, sampling=SamplingOptions(
+        seed=seed, temperature=temperature, topk=topk, topp=topp))
+        for seed, temperature, topk, topp, nbest in ((0, 1.0, 0, 1.0, 1), (2**40 + 3, 0.7, 5,
+                                                      1.0, 3), (-9, 1.6, 0, 0.8, 5),
+                                                     (4, 2.5, 3, 0.9, 2))]
+    settings += [DecodeOptions(constraints=True, lenpen=alpha, nbest=2) for alpha in (0.2, 1.4)]
+    lines, constraints = SENTENCES[:3], [["Hund"], [], ["Frau"]]
+    texts = lambda results: [[(h.text, h.tokens, round(h.score, 4)) for h in hypotheses]
+                             for hypotheses in results]
+    for options in settings:
+        given = constraints if options.constraints else None
+        shared = Translator(first.models, first.vocab, options, compiled=compiled)
+        alone = Translator(first.models, first.vocab, options)
+        assert texts(shared.translate(lines, constraints=given)) == texts(
+            alone.translate(lines, constraints=given)), options
+    # One trace each: the beam search, the sampling search, the constrained search's encoder
+    # and decoder step.
+    assert compiled.traces() == 4

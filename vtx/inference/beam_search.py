@@ -110,10 +110,27 @@ def length_penalty(lengths, alpha, kind: str = "gnmt") -> tf.Tensor:
     """
     lengths = tf.cast(lengths, tf.float32)
     if kind == "gnmt":
-        return tf.pow((5.0 + lengths) / 6.0, alpha)
+        return _power((5.0 + lengths) / 6.0, alpha)
     if kind == "fairseq":
-        return tf.pow(lengths, alpha)
+        return _power(lengths, alpha)
     raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENPEN_FORMULAS)}")
+
+
+def _power(base: tf.Tensor, alpha) -> tf.Tensor:
+    """base ** alpha, float32, as a graph computes it for a constant alpha whatever alpha is.
+
+    TensorFlow's graph optimizer (grappler's ConvertPowStage) computes `tf.pow` of a constant
+    exponent 0, 0.5, 1, 2 or 3 as ones, a square root, the base, its square or its cube, which
+    may differ from pow in the last bit: so does this of a tensor alpha, and a search fed alpha
+    at each call scores as one traced with it.
+    """
+    if not isinstance(alpha, tf.Tensor):
+        return tf.pow(base, alpha)
+    power = tf.pow(base, alpha)
+    for exponent, value in ((0.0, tf.ones_like(base)), (0.5, tf.sqrt(base)), (1.0, base),
+                            (2.0, tf.square(base)), (3.0, base * tf.square(base))):
+        power = tf.where(alpha == exponent, value, power)
+    return power
 
 
 def _map_beam_dependent(fn, nested, beam_invariant: tuple[str, ...]):
