@@ -122,7 +122,8 @@ def _power(base: tf.Tensor, alpha) -> tf.Tensor:
     TensorFlow's graph optimizer (grappler's ConvertPowStage) computes `tf.pow` of a constant
     exponent 0, 0.5, 1, 2 or 3 as ones, a square root, the base, its square or its cube, which
     may differ from pow in the last bit: so does this of a tensor alpha, and a search fed alpha
-    at each call scores as one traced with it.
+    at each call scores as one traced with it (but for 0.5, where the optimizer also turns a
+    division by the square root into a product with the reciprocal root: a bit at most).
     """
     if not isinstance(alpha, tf.Tensor):
         return tf.pow(base, alpha)
