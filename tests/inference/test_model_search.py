@@ -218,7 +218,8 @@ def test_xla_takes_each_rows_best_tokens_by_its_top_k_not_by_sorting_the_row(mod
     slice of its own kept a full sort of every row of logits at every step: the quick start's
     model decoded 2.2x slower under XLA (docs/benchmarks.md)."""
     search = make_search_fn(model, beam_size=3, nbest=2, max_len_b=6, jit_compile=True)
-    hlo = search.experimental_get_compiler_ir(padded(SOURCES))(stage="optimized_hlo")
+    hlo = search.traced.experimental_get_compiler_ir(*search.arguments(padded(SOURCES)))(
+        stage="optimized_hlo")
     # A sort of scores (float32), not of a few integer ids (`top_k_rows` sorts its chosen
     # blocks' indices when the vocabulary is large).
     sorts = [line.strip() for line in hlo.splitlines()

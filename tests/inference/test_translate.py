@@ -192,7 +192,7 @@ def test_batches_of_any_shape_reuse_one_traced_search(trained_checkpoint, jit):
     translator = load_translator(trained_checkpoint, options)
     outputs = translator.translate(SENTENCES)  # several padded (rows, length) shapes
     translator.translate(["A dog."])
-    assert translator._search.experimental_get_tracing_count() == 1
+    assert translator.compiled.traces() == 1
     assert [bool(h and h[0].text) for h in outputs] == [bool(s) for s in SENTENCES]
 
 
@@ -247,7 +247,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
     translator = load_translator(trained_checkpoint, DecodeOptions(max_tokens=64),
                                  warnings.append)
     assert max(len(translator.encode(line, 1)) for line in SHORT) <= decoding.LENGTH_BUCKET
-    search, searched = translator._search, []
+    search, searched = translator._search(constrained=False), []
 
     def device_of_two_rows(source):  # the device's allocator refusing more than 2 sentences
         if source.shape[0] > 2:
@@ -255,7 +255,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
         searched.append(source.shape)
         return search(source)
 
-    translator._search = device_of_two_rows
+    translator._search = lambda constrained: device_of_two_rows
     got = [h[0].text for h in translator.translate(SHORT)]
     assert searched == [(2, 8)] * 6  # 8 rows: 4 + 4, each 2 + 2; then 2 at a time
     assert warnings == [
@@ -269,7 +269,7 @@ def test_out_of_device_memory_searches_halves_and_smaller_batches_after(trained_
     def no_room(source):
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-    translator._search = no_room
+    translator._search = lambda constrained: no_room
     with pytest.raises(ArgumentError, match=r"^beam 4: the search of one sentence of 8 pieces "
                                             r"ran out of the device's memory; use a smaller "
                                             r"beam$"):
@@ -423,3 +423,34 @@ def test_positional_scores_sum_to_the_search_score(trained_checkpoint, options):
                                        hypothesis.score, rtol=1e-4)
     plain = load_translator(trained_checkpoint, DecodeOptions(nbest=3))
     assert all(h.positional_scores is None for hs in plain.translate(SENTENCES) for h in hs)
+
+
+def test_translators_of_any_lenpen_nbest_and_draw_share_one_trace_of_each_search(
+        trained_checkpoint):
+    """lenpen, nbest and sampling's seed, temperature, top-k and top-p are fed to a compiled
+    search at each call: Translators sharing their compiled functions trace each search (plain,
+    sampling, constrained) once, and translate as a Translator of those options alone does."""
+    from vtx.inference.translator import Compiled
+
+    first = load_translator(trained_checkpoint, DecodeOptions())
+    compiled = Compiled(first.models)
+    settings = [DecodeOptions(lenpen=alpha, nbest=nbest)
+                for alpha, nbest in ((0.0, 1), (0.6, 3), (1.7, 2), (3.1, 4))]
+    settings += [DecodeOptions(nbest=nbest, sampling=SamplingOptions(
+        seed=seed, temperature=temperature, topk=topk, topp=topp))
+        for seed, temperature, topk, topp, nbest in ((0, 1.0, 0, 1.0, 1), (2**40 + 3, 0.7, 5,
+                                                      1.0, 3), (-9, 1.6, 0, 0.8, 5),
+                                                     (4, 2.5, 3, 0.9, 2))]
+    settings += [DecodeOptions(constraints=True, lenpen=alpha, nbest=2) for alpha in (0.2, 1.4)]
+    lines, constraints = SENTENCES[:3], [["Hund"], [], ["Frau"]]
+    texts = lambda results: [[(h.text, h.tokens, round(h.score, 4)) for h in hypotheses]
+                             for hypotheses in results]
+    for options in settings:
+        given = constraints if options.constraints else None
+        shared = Translator(first.models, first.vocab, options, compiled=compiled)
+        alone = Translator(first.models, first.vocab, options)
+        assert texts(shared.translate(lines, constraints=given)) == texts(
+            alone.translate(lines, constraints=given)), options
+    # One trace each: the beam search, the sampling search, the constrained search's encoder
+    # and decoder step.
+    assert compiled.traces() == 4

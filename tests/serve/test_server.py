@@ -192,3 +192,45 @@ def test_a_full_queue_gets_503_and_sigterm_answers_what_is_queued_then_exits_0(s
     assert status == 200
     assert reply["translations"][0]["hypotheses"][0]["text"]
     assert "vtx serve: stopped" in "".join(server.stderr)
+
+
+def resident_bytes(pid: int) -> int:
+    """VmRSS of process `pid`."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_client_cycling_through_settings_traces_nothing_new_and_holds_no_more_memory(
+        trained_checkpoint):
+    """Each new lenpen, nbest, seed, temperature, top-k or top-p once cost a trace of its own
+    (seconds) and memory never given back; now the search of each beam size, of sampling and
+    of constraints is traced once, and the settings are fed to it at each call."""
+    process = ServerProcess("--checkpoint", trained_checkpoint, "--batch-wait-ms", 0)
+    try:
+        def translate(index: int, kind: str) -> None:
+            body = {"text": LINES[:2], "nbest": 1 + index % 3}
+            if kind == "sampling":
+                body.update(sampling=True, seed=index, temperature=0.5 + index / 16,
+                            sampling_topk=index % 5, sampling_topp=1 - index / 128)
+            else:
+                body.update(lenpen=round(0.1 + index / 32, 4))
+            if kind == "constraints":
+                body.update(constraints=[["Hund"], []])
+            status, _, reply = request(process.url + "/v1/translate", body)
+            assert status == 200, reply
+
+        kinds = ("beam", "sampling", "constraints")
+        for index in range(3):  # the first of each kind traces
+            translate(index, kinds[index])
+        traces = process.metric("vtx_search_traces_total")
+        assert traces > 0
+        for index in range(3, 30):  # and the memory takes its size
+            translate(index, kinds[index % 3])
+        memory = resident_bytes(process.process.pid)
+        for index in range(30, 120):
+            translate(index, kinds[index % 3])
+        assert process.metric("vtx_search_traces_total") == traces
+        assert resident_bytes(process.process.pid) < 1.1 * memory
+    finally:
+        process.stop()

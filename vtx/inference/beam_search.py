@@ -97,12 +97,12 @@ class SearchOutput(NamedTuple):
     steps: tf.Tensor  # int32 []: decoder steps run for the whole batch
 
 
-def length_penalty(lengths, alpha: float, kind: str = "gnmt") -> tf.Tensor:
+def length_penalty(lengths, alpha, kind: str = "gnmt") -> tf.Tensor:
     """lp(|Y|): GNMT ((5 + |Y|) / 6)^alpha, or fairseq's |Y|^alpha.
 
     Args:
         lengths: int or float tensor of any shape, |Y| (EOS included).
-        alpha: the exponent; 0 disables the penalty.
+        alpha: the exponent (a float, or a float32 scalar tensor); 0 disables the penalty.
         kind: "gnmt" (the paper's) or "fairseq".
 
     Returns:
@@ -110,10 +110,28 @@ def length_penalty(lengths, alpha: float, kind: str = "gnmt") -> tf.Tensor:
     """
     lengths = tf.cast(lengths, tf.float32)
     if kind == "gnmt":
-        return tf.pow((5.0 + lengths) / 6.0, alpha)
+        return _power((5.0 + lengths) / 6.0, alpha)
     if kind == "fairseq":
-        return tf.pow(lengths, alpha)
+        return _power(lengths, alpha)
     raise ValueError(f"unknown length_penalty {kind!r}; choose one of: {', '.join(LENPEN_FORMULAS)}")
+
+
+def _power(base: tf.Tensor, alpha) -> tf.Tensor:
+    """base ** alpha, float32, as a graph computes it for a constant alpha whatever alpha is.
+
+    TensorFlow's graph optimizer (grappler's ConvertPowStage) computes `tf.pow` of a constant
+    exponent 0, 0.5, 1, 2 or 3 as ones, a square root, the base, its square or its cube, which
+    may differ from pow in the last bit: so does this of a tensor alpha, and a search fed alpha
+    at each call scores as one traced with it (but for 0.5, where the optimizer also turns a
+    division by the square root into a product with the reciprocal root: a bit at most).
+    """
+    if not isinstance(alpha, tf.Tensor):
+        return tf.pow(base, alpha)
+    power = tf.pow(base, alpha)
+    for exponent, value in ((0.0, tf.ones_like(base)), (0.5, tf.sqrt(base)), (1.0, base),
+                            (2.0, tf.square(base)), (3.0, base * tf.square(base))):
+        power = tf.where(alpha == exponent, value, power)
+    return power
 
 
 def _map_beam_dependent(fn, nested, beam_invariant: tuple[str, ...]):
@@ -177,14 +195,20 @@ class Search:
     batch_size: int  # B
     beam_size: int  # K
     max_length: int  # L
-    alpha: float
+    alpha: float | tf.Tensor  # or a float32 scalar tensor, fed at each call of the search
     penalty: str
     eos_id: int
     bos_id: int
     banned_ids: tuple[int, ...]  # never generated (PAD, BOS)
-    nbest: int  # R
+    nbest: int | tf.Tensor  # R, or an int32 scalar tensor (then `returned` is K)
     stop: str  # one of STOP_RULES
     beam_invariant: tuple[str, ...]  # dict-state keys kept at B rows (module docstring)
+
+    @property
+    def returned(self) -> int:
+        """Hypotheses returned per sentence: R, or K when R is a tensor (a shape the graph
+        must know): the first R of the K are then those a search of that R returns."""
+        return self.nbest if isinstance(self.nbest, int) else self.beam_size
 
     def candidates(self, token_ids, cache, count: int):
         """One decoder step, and each row's `count` most probable tokens that may be generated
@@ -408,7 +432,8 @@ def _sentence_done(search: Search, max_lengths, state: BeamState):
     at_limit = (state.step >= max_lengths) | (state.live_logprobs[:, 0] == _NEG_INF)
     best_possible = state.live_logprobs[:, 0] / search.penalty_of(max_lengths)
     return stop_rule(search.stop, at_limit, state.finished_scores[:, search.beam_size - 1],
-                     state.finished_scores[:, search.nbest - 1], best_possible)
+                     tf.gather(state.finished_scores, search.nbest - 1, axis=1),
+                     best_possible)
 
 
 def _initial_beam_state(search: Search, initial_state, max_lengths) -> BeamState:
@@ -430,7 +455,7 @@ def _best_hypotheses(search: Search, state: BeamState, max_lengths):
     Returns:
         seqs int32 [B, R, L + 1], scores float32 [B, R], finished bool [B, R].
     """
-    beam, nbest = search.beam_size, search.nbest
+    beam, nbest = search.beam_size, search.returned
     num_finished = tf.reduce_sum(tf.cast(state.finished_scores > _NEG_INF, tf.int32), 1)  # [B]
     slots = tf.range(nbest)[None, :]  # [1, R]
     # Index into [finished (K, sorted) | live (K, sorted)]: slot j past the finished count
@@ -459,29 +484,45 @@ def make_search(tokens_to_logits, batch_size, beam_size, max_length, alpha, pena
     """Check the settings (one clear error each) and bundle them.
 
     batch_size and max_length may also be int32 scalar tensors: a graph traced for inputs of
-    unknown shape (a SavedModel's serving signature) only knows them at run time.
+    unknown shape (a SavedModel's serving signature) only knows them at run time. So may nbest
+    be, and alpha a float32 scalar tensor: values fed at each call of a compiled search, which
+    its caller checks (`check_alpha`, `check_nbest`).
     """
     for name, value in (("batch_size", batch_size), ("beam_size", beam_size),
                         ("max_length", max_length), ("nbest", nbest)):
-        if name in ("batch_size", "max_length") and _is_scalar_int_tensor(value):
+        if name != "beam_size" and _is_scalar_int_tensor(value):
             continue
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if nbest > beam_size:
-        raise ValueError(f"nbest ({nbest}) must not exceed beam_size ({beam_size})")
+    if not _is_scalar_int_tensor(nbest):
+        check_nbest(nbest, beam_size)
     if penalty not in LENPEN_FORMULAS:
         raise ValueError(
             f"unknown length_penalty {penalty!r}; choose one of: {', '.join(LENPEN_FORMULAS)}")
-    if not alpha >= 0.0:  # the early-stop bound needs lp to grow with |Y|
-        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    if not isinstance(alpha, tf.Tensor):
+        check_alpha(alpha)
     if stop not in STOP_RULES:
         raise ValueError(f"unknown stop rule {stop!r}; choose one of: {', '.join(STOP_RULES)}")
     if eos_id in (PAD_ID, bos_id):
         raise ValueError(f"eos_id ({eos_id}) must differ from PAD_ID ({PAD_ID}) and bos_id ({bos_id})")
     size = lambda value: value if _is_scalar_int_tensor(value) else int(value)
     return Search(tokens_to_logits, size(batch_size), int(beam_size), size(max_length),
-                  float(alpha), penalty, int(eos_id), int(bos_id), (PAD_ID, int(bos_id)),
-                  int(nbest), stop, tuple(beam_invariant))
+                  alpha if isinstance(alpha, tf.Tensor) else float(alpha), penalty, int(eos_id),
+                  int(bos_id), (PAD_ID, int(bos_id)), size(nbest), stop, tuple(beam_invariant))
+
+
+def check_alpha(alpha: float) -> None:
+    """Raises ValueError unless alpha >= 0: the early-stop bound needs lp to grow with |Y|."""
+    if not alpha >= 0.0:
+        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+
+
+def check_nbest(nbest: int, beam_size: int) -> None:
+    """Raises ValueError unless 1 <= nbest <= beam_size."""
+    if not isinstance(nbest, (int, np.integer)) or nbest < 1:
+        raise ValueError(f"nbest must be a positive int, got {nbest!r}")
+    if nbest > beam_size:
+        raise ValueError(f"nbest ({nbest}) must not exceed beam_size ({beam_size})")
 
 
 def _is_scalar_int_tensor(value) -> bool:
@@ -524,10 +565,11 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
         max_length: L, the largest |Y| (EOS included); fixes every shape.
         max_lengths: optional int [B], each sentence's own limit in [1, L] (the paper: source
             length + 50); default L for all.
-        alpha: length-penalty exponent (paper 0.6); must be >= 0.
+        alpha: length-penalty exponent (paper 0.6); must be >= 0; or a float32 scalar tensor.
         length_penalty: "gnmt" ((5 + |Y|) / 6)^alpha, or "fairseq" |Y|^alpha.
         eos_id, bos_id: end and start tokens (PAD_ID and bos_id are never generated).
-        nbest: R <= K hypotheses returned per sentence.
+        nbest: R <= K hypotheses returned per sentence; or an int32 scalar tensor, the rank
+            the stop rule looks at: then all K are returned, the first R those of an int R.
         stop: when a sentence's search ends before its length limit, one of STOP_RULES (module
             docstring): "exact" (the result of running to the limit, in fewer steps),
             "fairseq" (once K hypotheses have finished), "never".
@@ -540,7 +582,7 @@ def beam_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int
             state's batch size changes from step to step; not under XLA. The result is the same.
 
     Returns:
-        `SearchOutput` with R hypotheses per sentence, best first.
+        `SearchOutput` with R hypotheses per sentence (K for a tensor nbest), best first.
 
     Raises:
         ValueError: a setting is out of range (the message names it).

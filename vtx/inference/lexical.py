@@ -146,6 +146,7 @@ class HostStep:
     def __init__(self, tokens_to_logits: TokensToLogits, beam_size: int,
                  beam_invariant: tuple[str, ...] = (), bos_id: int = BOS_ID):
         self.tokens_to_logits, self.beam_invariant = tokens_to_logits, tuple(beam_invariant)
+        self.beam_size = beam_size
         # One more than the plain search's 2K: EOS may be barred from a row's best.
         self.count = 2 * beam_size + 1
         self.banned_ids = (PAD_ID, bos_id)
@@ -166,6 +167,10 @@ class HostStep:
                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32),
                 tf.TensorSpec([None, None], tf.int32), tf.nest.map_structure(spec, state)])
         return self._compiled(rows, token_ids, wanted, state)
+
+    def tracing_count(self) -> int:
+        """Times the step was traced (once for every shape, 0 before its first call)."""
+        return 0 if self._compiled is None else self._compiled.experimental_get_tracing_count()
 
     def _step(self, rows, token_ids, wanted, state):
         state = gather_rows(state, rows, self.beam_invariant)
@@ -335,8 +340,10 @@ def _feed(sentences: list[_Sentence], bos_id: int, eos_id: int
 @functools.lru_cache(maxsize=4096)
 def _penalty(length: int, alpha: float, formula: str) -> np.float32:
     """lp(length) as `beam_search`'s graph computes it at a step, to the last bit: of one length,
-    in a graph (eager, or of a vector, TensorFlow's pow may differ in the last bit)."""
-    return _graph_penalty(tf.constant(length, tf.int32), alpha, formula).numpy()
+    in a graph (eager, or of a vector, TensorFlow's pow may differ in the last bit), alpha fed
+    as a tensor as the compiled search takes it (one trace for every alpha)."""
+    return _graph_penalty(tf.constant(length, tf.int32), tf.constant(alpha, tf.float32),
+                          formula).numpy()
 
 
 _graph_penalty = tf.function(lp, autograph=False)

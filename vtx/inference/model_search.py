@@ -6,17 +6,20 @@ Shapes: B batch, S padded source length, R nbest, L = max_length (tokens a hypot
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from vtx.config import PAD_ID
 from vtx.inference import lexical, tree_constraint
 from vtx.inference import prefix as forced_prefix
-from vtx.inference.beam_search import SearchOutput, beam_search, greedy_search
+from vtx.inference.beam_search import (SearchOutput, beam_search, check_alpha, check_nbest,
+                                       greedy_search)
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
-from vtx.inference.sampling import sampling_search
+from vtx.inference.sampling import DRAW_SPECS, Draw, sampling_search
 from vtx.inference.scoring import mean_log_probs
 from vtx.models.transformer import Transformer
 
@@ -121,21 +124,24 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
                    nbest: int = 1, stop: str = "exact", jit_compile: bool = False,
                    tree_pieces: Sequence[str] | None = None,
                    sampling: SamplingOptions | None = None, prefix: bool = False,
-                   ) -> Callable[..., SearchOutput]:
+                   ) -> "CompiledSearch":
     """A compiled `source_ids [B, S] -> SearchOutput` for `model` (greedy when beam_size is 1),
     or for an ensemble: a list of models of one vocabulary (`decoder`).
 
-    The function is traced once, for any (B, S): no batch ever retraces. Without XLA one graph
-    serves every batch; with XLA (`jit_compile`) that graph is compiled once per (B, S) shape,
-    which is why callers pad batches to a few fixed shapes. Arguments are those of
-    `beam_search`; max_len_a and max_len_b set each sentence's limit |Y| <= a * |X| + b (see
-    `output_length_limits`); `tree_pieces` (the vocabulary's pieces), when given, constrains the
-    output to a well-formed tree with one word slot per source word
-    (`vtx.inference.tree_constraint`). With `sampling` it draws `nbest` samples per sentence
-    (`vtx.inference.sampling`) and takes (source_ids, line_ids int32 [B]): each sentence's line
-    id, on which with the seed its samples depend; beam_size and stop are then unused. With
-    `prefix` it takes after those (prefix_ids int32 [B, P], PAD-padded, prefix_lengths int32
-    [B]): every hypothesis starts with its sentence's prefix (`vtx.inference.prefix`).
+    The function is traced once, for any (B, S) and any alpha, nbest and sampling's settings:
+    these are tensors fed at each call (`CompiledSearch`), the values given here its defaults.
+    Without XLA one graph serves every batch; with XLA (`jit_compile`) that graph is compiled
+    once per (B, S) shape, which is why callers pad batches to a few fixed shapes; and since
+    sampling's nbest and top-k set shapes, under XLA those of `sampling` (and its top-p) stay in
+    the trace. Arguments are those of `beam_search`; max_len_a and max_len_b set each
+    sentence's limit |Y| <= a * |X| + b (see `output_length_limits`); `tree_pieces` (the
+    vocabulary's pieces), when given, constrains the output to a well-formed tree with one word
+    slot per source word (`vtx.inference.tree_constraint`). With `sampling` it draws `nbest`
+    samples per sentence (`vtx.inference.sampling`) and takes (source_ids, line_ids int32 [B]):
+    each sentence's line id, on which with the seed its samples depend; beam_size and stop are
+    then unused. With `prefix` it takes after those (prefix_ids int32 [B, P], PAD-padded,
+    prefix_lengths int32 [B]): every hypothesis starts with its sentence's prefix
+    (`vtx.inference.prefix`).
 
     Raises:
         ValueError: a negative max_len_a or max_len_b, nbest > 1 with beam_size 1, or a setting `beam_search` rejects (when traced).
@@ -143,8 +149,12 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
     models, max_positions = _models(model, max_len_a, max_len_b)
     if beam_size == 1 and nbest != 1 and sampling is None:
         raise ValueError(f"nbest ({nbest}) needs beam_size > 1 (greedy keeps one hypothesis)")
+    # The values of `sampling` that stay in the trace (under XLA), else None.
+    fixed = sampling if sampling is not None and jit_compile else None
+    fixed_nbest = nbest
 
-    def search(source_ids, line_ids=None, prefix_ids=None, prefix_lengths=None):
+    def search(source_ids, line_ids=None, prefix_ids=None, prefix_lengths=None, *, alpha,
+               nbest, draw=None):
         source_ids = tf.cast(source_ids, tf.int32)
         batch_size = source_ids.shape[0]
         if batch_size is None:  # traced for any batch size: known when the graph runs
@@ -175,15 +185,90 @@ def make_search_fn(model: Transformer | Sequence[Transformer], beam_size: int = 
         common = dict(max_length=max_length, max_lengths=max_lengths, alpha=alpha,
                       length_penalty=length_penalty,
                       growing=growing if grow else (), drop_done=grow)
+        if fixed is not None:
+            nbest, draw = fixed_nbest, draw._replace(topk=fixed.topk, topp=fixed.topp)
         if sampling is not None:
-            return sampling_search(step, state, batch_size, line_ids, sampling, nbest, **common)
+            return sampling_search(step, state, batch_size, line_ids, draw, nbest, **common)
         if beam_size == 1:
             return greedy_search(step, state, batch_size, **common)
         return beam_search(step, state, batch_size, beam_size=beam_size,
                            nbest=nbest, stop=stop,
                            beam_invariant=invariant, **common)
 
-    return _traced(search, jit_compile, sampling is not None, prefix)
+    traced = _traced(search, jit_compile, sampling is not None, prefix)
+    return CompiledSearch(traced, beam_size, dict(alpha=alpha, nbest=nbest, sampling=sampling),
+                          fixed_nbest if fixed is not None else None, fixed)
+
+
+class CompiledSearch:
+    """A search compiled once for any shape and for any of the settings it takes at each call:
+    alpha, nbest and sampling's draw (`sampling.Draw`) are tensors of its graph, so calling it
+    with other values of them traces nothing (`make_search_fn`).
+
+    Args:
+        traced: the tf.function (`_traced`), whose arguments `arguments` gives.
+        beam_size: K.
+        defaults: the alpha, nbest and sampling of a call that gives none.
+        fixed_nbest, fixed_sampling: under XLA the sampling's nbest and its top-k and top-p that
+            the trace holds (None: none).
+    """
+
+    def __init__(self, traced: tf.types.experimental.PolymorphicFunction, beam_size: int,
+                 defaults: dict, fixed_nbest: int | None = None,
+                 fixed_sampling: SamplingOptions | None = None):
+        self.traced, self.beam_size, self.defaults = traced, beam_size, defaults
+        self._fixed_nbest, self._fixed_sampling = fixed_nbest, fixed_sampling
+        self._check(defaults["alpha"], defaults["nbest"], defaults["sampling"])
+
+    def __call__(self, source_ids, *inputs, alpha: float | None = None,
+                 nbest: int | None = None, sampling: SamplingOptions | None = None
+                 ) -> SearchOutput:
+        """The search of source_ids [B, S] and `inputs` (the line ids, the prefix: as
+        `make_search_fn` says), nbest hypotheses per sentence; alpha, nbest and sampling those
+        of this call (None: the defaults).
+
+        Raises:
+            ValueError: alpha < 0, nbest out of [1, beam_size] (of [1, ...) when sampling), or
+                under XLA a sampling's nbest, top-k or top-p other than those compiled in.
+        """
+        nbest = self.defaults["nbest"] if nbest is None else nbest
+        output = self.traced(*self.arguments(source_ids, *inputs, alpha=alpha, nbest=nbest,
+                                             sampling=sampling))
+        # A beam search returns all K hypotheses (nbest is a tensor): the first nbest are its.
+        return SearchOutput(*(x[:, :nbest] for x in output[:4]), output.steps)
+
+    def arguments(self, source_ids, *inputs, alpha: float | None = None,
+                  nbest: int | None = None, sampling: SamplingOptions | None = None) -> list:
+        """The traced function's arguments for a call (`__call__`), checked."""
+        alpha = self.defaults["alpha"] if alpha is None else alpha
+        nbest = self.defaults["nbest"] if nbest is None else nbest
+        sampling = self.defaults["sampling"] if sampling is None else sampling
+        self._check(alpha, nbest, sampling)
+        settings = [tf.constant(alpha, tf.float32), tf.constant(nbest, tf.int32)]
+        if sampling is not None:
+            settings.append(Draw.of(sampling))
+        return [source_ids, *inputs, *settings]
+
+    def _check(self, alpha: float, nbest: int, sampling: SamplingOptions | None) -> None:
+        """Raises ValueError for settings this search cannot take (`__call__`)."""
+        check_alpha(alpha)
+        if (sampling is None) != (self.defaults["sampling"] is None):
+            raise ValueError(f"this search {'samples' if sampling is None else 'does not sample'}"
+                             f", got sampling={sampling!r}")
+        if sampling is None:
+            check_nbest(nbest, self.beam_size)
+        elif not isinstance(nbest, (int, np.integer)) or nbest < 1:
+            raise ValueError(f"nbest must be a positive int, got {nbest!r}")
+        fixed = self._fixed_sampling
+        if fixed is not None and (nbest, sampling.topk, sampling.topp) != (
+                self._fixed_nbest, fixed.topk, fixed.topp):
+            raise ValueError(f"under XLA this search samples nbest {self._fixed_nbest} at "
+                             f"top-k {fixed.topk} and top-p {fixed.topp} (shapes of its "
+                             f"program), got {nbest}, {sampling.topk} and {sampling.topp}")
+
+    def experimental_get_tracing_count(self) -> int:
+        """Times the search was traced (once, whatever its calls' settings)."""
+        return self.traced.experimental_get_tracing_count()
 
 
 def _models(model: Transformer | Sequence[Transformer], max_len_a: float, max_len_b: int
@@ -203,12 +288,13 @@ def make_constrained_search_fn(model: Transformer | Sequence[Transformer], beam_
                                alpha: float = 0.6, length_penalty: str = "gnmt",
                                max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1,
                                stop: str = "exact", prefix: bool = False
-                               ) -> Callable[..., SearchOutput]:
+                               ) -> "ConstrainedSearch":
     """A `(source_ids [B, S], constraints) -> SearchOutput` (numpy arrays) of the lexically
     constrained beam search (`vtx.inference.lexical`) for `model` or an ensemble (`decoder`):
     `constraints` holds a `lexical.Phrases` per sentence. With `prefix` it also takes
     (prefix_ids int32 [B, P], prefix_lengths int32 [B]), as `make_search_fn` does. The other
-    arguments are `make_search_fn`'s.
+    arguments are `make_search_fn`'s; alpha and nbest, which the host uses, are the defaults of
+    each call's (`ConstrainedSearch`).
 
     The search runs from the host; the encoder and the decoder's step are each traced once, for
     any shape, the self-attention cache growing a position a step.
@@ -221,27 +307,53 @@ def make_constrained_search_fn(model: Transformer | Sequence[Transformer], beam_
     step, invariant, _ = decoder_step(models, grow=True, group=1)
     if prefix:
         step = forced_prefix.constrained(step)
-    host_step = lexical.HostStep(step, beam_size, invariant)
     encode = tf.function(lambda source_ids: decoder_state(models, source_ids, None, 1),
                          input_signature=[tf.TensorSpec([None, None], tf.int32)],
                          autograph=False)
+    limits = functools.partial(output_length_limits, max_len_a=max_len_a, max_len_b=max_len_b,
+                               max_positions=max_positions)
+    return ConstrainedSearch(encode, lexical.HostStep(step, beam_size, invariant), limits,
+                             dict(alpha=alpha, nbest=nbest, length_penalty=length_penalty,
+                                  stop=stop), prefix)
 
-    def search(source_ids, constraints, prefix_ids=None, prefix_lengths=None):
+
+@dataclasses.dataclass
+class ConstrainedSearch:
+    """The lexically constrained search of `make_constrained_search_fn`: its compiled parts
+    (the encoder, the decoder's step) and the settings the host's search takes at each call."""
+
+    encode: tf.types.experimental.PolymorphicFunction  # source_ids -> the decoder's state
+    host_step: lexical.HostStep
+    limits: Callable  # source_ids -> (L, int32 [B]): `output_length_limits`
+    defaults: dict  # alpha, nbest, length_penalty and stop of a call that gives none
+    prefix: bool
+
+    def __call__(self, source_ids, constraints, prefix_ids=None, prefix_lengths=None, *,
+                 alpha: float | None = None, nbest: int | None = None) -> SearchOutput:
+        """The search of source_ids [B, S] (`make_constrained_search_fn`), nbest hypotheses
+        per sentence; alpha and nbest those of this call (None: the defaults)."""
+        settings = dict(self.defaults, **{name: value for name, value in
+                                           (("alpha", alpha), ("nbest", nbest))
+                                           if value is not None})
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        state = encode(source_ids)
-        if prefix:
+        state = self.encode(source_ids)
+        if self.prefix:
             state = forced_prefix.initial_state(state, prefix_ids, prefix_lengths)
-        _, max_lengths = output_length_limits(source_ids, max_len_a, max_len_b, max_positions)
-        return lexical.beam_search(host_step, state, constraints, max_lengths.numpy(),
-                                   beam_size, alpha, length_penalty, nbest=nbest, stop=stop)
+        _, max_lengths = self.limits(source_ids)
+        return lexical.beam_search(self.host_step, state, constraints, max_lengths.numpy(),
+                                   self.host_step.beam_size, **settings)
 
-    return search
+    def experimental_get_tracing_count(self) -> int:
+        """Times its compiled parts were traced (each once, whatever its calls' settings)."""
+        return self.encode.experimental_get_tracing_count() + self.host_step.tracing_count()
 
 
 def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: bool,
-            prefixed: bool) -> Callable[..., SearchOutput]:
+            prefixed: bool) -> tf.types.experimental.PolymorphicFunction:
     """`search` as a tf.function of int32 inputs: source_ids [B, S], then line_ids [B] when
-    `sampled`, then prefix_ids [B, P] and prefix_lengths [B] when `prefixed`."""
+    `sampled`, then prefix_ids [B, P] and prefix_lengths [B] when `prefixed`; then of the
+    settings fed at each call: alpha float32 [], nbest int32 [] and, when `sampled`, a
+    `sampling.Draw` of scalar tensors."""
     # One trace for every (rows, length): no retracing whatever the input. With XLA the traced
     # graph is still compiled once per concrete shape (`decoding.padded_batches` keeps those few).
     # No AutoGraph: the searches call `tf.while_loop` themselves, and AutoGraph's rewrite of
@@ -252,14 +364,21 @@ def _traced(search: Callable[..., SearchOutput], jit_compile: bool, sampled: boo
         inputs["line_ids"] = [None]
     if prefixed:
         inputs.update(prefix_ids=[None, None], prefix_lengths=[None])
-    traced = lambda *args: search(**dict(zip(inputs, args)))
-    return tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.int32)
-                                                for shape in inputs.values()],
-                       jit_compile=jit_compile or None, autograph=False)
+    settings = {"alpha": tf.TensorSpec([], tf.float32), "nbest": tf.TensorSpec([], tf.int32)}
+    if sampled:
+        settings["draw"] = DRAW_SPECS
+    specs = [tf.TensorSpec(shape, tf.int32) for shape in inputs.values()] + list(settings.values())
+
+    def traced(*args):
+        named = dict(zip(list(inputs) + list(settings), args))
+        return search(**named)
+
+    return tf.function(traced, input_signature=specs, jit_compile=jit_compile or None,
+                       autograph=False)
 
 
 def search_for(model: Transformer | Sequence[Transformer], options: DecodeOptions,
-               pieces: Sequence[str] | None = None) -> Callable[..., SearchOutput]:
+               pieces: Sequence[str] | None = None) -> CompiledSearch:
     """`make_search_fn` with the settings of `options` (vtx.inference.decoding); with
     `options.constrain_trees`, `pieces` are the vocabulary's (by id)."""
     return make_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
@@ -271,10 +390,25 @@ def search_for(model: Transformer | Sequence[Transformer], options: DecodeOption
 
 
 def constrained_search_for(model: Transformer | Sequence[Transformer], options: DecodeOptions
-                           ) -> Callable[..., SearchOutput]:
+                           ) -> ConstrainedSearch:
     """`make_constrained_search_fn` with the settings of `options`."""
     return make_constrained_search_fn(model, beam_size=options.beam, alpha=options.lenpen,
                                       length_penalty=options.lenpen_formula,
                                       max_len_a=options.max_len_a, max_len_b=options.max_len_b,
                                       nbest=options.nbest, stop=options.stop,
                                       prefix=options.prefix)
+
+
+def trace_key(options: DecodeOptions) -> DecodeOptions:
+    """What of `options` shapes the traces of `search_for` and `constrained_search_for`: the
+    settings their searches take at each call (alpha, nbest, sampling's draw) and those no
+    search reads set to fixed values, so that options differing only in them share one key.
+    Under XLA sampling's nbest, top-k and top-p stay: they set shapes (`make_search_fn`)."""
+    fixed = dict(lenpen=0.0, positional_scores=False, constraints=False, alignment_layer=None,
+                 max_tokens=DecodeOptions.max_tokens)
+    if options.sampling is None:
+        return dataclasses.replace(options, nbest=1, **fixed)
+    if options.jit_compile:
+        return dataclasses.replace(options, sampling=dataclasses.replace(
+            options.sampling, seed=0, temperature=1.0), **fixed)
+    return dataclasses.replace(options, nbest=1, sampling=SamplingOptions(), **fixed)

@@ -23,8 +23,9 @@ tokens a row may draw from (top-k's k, else V).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from vtx.config import BOS_ID, EOS_ID
@@ -53,19 +54,45 @@ def _combine(key: tf.Tensor, value) -> tf.Tensor:
     return _mix(tf.bitwise.bitwise_xor(key, value + tf.constant(_GOLDEN, tf.uint32)))
 
 
-def row_keys(seed: int, line_ids, samples: int) -> tf.Tensor:
+class Draw(NamedTuple):
+    """How each token is drawn: `SamplingOptions`'s fields as a search takes them, scalar
+    tensors fed at each call of a compiled search (`model_search.make_search_fn`), so that no
+    setting needs a trace of its own. `sampling_search` takes a `SamplingOptions` alike."""
+
+    seed: Any  # int64 [] (or any int): taken modulo 2^32
+    temperature: Any  # float64 [] (or a float), > 0
+    topk: Any  # int32 [] (or an int): draw from the k most probable tokens only; 0: from all
+    topp: Any  # float32 [] (or a float) in (0, 1]: from the fewest of mass >= p; 1: from all
+
+    @classmethod
+    def of(cls, options: SamplingOptions) -> "Draw":
+        """The settings of `options` as the tensors `DRAW_SPECS` describes."""
+        return cls(*(tf.constant(value, spec.dtype) for value, spec in zip(
+            (options.seed % (1 << 32), options.temperature, options.topk, options.topp),
+            DRAW_SPECS)))
+
+
+# The dtypes of a `Draw`'s tensors: those in which the search computes with each value.
+DRAW_SPECS = Draw(*(tf.TensorSpec([], dtype)
+                    for dtype in (tf.int64, tf.float64, tf.int32, tf.float32)))
+
+
+def row_keys(seed, line_ids, samples) -> tf.Tensor:
     """uint32 [B * R]: the key of sample r of line line_ids[b] at row b * R + r.
 
     Args:
-        seed: the user's seed (any int; taken modulo 2^32).
+        seed: the user's seed: any int, or an int64 scalar tensor (taken modulo 2^32).
         line_ids: int [B], each sentence's line id (its index in the input).
-        samples: R.
+        samples: R (an int, or an int32 scalar tensor). Sample r's key does not depend on R.
     """
+    if isinstance(seed, (int, np.integer)):
+        seed = int(seed) % (1 << 32)  # a Python int may exceed int64
+    # int64 -> uint32 keeps the low 32 bits: the seed modulo 2^32, negative ones included.
+    seed_key = _mix(tf.cast(tf.cast(seed, tf.int64), tf.uint32))
     sentences = tf.shape(line_ids)[:1]  # [1]: B
     line_ids = tf.repeat(tf.cast(line_ids, tf.int64), samples)  # [N]
     sample = tf.tile(tf.range(samples, dtype=tf.int64), sentences)  # [N]
-    key = _combine(tf.fill(tf.shape(line_ids), _mix(tf.constant(seed % (1 << 32), tf.uint32))),
-                   line_ids)
+    key = _combine(tf.fill(tf.shape(line_ids), seed_key), line_ids)
     return _combine(key, sample)
 
 
@@ -76,8 +103,9 @@ def uniform(keys: tf.Tensor, step) -> tf.Tensor:
     return tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32) * 2.0**-24
 
 
-def scale_by_temperature(logits: tf.Tensor, temperature: float) -> tf.Tensor:
-    """float32 [N, V]: `logits` [N, V] / `temperature`, shifted so that each row's best is 0.
+def scale_by_temperature(logits: tf.Tensor, temperature) -> tf.Tensor:
+    """float32 [N, V]: `logits` [N, V] / `temperature` (a float, or a float64 scalar tensor),
+    shifted so that each row's best is 0.
 
     Safe at every finite temperature > 0, where a plain division is not: float32 holds neither
     the smallest (it rounds them to 0: 0 / 0) nor the largest (inf: -inf / inf), and a small
@@ -93,12 +121,14 @@ def scale_by_temperature(logits: tf.Tensor, temperature: float) -> tf.Tensor:
     return tf.where((shifted == 0) | tf.math.is_inf(shifted), shifted, scaled)
 
 
-def kept_logits(logits: tf.Tensor, options: SamplingOptions) -> tuple[tf.Tensor, tf.Tensor]:
+def kept_logits(logits: tf.Tensor, options: SamplingOptions | Draw
+                ) -> tuple[tf.Tensor, tf.Tensor]:
     """The tokens a row may draw from and their temperature-scaled logits.
 
     Args:
         logits: float32 [N, V], -inf at the tokens never generated.
-        options: temperature, top-k (0: all), top-p (1: all).
+        options: temperature, top-k (0: all), top-p (1: all): Python values (a `SamplingOptions`)
+            or scalar tensors (a `Draw`), for which the graph makes each choice below.
 
     Returns:
         (logits float32 [N, C], -inf at those top-p leaves out; their token ids int32 [N, C]).
@@ -106,20 +136,33 @@ def kept_logits(logits: tf.Tensor, options: SamplingOptions) -> tuple[tf.Tensor,
     """
     scaled = scale_by_temperature(logits, options.temperature)
     vocab = logits.shape[-1] if logits.shape[-1] is not None else tf.shape(logits)[-1]
-    if options.topk:
-        count = options.topk if logits.shape[-1] is None else min(options.topk, vocab)
+    topk, topp = options.topk, options.topp
+
+    def truncated():
+        # top-k's k, else a full sort (for top-p's cumulative mass).
+        if isinstance(topk, int) and isinstance(vocab, int):
+            count = min(topk, vocab) if topk else vocab
+        else:
+            count = tf.where(topk > 0, tf.minimum(topk, vocab), vocab)
         values, ids = tf.math.top_k(scaled, k=count)
-    elif options.topp < 1.0:
-        values, ids = tf.math.top_k(scaled, k=vocab)  # a full sort, for the cumulative mass
-    else:
-        ids = tf.broadcast_to(tf.range(vocab, dtype=tf.int32)[None, :], tf.shape(scaled))
-        return scaled, ids
-    if options.topp < 1.0:
         # Keep the smallest set of best tokens whose mass reaches p: those whose mass before
-        # them is below p (the best one always).
+        # them is below p (the best one always); at p = 1 every one, whatever the rounding.
         before = tf.math.cumsum(tf.nn.softmax(values, axis=-1), axis=-1, exclusive=True)
-        values = tf.where(before < options.topp, values, _NEG_INF)
-    return values, ids
+        return tf.where((before < topp) | (topp >= 1.0), values, _NEG_INF), ids
+
+    def whole():
+        return scaled, tf.broadcast_to(tf.range(vocab, dtype=tf.int32)[None, :], tf.shape(scaled))
+
+    return _choose((topk > 0) | (topp < 1.0), truncated, whole)
+
+
+def _choose(condition, if_true: Callable[[], Any], if_false: Callable[[], Any]):
+    """`if_true()` or `if_false()`: chosen in Python when `condition` is known now (Python
+    values: the graph holds the one branch, whose shapes XLA needs static), else in the graph."""
+    known = tf.get_static_value(condition)
+    if known is not None:
+        return if_true() if known else if_false()
+    return tf.cond(condition, if_true, if_false)
 
 
 def draw(values: tf.Tensor, ids: tf.Tensor, numbers: tf.Tensor) -> tf.Tensor:
@@ -149,7 +192,7 @@ class SampleState(NamedTuple):
     keys: tf.Tensor  # uint32 [N]: each row's key (`row_keys`)
 
 
-def _sample_step(options: SamplingOptions):
+def _sample_step(options: SamplingOptions | Draw):
     """The step of `run_sequences` that draws each row's next token."""
 
     def step(search, max_lengths, state: SampleState) -> SampleState:
@@ -168,7 +211,7 @@ def _sample_step(options: SamplingOptions):
 
 
 def sampling_search(tokens_to_logits: TokensToLogits, initial_state, batch_size: int,
-                    line_ids, options: SamplingOptions, nbest: int = 1, max_length: int = 50,
+                    line_ids, options: SamplingOptions | Draw, nbest=1, max_length: int = 50,
                     max_lengths=None, alpha: float = 0.6, length_penalty: str = "gnmt",
                     eos_id: int = EOS_ID, bos_id: int = BOS_ID,
                     growing: tuple[str, ...] = (), drop_done: bool = False) -> SearchOutput:
@@ -180,8 +223,9 @@ def sampling_search(tokens_to_logits: TokensToLogits, initial_state, batch_size:
             repeated R times; room for `max_length` positions, or `growing`.
         batch_size: B.
         line_ids: int [B], each sentence's line id: its samples depend on it and `options.seed`.
-        options: temperature, top-k, top-p, seed.
-        nbest: R samples per sentence.
+        options: temperature, top-k, top-p, seed: Python values or scalar tensors (`Draw`).
+        nbest: R samples per sentence: an int, or an int32 scalar tensor (not under XLA,
+            whose shapes are static). Sample r of a line is the same whatever R.
         max_length, max_lengths, alpha, length_penalty, eos_id, bos_id, growing, drop_done: as
             `beam_search`'s.
 

@@ -8,7 +8,9 @@ Shapes: B batch, S padded source length, R nbest, T output length.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
@@ -51,6 +53,74 @@ class Found(NamedTuple):
                                              for name in cls._fields[1:]))
 
 
+class Compiled:
+    """The traced functions of one set of models, shared by Translators of any settings: the
+    searches by what shapes their traces (`model_search.trace_key`), of which the `size` most
+    recently used are kept, and the scorer and aligners (`Translator`'s positional scores and
+    alignments). A search dropped is freed with its traces: a Translator asks for its search at
+    each batch and holds none.
+
+    Args:
+        models: vtx Transformers of one vocabulary: one, or an ensemble's.
+        size: searches kept.
+    """
+
+    def __init__(self, models: Sequence, size: int = 8):
+        self.models, self.size = list(models), size
+        self._searches: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
+        self._others: dict[object, Callable] = {}  # the scorer; the aligner of each layer
+        self._dropped_traces = 0  # of the searches no longer kept
+
+    def search(self, options: DecodeOptions, pieces: Sequence[str] | None = None):
+        """The `model_search.search_for` of `options` (`pieces`: with `constrain_trees`, the
+        vocabulary's), to be called with their alpha, nbest and sampling."""
+        from vtx.inference.model_search import search_for, trace_key
+
+        return self._kept(("plain", trace_key(options)),
+                          lambda: search_for(self.models, options, pieces))
+
+    def constrained_search(self, options: DecodeOptions):
+        """The `model_search.constrained_search_for` of `options`, to be called with their
+        alpha and nbest."""
+        from vtx.inference.model_search import constrained_search_for, trace_key
+
+        return self._kept(("constrained", trace_key(options)),
+                          lambda: constrained_search_for(self.models, options))
+
+    def scorer(self) -> Callable:
+        """`scoring.make_scorer` of the models, made once."""
+        from vtx.inference.scoring import make_scorer
+
+        if "scorer" not in self._others:
+            self._others["scorer"] = make_scorer(self.models)
+        return self._others["scorer"]
+
+    def aligner(self, layer: int) -> Callable:
+        """`alignment.make_aligner` of the first model at decoder `layer`, made once."""
+        from vtx.inference.alignment import make_aligner
+
+        if layer not in self._others:
+            self._others[layer] = make_aligner(self.models[0], layer)
+        return self._others[layer]
+
+    def traces(self) -> int:
+        """Traces of every function made so far, those dropped included."""
+        live = list(self._searches.values()) + list(self._others.values())
+        return self._dropped_traces + sum(f.experimental_get_tracing_count() for f in live)
+
+    def _kept(self, key: tuple, make: Callable[[], Callable]) -> Callable:
+        """The search of `key`, made now if not kept; the least recently used dropped past
+        `size`."""
+        if key in self._searches:
+            self._searches.move_to_end(key)
+            return self._searches[key]
+        search = self._searches[key] = make()
+        if len(self._searches) > self.size:
+            _, dropped = self._searches.popitem(last=False)
+            self._dropped_traces += dropped.experimental_get_tracing_count()
+        return search
+
+
 class Translator:
     """A model, its vocabulary and compiled searches, turning lists of lines into hypotheses.
 
@@ -63,29 +133,29 @@ class Translator:
         memory_budget: bytes a batch's search may take (`decoding.search_bytes` per sentence):
             batches hold fewer sentences when a wide beam would need more, and a sentence that
             alone needs more is refused. Default: half of the memory available now.
+        compiled: the traced functions of `models` (`Compiled`), shared with other Translators
+            of them (of any settings); default: its own.
     """
 
     def __init__(self, models: Sequence, vocab, options: DecodeOptions,
                  warn: Callable[[str], None] = lambda message: None,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, compiled: Compiled | None = None):
         from vtx.inference import tree_constraint
-        from vtx.inference.model_search import constrained_search_for, search_for
 
         if not models or not isinstance(models, (list, tuple)):
             raise TypeError(f"Translator takes a list of models (one: [model]), got {models!r}")
         self.models = list(models)
         self.model, self.vocab, self.options, self.warn = self.models[0], vocab, options, warn
+        self.compiled = compiled if compiled is not None else Compiled(self.models)
         # Positions every model of an ensemble has.
         self.max_positions = min(m.config.max_positions for m in self.models)
-        pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
-        if pieces is not None:
-            tree_constraint.parser_brackets(pieces)  # said now, not inside the search's trace
-        self._search = search_for(self.models, options, pieces)
-        # The lines given constraints (`vtx.inference.lexical`); the others take `_search`.
-        self._constrained_search = constrained_search_for(self.models, options) \
-            if options.constraints else None
-        self._scorer = None  # made when first needed (`_positional_scores`)
-        self._aligner = None  # likewise (`_alignments`)
+        self._pieces = vocab.pieces(range(vocab.size)) if options.constrain_trees else None
+        if self._pieces is not None:
+            # Said now, not inside the search's trace.
+            tree_constraint.parser_brackets(self._pieces)
+        self._search(constrained=False)  # its settings are checked now
+        if options.constraints:
+            self._search(constrained=True)
         layers = self.model.config.num_layers
         if options.alignment_layer is not None and not (
                 -layers <= options.alignment_layer < layers):
@@ -234,8 +304,7 @@ class Translator:
                 raise SearchInterrupted(f"stopped after {done} batches of the search")
             inputs = self._search_inputs(len(source), rows, line_ids, prefixes,
                                          constraints if constrained else None)
-            found = self._search_batch(
-                source, inputs, self._constrained_search if constrained else self._search)
+            found = self._search_batch(source, inputs, self._search(constrained))
             if constrained:
                 self._warn_unfinished(found, rows, line_ids, encoded)
             positional = self._positional_scores(source, found)
@@ -266,6 +335,17 @@ class Translator:
                                                pad_rows=self.options.jit_compile):
                 yield [group[row] for row in rows], source, bool(constrained)
 
+    def _search(self, constrained: bool) -> Callable:
+        """The search of this Translator's options (`constrained`: the lexically constrained
+        one, for the lines given constraints), their per-call settings bound."""
+        options = self.options
+        if constrained:
+            return functools.partial(self.compiled.constrained_search(options),
+                                     alpha=options.lenpen, nbest=options.nbest)
+        return functools.partial(self.compiled.search(options, self._pieces),
+                                 alpha=options.lenpen, nbest=options.nbest,
+                                 sampling=options.sampling)
+
     def _warn_unfinished(self, found: Found, rows: list[int], line_ids, encoded) -> None:
         """Warn of each constrained line (`rows` of a batch) whose best hypothesis did not end:
         no hypothesis holding every phrase finished within its length limit."""
@@ -293,20 +373,19 @@ class Translator:
     def _alignments(self, source: np.ndarray, found: Found) -> list[list[str]] | None:
         """`alignment.hard_alignment` of every hypothesis [B][R] (the first model's chosen
         layer) when the options ask for them, else None (no work)."""
-        from vtx.inference.alignment import hard_alignment, make_aligner
+        from vtx.inference.alignment import hard_alignment
         from vtx.inference.scoring import FORCED_BYTES
 
         if self.options.alignment_layer is None:
             return None
-        if self._aligner is None:
-            self._aligner = make_aligner(self.model, self.options.alignment_layer)
+        aligner = self.compiled.aligner(self.options.alignment_layer)
         rows, nbest, width = found.tokens.shape
         # Rows of [T + 1, S] weights (and [H, T + 1, S] scores) a pass holds.
         step = max(1, FORCED_BYTES // (8 * self.model.config.num_heads * (width + 1)
                                        * source.shape[1]))
         flat = found.tokens.reshape(rows * nbest, width)
         sources = np.repeat(source, nbest, axis=0)
-        weights = np.concatenate([self._aligner(sources[i:i + step], flat[i:i + step]).numpy()
+        weights = np.concatenate([aligner(sources[i:i + step], flat[i:i + step]).numpy()
                                   for i in range(0, rows * nbest, step)])
         return [[hard_alignment(weights[row * nbest + r], int(found.lengths[row, r]))
                  for r in range(nbest)] for row in range(rows)]
@@ -316,13 +395,11 @@ class Translator:
         options ask for them, else None (no work)."""
         if not self.options.positional_scores:
             return None
-        from vtx.inference.scoring import forced_in_chunks, make_scorer
+        from vtx.inference.scoring import forced_in_chunks
 
-        if self._scorer is None:
-            self._scorer = make_scorer(self.models)
         rows, nbest, width = found.tokens.shape
         flat = lambda x: x.reshape((rows * nbest,) + x.shape[2:])
-        log_probs = forced_in_chunks(self._scorer, len(self.models), self.vocab.size,
+        log_probs = forced_in_chunks(self.compiled.scorer(), len(self.models), self.vocab.size,
                                      np.repeat(source, nbest, axis=0), flat(found.tokens),
                                      flat(found.lengths), flat(found.finished))
         return log_probs.reshape(rows, nbest, width + 1)

@@ -45,7 +45,7 @@ from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translate import line_record
-from vtx.inference.translator import Translator
+from vtx.inference.translator import Compiled, Translator
 from vtx.serve import libre
 from vtx.serve.access import Access
 from vtx.serve.batcher import Batcher, Translators
@@ -425,8 +425,12 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     glossary = Glossary.read(glossary_path) if glossary_path else None
     models, vocab = load_models(paths, ema)
     # Positional scores as every request's (the fields of translate's jsonl).
+    # Every kind of search a request can ask kept once traced (beam 1 to --max-beam, with or
+    # without a prefix, plain or constrained; sampling): a trace dropped does not give its
+    # memory back, so a cache that dropped some would grow with each one traced again.
+    compiled = Compiled(models, size=4 * limits.max_beam + 2)
     translator = Translator(models, vocab, dataclasses.replace(options, positional_scores=True),
-                            warn)
+                            warn, compiled=compiled)
     translators = Translators(translator)
     # A layer the model lacks is refused now, not at a request's search.
     translators.get(dataclasses.replace(translator.options, alignment_layer=alignment_layer))

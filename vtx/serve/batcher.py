@@ -32,8 +32,10 @@ Done = Callable[[list[list[Hypothesis]] | BaseException], None]
 
 
 class Translators:
-    """A Translator per search settings met, sharing the models and their vocabulary; the
-    `size` most recently used are kept (each holds its traced or compiled searches)."""
+    """A Translator per search settings met, the `size` most recently used kept; all share the
+    models, their vocabulary and their traced searches (`translator.Compiled`, which keeps its
+    own most recently used): settings that differ only in what a search takes at each call
+    (lenpen, nbest, sampling's seed, temperature, top-k, top-p) trace nothing new."""
 
     def __init__(self, first: Translator, size: int = 8):
         self.first, self.size = first, size
@@ -45,11 +47,15 @@ class Translators:
             self._made.move_to_end(options)
             return self._made[options]
         translator = Translator(self.first.models, self.first.vocab, options, self.first.warn,
-                                self.first.memory_budget)
+                                self.first.memory_budget, self.first.compiled)
         self._made[options] = translator
         if len(self._made) > self.size:
             self._made.popitem(last=False)
         return translator
+
+    def traces(self) -> int:
+        """Traces of the searches (and scorer, aligners) made so far."""
+        return self.first.compiled.traces()
 
 
 @dataclasses.dataclass(eq=False)
@@ -102,6 +108,7 @@ class Batcher:
         self.translators, self.max_tokens, self.wait_s = translators, max_tokens, wait_s
         self.max_queue, self.metrics = max_queue, metrics or Metrics()
         self.max_queue_cost, self.turn_cost = max_queue_cost, turn_cost
+        self.metrics.search_traces = translators.traces
         self._pending: list[Pending] = []
         self._changed = threading.Condition()
         self._closing = False

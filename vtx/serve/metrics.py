@@ -43,6 +43,7 @@ class Metrics:
     def __init__(self, queue_lines: Callable[[], int] = lambda: 0):
         self._lock = threading.Lock()
         self.queue_lines = queue_lines
+        self.search_traces: Callable[[], int] = lambda: 0  # traces of the searches so far
         self.requests: dict[tuple[str, int], int] = {}
         self.latency = Histogram(LATENCY_BUCKETS)
         self.batch_lines = Histogram(BATCH_BUCKETS)
@@ -80,7 +81,9 @@ class Metrics:
                     ("vtx_search_seconds_total", round(self.search_seconds, 6), "counter",
                      "Seconds the search's thread spent searching."),
                     ("vtx_queue_lines", self.queue_lines(), "gauge",
-                     "Lines waiting for the search.")):
+                     "Lines waiting for the search."),
+                    ("vtx_search_traces_total", self.search_traces(), "counter",
+                     "Traces of the compiled searches (a search settings' first request).")):
                 out += [f"# HELP {name} {about}", f"# TYPE {name} {kind}", f"{name} {value}"]
             out += ["# HELP vtx_batch_lines Lines searched together, by batch.",
                     "# TYPE vtx_batch_lines histogram"] + self.batch_lines.lines("vtx_batch_lines")
