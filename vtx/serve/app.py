@@ -438,7 +438,7 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     metrics = Metrics()
     batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
                       limits.max_queue, metrics, max_queue_cost=limits.max_queue_cost,
-                      turn_cost=limits.max_request_cost)
+                      turn_rows=options.max_tokens * options.rows_per_sentence)
     metrics.queue_lines = batcher.queued_lines
     if glossary is not None:
         glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))

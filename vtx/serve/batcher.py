@@ -2,9 +2,9 @@
 
 Jobs wait in a queue. The search's thread takes the oldest job and every other waiting job of the
 same search settings once they hold `max_tokens` source pieces or the oldest has waited `wait_s`
-(`--batch-wait-ms`): that is a turn. A turn holds at most `max_tokens` source pieces and the cost
-(`vtx.serve.requests`) of the costliest request the server takes, so a job larger than that is
-searched over several turns, and between two of its turns every job queued behind it has its
+(`--batch-wait-ms`): that is a turn. A turn holds at most `max_tokens` source pieces, and as many
+hypotheses of them (pieces times beam, or samples) as `max_tokens` pieces at the server's
+default beam, so a job larger than that is searched over several turns, and between two of its turns every job queued behind it has its
 own: no request holds the search for longer than a turn, whatever it asks.
 A turn's lines are sorted by length into vtx's padded batches (`decoding.padded_batches`) and
 searched one after the other, each job told its hypotheses as soon as its last line is searched.
@@ -99,15 +99,16 @@ class Batcher:
         wait_s: how long the oldest job waits for others before its search starts.
         max_queue: lines that may wait; a job that would exceed it is refused (503).
         max_queue_cost: the cost that may wait (`vtx.serve.requests`); likewise.
-        turn_cost: the cost a turn holds at most (at least one line).
+        turn_rows: the hypotheses a line searches at once (beam, or samples) times its source
+            pieces, over a turn's lines, at most (at least one line); None: no such bound.
     """
 
     def __init__(self, translators: Translators, max_tokens: int, wait_s: float,
                  max_queue: int, metrics: Metrics | None = None,
-                 max_queue_cost: int | None = None, turn_cost: int | None = None):
+                 max_queue_cost: int | None = None, turn_rows: int | None = None):
         self.translators, self.max_tokens, self.wait_s = translators, max_tokens, wait_s
         self.max_queue, self.metrics = max_queue, metrics or Metrics()
-        self.max_queue_cost, self.turn_cost = max_queue_cost, turn_cost
+        self.max_queue_cost, self.turn_rows = max_queue_cost, turn_rows
         self.metrics.search_traces = translators.traces
         self._pending: list[Pending] = []
         self._changed = threading.Condition()
@@ -203,18 +204,19 @@ class Batcher:
             return turn
 
     def _fill(self, jobs: list[Pending]) -> Turn:
-        """A turn of the waiting lines of `jobs`, oldest first, within the turn's pieces and
-        cost (at least one line)."""
-        parts, tokens, cost = [], 0, 0
+        """A turn of the waiting lines of `jobs` (of one search's settings), oldest first,
+        within the turn's pieces and hypotheses (at least one line)."""
+        parts, tokens, stop = [], 0, 0
+        rows = jobs[0].job.options.rows_per_sentence
+        limit = self.max_tokens if self.turn_rows is None else min(
+            self.max_tokens, max(1, self.turn_rows // rows))
         for pending in jobs:
             start = stop = pending.taken
             while stop < len(pending.job.lines):
-                more_tokens = tokens + pending.job.line_tokens[stop]
-                more_cost = cost + pending.job.line_costs[stop]
-                if (tokens or cost) and (more_tokens > self.max_tokens or (
-                        self.turn_cost is not None and more_cost > self.turn_cost)):
+                more = tokens + pending.job.line_tokens[stop]
+                if tokens and more > limit:
                     break
-                tokens, cost, stop = more_tokens, more_cost, stop + 1
+                tokens, stop = more, stop + 1
             if stop > start or not pending.job.lines:
                 parts.append((pending, start, stop))
                 pending.taken, pending.arrived = stop, 0.0
@@ -237,19 +239,26 @@ class Batcher:
         options = turn.parts[0][0].job.options
         lines = turn.lines()
         told = set()
+        # Each job's lines of this turn not yet searched: told once none is left.
+        left = {id(pending): stop - start for pending, start, stop in turn.parts}
         try:
             translator = self.translators.get(options)
+            for pending, _, _ in turn.parts:  # jobs of no line in this turn
+                if not left[id(pending)]:
+                    told.add(id(pending))
+                    self._tell_if_done(pending)
             encoded = [translator.vocab.encode(p.job.lines[i]) for p, i in lines]
             for rows, _ in padded_batches(encoded, options.max_tokens, pad_rows=False):
                 group = [lines[row] for row in rows if not lines[row][0].dropped]
-                if not group:
-                    continue
-                searched = self._translate(translator, group, sum(len(encoded[r]) for r in rows))
+                searched = self._translate(translator, group,
+                                           sum(len(encoded[r]) for r in rows)) if group else []
                 for (pending, index), hypotheses in zip(group, searched):
                     pending.results[index] = hypotheses
-            for pending, _, _ in turn.parts:
-                told.add(id(pending))
-                self._tell_if_done(pending)
+                for pending, _ in (lines[row] for row in rows):
+                    left[id(pending)] -= 1
+                    if not left[id(pending)]:
+                        told.add(id(pending))
+                        self._tell_if_done(pending)
         except Exception as error:
             untold = [part for part in turn.parts if id(part[0]) not in told]
             if len(turn.parts) > 1:
