@@ -3,7 +3,10 @@
 One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default). First `--clients`
 honest clients (`serve_load.py`'s: requests of 1-5 lines of `--input`, one after the other) for
 `--duration` seconds alone: the clean run. Then the same honest clients for as long beside
-`--hostile` hostile clients, each looping over one kind of abuse (round robin over the kinds):
+`--hostile` hostile clients, each sending one kind of abuse (round robin over the kinds) every
+`--hostile-interval` seconds (1 by default, more often than an honest client under this load
+sends; 0: as fast as it is answered, a flood, which no server on 2 cores serves honest clients
+through without a rate limit in front of it):
 
 - whitespace: a line of 450,000 spaces (about 3 pieces), with a 2,500-term glossary;
 - glossary: a request glossary of 25,000 pairs over a line of 100,000 spaces;
@@ -21,7 +24,7 @@ the hostile requests were answered, and the server's RSS; a last line `RESULT {j
 the clean run's, /health worst < 100 ms, RSS bounded. Run it alone on a quiet machine.
 
 Usage: python benchmarks/serve_abuse.py [--checkpoint PATH] [--input FILE] [--clients 32]
-       [--hostile 8] [--duration 60] [--seed 0] [--csv FILE]
+       [--hostile 8] [--hostile-interval 1] [--duration 60] [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from translate_speed import append_csv, commit, cpu_model, csv_header_error
 
 KINDS = ("whitespace", "glossary", "constraints", "cost", "churn", "slow", "malformed",
          "foreign")
-CSV_COLUMNS = ("machine", "checkpoint", "clients", "hostile", "seconds", "clean_lines_per_s",
+CSV_COLUMNS = ("machine", "checkpoint", "clients", "hostile", "hostile_interval_s", "seconds",
+               "clean_lines_per_s",
                "abused_lines_per_s", "throughput_ratio", "clean_p50_s", "clean_p99_s",
                "abused_p50_s", "abused_p99_s", "p99_ratio", "clean_health_worst_ms",
                "abused_health_worst_ms", "rss_start_mib", "rss_end_mib", "rss_max_mib",
@@ -104,10 +108,12 @@ async def slow_body(url: str, stop: asyncio.Event) -> int:
 
 
 async def hostile(session, url: str, kind: str, rng: random.Random, stop: asyncio.Event,
-                  answers: collections.Counter) -> None:
-    """Requests of one kind of abuse, one after the other, until `stop`."""
+                  answers: collections.Counter, interval: float) -> None:
+    """Requests of one kind of abuse, one each `interval` seconds (or once the last is
+    answered), until `stop`."""
     turn = 0
     while not stop.is_set():
+        started = time.monotonic()
         if kind == "slow":
             status = await slow_body(url, stop)
         else:
@@ -117,6 +123,10 @@ async def hostile(session, url: str, kind: str, rng: random.Random, stop: asynci
                 status = reply.status
         answers[f"{kind} {status}"] += 1
         turn += 1
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, interval - (time.monotonic() - started)))
+        except asyncio.TimeoutError:
+            pass
 
 
 async def honest(session, url: str, lines: list[str], rng: random.Random, stop: asyncio.Event,
@@ -157,7 +167,8 @@ async def run(url: str, pid: int, lines: list[str], args, hostile_count: int) ->
                                             stop, served)) for i in range(args.clients)]
         tasks += [asyncio.create_task(hostile(session, url, KINDS[i % len(KINDS)],
                                               random.Random(args.seed + 1000 + i), stop,
-                                              answers)) for i in range(hostile_count)]
+                                              answers, args.hostile_interval))
+                  for i in range(hostile_count)]
         tasks.append(asyncio.create_task(probe(session, url, stop, waits)))
         started = time.monotonic()
         while time.monotonic() - started < args.duration:
@@ -182,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--hostile", type=int, default=8)
+    parser.add_argument("--hostile-interval", type=float, default=1.0,
+                        help="seconds between a hostile client's requests (0: a flood)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, help="append the run's row to this CSV")
@@ -208,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     rss = clean["rss_mib"] + abused["rss_mib"]
     summary = {
         "machine": cpu_model(), "checkpoint": args.checkpoint.name, "clients": args.clients,
-        "hostile": args.hostile, "seconds": args.duration, "clean": clean, "abused": abused,
+        "hostile": args.hostile, "hostile_interval_s": args.hostile_interval,
+        "seconds": args.duration, "clean": clean, "abused": abused,
         "throughput_ratio": round(abused["lines_per_s"] / clean["lines_per_s"], 3),
         "p99_ratio": round(abused["p99_s"] / clean["p99_s"], 3),
         "rss_start_mib": rss[0], "rss_end_mib": rss[-1], "rss_max_mib": max(rss),
@@ -225,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
           f"max {summary['rss_max_mib']}; exit code on SIGTERM {code}")
     if args.csv:
         row = {**{key: summary[key] for key in ("machine", "checkpoint", "clients", "hostile",
-                                                 "seconds", "throughput_ratio", "p99_ratio",
+                                                 "hostile_interval_s", "seconds",
+                                                 "throughput_ratio", "p99_ratio",
                                                  "rss_start_mib", "rss_end_mib",
                                                  "rss_max_mib")},
                **{f"{name}_{key}": summary[name][key] for name in ("clean", "abused")

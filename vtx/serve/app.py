@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import ipaddress
 import json
 import os
@@ -454,6 +455,10 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,
     """Serve until SIGTERM or SIGINT: then stop listening, answer the requests in flight (and
     search the jobs queued) for the drain's time at most, and return; a second signal ends the
     process at once. `log` is told the address (the port bound when `port` is 0)."""
+    # The models, TensorFlow's and Keras's objects are millions of Python objects that every
+    # full collection of the cycle collector would walk, holding the interpreter's lock (the
+    # event loop's too) for a large part of a second: kept out of the collections from now.
+    gc.freeze()
     asyncio.run(_serve(make_app(service), service.transport, host, port, log))
 
 

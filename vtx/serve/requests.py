@@ -143,26 +143,53 @@ PARSE_FIELDS = {"text": "a list of strings", "beam": "an integer", "lenpen": "a 
 SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
 
-def read_body(body: bytes, fields: dict[str, str]) -> dict:
+def read_body(body: bytes, fields: dict[str, str], limits: Limits | None = None) -> dict:
     """The JSON object of a request's body, its fields among `fields` and of their types, every
-    string of it UTF-8 (no lone surrogate).
+    string of it UTF-8 (no lone surrogate); with `limits`, its lists' lengths checked first
+    (`check_counts`), so that a list too long costs no look at its items.
 
     Raises:
         RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
-            not an object, an unknown field, a value of the wrong type or a string that is no
-            UTF-8 (naming the field and the value).
+            not an object, an unknown field, a list too long, a value of the wrong type or a
+            string that is no UTF-8 (naming the field and the value).
     """
     data = read_json_object(body)
-    for name, value in data.items():
+    for name in data:
         if name not in fields:
             quoted = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
             raise RequestError(f"unknown field {quoted}; the fields are: "
                                f"{', '.join(fields)}")
+    if limits is not None:
+        check_counts(data, limits)
+    for name, value in data.items():
         check_field(name, value, fields[name])
     if "text" not in data:
         raise RequestError("field 'text' is missing: give the lines to translate, a list of "
                            "strings")
     return data
+
+
+def check_counts(data: dict, limits: Limits) -> None:
+    """Refuse more lines (or prefixes, or lines of constraints) than --max-lines, more phrases
+    a line than --max-constraints, or more glossary pairs than --max-glossary-pairs.
+
+    Raises:
+        RequestError: naming the field, the count and the flag.
+    """
+    bounds = {"text": (limits.max_lines, "lines", "a request (--max-lines)"),
+              "prefix": (limits.max_lines, "entries", "a request (--max-lines)"),
+              "constraints": (limits.max_lines, "entries", "a request (--max-lines)"),
+              "glossary": (limits.max_glossary_pairs, "pairs", "(--max-glossary-pairs)")}
+    for name, (limit, what, flag) in bounds.items():
+        if isinstance(data.get(name), list) and len(data[name]) > limit:
+            raise RequestError(f"field {name!r}: {len(data[name])} {what}, over the server's "
+                               f"limit of {limit} {flag}")
+    constraints = data.get("constraints")
+    for index, phrases in enumerate(constraints if isinstance(constraints, list) else []):
+        if isinstance(phrases, list) and len(phrases) > limits.max_constraints:
+            raise RequestError(f"field 'constraints[{index}]': {len(phrases)} phrases, over the "
+                               f"server's limit of {limits.max_constraints} a line "
+                               f"(--max-constraints)")
 
 
 def read_json_object(body: bytes) -> dict:
@@ -397,7 +424,7 @@ def translate_job(body: bytes, model: Model) -> Job:
     Raises:
         RequestError: see `read_body` and `job_of`.
     """
-    return job_of(read_body(body, TRANSLATE_FIELDS), model)
+    return job_of(read_body(body, TRANSLATE_FIELDS, model.limits), model)
 
 
 def job_of(data: dict, model: Model, field: str = "text") -> Job:
@@ -448,7 +475,7 @@ def parse_job(body: bytes, model: Model) -> Job:
     Raises:
         RequestError: see `read_body`, `check_lines`, `decode_options`, `count_lines`, `_costs`.
     """
-    data = read_body(body, PARSE_FIELDS)
+    data = read_body(body, PARSE_FIELDS, model.limits)
     check_lines(data["text"], model.limits)
     options = decode_options(data, dataclasses.replace(model.defaults, nbest=1), model.limits, 0)
     options = dataclasses.replace(options, positional_scores=False)
