@@ -222,6 +222,31 @@ def plot_serve_load(rows: list[dict[str, str]], out: Path) -> None:
     _save(fig, out)
 
 
+def plot_serve_abuse(rows: list[dict[str, str]], out: Path) -> None:
+    """`vtx serve` beside hostile clients, the newest run: the honest clients' lines/s and
+    p50/p99 latency, beside hostile clients against alone, and /health's worst latency."""
+    row = rows[-1]
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(10, 3.0))
+    _paired_bars(left, ["lines/s"], [float(row["abused_lines_per_s"])],
+                 [float(row["clean_lines_per_s"])], ("beside hostile", "alone"))
+    left.set_xlabel("honest lines/s")
+    _paired_bars(middle, ["p50", "p99"], [float(row["abused_p50_s"]), float(row["abused_p99_s"])],
+                 [float(row["clean_p50_s"]), float(row["clean_p99_s"])],
+                 ("beside hostile", "alone"))
+    middle.set_xlabel("honest request latency, s")
+    _paired_bars(right, ["/health"], [float(row["abused_health_worst_ms"])],
+                 [float(row["clean_health_worst_ms"])], ("beside hostile", "alone"))
+    right.axvline(100, color="grey", linestyle="--", linewidth=1)
+    right.set_xlabel("worst /health latency, ms (target < 100)")
+    for ax in (middle, right):  # one legend, beside the left's bars
+        ax.get_legend().remove()
+    left.set_xlim(0, 2.1 * max(float(row["abused_lines_per_s"]), float(row["clean_lines_per_s"])))
+    left.legend(loc="upper right", fontsize=8)
+    fig.suptitle(f"vtx serve: {row['clients']} honest clients beside {row['hostile']} hostile "
+                 f"ones, {row['checkpoint']}, {row['machine'].split(';')[0]}", fontsize=10)
+    _save(fig, out)
+
+
 # CSV name -> (the columns its plot reads, the plot, the PNG it writes)
 PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], None], str]] = {
     "quickstart.csv": (
@@ -251,6 +276,13 @@ PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], N
          "p95_s", "p99_s", "command"),
         plot_serve_load,
         "serve_load.png",
+    ),
+    "serve_abuse.csv": (
+        ("machine", "checkpoint", "clients", "hostile", "clean_lines_per_s",
+         "abused_lines_per_s", "clean_p50_s", "clean_p99_s", "abused_p50_s", "abused_p99_s",
+         "clean_health_worst_ms", "abused_health_worst_ms", "command"),
+        plot_serve_abuse,
+        "serve_abuse.png",
     ),
     "wsj_f1_curve.csv": (
         ("run", "machine", "minutes", "dev_f1_beam4", "command"),
