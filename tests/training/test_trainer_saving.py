@@ -99,10 +99,10 @@ def test_a_full_disk_at_a_checkpoint_ends_the_run_keeping_the_one_before(tmp_pat
     stream = epoch_maker(PAIRS, 4)
     save_at = trainer.checkpointer.save
 
-    def save_onto_a_full_disk_at_step_4(state, stream):
+    def save_onto_a_full_disk_at_step_4(state, stream, numbered=True):
         if state.step == 4:
             monkeypatch.setattr(np, "savez", savez_onto_a_full_disk)
-        return save_at(state, stream)
+        return save_at(state, stream, numbered)
 
     trainer.checkpointer.save = save_onto_a_full_disk_at_step_4
     with pytest.raises(TrainingError) as stopped:
