@@ -8,7 +8,8 @@ from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, en
 
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
-         "batch_wait_ms": "--batch-wait-ms", "alignment_layer": "--alignment-layer",
+         "batch_wait_ms": "--batch-wait-ms", "search_threads": "--search-threads",
+         "alignment_layer": "--alignment-layer",
          "glossary_path": "--glossary", "max_line_chars": "--max-line-chars",
          "max_constraints": "--max-constraints", "max_glossary_pairs": "--max-glossary-pairs",
          "max_term_chars": "--max-term-chars", "max_request_cost": "--max-request-cost",
@@ -34,6 +35,10 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
               help="Source tokens searched together at most, from any number of requests.")
 @click.option("--batch-wait-ms", type=FiniteFloat(min=0), default=5.0, show_default=True,
               help="How long a request's lines wait for others to share their batch.")
+@click.option("--search-threads", type=click.IntRange(min=1, max=16), default=2,
+              show_default=True,
+              help="Batches searched at once: while one waits on its host work, another keeps "
+                   "the cores busy.")
 @click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
               help="The largest beam (and nbest, or samples) a request may ask for.")
 @click.option("--max-lines", type=click.IntRange(min=1), default=64, show_default=True,
@@ -94,9 +99,9 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
                    "of POST /translate and /detect (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
-          nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens,
-          max_line_chars, max_constraints, max_glossary_pairs, max_term_chars, max_request_cost,
-          max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
+          nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
+          max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
+          max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
           drain_seconds, allowed_hosts, alignment_layer, glossary_path, source_lang,
           target_lang, api_keys_path, req_limit, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
@@ -124,6 +129,7 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
                         max_glossary_pairs=max_glossary_pairs, max_term_chars=max_term_chars,
                         max_request_cost=max_request_cost, max_queue=max_queue,
                         max_queue_cost=max_queue_cost, batch_wait_ms=batch_wait_ms,
+                        search_threads=search_threads,
                         request_timeout_s=request_timeout)
         transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
                               drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))

@@ -81,3 +81,30 @@ def test_a_failing_search_fails_only_the_job_at_fault(translator):
     alone = prefixed.translate(good.lines, prefixes=good.prefixes)
     assert [[h.text for h in r] for r in told.results["good"]] == \
         [[h.text for h in r] for r in alone]
+
+
+def test_several_search_threads_tell_each_job_once_what_it_gets_alone(translator):
+    lines = ["A man is riding a bike through the park.", "A girl.", "Two dogs play in the snow.",
+             "A woman in a red coat walks.", "Children are playing football on a field."]
+    # Jobs of 1 to 9 lines: with turns of 30 pieces, the larger ones span turns that the three
+    # threads search at once, and their last lines may end on any thread.
+    jobs = [(f"job{index}", job(translator, [lines[(index + k) % 5]
+                                              for k in range(index % 9 + 1)]))
+            for index in range(12)]
+    batcher = Batcher(Translators(translator), max_tokens=30, wait_s=0, max_queue=256,
+                      searchers=3)
+    told = Told()
+    run(batcher, told, jobs)
+    assert sorted(told.order) == sorted(name for name, _ in jobs)  # each told once
+    alone = {line: [h.text for h in hypotheses]
+             for line, hypotheses in zip(lines, translator.translate(lines))}
+    for name, queued in jobs:
+        assert [[h.text for h in r] for r in told.results[name]] == \
+            [alone[line] for line in queued.lines], name
+    searched = sum(len(queued.lines) for _, queued in jobs)
+    assert f"vtx_lines_total {searched}\n" in batcher.metrics.text()
+
+
+def test_a_batcher_needs_a_search_thread(translator):
+    with pytest.raises(ValueError, match="searchers must be >= 1, got 0"):
+        Batcher(Translators(translator), max_tokens=30, wait_s=0, max_queue=8, searchers=0)

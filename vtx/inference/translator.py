@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import threading
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
@@ -70,6 +71,7 @@ class Compiled:
         self._searches: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
         self._others: dict[object, Callable] = {}  # the scorer; the aligner of each layer
         self._dropped_traces = 0  # of the searches no longer kept
+        self._lock = threading.RLock()  # a server's search threads ask at once
 
     def search(self, options: DecodeOptions, pieces: Sequence[str] | None = None):
         """The `model_search.search_for` of `options` (`pieces`: with `constrain_trees`, the
@@ -91,34 +93,38 @@ class Compiled:
         """`scoring.make_scorer` of the models, made once."""
         from vtx.inference.scoring import make_scorer
 
-        if "scorer" not in self._others:
-            self._others["scorer"] = make_scorer(self.models)
-        return self._others["scorer"]
+        with self._lock:
+            if "scorer" not in self._others:
+                self._others["scorer"] = make_scorer(self.models)
+            return self._others["scorer"]
 
     def aligner(self, layer: int) -> Callable:
         """`alignment.make_aligner` of the first model at decoder `layer`, made once."""
         from vtx.inference.alignment import make_aligner
 
-        if layer not in self._others:
-            self._others[layer] = make_aligner(self.models[0], layer)
-        return self._others[layer]
+        with self._lock:
+            if layer not in self._others:
+                self._others[layer] = make_aligner(self.models[0], layer)
+            return self._others[layer]
 
     def traces(self) -> int:
         """Traces of every function made so far, those dropped included."""
-        live = list(self._searches.values()) + list(self._others.values())
+        with self._lock:
+            live = list(self._searches.values()) + list(self._others.values())
         return self._dropped_traces + sum(f.experimental_get_tracing_count() for f in live)
 
     def _kept(self, key: tuple, make: Callable[[], Callable]) -> Callable:
         """The search of `key`, made now if not kept; the least recently used dropped past
         `size`."""
-        if key in self._searches:
-            self._searches.move_to_end(key)
-            return self._searches[key]
-        search = self._searches[key] = make()
-        if len(self._searches) > self.size:
-            _, dropped = self._searches.popitem(last=False)
-            self._dropped_traces += dropped.experimental_get_tracing_count()
-        return search
+        with self._lock:
+            if key in self._searches:
+                self._searches.move_to_end(key)
+                return self._searches[key]
+            search = self._searches[key] = make()
+            if len(self._searches) > self.size:
+                _, dropped = self._searches.popitem(last=False)
+                self._dropped_traces += dropped.experimental_get_tracing_count()
+            return search
 
 
 class Translator:
@@ -195,9 +201,10 @@ class Translator:
         name = "nbest" if self.options.sampling is not None else "beam"
         return template.replace("{width_flag}", "{" + name + "}")
 
-    def encode(self, text: str, line_number: int) -> list[int]:
-        """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions."""
-        ids = self.vocab.encode(text)
+    def encode(self, text: str, line_number: int, ids: list[int] | None = None) -> list[int]:
+        """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions;
+        `ids`: the text's pieces already encoded (`vocab.encode`), only cut here."""
+        ids = self.vocab.encode(text) if ids is None else ids
         limit = self.max_positions
         if len(ids) > limit:
             self.warn(f"line {line_number}: {len(ids)} tokens, truncated to the model's "
@@ -209,7 +216,8 @@ class Translator:
                   on_batch: Callable[[list[str]], None] | None = None,
                   prefixes: list[str] | None = None,
                   constraints: Sequence[Sequence[str]] | None = None,
-                  line_ids: Sequence[int] | None = None) -> list[list[Hypothesis]]:
+                  line_ids: Sequence[int] | None = None,
+                  encoded: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
         """Up to nbest hypotheses for each line (`search_ids`), in input order; an empty line
         gets no hypothesis, nor does one of no pieces (a zero-width space, a byte-order mark,
         control characters alone: searched from a source of padding only, the model made a
@@ -219,7 +227,8 @@ class Translator:
         holds (none: the plain search). `line_ids`: each line's id (default
         `first_line_number - 1` plus its index), its number in messages less one, on which with
         the seed its samples depend (a server batching the lines of several requests gives each
-        its index in its request, as `vtx translate` of those lines alone would).
+        its index in its request, as `vtx translate` of those lines alone would). `encoded`: each
+        line's pieces (`vocab.encode`), when the caller has them already (a server's checks).
 
         Raises:
             ArgumentError: a prefix leaves no room for EOS within its line's length limit, a
@@ -229,7 +238,8 @@ class Translator:
         results: list[list[Hypothesis]] = [[] for _ in lines]
         if line_ids is None:
             line_ids = range(first_line_number - 1, first_line_number - 1 + len(lines))
-        encoded = [(i, self.encode(line, line_ids[i] + 1))
+        encoded = [(i, self.encode(line, line_ids[i] + 1,
+                                   None if encoded is None else encoded[i]))
                    for i, line in enumerate(lines) if line.strip()]
         wanted = [i for i, ids in encoded if ids]
         encoded = [ids for _, ids in encoded if ids]

@@ -2,7 +2,7 @@
 
 Built on aiohttp: one package gives the asyncio server (graceful stop: listening sockets closed,
 requests in flight finished) and the client the load benchmark and the tests use; the search runs
-on the batcher's thread, so the event loop only reads, checks and answers requests.
+on the batcher's threads, so the event loop only reads, checks and answers requests.
 
 GET / is a page to try it (vtx/serve/page.html: one file, no build step, nothing fetched from
 elsewhere): the translations with their n-best lists and scores and an alignment heatmap, or a
@@ -100,13 +100,10 @@ class Service:
     # POST /detect and source "auto": among the pair's languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
 
-    def count_pieces(self, line: str) -> int:
-        return len(self.translator.vocab.encode(line))
-
     def model(self) -> Model:
         """What checking a request needs (`vtx.serve.requests.Model`)."""
         return Model(self.translator.options, self.limits, self.translator.max_positions,
-                     self.count_pieces, self.alignment_layer, self.glossary, self.constrain)
+                     self.translator.vocab.encode, self.alignment_layer, self.glossary, self.constrain)
 
     def constrain(self, glossary: Glossary, lines: list[str],
                   given: list[list[str]] | None) -> list[list[str]]:
@@ -439,7 +436,8 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
     metrics = Metrics()
     batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
                       limits.max_queue, metrics, max_queue_cost=limits.max_queue_cost,
-                      turn_rows=options.max_tokens * options.rows_per_sentence)
+                      turn_rows=options.max_tokens * options.rows_per_sentence,
+                      searchers=limits.search_threads)
     metrics.queue_lines = batcher.queued_lines
     if glossary is not None:
         glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))

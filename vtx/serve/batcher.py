@@ -8,6 +8,8 @@ default beam, so a job larger than that is searched over several turns, and betw
 own: no request holds the search for longer than a turn, whatever it asks.
 A turn's lines are sorted by length into vtx's padded batches (`decoding.padded_batches`) and
 searched one after the other, each job told its hypotheses as soon as its last line is searched.
+`searchers` threads take turns at once (`--search-threads`): while one waits on a search's
+operations, the other's turn has the cores its host work leaves idle.
 Each line keeps its index in its own request as its line id, so that a request's hypotheses are
 those `vtx translate` gives for its lines alone, whatever shares the batch (sampling's per-line
 seeds included; scores agree to the rounding of a batch's matrix products). A job whose client
@@ -39,19 +41,22 @@ class Translators:
 
     def __init__(self, first: Translator, size: int = 8):
         self.first, self.size = first, size
+        self._lock = threading.Lock()  # the search threads ask at once
         self._made: collections.OrderedDict[DecodeOptions, Translator] = \
             collections.OrderedDict({first.options: first})
 
     def get(self, options: DecodeOptions) -> Translator:
-        if options in self._made:
-            self._made.move_to_end(options)
-            return self._made[options]
-        translator = Translator(self.first.models, self.first.vocab, options, self.first.warn,
-                                self.first.memory_budget, self.first.compiled)
-        self._made[options] = translator
-        if len(self._made) > self.size:
-            self._made.popitem(last=False)
-        return translator
+        with self._lock:
+            if options in self._made:
+                self._made.move_to_end(options)
+                return self._made[options]
+            translator = Translator(self.first.models, self.first.vocab, options,
+                                    self.first.warn, self.first.memory_budget,
+                                    self.first.compiled)
+            self._made[options] = translator
+            if len(self._made) > self.size:
+                self._made.popitem(last=False)
+            return translator
 
     def traces(self) -> int:
         """Traces of the searches (and scorer, aligners) made so far."""
@@ -69,6 +74,7 @@ class Pending:
     taken: int = 0  # its lines [0, taken) are searched or being searched
     results: list = dataclasses.field(default_factory=list)
     dropped: bool = False  # its client went away or its deadline passed: tell it nothing
+    told: bool = False  # told its hypotheses or its error (once, whichever thread ends it)
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.job.lines)
@@ -90,7 +96,7 @@ class Turn:
 
 
 class Batcher:
-    """The queue of jobs and the thread that searches them (`start`, `submit`, `close`).
+    """The queue of jobs and the threads that search them (`start`, `submit`, `close`).
 
     Args:
         translators: the search of each job's settings.
@@ -101,11 +107,13 @@ class Batcher:
         max_queue_cost: the cost that may wait (`vtx.serve.requests`); likewise.
         turn_rows: the hypotheses a line searches at once (beam, or samples) times its source
             pieces, over a turn's lines, at most (at least one line); None: no such bound.
+        searchers: threads that search turns at once.
     """
 
     def __init__(self, translators: Translators, max_tokens: int, wait_s: float,
                  max_queue: int, metrics: Metrics | None = None,
-                 max_queue_cost: int | None = None, turn_rows: int | None = None):
+                 max_queue_cost: int | None = None, turn_rows: int | None = None,
+                 searchers: int = 1):
         self.translators, self.max_tokens, self.wait_s = translators, max_tokens, wait_s
         self.max_queue, self.metrics = max_queue, metrics or Metrics()
         self.max_queue_cost, self.turn_rows = max_queue_cost, turn_rows
@@ -114,10 +122,14 @@ class Batcher:
         self._changed = threading.Condition()
         self._closing = False
         self._drain_until = float("inf")  # time.monotonic() past which a stop drops the queue
-        self._thread = threading.Thread(target=self._run, name="vtx-serve-search", daemon=True)
+        if searchers < 1:
+            raise ValueError(f"searchers must be >= 1, got {searchers}")
+        self._threads = [threading.Thread(target=self._run, name=f"vtx-serve-search-{index}",
+                                          daemon=True) for index in range(searchers)]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def queued_lines(self) -> int:
         with self._changed:
@@ -165,10 +177,13 @@ class Batcher:
         with self._changed:
             self._closing = True
             self._drain_until = time.monotonic() + drain_s
-            self._changed.notify()
+            self._changed.notify_all()
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait for the search threads to end, `timeout` seconds at most in all."""
+        end = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if end is None else max(0.0, end - time.monotonic()))
 
     def _run(self) -> None:
         while (turn := self._take()) is not None:
@@ -225,11 +240,13 @@ class Batcher:
         return Turn(parts)
 
     def _stop_queued(self) -> None:
-        """Tell every queued job that the server stopped before searching it."""
+        """Tell every queued job that the server stopped before searching it (the lock held)."""
         for pending in self._pending:
-            pending.dropped = True
-            pending.done(RequestError("the server stopped before searching this request (its "
-                                      "drain ended); retry", 503, {"Retry-After": "1"}))
+            if not pending.told:
+                pending.dropped = pending.told = True
+                pending.done(RequestError("the server stopped before searching this request "
+                                          "(its drain ended); retry", 503,
+                                          {"Retry-After": "1"}))
         self._pending = []
 
     def _search(self, turn: Turn) -> None:
@@ -247,11 +264,13 @@ class Batcher:
                 if not left[id(pending)]:
                     told.add(id(pending))
                     self._tell_if_done(pending)
-            encoded = [translator.vocab.encode(p.job.lines[i]) for p, i in lines]
+            encoded = [p.job.ids[i] if p.job.ids is not None
+                       else translator.vocab.encode(p.job.lines[i]) for p, i in lines]
             for rows, _ in padded_batches(encoded, options.max_tokens, pad_rows=False):
-                group = [lines[row] for row in rows if not lines[row][0].dropped]
+                kept = [row for row in rows if not lines[row][0].dropped]
+                group = [lines[row] for row in kept]
                 searched = self._translate(translator, group,
-                                           sum(len(encoded[r]) for r in rows)) if group else []
+                                           [encoded[row] for row in kept]) if group else []
                 for (pending, index), hypotheses in zip(group, searched):
                     pending.results[index] = hypotheses
                 for pending, _ in (lines[row] for row in rows):
@@ -269,22 +288,26 @@ class Batcher:
                     self._fail(pending, error)
 
     def _tell_if_done(self, pending: Pending) -> None:
-        if pending.dropped:
-            return
-        if all(result is not None for result in pending.results):
-            pending.done(pending.results)
+        """Tell `pending` its hypotheses once every line has them (its lines may be searched by
+        several threads: the last to end tells it)."""
+        with self._changed:
+            if pending.dropped or pending.told or any(r is None for r in pending.results):
+                return
+            pending.told = True
+        pending.done(pending.results)
 
     def _fail(self, pending: Pending, error: BaseException) -> None:
         with self._changed:
             if pending in self._pending:
                 self._pending.remove(pending)
-        if not pending.dropped:
-            pending.dropped = True
-            pending.done(error)
+            if pending.dropped or pending.told:
+                return
+            pending.dropped = pending.told = True
+        pending.done(error)
 
     def _translate(self, translator: Translator, group: list[tuple[Pending, int]],
-                   source_tokens: int) -> list[list[Hypothesis]]:
-        """The hypotheses of the lines of `group` ((job, line index) pairs, of `source_tokens`
+                   encoded: list[list[int]]) -> list[list[Hypothesis]]:
+        """The hypotheses of the lines of `group` ((job, line index) pairs, `encoded` their
         pieces), each line's id its index in its job."""
         options = translator.options
         texts = [pending.job.lines[index] for pending, index in group]
@@ -294,8 +317,8 @@ class Batcher:
             if options.prefix else None,
             constraints=[pending.job.constraints[index] for pending, index in group]
             if options.constraints else None,
-            line_ids=[index for _, index in group])
-        self.metrics.observe_batch(len(texts), source_tokens,
+            line_ids=[index for _, index in group], encoded=encoded)
+        self.metrics.observe_batch(len(texts), sum(map(len, encoded)),
                                    sum(len(h[0].tokens) for h in results if h),
                                    time.monotonic() - started)
         return results

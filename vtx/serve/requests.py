@@ -52,12 +52,13 @@ class Limits:
     max_queue: int = 1024  # lines waiting for the search; more: 503 with Retry-After
     max_queue_cost: int | None = None  # the cost waiting; None: 16 requests of the most cost
     batch_wait_ms: float = 5.0  # how long a line waits for others to share its batch
+    search_threads: int = 2  # turns searched at once (`batcher.Batcher`'s searchers)
     request_timeout_s: float = 60.0  # a request not answered by then gets 504, its search stops
 
     def __post_init__(self) -> None:
         for name in ("max_beam", "max_lines", "max_line_tokens", "max_line_chars",
                      "max_constraints", "max_glossary_pairs", "max_term_chars",
-                     "max_request_cost", "max_queue", "max_queue_cost"):
+                     "max_request_cost", "max_queue", "max_queue_cost", "search_threads"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ArgumentError("{" + name + "} must be >= 1, got {value}",
                                     value=getattr(self, name))
@@ -106,6 +107,7 @@ class Job:
     line_costs: list[int]  # each line's cost (module docstring)
     prefixes: list[str] | None = None  # with options.prefix: a target prefix per line
     constraints: list[list[str]] | None = None  # with options.constraints: phrases per line
+    ids: list[list[int]] | None = None  # each line's pieces, encoded once when checked
 
     @property
     def tokens(self) -> int:
@@ -126,7 +128,7 @@ class Model:
     defaults: DecodeOptions
     limits: Limits
     max_positions: int
-    count_pieces: Callable[[str], int]
+    encode: Callable[[str], list[int]]  # a text's pieces
     alignment_layer: int = -1
     glossary: Glossary | None = None
     constrain: Callable[[Glossary, list[str], list[list[str]] | None],
@@ -292,22 +294,22 @@ def _check_chars(text: str, limit: int, where: str, flag: str) -> None:
                            f"over the server's limit of {limit} ({flag})")
 
 
-def count_lines(lines: list[str], limits: Limits, count_pieces: Callable[[str], int],
-                field: str = "text") -> list[int]:
+def encode_lines(lines: list[str], limits: Limits, encode: Callable[[str], list[int]],
+                 field: str = "text") -> list[list[int]]:
     """The source pieces of each line, each checked against --max-line-tokens.
 
     Raises:
         RequestError: a line over the limit (naming `field[i]`).
     """
-    counts = []
+    encoded = []
     for index, line in enumerate(lines):
-        pieces = count_pieces(line)
-        if pieces > limits.max_line_tokens:
-            raise RequestError(f"field '{field}[{index}]': {pieces} source pieces, over the "
+        ids = encode(line)
+        if len(ids) > limits.max_line_tokens:
+            raise RequestError(f"field '{field}[{index}]': {len(ids)} source pieces, over the "
                                f"server's limit of {limits.max_line_tokens} a line "
                                f"(--max-line-tokens)")
-        counts.append(pieces)
-    return counts
+        encoded.append(ids)
+    return encoded
 
 
 def per_line(data: dict, name: str, count: int) -> list | None:
@@ -387,7 +389,7 @@ def _fit_phrases(phrases: list[list[str]] | None, prefixes: list[str] | None,
     output's length limit: no hypothesis could hold them."""
     for index, pieces in enumerate(tokens):
         limit = options.length_limit(pieces, model.max_positions)
-        counts = [model.count_pieces(phrase) for phrase in (phrases or [[]] * len(tokens))[index]]
+        counts = [len(model.encode(phrase)) for phrase in (phrases or [[]] * len(tokens))[index]]
         if 0 in counts:
             phrase = phrases[index][counts.index(0)]
             raise RequestError(f"field 'constraints[{index}]': the phrase {shown(phrase)} "
@@ -396,7 +398,7 @@ def _fit_phrases(phrases: list[list[str]] | None, prefixes: list[str] | None,
             raise RequestError(f"field 'constraints[{index}]': {sum(counts)} pieces of "
                                f"phrases, but the output of that line holds at most {limit} "
                                f"tokens with EOS")
-        if prefixes is not None and (length := model.count_pieces(prefixes[index])) >= limit:
+        if prefixes is not None and (length := len(model.encode(prefixes[index]))) >= limit:
             raise RequestError(f"field 'prefix[{index}]': {length} pieces, but the output of "
                                f"that line holds at most {limit} tokens with EOS")
 
@@ -433,7 +435,7 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
     request's own (whose pairs win), `model.constrain` gives each line's phrases.
 
     Raises:
-        RequestError: see `check_lines`, `decode_options`, `_check_phrases`, `count_lines`,
+        RequestError: see `check_lines`, `decode_options`, `_check_phrases`, `encode_lines`,
             `_fit_phrases`, `_costs`; a bad glossary pair.
     """
     lines, limits = data["text"], model.limits
@@ -442,7 +444,8 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
     # The settings refused before any line is cut into pieces (those of a constrained search
     # are the same but for its own flag).
     options = decode_options(data, model.defaults, limits, model.alignment_layer)
-    tokens = count_lines(lines, limits, model.count_pieces, field)
+    ids = encode_lines(lines, limits, model.encode, field)
+    tokens = [len(line) for line in ids]
     constraints = per_line(data, "constraints", len(lines))
     prefixes = per_line(data, "prefix", len(lines))
     _fit_phrases(constraints, prefixes, tokens, options, model)
@@ -450,7 +453,7 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
     if "glossary" in data:
         try:
             own = Glossary.from_pairs(data["glossary"], lambda index: f"field 'glossary[{index}]'")
-            own.check_targets(model.count_pieces, "field 'glossary'")
+            own.check_targets(lambda text: len(model.encode(text)), "field 'glossary'")
         except DataError as error:
             raise RequestError(cut(str(error), 4 * SHOWN)) from None
         glossary = glossary.updated(own) if glossary is not None else own
@@ -466,18 +469,19 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
         options = decode_options(data, model.defaults, limits, model.alignment_layer,
                                  constraints=True)
     return Job(options, lines, tokens, _costs(tokens, options, model), prefixes,
-               constraints if options.constraints else None)
+               constraints if options.constraints else None, ids)
 
 
 def parse_job(body: bytes, model: Model) -> Job:
     """The job of a POST /v1/parse body (`PARSE_FIELDS`): whitespace-tokenized sentences.
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`, `count_lines`, `_costs`.
+        RequestError: see `read_body`, `check_lines`, `decode_options`, `encode_lines`, `_costs`.
     """
     data = read_body(body, PARSE_FIELDS, model.limits)
     check_lines(data["text"], model.limits)
     options = decode_options(data, dataclasses.replace(model.defaults, nbest=1), model.limits, 0)
     options = dataclasses.replace(options, positional_scores=False)
-    tokens = count_lines(data["text"], model.limits, model.count_pieces)
-    return Job(options, data["text"], tokens, _costs(tokens, options, model))
+    ids = encode_lines(data["text"], model.limits, model.encode)
+    tokens = [len(line) for line in ids]
+    return Job(options, data["text"], tokens, _costs(tokens, options, model), ids=ids)
