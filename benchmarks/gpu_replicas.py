@@ -333,7 +333,7 @@ def main(args) -> int:
         else None
     if args.run is not None:  # one run, in this process: the device split here
         if args.xla_cache_dir:  # before TensorFlow compiles: it reads the flag once
-            from vtx.training import compile_cache
+            from vtx import compile_cache
 
             compile_cache.enable(args.xla_cache_dir)
         devices = split_device(args.device, args.replicas, memory)

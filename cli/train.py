@@ -248,7 +248,7 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
     # Until the training loop takes SIGINT over (saving, then exiting 130), Ctrl-C raises
     # KeyboardInterrupt: importing TensorFlow, reading the data, building the model.
     with _interrupted_before_training():
-        from vtx.training import compile_cache
+        from vtx import compile_cache
 
         if train_options["jit"] is None:
             train_options["jit"] = compile_cache.jit_by_default(devices)

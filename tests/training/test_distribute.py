@@ -65,7 +65,7 @@ def test_gpus_listed_by_nvidia_smi_but_unseen_by_tensorflow_are_named(tmp_path, 
 
 
 def test_xla_and_its_cache_are_on_by_default_on_a_gpu_machine_only(tmp_path, monkeypatch):
-    from vtx.training import compile_cache
+    from vtx import compile_cache
 
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     fake_nvidia_smi(tmp_path, "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\\n")

@@ -316,7 +316,7 @@ def test_a_compile_pass_failing_names_the_shape_and_what_to_try(tmp_path, monkey
 
     from pathlib import Path
 
-    from vtx.training import compile_cache
+    from vtx import compile_cache
 
     # As `enable` would have named it (TF_XLA_FLAGS itself is read once by TensorFlow: not set
     # here, where later tests of the same process compile).

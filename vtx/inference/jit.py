@@ -11,7 +11,7 @@ The GPUs are TensorFlow's own list, not `nvidia-smi`'s: the computation runs whe
 places it (a CPU-only build, or CUDA_VISIBLE_DEVICES="", sees none).
 
 On a GPU the compiled programs are kept on disk (TensorFlow's persistent XLA cache, as `vtx
-train` keeps its own: `vtx.training.compile_cache`), so that the next command on the same model
+train` keeps its own: `vtx.compile_cache`), so that the next command on the same model
 and shapes loads them instead of compiling again: in `$VTX_XLA_CACHE`, else
 `$XDG_CACHE_HOME/vtx/xla` (`~/.cache/vtx/xla`), a folder for each GPU model and TensorFlow
 version; a cache TF_XLA_FLAGS already names is kept.
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from vtx.training import compile_cache
+from vtx import compile_cache
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from vtx.config import PAD_ID
 from vtx.data.batching import format_shape
 from vtx.data.packing import PACKED_KEYS
 from vtx.errors import TrainingError, disk_full, out_of_device_memory, tf_message
-from vtx.training import compile_cache
+from vtx import compile_cache
 from vtx.training.distribute import Topology, peer_failure
 from vtx.training.engine import UpdateEngine
 

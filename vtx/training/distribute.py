@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from vtx.errors import ArgumentError, tf_message
-from vtx.training import compile_cache
+from vtx import compile_cache
 
 SUM = tf.distribute.ReduceOp.SUM
 
