@@ -101,9 +101,9 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
 def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
           nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
-          max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
-          drain_seconds, allowed_hosts, alignment_layer, glossary_path, source_lang,
-          target_lang, api_keys_path, req_limit, jit):
+          max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
+          max_connections, drain_seconds, allowed_hosts, alignment_layer, glossary_path,
+          source_lang, target_lang, api_keys_path, req_limit, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings). Stops on SIGTERM once the requests in flight are answered
