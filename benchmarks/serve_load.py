@@ -9,7 +9,9 @@ clock starts traces the search. Then the server is stopped
 with SIGTERM (it must exit 0) and the Translator `vtx translate` uses translates every line that
 was served, in this process, with the same settings and positional scores (the server computes
 them for every line): its steady call (after one that traces the search) is the offline
-throughput. Each served line's hypotheses must equal the offline ones (texts and pieces).
+throughput. Each served line's hypotheses must equal the offline ones (texts and pieces). The
+first `--alone` requests are translated again, each alone: the median of those times is what a
+lone client's latency is compared with.
 
 Prints the machine, the command, throughput (lines/s, requests/s), latency p50/p95/p99, the RSS
 over time, the offline throughput and the ratio, and with --json a last line of JSON with all of
@@ -17,6 +19,7 @@ it; `--csv FILE` appends the run's row (benchmarks/results/serve_load.csv, plott
 
 Usage: python benchmarks/serve_load.py [--checkpoint PATH] [--input FILE] [--clients 32]
        [--duration 60] [--beam 4] [--lenpen 0.6] [--max-tokens 4096] [--batch-wait-ms 5]
+       [--search-threads 2] [--alone 100]
        [--rss-every 1] [--seed 0] [--json] [--csv FILE]
 """
 
@@ -102,8 +105,10 @@ async def load(url: str, pid: int, lines: list[str], args) -> tuple[list, list, 
     return served, samples, elapsed
 
 
-def offline(checkpoint: Path, lines: list[str], args) -> tuple[dict, float]:
-    """Each line's hypotheses from the Translator `vtx translate` uses, and its steady lines/s."""
+def offline(checkpoint: Path, lines: list[str], args,
+            requests: list[list[str]]) -> tuple[dict, float, float]:
+    """Each line's hypotheses from the Translator `vtx translate` uses, its steady lines/s, and
+    the median time of `requests` (lists of lines) each translated alone."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.translate import line_record
     from vtx.inference.translator import load_translator
@@ -117,7 +122,12 @@ def offline(checkpoint: Path, lines: list[str], args) -> tuple[dict, float]:
     seconds = time.monotonic() - started
     records = {line: line_record(translator, 0, line, hypotheses)["hypotheses"]
                for line, hypotheses in zip(lines, results)}
-    return records, len(lines) / seconds
+    alone = []
+    for text in requests:
+        started = time.monotonic()
+        translator.translate(text)
+        alone.append(time.monotonic() - started)
+    return records, len(lines) / seconds, percentile(alone, 0.5) if alone else float("nan")
 
 
 CSV_COLUMNS = ("machine", "checkpoint", "clients", "seconds", "requests", "lines_per_s",
@@ -156,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lenpen", type=float, default=0.6)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--search-threads", type=int, default=2)
+    parser.add_argument("--alone", type=int, default=100,
+                        help="served requests whose lines are also translated alone offline, "
+                             "for the latency's ratio")
     parser.add_argument("--rss-every", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="a last line of JSON")
@@ -173,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: {command}")
     server = ServerProcess("--checkpoint", args.checkpoint, "--beam", args.beam, "--lenpen",
                            args.lenpen, "--max-tokens", args.max_tokens, "--batch-wait-ms",
-                           args.batch_wait_ms, "--max-queue", max(1024, 5 * args.clients))
+                           args.batch_wait_ms, "--search-threads", args.search_threads,
+                           "--max-queue", max(1024, 5 * args.clients))
     try:
         request(server.url + "/v1/translate", {"text": lines[:5]})  # traces the search
         served, samples, elapsed = asyncio.run(load(server.url, server.process.pid, lines, args))
@@ -185,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     latencies = [latency for latency, _ in served]
     records = [record for _, reply in served for record in reply]
     unique = list(dict.fromkeys(record["source"] for record in records))
-    expected, offline_rate = offline(args.checkpoint, unique, args)
+    alone = [[record["source"] for record in reply] for _, reply in served[:args.alone]]
+    expected, offline_rate, alone_p50 = offline(args.checkpoint, unique, args, alone)
     strip = lambda hypotheses: [(h["text"], h["tokens"], h["finished"]) for h in hypotheses]
     differing = [record["source"] for record in records
                  if strip(record["hypotheses"]) != strip(expected[record["source"]])]
@@ -198,11 +214,15 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mib": [(t, round(m, 1)) for t, m in samples if m is not None],
         "offline_lines_per_s": round(offline_rate, 2),
         "served_over_offline": round(len(records) / elapsed / offline_rate, 3),
-        "identical_lines": len(records) - len(differing), "differing_lines": len(differing)}
+        "identical_lines": len(records) - len(differing), "differing_lines": len(differing),
+        "alone_p50_s": round(alone_p50, 4),
+        "p50_over_alone": round(percentile(latencies, 0.5) / alone_p50, 3)}
     print(f"served: {summary['requests']} requests, {summary['lines']} lines in "
           f"{summary['seconds']} s by {args.clients} clients: {summary['lines_per_s']} lines/s, "
           f"{summary['requests_per_s']} requests/s")
-    print("latency (s): " + ", ".join(f"{k} {v}" for k, v in summary["latency_s"].items()))
+    print("latency (s): " + ", ".join(f"{k} {v}" for k, v in summary["latency_s"].items())
+          + f"; p50 of the first {len(alone)} requests each translated alone offline "
+          f"{summary['alone_p50_s']} (served p50 / it: {summary['p50_over_alone']})")
     print("server RSS (MiB) over time: " + ", ".join(f"{t} s {m}"
                                                       for t, m in summary["rss_mib"]))
     print(f"offline (the Translator of vtx translate, {len(unique)} distinct lines): "

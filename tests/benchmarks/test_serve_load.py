@@ -16,11 +16,12 @@ def test_a_short_load_reports_its_figures_and_identical_outputs(shared_data):
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), "--duration", "2",
          "--clients", "3", "--input", str(shared_data / "multi30k" / "test_2016_flickr.en.gz"),
-         "--json"], capture_output=True, text=True, timeout=600)
+         "--search-threads", "2", "--alone", "5", "--json"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["lines"] >= summary["requests"] > 0
     assert summary["identical_lines"] == summary["lines"] and summary["differing_lines"] == 0
     assert summary["rss_mib"] and summary["offline_lines_per_s"] > 0
     assert set(summary["latency_s"]) == {"p50", "p95", "p99"}
+    assert summary["alone_p50_s"] > 0 and summary["p50_over_alone"] > 0
     assert result.stdout.startswith("machine: ")
