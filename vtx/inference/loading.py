@@ -75,9 +75,10 @@ def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
     return vocab
 
 
-def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, object]:
+def load_models(paths: Sequence[str | Path], ema: bool = False,
+                named: str = "--checkpoint {}") -> tuple[list, object]:
     """The models of checkpoint files that carry one vocabulary (an ensemble), and it; `ema`:
-    each checkpoint's EMA weights.
+    each checkpoint's EMA weights; `named`: how a refusal names a file (its flag and value).
 
     Raises:
         ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
@@ -93,7 +94,7 @@ def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, o
             vocab, first = this, path
         elif differ := differing_pieces(vocab, this):
             index, ours, theirs = differ[0]
-            raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
+            raise ValueError(f"{named.format(first)} and {named.format(path)} have different "
                              f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
                              f"ensemble needs one")
         models.append(load_model(checkpoint, path=path))
