@@ -6,19 +6,22 @@ on the batcher's thread, so the event loop only reads, checks and answers reques
 
 GET / is a page to try it (vtx/serve/page.html: one file, no build step, nothing fetched from
 elsewhere): the translations with their n-best lists and scores and an alignment heatmap, or a
-parser's trees drawn in SVG.
+parser's trees drawn in SVG; a source and target choice when the server holds several pairs, and
+the seconds a request has been running until it is answered.
 
 API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry-After):
-    POST /v1/translate  {"text": [lines], "beam", "nbest", "lenpen", "sampling", "sampling_topk",
-                        "sampling_topp", "temperature", "seed", "prefix": [per line],
-                        "constraints": [[phrases] per line], "alignment": bool,
-                        "glossary": [[source term, target term], ...]}
+    POST /v1/translate  {"text": [lines], "model": "en-de" (or "source", "target"; with one
+                        model, optional), "beam", "nbest", "lenpen", "sampling",
+                        "sampling_topk", "sampling_topp", "temperature", "seed",
+                        "prefix": [per line], "constraints": [[phrases] per line],
+                        "alignment": bool, "glossary": [[source term, target term], ...]}
                         -> {"translations": [per line the record of `vtx translate
                         --output-format jsonl`: id, source, hypotheses; with alignment,
                         also source_tokens, the pieces its pairs' source indices count]}
     POST /v1/parse      {"text": [tokenized sentences], "beam", "lenpen"}
                         -> {"trees": [{"id", "source", "tree"}]}  (a parsing model only)
-    GET /v1/info        the model, vocabulary, default settings and limits
+    GET /v1/info        the model, vocabulary, default settings and limits; under "pairs",
+                        those of each language pair served (`vtx.serve.pairs`)
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): JSON or form bodies, api keys
                         and a rate limit (`vtx.serve.access`)
