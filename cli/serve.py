@@ -92,8 +92,8 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
                    "beam (or samples) times its output limit; more gets 400.  [default: "
                    "--max-lines lines of --max-line-tokens pieces at the default beam]")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Lines that may wait for the search; a request past it gets 503 and "
-                   "Retry-After.")
+              help="Lines that may wait for the search, each language pair's queue apart; a "
+                   "request past it gets 503 and Retry-After.")
 @click.option("--max-queue-cost", type=click.IntRange(min=1), default=None,
               help="Hypothesis tokens that may wait for the search (as --max-request-cost "
                    "counts them); past it, 503 and Retry-After.  [default: 16 times "
@@ -119,10 +119,11 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
                    "\"alignment\" (from 0; negative: from the last).")
 @click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
               help="A glossary for every request, `source term<TAB>target term` a line (as "
-                   "`vtx translate --glossary`); a request's \"glossary\" pairs win over it.")
-@click.option("--source-lang", help="The model's source language, an ISO 639 code such as "
-              "'en': the LibreTranslate routes (POST /translate, /detect, GET /languages) "
-              "answer with it and --target-lang only.")
+                   "`vtx translate --glossary`); a request's \"glossary\" pairs win over it. "
+                   "A server of one pair only.")
+@click.option("--source-lang", help="The --checkpoint model's source language, an ISO 639 "
+              "code such as 'en': the LibreTranslate routes (POST /translate, /detect, GET "
+              "/languages) answer with it and --target-lang only.")
 @click.option("--target-lang", help="The model's target language, e.g. 'de' (with --source-lang).")
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
               help="A file of api keys, one a line: the LibreTranslate routes then answer 403 "
