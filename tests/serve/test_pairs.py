@@ -130,9 +130,11 @@ def test_flags_that_do_not_go_with_model_are_refused(trained_checkpoint):
         assert result.exit_code == 2 and reason in result.output, result.output
 
 
-def test_a_pair_of_two_vocabularies_or_a_parser_beside_pairs_is_refused(
-        trained_checkpoint, random_parser_checkpoint):
+def test_an_empty_save_dir_two_vocabularies_or_a_parser_beside_pairs_are_refused(
+        trained_checkpoint, random_parser_checkpoint, tmp_path):
     for flags, reason in (
+            (["--model", f"en-de={trained_checkpoint}", "--model", f"de-en={tmp_path}"],
+             f"--model de-en={tmp_path}: no checkpoint_*.npz in this directory"),
             (["--model", f"en-de={trained_checkpoint}", "--model",
               f"en-de={random_parser_checkpoint}"],
              f"--model en-de={trained_checkpoint} and --model en-de="

@@ -12,27 +12,27 @@ from typing import Sequence
 from vtx import checkpoints
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def resolve_checkpoint(path: str | Path, named: str = "--checkpoint {}") -> Path:
     """A checkpoint file, or the newest numbered checkpoint of a `vtx train` save directory.
 
     Raises:
-        ValueError: nothing usable at `path`, named as the --checkpoint it was given as.
+        ValueError: nothing usable at `path`, named as `named` says (its flag and value).
     """
     path = Path(path)
     if path.is_dir():
         try:
             return checkpoints.newest(path)[0]
         except ValueError as error:
-            raise ValueError(f"--checkpoint {error}") from None
+            raise ValueError(f"{named.format('')}{error}") from None
     if path.exists() and not path.is_file():
         mode = path.stat().st_mode
         kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
         kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-        raise ValueError(f"--checkpoint {path} is {kind}: give a checkpoint file (.npz) or a "
+        raise ValueError(f"{named.format(path)} is {kind}: give a checkpoint file (.npz) or a "
                          f"save directory")
     if not path.is_file():
-        raise ValueError(f"--checkpoint {path}: no such checkpoint file or directory")
+        raise ValueError(f"{named.format(path)}: no such checkpoint file or directory")
     return path
 
 

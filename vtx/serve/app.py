@@ -54,7 +54,7 @@ from vtx.serve.access import Access
 from vtx.serve.batcher import Batcher
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
-from vtx.serve.pairs import Pairs, Served, load_served
+from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
 from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, RequestError, check_body,
                                 job_of, parse_job, read_json_object)
 
@@ -303,7 +303,9 @@ async def _translate(request: web.Request) -> web.Response:
     def check() -> tuple[Served, Job]:
         data = read_json_object(body)
         served = service.pairs.find_fields(data)
-        return served, job_of(check_body(data, TRANSLATE_FIELDS, served.limits), served.model())
+        # Its routing fields, taken out, listed among the fields an unknown one is told.
+        data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
+        return served, job_of(data, served.model())
 
     served, job = await asyncio.to_thread(check)
     results = await _search(served, job)

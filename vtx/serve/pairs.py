@@ -25,8 +25,9 @@ from vtx.serve.language import LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Limits, Model, RequestError, check_field
 
-# The fields of POST /v1/translate that choose its pair (`Pairs.find_fields`).
-ROUTE_FIELDS = ("model", "source", "target")
+# The fields of POST /v1/translate that choose its pair (`Pairs.find_fields`), as
+# `vtx.serve.requests.TRANSLATE_FIELDS` says a field's type.
+ROUTE_FIELDS = {"model": "a string", "source": "a string", "target": "a string"}
 
 
 @dataclasses.dataclass
@@ -95,7 +96,7 @@ def load_served(paths: Sequence[str | Path], pair: LanguagePair | None, options:
     from vtx.parsing.linearize import bracket_pairs
 
     started, resident = time.monotonic(), _resident_bytes()
-    paths = [resolve_checkpoint(path) for path in paths]
+    paths = [resolve_checkpoint(path, named) for path in paths]
     models, vocab = load_models(paths, ema, named)
     # Positional scores as every request's (the fields of translate's jsonl).
     # Every kind of search a request can ask kept once traced (beam 1 to --max-beam, with or
@@ -191,7 +192,7 @@ class Pairs:
         """
         fields = {name: data.pop(name) for name in ROUTE_FIELDS if name in data}
         for name, value in fields.items():
-            check_field(name, value, "a string")
+            check_field(name, value, ROUTE_FIELDS[name])
         if not fields and len(self.served) == 1:
             return self.first
         source, target = fields.get("source"), fields.get("target")
