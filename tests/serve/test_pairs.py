@@ -2,8 +2,8 @@
 answering as `vtx translate` of its model (or ensemble), and the `--model` flag's refusals.
 
 The tests' one model stands for both pairs: en-de is it alone, de-en an ensemble of it twice
-(its file, and its save directory), so that the two pairs' outputs are told apart by their
-scores, and the routes by which pair's model answers.
+(its file, and its save directory); which pair searched a request, /metrics says
+(`vtx_pair_lines_total`).
 """
 
 import pytest
@@ -38,15 +38,25 @@ def offline(trained_checkpoint, tmp_path_factory):
 
 
 def test_v1_translate_is_routed_by_model_or_source_and_target(server, offline):
+    before = pair_lines(server)
     by_model = request(server.url + "/v1/translate", {"text": SENTENCES, "model": "en-de"})
+    assert pair_lines(server) == {**before, "en-de": before["en-de"] + len(SENTENCES)}
     by_codes = request(server.url + "/v1/translate", {"text": SENTENCES, "source": "de",
                                                       "target": "en"})
+    assert pair_lines(server) == {"en-de": before["en-de"] + len(SENTENCES),
+                                  "de-en": before["de-en"] + len(SENTENCES)}
     assert (by_model[0], by_codes[0]) == (200, 200), (by_model, by_codes)
     assert_same_records(by_model[2]["translations"], offline["en-de"][:2])
     assert_same_records(by_codes[2]["translations"], offline["de-en"][:2])
-    # The ensemble's scores are its own: the routes did not both reach one model.
-    assert by_model[2]["translations"][0]["hypotheses"][0]["score"] != \
-        by_codes[2]["translations"][0]["hypotheses"][0]["score"]
+
+
+def pair_lines(server) -> dict[str, float]:
+    """Each pair's lines searched (/metrics), its queue checked empty."""
+    _, _, text = request(server.url + "/metrics", raw=True)
+    counted = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+               if line.startswith("vtx_pair_")}
+    assert [counted[f'vtx_pair_queue_lines{{pair="{p}"}}'] for p in ("en-de", "de-en")] == [0, 0]
+    return {p: counted[f'vtx_pair_lines_total{{pair="{p}"}}'] for p in ("en-de", "de-en")}
 
 
 @pytest.mark.parametrize("fields, reason", [

@@ -431,6 +431,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     if glossary is not None:
         glossary.check_targets(served[0].count_pieces, str(glossary_path))
     pairs = Pairs(served)
+    metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),
                    Detector(tuple(pairs.languages())))
 

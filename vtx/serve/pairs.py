@@ -3,7 +3,8 @@
 Each pair is one model or an ensemble with its own search (its Translators and traced searches),
 its own batcher and its own limits (`--max-queue` and the others count each pair's queue and
 requests apart), so that a busy pair never holds another's lines back. The server's counters
-(`Metrics`) are shared: they count every pair's requests and batches together.
+(`Metrics`) are shared: they count every pair's requests and batches together, and each pair's
+lines searched and waiting apart (`vtx_pair_*`).
 
 A server of `--checkpoint` alone holds one model, of the languages --source-lang and
 --target-lang name (or of none said); `--model en-de=PATH` (repeated) names each pair.
@@ -37,6 +38,7 @@ class Served:
 
     translator: Translator
     batcher: Batcher
+    counter: "PairCounter"  # its batcher's counts, into the server's
     limits: Limits  # resolved for this model's positions
     alignment_layer: int  # the decoder layer a request's "alignment" reads
     checkpoints: list[str]  # file names only: a reply names no server path
@@ -109,12 +111,13 @@ def load_served(paths: Sequence[str | Path], pair: LanguagePair | None, options:
     # A layer the model lacks is refused now, not at a request's search.
     translators.get(dataclasses.replace(translator.options, alignment_layer=alignment_layer))
     limits = limits.resolved(translator.options, translator.max_positions)
+    counter = PairCounter(metrics)
     batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
-                      limits.max_queue, metrics, max_queue_cost=limits.max_queue_cost,
+                      limits.max_queue, counter, max_queue_cost=limits.max_queue_cost,
                       turn_rows=options.max_tokens * options.rows_per_sentence)
     parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
-    served = Served(translator, batcher, limits, alignment_layer, [p.name for p in paths],
-                    parser, glossary, pair)
+    served = Served(translator, batcher, counter, limits, alignment_layer,
+                    [p.name for p in paths], parser, glossary, pair)
     parameters = sum(model.count_params() for model in models)
     grown = _resident_bytes() - resident if resident else None
     log(f"vtx serve: {served.name or 'the model'}: {len(paths)} checkpoint"
@@ -122,6 +125,20 @@ def load_served(paths: Sequence[str | Path], pair: LanguagePair | None, options:
         f"parameters, {vocab.size} pieces; loaded in {time.monotonic() - started:.1f} s"
         + (f", {grown / 2**20:+.0f} MiB resident" if grown is not None else ""))
     return served
+
+
+class PairCounter:
+    """What a pair's batcher counts (as it counts into a `Metrics`): told to the server's
+    `metrics`, and its lines searched kept apart."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics, self.lines = metrics, 0
+        self.search_traces: Callable[[], int] = lambda: 0  # the batcher's, summed by the server
+
+    def observe_batch(self, lines: int, source_tokens: int, output_tokens: int,
+                      seconds: float) -> None:
+        self.metrics.observe_batch(lines, source_tokens, output_tokens, seconds)
+        self.lines += lines  # the search's one thread writes it
 
 
 def _resident_bytes() -> int:
@@ -210,6 +227,12 @@ class Pairs:
             raise RequestError(f"this server translates several pairs: give field 'model' "
                                f"(one of {', '.join(self.names())}) or 'source' and 'target'")
         return self.find(source, target)
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Each pair's lines searched and waiting (`Metrics.by_pair`); none with one model."""
+        if len(self.served) == 1:
+            return {}
+        return {s.name: (s.counter.lines, s.batcher.queued_lines()) for s in self.served}
 
     def names(self) -> list[str]:
         return [served.name for served in self.served]
