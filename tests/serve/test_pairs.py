@@ -140,11 +140,15 @@ def test_flags_that_do_not_go_with_model_are_refused(trained_checkpoint):
         assert result.exit_code == 2 and reason in result.output, result.output
 
 
-def test_an_empty_save_dir_two_vocabularies_or_a_parser_beside_pairs_are_refused(
+def test_an_empty_save_dir_two_vocabularies_or_a_parser_or_glossary_beside_pairs_are_refused(
         trained_checkpoint, random_parser_checkpoint, tmp_path):
+    (tmp_path / "glossary.tsv").write_text("snow\tEis\n")
     for flags, reason in (
             (["--model", f"en-de={trained_checkpoint}", "--model", f"de-en={tmp_path}"],
              f"--model de-en={tmp_path}: no checkpoint_*.npz in this directory"),
+            (["--model", f"en-de={trained_checkpoint}", "--model", f"de-en={trained_checkpoint}",
+              "--glossary", tmp_path / "glossary.tsv"],
+             f"--glossary {tmp_path / 'glossary.tsv'}: a glossary is of one language pair"),
             (["--model", f"en-de={trained_checkpoint}", "--model",
               f"en-de={random_parser_checkpoint}"],
              f"--model en-de={trained_checkpoint} and --model en-de="
@@ -152,5 +156,5 @@ def test_an_empty_save_dir_two_vocabularies_or_a_parser_beside_pairs_are_refused
             (["--model", f"en-de={trained_checkpoint}", "--model",
               f"en-ps={random_parser_checkpoint}"],
              f"--model en-ps={random_parser_checkpoint}: a parsing model")):
-        result = CliRunner().invoke(main, ["serve", *flags])
+        result = CliRunner().invoke(main, ["serve", *map(str, flags)])
         assert result.exit_code == 1 and reason in result.output, result.output
