@@ -38,8 +38,8 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
                                     "as en-de", value=repr(name))
             pair = LanguagePair(*codes)
         except ArgumentError as error:
-            raise click.BadParameter(f"{value!r}: {error.message(lambda a: 'the ' + a.split('_')[0])}",
-                                     param=param) from None
+            said = error.message(lambda argument: "the " + argument.split("_")[0])
+            raise click.BadParameter(f"{value!r}: {said}", param=param) from None
         if not Path(path).exists():
             raise click.BadParameter(f"{value!r}: {path} does not exist", param=param)
         same = next((p for p in models if (p.source.lower(), p.target.lower())
@@ -132,17 +132,17 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
               help="Requests a minute each api key, or each address without a key, may make "
                    "of POST /translate and /detect (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
-def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
-          nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens,
+def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
+          max_len_b, stop, nbest, max_tokens, batch_wait_ms, max_beam, max_lines, max_line_tokens,
           max_line_chars, max_constraints, max_glossary_pairs, max_term_chars, max_request_cost,
           max_queue, max_queue_cost, request_timeout, read_timeout, max_connections,
           drain_seconds, allowed_hosts, alignment_layer, glossary_path, source_lang,
           target_lang, api_keys_path, req_limit, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
-    /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops on SIGTERM once the requests in flight are answered
-    (--drain-seconds at most). Listens on loopback by default: put it behind a reverse proxy
-    for anything else (docs/serving.md)."""
+    /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
+    on SIGTERM once the requests in flight are answered (--drain-seconds at most). Listens on
+    loopback by default: put it behind a reverse proxy for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.serve.access import Access, read_api_keys
