@@ -1,10 +1,12 @@
 """`vtx serve`: translations (and parses) over HTTP, concurrent requests batched together."""
 
+from pathlib import Path
+
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, ensemble_option,
-                             library_error, search_options)
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, library_error,
+                             search_options)
 
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
@@ -19,8 +21,44 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "source_lang": "--source-lang", "target_lang": "--target-lang"}
 
 
+def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
+    """Click callback of --model: each `SOURCE-TARGET=PATH` read, a pair's paths in order (a
+    pair given twice or more: an ensemble)."""
+    from vtx.errors import ArgumentError
+    from vtx.serve.language import LanguagePair
+
+    models: dict = {}
+    for value in values:
+        name, equals, path = value.partition("=")
+        if not equals or not name or not path:
+            raise click.BadParameter(f"{value!r}: give PAIR=PATH, e.g. en-de=run/", param=param)
+        codes = name.split("-")
+        try:
+            if len(codes) != 2:
+                raise ArgumentError("{value} is no language pair: two codes joined by '-', such "
+                                    "as en-de", value=repr(name))
+            pair = LanguagePair(*codes)
+        except ArgumentError as error:
+            said = error.message(lambda argument: "the " + argument.split("_")[0])
+            raise click.BadParameter(f"{value!r}: {said}", param=param) from None
+        if not Path(path).exists():
+            raise click.BadParameter(f"{value!r}: {path} does not exist", param=param)
+        same = next((p for p in models if (p.source.lower(), p.target.lower())
+                     == (pair.source.lower(), pair.target.lower())), pair)
+        models.setdefault(same, []).append(path)
+    return models
+
+
 @click.command()
-@ensemble_option
+@click.option("--checkpoint", multiple=True, type=click.Path(exists=True),
+              help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
+                   "repeated: an ensemble, the mean of the models' probabilities. One model "
+                   "(its languages: --source-lang, --target-lang); --model for several pairs.")
+@click.option("--model", "pair_models", multiple=True, metavar="PAIR=PATH",
+              callback=_pair_models,
+              help="A language pair and its checkpoint (file or save dir), e.g. "
+                   "en-de=runs/en-de; repeat for more pairs, and a pair for an ensemble "
+                   "(en-de=A --model en-de=B). Requests choose by source and target.")
 @ema_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback: this machine only; 0.0.0.0: every "
@@ -59,8 +97,8 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
                    "beam (or samples) times its output limit; more gets 400.  [default: "
                    "--max-lines lines of --max-line-tokens pieces at the default beam]")
 @click.option("--max-queue", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Lines that may wait for the search; a request past it gets 503 and "
-                   "Retry-After.")
+              help="Lines that may wait for the search, each language pair's queue apart; a "
+                   "request past it gets 503 and Retry-After.")
 @click.option("--max-queue-cost", type=click.IntRange(min=1), default=None,
               help="Hypothesis tokens that may wait for the search (as --max-request-cost "
                    "counts them); past it, 503 and Retry-After.  [default: 16 times "
@@ -86,10 +124,11 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
                    "\"alignment\" (from 0; negative: from the last).")
 @click.option("--glossary", "glossary_path", type=click.Path(exists=True, dir_okay=False),
               help="A glossary for every request, `source term<TAB>target term` a line (as "
-                   "`vtx translate --glossary`); a request's \"glossary\" pairs win over it.")
-@click.option("--source-lang", help="The model's source language, an ISO 639 code such as "
-              "'en': the LibreTranslate routes (POST /translate, /detect, GET /languages) "
-              "answer with it and --target-lang only.")
+                   "`vtx translate --glossary`); a request's \"glossary\" pairs win over it. "
+                   "A server of one pair only.")
+@click.option("--source-lang", help="The --checkpoint model's source language, an ISO 639 "
+              "code such as 'en': the LibreTranslate routes (POST /translate, /detect, GET "
+              "/languages) answer with it and --target-lang only.")
 @click.option("--target-lang", help="The model's target language, e.g. 'de' (with --source-lang).")
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
               help="A file of api keys, one a line: the LibreTranslate routes then answer 403 "
@@ -98,17 +137,17 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
               help="Requests a minute each api key, or each address without a key, may make "
                    "of POST /translate and /detect (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
-def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, max_len_b, stop,
-          nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
+def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
+          max_len_b, stop, nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, alignment_layer, glossary_path,
           source_lang, target_lang, api_keys_path, req_limit, jit):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
-    /frontend/settings). Stops on SIGTERM once the requests in flight are answered
-    (--drain-seconds at most). Listens on loopback by default: put it behind a reverse proxy
-    for anything else (docs/serving.md)."""
+    /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
+    on SIGTERM once the requests in flight are answered (--drain-seconds at most). Listens on
+    loopback by default: put it behind a reverse proxy for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.serve.access import Access, read_api_keys
@@ -116,8 +155,15 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
 
+    if bool(checkpoint) == bool(pair_models):
+        raise click.UsageError("give --checkpoint (one model) or --model PAIR=PATH (language "
+                               "pairs), not both" if checkpoint else
+                               "give --checkpoint PATH or --model PAIR=PATH")
     if (source_lang is None) != (target_lang is None):
         raise click.UsageError("--source-lang and --target-lang go together: give both")
+    if pair_models and source_lang:
+        raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
+                               "names each pair's languages")
     xla = resolve_jit(jit)
     click.echo(xla.log_line("search"), err=True)
     try:
@@ -133,12 +179,15 @@ def serve(checkpoint, ema, host, port, beam, lenpen, lenpen_formula, max_len_a, 
                         request_timeout_s=request_timeout)
         transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
                               drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))
-        pair = LanguagePair(source_lang, target_lang) if source_lang else None
+        models = pair_models or {
+            LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit)
-        service = build_service(checkpoint, options, limits, alignment_layer, ema,
+        service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
-                                glossary_path=glossary_path, transport=transport, pair=pair,
-                                access=access)
+                                glossary_path=glossary_path, transport=transport, access=access,
+                                log=lambda message: click.echo(message, err=True),
+                                named=(lambda pair: f"--model {pair.source}-{pair.target}={{}}")
+                                if pair_models else lambda pair: "--checkpoint {}")
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

@@ -86,3 +86,47 @@ def test_the_page_draws_a_parser_s_tree_over_the_typed_words(browser, random_par
         assert server.stop() == 0
     assert leaves == words.split()
     assert tree == reply["trees"][0]["tree"]
+
+
+@pytest.mark.slow
+def test_the_page_chooses_a_pair_and_shows_it_is_working_until_the_answer(
+        browser, trained_checkpoint):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    # Each request waits 1.5 s for others to share its batch: long enough to be seen working.
+    server = ServerProcess("--model", f"en-de={trained_checkpoint}", "--model",
+                           f"de-en={trained_checkpoint}", "--model",
+                           f"de-en={trained_checkpoint.parent}", "--batch-wait-ms", 1500)
+    try:
+        browser.get(server.url + "/")
+        wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+        wait.until(lambda driver: "layers" in driver.find_element(By.ID, "model").text)
+        source, target = (Select(browser.find_element(By.ID, f"{side}-lang"))
+                          for side in ("source", "target"))
+        assert [o.text for o in source.options] == ["en", "de"]
+        assert [o.text for o in target.options] == ["de"]
+        source.select_by_value("de")
+        assert [o.text for o in target.options] == ["en"]
+        assert browser.find_element(By.ID, "model").text.startswith("de-en: ")
+        working = browser.find_element(By.ID, "working")
+        assert not working.is_displayed()
+        browser.find_element(By.ID, "source").send_keys(SENTENCE)
+        browser.find_element(By.ID, "run").click()
+        wait.until(lambda driver: working.is_displayed()
+                   and float(driver.find_element(By.ID, "elapsed").text) > 0.5)
+        assert not browser.find_element(By.ID, "run").is_enabled()
+        translation = wait.until(lambda driver: driver.find_elements(By.CLASS_NAME,
+                                                                     "translation"))[0].text
+        assert not working.is_displayed() and browser.find_element(By.ID, "run").is_enabled()
+        status, _, reply = request(server.url + "/v1/translate", {
+            "text": [SENTENCE], "beam": 4, "nbest": 3, "alignment": True, "model": "de-en"})
+        # A refusal clears it too.
+        browser.execute_script("document.getElementById('beam').value = 99")
+        browser.find_element(By.ID, "run").click()
+        error = wait.until(lambda driver: driver.find_element(By.ID, "error").text)
+        assert not working.is_displayed()
+    finally:
+        assert server.stop() == 0
+    assert status == 200 and translation == reply["translations"][0]["hypotheses"][0]["text"]
+    assert error.startswith("400: field 'beam': 99, over the server's limit")

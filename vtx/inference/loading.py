@@ -12,27 +12,27 @@ from typing import Sequence
 from vtx import checkpoints
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def resolve_checkpoint(path: str | Path, named: str = "--checkpoint {}") -> Path:
     """A checkpoint file, or the newest numbered checkpoint of a `vtx train` save directory.
 
     Raises:
-        ValueError: nothing usable at `path`, named as the --checkpoint it was given as.
+        ValueError: nothing usable at `path`, named as `named` says (its flag and value).
     """
     path = Path(path)
     if path.is_dir():
         try:
             return checkpoints.newest(path)[0]
         except ValueError as error:
-            raise ValueError(f"--checkpoint {error}") from None
+            raise ValueError(f"{named.format('')}{error}") from None
     if path.exists() and not path.is_file():
         mode = path.stat().st_mode
         kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
         kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-        raise ValueError(f"--checkpoint {path} is {kind}: give a checkpoint file (.npz) or a "
+        raise ValueError(f"{named.format(path)} is {kind}: give a checkpoint file (.npz) or a "
                          f"save directory")
     if not path.is_file():
-        raise ValueError(f"--checkpoint {path}: no such checkpoint file or directory")
+        raise ValueError(f"{named.format(path)}: no such checkpoint file or directory")
     return path
 
 
@@ -75,9 +75,10 @@ def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
     return vocab
 
 
-def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, object]:
+def load_models(paths: Sequence[str | Path], ema: bool = False,
+                named: str = "--checkpoint {}") -> tuple[list, object]:
     """The models of checkpoint files that carry one vocabulary (an ensemble), and it; `ema`:
-    each checkpoint's EMA weights.
+    each checkpoint's EMA weights; `named`: how a refusal names a file (its flag and value).
 
     Raises:
         ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
@@ -93,7 +94,7 @@ def load_models(paths: Sequence[str | Path], ema: bool = False) -> tuple[list, o
             vocab, first = this, path
         elif differ := differing_pieces(vocab, this):
             index, ours, theirs = differ[0]
-            raise ValueError(f"--checkpoint {first} and --checkpoint {path} have different "
+            raise ValueError(f"{named.format(first)} and {named.format(path)} have different "
                              f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
                              f"ensemble needs one")
         models.append(load_model(checkpoint, path=path))

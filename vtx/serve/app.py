@@ -6,19 +6,22 @@ on the batcher's threads, so the event loop only reads, checks and answers reque
 
 GET / is a page to try it (vtx/serve/page.html: one file, no build step, nothing fetched from
 elsewhere): the translations with their n-best lists and scores and an alignment heatmap, or a
-parser's trees drawn in SVG.
+parser's trees drawn in SVG; a source and target choice when the server holds several pairs, and
+the seconds a request has been running until it is answered.
 
 API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry-After):
-    POST /v1/translate  {"text": [lines], "beam", "nbest", "lenpen", "sampling", "sampling_topk",
-                        "sampling_topp", "temperature", "seed", "prefix": [per line],
-                        "constraints": [[phrases] per line], "alignment": bool,
-                        "glossary": [[source term, target term], ...]}
+    POST /v1/translate  {"text": [lines], "model": "en-de" (or "source", "target"; with one
+                        model, optional), "beam", "nbest", "lenpen", "sampling",
+                        "sampling_topk", "sampling_topp", "temperature", "seed",
+                        "prefix": [per line], "constraints": [[phrases] per line],
+                        "alignment": bool, "glossary": [[source term, target term], ...]}
                         -> {"translations": [per line the record of `vtx translate
                         --output-format jsonl`: id, source, hypotheses; with alignment,
                         also source_tokens, the pieces its pairs' source indices count]}
     POST /v1/parse      {"text": [tokenized sentences], "beam", "lenpen"}
                         -> {"trees": [{"id", "source", "tree"}]}  (a parsing model only)
-    GET /v1/info        the model, vocabulary, default settings and limits
+    GET /v1/info        the model, vocabulary, default settings and limits; under "pairs",
+                        those of each language pair served (`vtx.serve.pairs`)
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): JSON or form bodies, api keys
                         and a rate limit (`vtx.serve.access`)
@@ -44,15 +47,16 @@ from aiohttp.web_protocol import RequestHandler
 
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
-from vtx.inference.glossary import Glossary, translator_constraints
+from vtx.inference.glossary import Glossary
 from vtx.inference.translate import line_record
-from vtx.inference.translator import Compiled, Translator
 from vtx.serve import libre
 from vtx.serve.access import Access
-from vtx.serve.batcher import Batcher, Translators
-from vtx.serve.language import Detector, LanguagePair
+from vtx.serve.batcher import Batcher
+from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
-from vtx.serve.requests import Limits, Model, RequestError, parse_job, translate_job
+from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
+from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, RequestError, check_body,
+                                job_of, parse_job, read_json_object)
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
@@ -82,60 +86,37 @@ class Transport:
 
 @dataclasses.dataclass
 class Service:
-    """What the routes share: the first model's Translator (vocabulary, defaults), the batcher,
-    the limits, and what /v1/info says."""
+    """What the routes share: the served models by language pair (`vtx.serve.pairs`), the
+    counters, the connection limits, and the LibreTranslate routes' access and detector."""
 
-    translator: Translator
-    batcher: Batcher
-    limits: Limits
+    pairs: Pairs
     metrics: Metrics
-    alignment_layer: int  # the decoder layer a request's "alignment" reads
-    checkpoints: list[str]  # file names only: a reply names no server path
-    parser: bool  # the vocabulary holds tree brackets: /v1/parse answers
-    glossary: Glossary | None = None  # every request's, under the request's own pairs
     transport: Transport = Transport()
-    pair: LanguagePair | None = None  # the model's languages; None: LibreTranslate's
-    # translation routes answer 404
     access: Access = dataclasses.field(default_factory=Access)  # of the LibreTranslate routes
-    # POST /detect and source "auto": among the pair's languages, or all it knows
+    # POST /detect and source "auto": among the served languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
 
-    def model(self) -> Model:
-        """What checking a request needs (`vtx.serve.requests.Model`)."""
-        return Model(self.translator.options, self.limits, self.translator.max_positions,
-                     self.translator.vocab.encode, self.alignment_layer, self.glossary, self.constrain)
-
-    def constrain(self, glossary: Glossary, lines: list[str],
-                  given: list[list[str]] | None) -> list[list[str]]:
-        """Each line's phrases with `glossary`'s terms, as `vtx translate` of the lines."""
-        return translator_constraints(self.translator, glossary, lines, given,
-                                      range(len(lines)))
-
-    def language_pair(self) -> LanguagePair:
-        """The model's languages.
-
-        Raises:
-            RequestError: 404, the server was not told them.
-        """
-        if self.pair is None:
-            raise RequestError("this server was not told its model's languages: start it with "
-                               "--source-lang and --target-lang (e.g. en and de) for the "
-                               "LibreTranslate routes", 404)
-        return self.pair
+    def batchers(self) -> list[Batcher]:
+        return [served.batcher for served in self.pairs.served]
 
     def info(self) -> dict:
-        options = self.translator.options
-        settings = {name: getattr(options, name) for name in (
-            "beam", "nbest", "lenpen", "lenpen_formula", "max_len_a", "max_len_b", "stop",
-            "max_tokens", "jit_compile")}
-        return {"model": {"checkpoints": self.checkpoints, "ensemble": len(self.checkpoints),
-                          "parser": self.parser, "config": self.translator.model.config.to_dict(),
-                          "languages": dataclasses.asdict(self.pair) if self.pair else None},
-                "vocabulary": {"size": self.translator.vocab.size},
-                "settings": {**settings, "alignment_layer": self.alignment_layer},
-                "limits": {**dataclasses.asdict(self.limits),
-                           **dataclasses.asdict(self.transport),
-                           "max_body_bytes": MAX_BODY_BYTES}}
+        """GET /v1/info: every pair's model, vocabulary, settings and limits under "pairs"; the
+        first's also at the top (a server of one model says it there only)."""
+        pairs = [served.info() for served in self.pairs.served]
+        first = pairs[0]
+        return {"model": first["model"], "vocabulary": first["vocabulary"],
+                "settings": first["settings"],
+                "limits": {**first["limits"], **dataclasses.asdict(self.transport),
+                           "max_body_bytes": MAX_BODY_BYTES},
+                "pairs": pairs}
+
+    def languages(self) -> list[dict]:
+        """GET /languages of LibreTranslate: each language served with the codes it translates
+        into."""
+        self.pairs.told()
+        return [{"code": code, "name": language_name(code),
+                 "targets": [s.pair.target for s in self.pairs.served
+                             if s.pair.source == code]} for code in self.pairs.languages()]
 
 
 def make_app(service: Service) -> web.Application:
@@ -156,19 +137,22 @@ def make_app(service: Service) -> web.Application:
     app.router.add_post("/v1/parse", _parse)
     app.router.add_post("/translate", _libre_translate)
     app.router.add_post("/detect", _libre_detect)
-    app.router.add_get("/languages", lambda request: web.json_response(
-        service.language_pair().languages()))
+    app.router.add_get("/languages", lambda request: web.json_response(service.languages()))
     app.router.add_get("/frontend/settings", lambda request: web.json_response(
-        libre.frontend_settings(service.language_pair(), service.access.keys is not None)))
+        libre.frontend_settings(service.pairs, service.access.keys is not None)))
 
     async def start(app):
-        service.batcher.start()
+        for batcher in service.batchers():
+            batcher.start()
 
     async def stop_taking(app):
-        service.batcher.close(service.transport.drain_s)
+        for batcher in service.batchers():
+            batcher.close(service.transport.drain_s)
 
     async def join(app):
-        await asyncio.to_thread(service.batcher.join, service.transport.drain_s + 5)
+        deadline = time.monotonic() + service.transport.drain_s + 5
+        for batcher in service.batchers():
+            await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
 
     app.on_startup.append(start)
     app.on_shutdown.append(stop_taking)
@@ -270,10 +254,9 @@ def _same_origin(origin: str, host: str) -> bool:
     return origin.lower() in (f"http://{host}".lower(), f"https://{host}".lower())
 
 
-async def _search(request: web.Request, job) -> list:
-    """The hypotheses of `job`'s lines from the batcher; the job dropped if the client goes or
-    its deadline (--request-timeout) passes (504)."""
-    service: Service = request.app["service"]
+async def _search(served: Served, job) -> list:
+    """The hypotheses of `job`'s lines from `served`'s batcher; the job dropped if the client
+    goes or its deadline (--request-timeout) passes (504)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -291,17 +274,17 @@ async def _search(request: web.Request, job) -> list:
         except RuntimeError:  # the loop is closed: nobody waits
             pass
 
-    pending = service.batcher.submit(job, done)
-    timeout = service.limits.request_timeout_s
+    pending = served.batcher.submit(job, done)
+    timeout = served.limits.request_timeout_s
     try:
         return await asyncio.wait_for(future, timeout)
     except asyncio.TimeoutError:
-        service.batcher.cancel(pending)
+        served.batcher.cancel(pending)
         raise RequestError(f"not answered within {timeout:g} s (--request-timeout): the "
                            f"search was stopped; send fewer lines or a smaller beam", 504) \
             from None
     except asyncio.CancelledError:
-        service.batcher.cancel(pending)
+        served.batcher.cancel(pending)
         raise
     except ArgumentError as error:  # a setting the search refuses for one of its lines
         fields = {"prefix_path": "field 'prefix'", "constraints_path": "field 'constraints'"}
@@ -315,18 +298,27 @@ async def _search(request: web.Request, job) -> list:
 
 async def _translate(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
-    job = await asyncio.to_thread(translate_job, await request.read(), service.model())
-    results = await _search(request, job)
-    return await asyncio.to_thread(_translations, service, job, results)
+    body = await request.read()
+
+    def check() -> tuple[Served, Job]:
+        data = read_json_object(body)
+        served = service.pairs.find_fields(data)
+        # Its routing fields, taken out, listed among the fields an unknown one is told.
+        data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
+        return served, job_of(data, served.model())
+
+    served, job = await asyncio.to_thread(check)
+    results = await _search(served, job)
+    return await asyncio.to_thread(_translations, served, job, results)
 
 
-def _translations(service: Service, job, results: list) -> web.Response:
+def _translations(served: Served, job: Job, results: list) -> web.Response:
     """The reply of /v1/translate: each line's record as `vtx translate --output-format jsonl`
     writes it."""
-    records = [line_record(service.translator, index, line, hypotheses)
+    records = [line_record(served.translator, index, line, hypotheses)
                for index, (line, hypotheses) in enumerate(zip(job.lines, results))]
     if job.options.alignment_layer is not None:  # what the alignments' source indices count
-        vocab = service.translator.vocab
+        vocab = served.translator.vocab
         for record in records:
             record["source_tokens"] = vocab.pieces(vocab.encode(record["source"]))
     return _json({"translations": records})
@@ -334,17 +326,16 @@ def _translations(service: Service, job, results: list) -> web.Response:
 
 async def _libre_translate(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
-    pair = service.language_pair()
+    service.pairs.told()
     body, content_type = await request.read(), request.headers.get("Content-Type", "")
 
     def check() -> libre.Translation:
         fields, is_json = libre.read_fields(body, content_type)
         service.access.admit(libre.api_key(fields), request.remote or "")
-        return libre.translation(fields, is_json, pair, service.detector,
-                                 service.model())
+        return libre.translation(fields, is_json, service.pairs, service.detector)
 
     translation = await asyncio.to_thread(check)
-    results = await _search(request, translation.job) if translation.job else []
+    results = await _search(translation.served, translation.job) if translation.job else []
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
@@ -364,18 +355,19 @@ async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
 
     service: Service = request.app["service"]
-    if not service.parser:
+    served = service.pairs.parser()
+    if served is None:
         raise RequestError("POST /v1/parse: this server's model is not a parser (its "
                            "vocabulary holds no tree brackets); use /v1/translate", 404)
     body = await request.read()
 
     def prepare():
-        job = parse_job(body, service.model())
+        job = parse_job(body, served.model())
         words = [sentence_words(line) for line in job.lines]
         return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
 
     job, words = await asyncio.to_thread(prepare)
-    results = await _search(request, job)
+    results = await _search(served, job)
     return await asyncio.to_thread(_trees, job, words, results)
 
 
@@ -397,55 +389,51 @@ def _json(data: dict | list) -> web.Response:
                         content_type="application/json")
 
 
-def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, limits: Limits,
-                  alignment_layer: int = -1, ema: bool = False,
-                  warn: Callable[[str], None] = lambda message: None,
-                  glossary_path: str | Path | None = None,
-                  transport: Transport = Transport(), pair: LanguagePair | None = None,
-                  access: Access | None = None) -> Service:
-    """Load the model (or ensemble) of `checkpoints` and make its service; with
-    `glossary_path`, a glossary for every request (`vtx.inference.glossary`); `pair`: the
-    model's languages, for the LibreTranslate routes; `access`: their api keys and rate limit.
+def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
+                  options: DecodeOptions, limits: Limits, alignment_layer: int = -1,
+                  ema: bool = False, warn: Callable[[str], None] = lambda message: None,
+                  glossary_path: str | Path | None = None, transport: Transport = Transport(),
+                  access: Access | None = None,
+                  log: Callable[[str], None] = lambda message: None,
+                  named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}"
+                  ) -> Service:
+    """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
+    entry of pair None: a model whose languages were not told) and make their service; with
+    `glossary_path`, a glossary for every request of a server of one pair
+    (`vtx.inference.glossary`); `access`: the LibreTranslate routes' api keys and rate limit;
+    `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
+    checkpoints (a `str.format` template of its flag and value).
 
     Raises:
-        OSError, ValueError: an unreadable checkpoint or glossary (named), or checkpoints of
-            different vocabularies; limits over the model (a line limit past its positions), or
-            default beam or nbest over the limit (ArgumentError).
+        OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
+            checkpoints of different vocabularies; a parsing model among pairs, or a glossary
+            for several; limits over a model (a line limit past its positions), or default beam
+            or nbest over the limit (ArgumentError).
     """
-    from vtx.inference.loading import load_models, resolve_checkpoint
-    from vtx.parsing.linearize import bracket_pairs
-
     if max(options.beam, options.nbest) > limits.max_beam:
         raise ArgumentError("{beam} {beam_value} and {nbest} {nbest_value}, the defaults, must be "
                             "at most {max_beam} {limit}", beam_value=options.beam,
                             nbest_value=options.nbest, limit=limits.max_beam)
-    paths = [resolve_checkpoint(path) for path in checkpoints]
+    if glossary_path and len(models) > 1:
+        raise ValueError(f"--glossary {glossary_path}: a glossary is of one language pair, and "
+                         f"this server holds {len(models)}; give a request's own 'glossary'")
     glossary = Glossary.read(glossary_path) if glossary_path else None
-    models, vocab = load_models(paths, ema)
-    # Positional scores as every request's (the fields of translate's jsonl).
-    # Every kind of search a request can ask kept once traced (beam 1 to --max-beam, with or
-    # without a prefix, plain or constrained; sampling): a trace dropped does not give its
-    # memory back, so a cache that dropped some would grow with each one traced again.
-    compiled = Compiled(models, size=4 * limits.max_beam + 2)
-    translator = Translator(models, vocab, dataclasses.replace(options, positional_scores=True),
-                            warn, compiled=compiled)
-    translators = Translators(translator)
-    # A layer the model lacks is refused now, not at a request's search.
-    translators.get(dataclasses.replace(translator.options, alignment_layer=alignment_layer))
-    limits = limits.resolved(translator.options, translator.max_positions)
     metrics = Metrics()
-    batcher = Batcher(translators, options.max_tokens, limits.batch_wait_ms / 1000,
-                      limits.max_queue, metrics, max_queue_cost=limits.max_queue_cost,
-                      turn_rows=options.max_tokens * options.rows_per_sentence,
-                      searchers=limits.search_threads)
-    metrics.queue_lines = batcher.queued_lines
+    served = []
+    for pair, paths in models.items():
+        served.append(load_served(paths, pair, options, limits, metrics, alignment_layer, ema,
+                                  warn, glossary, named(pair), log))
+        if served[-1].parser and len(models) > 1:
+            raise ValueError(f"{named(pair).format(paths[0])}: a parsing model (its vocabulary "
+                             f"holds tree brackets) is served alone, not beside language pairs")
+    metrics.queue_lines = lambda: sum(s.batcher.queued_lines() for s in served)
+    metrics.search_traces = lambda: sum(s.batcher.translators.traces() for s in served)
     if glossary is not None:
-        glossary.check_targets(lambda text: len(vocab.encode(text)), str(glossary_path))
-    parser = bool(bracket_pairs(vocab.pieces(range(vocab.size))))
-    detector = Detector((pair.source, pair.target) if pair else ())
-    return Service(translator, batcher, limits, metrics, alignment_layer,
-                   [path.name for path in paths], parser, glossary, transport, pair,
-                   access or Access(), detector)
+        glossary.check_targets(served[0].count_pieces, str(glossary_path))
+    pairs = Pairs(served)
+    metrics.by_pair = pairs.counts
+    return Service(pairs, metrics, transport, access or Access(),
+                   Detector(tuple(pairs.languages())))
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

@@ -4,8 +4,9 @@ Jobs wait in a queue. The search's thread takes the oldest job and every other w
 same search settings once they hold `max_tokens` source pieces or the oldest has waited `wait_s`
 (`--batch-wait-ms`): that is a turn. A turn holds at most `max_tokens` source pieces, and as many
 hypotheses of them (pieces times beam, or samples) as `max_tokens` pieces at the server's
-default beam, so a job larger than that is searched over several turns, and between two of its turns every job queued behind it has its
-own: no request holds the search for longer than a turn, whatever it asks.
+default beam, so a job larger than that is searched over several turns, and between two of its
+turns every job queued behind it has its own: no request holds the search for longer than a
+turn, whatever it asks.
 A turn's lines are sorted by length into vtx's padded batches (`decoding.padded_batches`) and
 searched one after the other, each job told its hypotheses as soon as its last line is searched.
 `searchers` threads take turns at once (`--search-threads`): while one waits on a search's

@@ -45,12 +45,6 @@ class LanguagePair:
             raise ArgumentError("{source_lang} and {target_lang} are both {value}",
                                 value=self.source)
 
-    def languages(self) -> list[dict]:
-        """GET /languages of LibreTranslate: each language with the codes it translates into."""
-        return [{"code": self.source, "name": language_name(self.source),
-                 "targets": [self.target]},
-                {"code": self.target, "name": language_name(self.target), "targets": []}]
-
 
 def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code.lower(), code)

@@ -23,7 +23,8 @@ import email.policy
 import urllib.parse
 
 from vtx.serve.documents import Document, html_document, text_document
-from vtx.serve.language import Detector, LanguagePair, language_name
+from vtx.serve.language import Detector, language_name
+from vtx.serve.pairs import Pairs, Served
 from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Model, RequestError, check_field,
                                 job_of, read_json_object, shown)
 
@@ -39,6 +40,7 @@ class Translation:
     """A checked POST /translate: its texts as documents, its job, and what the answer says."""
 
     documents: list[Document]
+    served: Served  # the pair's model that searches it
     job: Job | None  # None: no sentence to search
     batch: bool  # q was a list: the answer's fields are lists
     alternatives: int
@@ -96,32 +98,37 @@ def api_key(fields: dict) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
-def translation(fields: dict, is_json: bool, pair: LanguagePair, detector: Detector,
-                model: Model) -> Translation:
-    """The checked request of POST /translate's `fields` to the server's `pair`.
+def translation(fields: dict, is_json: bool, pairs: Pairs, detector: Detector) -> Translation:
+    """The checked request of POST /translate's `fields` to the pair of its source and target
+    among `pairs`.
 
     Raises:
-        RequestError: a missing or malformed field, a language pair not the server's (naming
-            both), the text's sentences over a limit (see `vtx.serve.requests.job_of`).
+        RequestError: a missing or malformed field, a language pair not served (naming it and
+            those served), texts of one request detected in languages of different pairs, the
+            text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
     texts, batch = _texts(fields, is_json)
-    if len(texts) > model.limits.max_lines:
-        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
-                           f"limit of {model.limits.max_lines} (--max-lines)")
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
     if text_format not in ("text", "html"):
         raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
+    served = pairs.first if source.lower() == "auto" else pairs.find(source, target)
+    model = served.model()
+    if len(texts) > model.limits.max_lines:
+        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
+                           f"limit of {model.limits.max_lines} (--max-lines)")
     alternatives = _alternatives(fields, model)
     detected = _detect(texts, detector) if source.lower() == "auto" else None
-    for code in [item["language"] for item in detected] if detected else [source]:
-        if (code.lower(), target.lower()) != (pair.source.lower(), pair.target.lower()):
-            said = f"detected {code!r} for source 'auto'" if detected else f"source {code!r}"
-            raise RequestError(f"{said} and target {target!r}: this server translates "
-                               f"{pair.source!r} ({language_name(pair.source)}) into "
-                               f"{pair.target!r} ({language_name(pair.target)}) only")
+    if detected:
+        found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
+                 for code in dict.fromkeys(item["language"] for item in detected)}
+        if len(found) > 1:
+            raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
+                               f"the texts of each language in a request of their own")
+        served = next(iter(found.values()))
+        model = served.model()
     read = html_document if text_format == "html" else text_document
-    documents = [read(text, pair.source) for text in texts]
+    documents = [read(text, served.pair.source) for text in texts]
     lines = [line for document in documents for line in document.lines]
     data = {"text": lines, "nbest": alternatives + 1}
     if alternatives + 1 > model.defaults.beam:
@@ -129,7 +136,7 @@ def translation(fields: dict, is_json: bool, pair: LanguagePair, detector: Detec
     if "glossary" in fields:
         data["glossary"] = _glossary(fields["glossary"], is_json)
     job = job_of(data, model, SENTENCES_FIELD) if lines else None
-    return Translation(documents, job, batch, alternatives, detected)
+    return Translation(documents, served, job, batch, alternatives, detected)
 
 
 def _texts(fields: dict, is_json: bool) -> tuple[list[str], bool]:
@@ -234,8 +241,10 @@ def _text(hypotheses: list, rank: int) -> str:
     return hypotheses[min(rank, len(hypotheses) - 1)].text if hypotheses else ""
 
 
-def frontend_settings(pair: LanguagePair, keys: bool) -> dict:
-    """GET /frontend/settings, in LibreTranslate's shape."""
+def frontend_settings(pairs: Pairs, keys: bool) -> dict:
+    """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen."""
+    pairs.told()
+    pair = pairs.first.pair
     return {"charLimit": -1, "frontendTimeout": 500, "apiKeys": keys, "keyRequired": keys,
             "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},

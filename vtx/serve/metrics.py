@@ -44,6 +44,8 @@ class Metrics:
         self._lock = threading.Lock()
         self.queue_lines = queue_lines
         self.search_traces: Callable[[], int] = lambda: 0  # traces of the searches so far
+        # Each language pair's (lines searched, lines waiting), on a server of several.
+        self.by_pair: Callable[[], dict[str, tuple[int, int]]] = lambda: {}
         self.requests: dict[tuple[str, int], int] = {}
         self.latency = Histogram(LATENCY_BUCKETS)
         self.batch_lines = Histogram(BATCH_BUCKETS)
@@ -85,6 +87,15 @@ class Metrics:
                     ("vtx_search_traces_total", self.search_traces(), "counter",
                      "Traces of the compiled searches (a search settings' first request).")):
                 out += [f"# HELP {name} {about}", f"# TYPE {name} {kind}", f"{name} {value}"]
+            pairs = self.by_pair()
+            for name, index, kind, about in (
+                    ("vtx_pair_lines_total", 0, "counter", "Lines searched, by language pair."),
+                    ("vtx_pair_queue_lines", 1, "gauge",
+                     "Lines waiting for the search, by language pair.")):
+                if pairs:
+                    out += [f"# HELP {name} {about}", f"# TYPE {name} {kind}"]
+                    out += [f'{name}{{pair="{pair}"}} {counts[index]}'
+                            for pair, counts in pairs.items()]
             out += ["# HELP vtx_batch_lines Lines searched together, by batch.",
                     "# TYPE vtx_batch_lines histogram"] + self.batch_lines.lines("vtx_batch_lines")
             out += ["# HELP vtx_request_seconds Latency of the requests answered 200.",

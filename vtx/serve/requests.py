@@ -146,16 +146,24 @@ SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
 
 def read_body(body: bytes, fields: dict[str, str], limits: Limits | None = None) -> dict:
-    """The JSON object of a request's body, its fields among `fields` and of their types, every
+    """The JSON object of a request's body, checked by `check_body`.
+
+    Raises:
+        RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
+            not an object, or see `check_body`.
+    """
+    return check_body(read_json_object(body), fields, limits)
+
+
+def check_body(data: dict, fields: dict[str, str], limits: Limits | None = None) -> dict:
+    """`data`, a request's JSON object, its fields among `fields` and of their types, every
     string of it UTF-8 (no lone surrogate); with `limits`, its lists' lengths checked first
     (`check_counts`), so that a list too long costs no look at its items.
 
     Raises:
-        RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
-            not an object, an unknown field, a list too long, a value of the wrong type or a
+        RequestError: an unknown field, a list too long, a value of the wrong type or a
             string that is no UTF-8 (naming the field and the value).
     """
-    data = read_json_object(body)
     for name in data:
         if name not in fields:
             quoted = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
@@ -418,15 +426,6 @@ def _costs(tokens: list[int], options: DecodeOptions, model: Model) -> list[int]
                            f"{model.limits.max_request_cost} a request (--max-request-cost); "
                            f"send fewer or shorter lines, or a smaller beam")
     return costs
-
-
-def translate_job(body: bytes, model: Model) -> Job:
-    """The job of a POST /v1/translate body (`TRANSLATE_FIELDS`).
-
-    Raises:
-        RequestError: see `read_body` and `job_of`.
-    """
-    return job_of(read_body(body, TRANSLATE_FIELDS, model.limits), model)
 
 
 def job_of(data: dict, model: Model, field: str = "text") -> Job:
