@@ -47,6 +47,7 @@ from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translate import line_record
 from vtx.inference.translator import Compiled, Translator
+from vtx.precision import DecodingPrecision
 from vtx.serve import libre
 from vtx.serve.access import Access
 from vtx.serve.batcher import Batcher, Translators
@@ -405,10 +406,12 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
                   warn: Callable[[str], None] = lambda message: None,
                   glossary_path: str | Path | None = None,
                   transport: Transport = Transport(), pair: LanguagePair | None = None,
-                  access: Access | None = None) -> Service:
+                  access: Access | None = None,
+                  precision: DecodingPrecision = DecodingPrecision()) -> Service:
     """Load the model (or ensemble) of `checkpoints` and make its service; with
     `glossary_path`, a glossary for every request (`vtx.inference.glossary`); `pair`: the
-    model's languages, for the LibreTranslate routes; `access`: their api keys and rate limit.
+    model's languages, for the LibreTranslate routes; `access`: their api keys and rate limit;
+    `precision`: the dtype policy and quantization the models are built in.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or checkpoints of
@@ -424,7 +427,7 @@ def build_service(checkpoints: Sequence[str | Path], options: DecodeOptions, lim
                             nbest_value=options.nbest, limit=limits.max_beam)
     paths = [resolve_checkpoint(path) for path in checkpoints]
     glossary = Glossary.read(glossary_path) if glossary_path else None
-    models, vocab = load_models(paths, ema)
+    models, vocab = load_models(paths, ema, precision)
     # Positional scores as every request's (the fields of translate's jsonl).
     # Every kind of search a request can ask kept once traced (beam 1 to --max-beam, with or
     # without a prefix, plain or constrained; sampling): a trace dropped does not give its
