@@ -28,3 +28,14 @@ def test_forced_bfloat16_and_int8_translate_and_say_so(trained_checkpoint):
     if not any(flag in cpu_flags() for flag in BF16_CPU_FLAGS):
         assert "emulated, slower than float32" in first
     assert result.stdout.decode().startswith("Ein Mann ")
+
+
+def test_serve_loads_its_model_in_the_precision_asked_before_checking_its_flags(
+        trained_checkpoint):
+    """The model is built (bfloat16, int8) and a bad flag refused against it, before listening."""
+    result = CliRunner().invoke(main, ["serve", "--checkpoint", str(trained_checkpoint),
+                                       "--precision", "bfloat16", "--quantize", "int8",
+                                       "--alignment-layer", "5"])
+    assert result.exit_code == 1
+    assert "precision: bfloat16 (--precision bfloat16" in result.output
+    assert "--alignment-layer 5: the model has 2 decoder layers" in result.output

@@ -17,7 +17,7 @@ from vtx.precision import DecodingPrecision
 # projection. Attention's query, key and value projections stay float, being one fused product
 # in decoding (`MultiHeadAttention.fused_query_key_value`), and so does the shared embedding,
 # whose transpose makes the logits the search ranks by. Whether int8 pays is a CPU's matter:
-# `benchmarks/translate_speed.py --vtx-quantize`, docs/benchmarks.md.
+# `benchmarks/translate_speed.py --quantize none,int8`, docs/benchmarks.md.
 INT8_LAYERS = ("inner", "outer", "output")
 
 
