@@ -6,8 +6,8 @@ pass the quick start's `runs/quickstart/average.npz` for a real-size one) transl
 `--input` (default: Multi30k test_2016, English, 1000 lines) with `vtx.inference.translator`'s
 Translator, the object `vtx translate` uses: its length-sorted padded batches of `--max-tokens`,
 its compiled search, decoding to text. vtx runs at each setting of its own sweep, as
-CTranslate2 does: every precision of `--precisions` (`vtx translate --precision`: float32,
-bfloat16) with every quantization of `--quantize` (none, int8) and every `--max-tokens`. A
+CTranslate2 does: every precision of `--precisions` (`vtx translate --precision`: auto, the
+default, chosen here as `vtx translate` chooses, float32, bfloat16) with every quantization of `--quantize` (none, int8) and every `--max-tokens`. A
 markdown table gives each setting's steady call, its lines identical to vtx's float32 output,
 its BLEU against that output and against `--reference` (default: the input's German side);
 then the fastest setting. TensorFlow fixes its thread pool when it starts: a sweep over threads
@@ -69,7 +69,8 @@ import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))
 # vtx's settings: `vtx translate --precision` and `--quantize` (`vtx.precision`).
-from vtx.precision import DECODING_POLICIES, QUANTIZATIONS  # noqa: E402  (no TensorFlow)
+from vtx.precision import (AUTO, DECODING_POLICIES, DECODING_PRECISIONS,  # noqa: E402
+                           QUANTIZATIONS)  # (no TensorFlow)
 # CTranslate2's compute types tried by default on each device; those it lacks are skipped.
 CT2_COMPUTE_TYPES = {"cuda": ("float32", "float16", "bfloat16", "int8_float16"),
                      "cpu": ("float32", "int8", "int8_float32", "bfloat16")}
@@ -234,6 +235,18 @@ def vtx_settings(precisions: list[str], quantizations: list[str],
     together."""
     return [VtxSetting(precision, quantize, tokens) for precision in precisions
             for quantize in quantizations for tokens in max_tokens]
+
+
+def resolved_precisions(precisions: list[str], jit_compile: bool) -> list[str]:
+    """`precisions` with `auto` replaced by what `vtx translate --precision auto` chooses here
+    (printed with why), each once."""
+    from vtx.precision import resolve_decoding_precision
+
+    if AUTO in precisions:
+        chosen = resolve_decoding_precision(AUTO, jit_compile=jit_compile)
+        print(f"--precisions auto: {chosen.name} ({chosen.reason})")
+        precisions = [chosen.name if name == AUTO else name for name in precisions]
+    return list(dict.fromkeys(precisions))
 
 
 def sweep_vtx(checkpoint, vocab, options, settings: list[VtxSetting], lines: list[str],
@@ -490,9 +503,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
-    parser.add_argument("--precisions", type=names, default=["float32"],
+    parser.add_argument("--precisions", type=names, default=[AUTO],
                         help="vtx translate --precision values, comma separated: "
-                             f"{', '.join(DECODING_POLICIES)}; each a setting of vtx's sweep")
+                             f"{', '.join(DECODING_PRECISIONS)} (auto: what vtx translate "
+                             "chooses here); each a setting of vtx's sweep")
     parser.add_argument("--quantize", type=names, default=["none"],
                         help="vtx translate --quantize values, comma separated: "
                              f"{', '.join(QUANTIZATIONS)}; each a setting of vtx's sweep")
@@ -523,7 +537,7 @@ def parse_args() -> argparse.Namespace:
     if unknown or not args.ct2_batch_types:
         parser.error(f"--ct2-batch-types: unknown {', '.join(unknown) or 'empty list'} "
                      f"(known: {', '.join(CT2_MAX_BATCH_SIZES)})")
-    for flag, given, known in (("--precisions", args.precisions, DECODING_POLICIES),
+    for flag, given, known in (("--precisions", args.precisions, DECODING_PRECISIONS),
                                ("--quantize", args.quantize, QUANTIZATIONS)):
         if unknown := sorted(set(given) - set(known)) or ([] if given else ["empty list"]):
             parser.error(f"{flag}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
@@ -560,7 +574,8 @@ def main() -> None:
     print(f"{args.checkpoint.name}: {len(lines)} lines of {args.input.name}; beam {args.beam}, "
           f"alpha {args.lenpen} ({penalty}), --stop {args.stop}, "
           f"{'XLA' if args.jit else 'no XLA'}, {args.threads} threads")
-    settings = vtx_settings(args.precisions, args.quantize, args.max_tokens)
+    settings = vtx_settings(resolved_precisions(args.precisions, args.jit), args.quantize,
+                            args.max_tokens)
     judged, float32 = sweep_vtx(checkpoint, vocab, options, settings, lines, args.repeat,
                                 references)
     fastest, vtx, ours = min(judged, key=lambda item: item[1].seconds)

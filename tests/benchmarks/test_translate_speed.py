@@ -71,6 +71,17 @@ def test_vtxs_sweep_takes_every_precision_with_every_quantization_and_batch_size
     assert {s.precision for s in settings[4:]} == {"bfloat16"}
 
 
+def test_auto_among_the_precisions_is_what_vtx_translate_chooses_here_once(speed, monkeypatch,
+                                                                          capsys):
+    from vtx import precision
+
+    monkeypatch.setattr(precision, "resolve_decoding_precision", lambda requested, **kwargs:
+                        precision.DecodingPrecision("float32", reason="auto: no bf16"))
+    assert speed.resolved_precisions(["auto", "float32", "bfloat16"], False) == [
+        "float32", "bfloat16"]
+    assert capsys.readouterr().out == "--precisions auto: float32 (auto: no bf16)\n"
+
+
 @pytest.mark.parametrize("flag, value", [("--precisions", "float32,mixed_bfloat16"),
                                          ("--quantize", "int4")])
 def test_an_unknown_vtx_setting_is_refused_naming_flag_and_value(flag, value):
