@@ -151,8 +151,11 @@ def plot_decoding(rows: list[dict[str, str]], out: Path) -> None:
         lambda row: f"{row['machine']} ({row['device']})\n")
     fig, ax = plt.subplots(figsize=(8, 0.8 * len(rows) + 1.6))
     threads = lambda row: f"{row['threads']} thread{'s' if row['threads'] != '1' else ''}"
+    vtx_setting = lambda row: " ".join(
+        [row["precision"]] + (["int8"] if row["vtx_quantize"] == "int8" else []) +
+        [f"{row['vtx_max_tokens']} tokens"])
     labels = [
-        f"{where(row)}{row['input']}, {threads(row)}, vtx {row['precision']}\n"
+        f"{where(row)}{row['input']}, {threads(row)}, vtx {vtx_setting(row)}\n"
         f"--stop {row['stop']}, {row['identical_lines']}/{row['lines']} lines identical\n"
         f"CTranslate2 {row['compute_type']}, {row['max_batch_size']} {row['batch_type']}"
         for row in rows
@@ -267,7 +270,7 @@ PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], N
     "decoding_vs_ct2.csv": (
         ("machine", "device", "input", "lines", "threads", "stop", "precision", "vtx_tok_s",
          "compute_type", "batch_type", "max_batch_size", "ct2_s", "ct2_tok_s", "identical_lines",
-         "commit", "date", "command"),
+         "commit", "date", "command", "vtx_quantize", "vtx_max_tokens"),
         plot_decoding,
         "decoding_vs_ct2.png",
     ),

@@ -5,11 +5,15 @@ A trained checkpoint (default: the tests' tiny Multi30k model, `tests/fixtures/m
 pass the quick start's `runs/quickstart/average.npz` for a real-size one) translates the lines of
 `--input` (default: Multi30k test_2016, English, 1000 lines) with `vtx.inference.translator`'s
 Translator, the object `vtx translate` uses: its length-sorted padded batches of `--max-tokens`,
-its compiled search, decoding to text. `--precision` builds the model under another Keras dtype
-policy (`vtx.inference.loading.load_model`'s dtype; `vtx translate` decodes in float32), and
-vtx's BLEU against its own float32 output is printed. Each system makes `--repeat` calls on the
-same lines: the first warms it up (vtx's traces the search); the steady call is the fastest of
-the others (the first when it is the only one).
+its compiled search, decoding to text. vtx runs at each setting of its own sweep, as
+CTranslate2 does: every precision of `--precisions` (`vtx translate --precision`: auto, the
+default, chosen here as `vtx translate` chooses, float32, bfloat16) with every quantization of `--quantize` (none, int8) and every `--max-tokens`. A
+markdown table gives each setting's steady call, its lines identical to vtx's float32 output,
+its BLEU against that output and against `--reference` (default: the input's German side);
+then the fastest setting. TensorFlow fixes its thread pool when it starts: a sweep over threads
+is a run per `--threads`, each row of the CSV keeping its own. Each system makes `--repeat`
+calls on the same lines: the first warms it up (vtx's traces the search); the steady call is
+the fastest of the others (the first when it is the only one).
 
 With --ctranslate2 the checkpoint is exported once (`vtx.export.ct2.write_ctranslate2`) and
 CTranslate2 translates the same lines through `vtx.export.ct2.translate_lines` (the same length
@@ -20,7 +24,7 @@ alpha > 0), so they solve the same search problem. CTranslate2 runs at each sett
 every compute type of `--ct2-compute-types` (those the device lacks are skipped, and named) with
 every batch type of `--ct2-batch-types` and max batch size of `--ct2-max-batch-sizes`. A markdown
 table gives each setting's steady call, its lines identical to vtx's and its BLEU against vtx's
-float32 output; then come the fastest setting and vtx's speed against it. `--csv PATH` appends a
+float32 output; then come the fastest setting of each side and vtx's speed against it. `--csv PATH` appends a
 row per setting as it is measured, in the columns of `benchmarks/results/decoding_vs_ct2.csv`
 (`CSV_COLUMNS`), which `benchmarks/plot.py` draws.
 
@@ -34,8 +38,9 @@ and the wall time of each call. Run it alone on the machine (other work distorts
 and quote the machine printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
-       [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384] [--repeat 2] [--threads N]
-       [--jit | --no-jit] [--precision float32] [--modes] [--ctranslate2]
+       [--reference FILE] [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384,...]
+       [--repeat 2] [--threads N] [--jit | --no-jit] [--precisions float32,bfloat16]
+       [--quantize none,int8] [--modes] [--ctranslate2]
        [--ct2-device auto|cpu|cuda] [--ct2-compute-types LIST] [--ct2-batch-types LIST]
        [--ct2-max-batch-sizes LIST] [--csv PATH]
 """
@@ -63,8 +68,9 @@ import vtx  # noqa: F401  (before TensorFlow: it sets TensorFlow's environment, 
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))
-# vtx's Keras dtype policies (`vtx.models.transformer.build`).
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# vtx's settings: `vtx translate --precision` and `--quantize` (`vtx.precision`).
+from vtx.precision import (AUTO, DECODING_POLICIES, DECODING_PRECISIONS,  # noqa: E402
+                           QUANTIZATIONS)  # (no TensorFlow)
 # CTranslate2's compute types tried by default on each device; those it lacks are skipped.
 CT2_COMPUTE_TYPES = {"cuda": ("float32", "float16", "bfloat16", "int8_float16"),
                      "cpu": ("float32", "int8", "int8_float32", "bfloat16")}
@@ -72,11 +78,16 @@ CT2_COMPUTE_TYPES = {"cuda": ("float32", "float16", "bfloat16", "int8_float16"),
 CT2_MAX_BATCH_SIZES = {"examples": (32, 64, 128, 256, 1024),
                        "tokens": (2048, 4096, 8192, 16384)}
 # --csv's columns, those of benchmarks/results/decoding_vs_ct2.csv: one row per CTranslate2
-# setting. identical_lines: CTranslate2's lines identical to vtx's; vtx_bleu (empty in float32)
-# and ct2_bleu: BLEU against vtx's float32 output.
+# setting, vtx's figures those of its fastest setting (precision, vtx_quantize, vtx_max_tokens).
+# identical_lines: CTranslate2's lines identical to vtx's; vtx_bleu (empty in float32 without
+# int8) and ct2_bleu: BLEU against vtx's float32 output.
 CSV_COLUMNS = ("machine", "input", "threads", "stop", "vtx_s", "vtx_tok_s", "ct2_s", "ct2_tok_s",
                "identical_lines", "device", "lines", "precision", "vtx_bleu", "compute_type",
-               "batch_type", "max_batch_size", "ct2_bleu", "commit", "date", "command")
+               "batch_type", "max_batch_size", "ct2_bleu", "commit", "date", "command",
+               "vtx_quantize", "vtx_max_tokens")
+VTX_TABLE_HEADER = ("| precision | quantize | max_tokens | steady call | target tok/s | "
+                    "identical lines | BLEU vs vtx float32 | BLEU vs reference |\n"
+                    "|---|---|---|---|---|---|---|---|")
 TABLE_HEADER = ("| compute_type | batch_type | max_batch_size | steady call | target tok/s | "
                 "identical lines | BLEU vs vtx float32 |\n|---|---|---|---|---|---|---|")
 
@@ -204,6 +215,85 @@ def time_modes(translator, options, lines: list[str], repeat: int, plain: float)
               f"search")
 
 
+@dataclasses.dataclass(frozen=True)
+class VtxSetting:
+    """One vtx setting of the sweep."""
+
+    precision: str  # `vtx translate --precision`: float32 or bfloat16
+    quantize: str  # `vtx translate --quantize`: none or int8
+    max_tokens: int  # `vtx translate --max-tokens`
+
+    @property
+    def is_float32(self) -> bool:
+        """The setting computes as `vtx translate --precision float32` does."""
+        return (self.precision, self.quantize) == ("float32", "none")
+
+
+def vtx_settings(precisions: list[str], quantizations: list[str],
+                 max_tokens: list[int]) -> list[VtxSetting]:
+    """Every vtx setting of the sweep, those of one model (precision and quantization)
+    together."""
+    return [VtxSetting(precision, quantize, tokens) for precision in precisions
+            for quantize in quantizations for tokens in max_tokens]
+
+
+def resolved_precisions(precisions: list[str], jit_compile: bool) -> list[str]:
+    """`precisions` with `auto` replaced by what `vtx translate --precision auto` chooses here
+    (printed with why), each once."""
+    from vtx.precision import resolve_decoding_precision
+
+    if AUTO in precisions:
+        chosen = resolve_decoding_precision(AUTO, jit_compile=jit_compile)
+        print(f"--precisions auto: {chosen.name} ({chosen.reason})")
+        precisions = [chosen.name if name == AUTO else name for name in precisions]
+    return list(dict.fromkeys(precisions))
+
+
+def sweep_vtx(checkpoint, vocab, options, settings: list[VtxSetting], lines: list[str],
+              repeat: int, references: list[str] | None,
+              ) -> tuple[list[tuple[VtxSetting, Steady, list[str]]], list[str]]:
+    """Each vtx setting's calls on `lines` (one model per precision and quantization, as
+    `vtx translate --precision --quantize` loads it), and a row of a markdown table each, its
+    BLEU against vtx's float32 output and against `references`. The float32 output is that of
+    the sweep's first float32 setting, or of a float32 model translating once when it has none.
+
+    Returns:
+        (setting, its steady call judged against the float32 output, its steady outputs) of
+        each setting, and the float32 output.
+    """
+    import sacrebleu
+
+    from vtx.inference.loading import load_model
+    from vtx.inference.translator import Translator
+
+    count = lambda text: len(vocab.encode(text))
+    decode = lambda model: lambda batch: [h[0].text if h else "" for h in model.translate(batch)]
+    built = lambda setting: load_model(checkpoint, DECODING_POLICIES[setting.precision],
+                                       quantize=setting.quantize)
+    measured, models = [], {}
+    for setting in settings:
+        key = (setting.precision, setting.quantize)
+        models = models if key in models else {key: built(setting)}  # one model held at a time
+        translator = Translator([models[key]], vocab,
+                                dataclasses.replace(options, max_tokens=setting.max_tokens))
+        calls = timed_calls(decode(translator), lines, repeat)
+        report(f"vtx {setting.precision} {setting.quantize} {setting.max_tokens}", calls, lines,
+               count)
+        measured.append((setting, calls))
+    float32 = next((steady(calls)[1] for setting, calls in measured if setting.is_float32),
+                   None) or decode(Translator([load_model(checkpoint)], vocab, options))(lines)
+    print(VTX_TABLE_HEADER)
+    judged = []
+    for setting, calls in measured:
+        result, outputs = judge(calls, count, float32, float32), steady(calls)[1]
+        against = (f"{sacrebleu.corpus_bleu(outputs, [references]).score:.2f}"
+                   if references else "-")
+        print(f"| {setting.precision} | {setting.quantize} | {setting.max_tokens} | "
+              f"{result.seconds:.2f} s | {result.tok_s:,.0f} | {result.identical}/{len(lines)} | "
+              f"{result.bleu:.2f} | {against} |", flush=True)
+        judged.append((setting, result, outputs))
+    return judged, float32
+
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -308,14 +398,16 @@ def append_csv(path: Path, rows: list[dict], columns: tuple[str, ...] = CSV_COLU
         writer.writerows(rows)
 
 
-def run_columns(args: argparse.Namespace, device: str, vtx: Steady, lines: int) -> dict:
-    """The --csv columns that the rows of one run share: the machine, the input, vtx's figures,
-    the commit, the date and the command."""
+def run_columns(args: argparse.Namespace, device: str, fastest: "VtxSetting", vtx: Steady,
+                lines: int) -> dict:
+    """The --csv columns that the rows of one run share: the machine, the input, vtx's fastest
+    setting and its figures, the commit, the date and the command."""
     return {"machine": gpu_name() if device == "cuda" else cpu_name(), "input": args.input.name,
             "threads": args.threads, "stop": args.stop, "vtx_s": f"{vtx.seconds:.2f}",
             "vtx_tok_s": f"{vtx.tok_s:.0f}", "device": device, "lines": lines,
-            "precision": args.precision,
-            "vtx_bleu": "" if args.precision == "float32" else f"{vtx.bleu:.2f}",
+            "precision": fastest.precision, "vtx_quantize": fastest.quantize,
+            "vtx_max_tokens": fastest.max_tokens,
+            "vtx_bleu": "" if fastest.is_float32 else f"{vtx.bleu:.2f}",
             "commit": commit(), "date": datetime.now(timezone.utc).date().isoformat(),
             "command": f"python benchmarks/translate_speed.py {shlex.join(sys.argv[1:])}"}
 
@@ -330,7 +422,7 @@ def setting_columns(setting: Setting, result: Steady) -> dict:
 
 def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[str], options,
                              max_positions: int, judge_calls: Callable[[list], Steady],
-                             vtx: Steady) -> None:
+                             fastest: "VtxSetting", vtx: Steady) -> None:
     """CTranslate2's sweep on `lines` (`sweep`), its fastest setting against vtx's steady call,
     and --csv's rows."""
     import ctranslate2
@@ -349,7 +441,7 @@ def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[s
     if not compute_types:
         raise SystemExit(f"--ct2-compute-types: none of them runs on {device}")
     settings = ct2_settings(compute_types, args.ct2_batch_types, args.ct2_max_batch_sizes)
-    shared = run_columns(args, device, vtx, len(lines)) if args.csv else {}
+    shared = run_columns(args, device, fastest, vtx, len(lines)) if args.csv else {}
     measured = []
     with tempfile.TemporaryDirectory() as folder:
         model_dir = Path(folder) / "ct2"
@@ -397,8 +489,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--stop", choices=STOP_RULES, default=None,
                         help="vtx's stop rule (vtx translate --stop); default: fairseq with "
                              "--ctranslate2 (CTranslate2's own rule when alpha > 0), else exact")
-    parser.add_argument("--max-tokens", type=int, default=16384,
-                        help="vtx's batches (vtx translate's default)")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="reference translations of --input, for each setting's BLEU; "
+                             "default: --input's name with .de for .en, where it exists")
+    parser.add_argument("--max-tokens", type=counts, default=[16384],
+                        help="vtx's batches (vtx translate --max-tokens), comma separated: each "
+                             "a setting of vtx's sweep; default: vtx translate's")
     parser.add_argument("--repeat", type=int, default=2,
                         help="calls on the same lines, per system and setting: one warm-up, "
                              "the fastest of the others is the steady call")
@@ -407,9 +503,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
-    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
-                        help="vtx's Keras dtype policy; its BLEU against its float32 output is "
-                             "printed")
+    parser.add_argument("--precisions", type=names, default=[AUTO],
+                        help="vtx translate --precision values, comma separated: "
+                             f"{', '.join(DECODING_PRECISIONS)} (auto: what vtx translate "
+                             "chooses here); each a setting of vtx's sweep")
+    parser.add_argument("--quantize", type=names, default=["none"],
+                        help="vtx translate --quantize values, comma separated: "
+                             f"{', '.join(QUANTIZATIONS)}; each a setting of vtx's sweep")
     parser.add_argument("--modes", action="store_true",
                         help="also time each decoding mode (sampling, a prefix, an ensemble of "
                              "two copies, positional scores, alignments, constraints) against "
@@ -437,6 +537,13 @@ def parse_args() -> argparse.Namespace:
     if unknown or not args.ct2_batch_types:
         parser.error(f"--ct2-batch-types: unknown {', '.join(unknown) or 'empty list'} "
                      f"(known: {', '.join(CT2_MAX_BATCH_SIZES)})")
+    for flag, given, known in (("--precisions", args.precisions, DECODING_PRECISIONS),
+                               ("--quantize", args.quantize, QUANTIZATIONS)):
+        if unknown := sorted(set(given) - set(known)) or ([] if given else ["empty list"]):
+            parser.error(f"{flag}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    if args.reference is None and args.input.name.replace(".en", ".de") != args.input.name:
+        german = args.input.with_name(args.input.name.replace(".en", ".de"))
+        args.reference = german if german.is_file() else None
     if args.csv and not args.ctranslate2:
         parser.error("--csv writes CTranslate2's settings: it needs --ctranslate2")
     if args.csv and (error := csv_header_error(args.csv)):
@@ -456,34 +563,37 @@ def main() -> None:
     from vtx.inference.translator import Translator
 
     lines = read_lines(args.input, args.limit)
+    references = read_lines(args.reference, args.limit) if args.reference else None
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, lenpen_formula=penalty,
-                            max_tokens=args.max_tokens, stop=args.stop, jit_compile=args.jit)
+                            max_tokens=args.max_tokens[0], stop=args.stop, jit_compile=args.jit)
     checkpoint = checkpoints.load(args.checkpoint)
     vocab = checkpoint_vocabulary(checkpoint, args.checkpoint)
-    translator = Translator([load_model(checkpoint, args.precision)], vocab, options)
     print(f"machine: {cpu_model()}")
-    print(f"{args.checkpoint.name}: {translator.model.count_params()} parameters; "
-          f"{len(lines)} lines of {args.input.name}; beam {args.beam}, alpha {args.lenpen} "
-          f"({penalty}), --stop {args.stop}, --max-tokens {args.max_tokens}, "
-          f"{'XLA' if args.jit else 'no XLA'}, {args.precision}, {args.threads} threads")
-    count = lambda text: len(vocab.encode(text))
-    decode = lambda model: lambda batch: [h[0].text if h else "" for h in model.translate(batch)]
-    ours = timed_calls(decode(translator), lines, args.repeat)
-    report("vtx", ours, lines, count)
-    reference = steady(ours)[1] if args.precision == "float32" else \
-        decode(Translator([load_model(checkpoint)], vocab, options))(lines)
-    vtx = judge(ours, count, reference, reference)
-    if args.precision != "float32":
-        print(f"vtx {args.precision} against vtx float32: {vtx.identical}/{len(lines)} lines "
-              f"identical, BLEU {vtx.bleu:.2f}")
+    print(f"{args.checkpoint.name}: {len(lines)} lines of {args.input.name}; beam {args.beam}, "
+          f"alpha {args.lenpen} ({penalty}), --stop {args.stop}, "
+          f"{'XLA' if args.jit else 'no XLA'}, {args.threads} threads")
+    settings = vtx_settings(resolved_precisions(args.precisions, args.jit), args.quantize,
+                            args.max_tokens)
+    judged, float32 = sweep_vtx(checkpoint, vocab, options, settings, lines, args.repeat,
+                                references)
+    fastest, vtx, ours = min(judged, key=lambda item: item[1].seconds)
+    print(f"fastest vtx setting: --precision {fastest.precision} --quantize {fastest.quantize} "
+          f"--max-tokens {fastest.max_tokens}: {vtx.seconds:.2f} s ({vtx.tok_s:,.0f} target "
+          f"tok/s), BLEU {vtx.bleu:.2f} against vtx float32")
     if args.modes:
-        time_modes(translator, options, lines, args.repeat, vtx.seconds)
+        first, plain, _ = judged[0]
+        translator = Translator([load_model(checkpoint, DECODING_POLICIES[first.precision],
+                                            quantize=first.quantize)], vocab,
+                                dataclasses.replace(options, max_tokens=first.max_tokens))
+        time_modes(translator, translator.options, lines, args.repeat, plain.seconds)
     if args.ctranslate2:
+        count = lambda text: len(vocab.encode(text))
+        max_positions = checkpoint.meta["model_config"]["max_positions"]
         compare_with_ctranslate2(
-            args, checkpoint, lines, options, translator.max_positions,
-            lambda calls: judge(calls, count, steady(ours)[1], reference), vtx)
+            args, checkpoint, lines, options, max_positions,
+            lambda calls: judge(calls, count, ours, float32), fastest, vtx)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import click
 from vtx import atomic
 from vtx.errors import Templated
 from vtx.inference.decoding import LENPEN_FORMULAS, STOP_RULES, DecodeOptions  # no TensorFlow
+from vtx.precision import AUTO, DECODING_PRECISIONS, QUANTIZATIONS  # no TensorFlow
 
 
 class FiniteFloat(click.FloatRange):
@@ -48,8 +49,8 @@ SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
 
 # --jit/--no-jit of translate, parse and score (default None: `vtx.inference.jit`'s auto), with
 # what it compiles.
-JIT_HELP = ("XLA-compile the {}; the first log line says whether and why.  [default: --jit where "
-            "TensorFlow sees a GPU, else --no-jit]")
+JIT_HELP = ("XLA-compile the {}; the second log line (after the precision's) says whether and "
+            "why.  [default: --jit where TensorFlow sees a GPU, else --no-jit]")
 
 # --ema of translate, parse, average-checkpoints and export: the checkpoint's EMA weights.
 ema_option = click.option(
@@ -66,6 +67,32 @@ ensemble_option = click.option(
     "--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); repeated: an "
          "ensemble, the mean of the models' probabilities.")
+
+
+def precision_options(command):
+    """--precision and --quantize of the decoding commands (`vtx.precision`)."""
+    command = click.option(
+        "--quantize", type=click.Choice(QUANTIZATIONS), default="none", show_default=True,
+        help="int8: the feed-forward layers and attention's output projection multiply in int8 "
+             "(Keras's int8 layers); pays only on some CPUs, see docs/benchmarks.md.")(command)
+    return click.option(
+        "--precision", type=click.Choice(DECODING_PRECISIONS), default=AUTO, show_default=True,
+        help="What the layers compute in (the search's scores stay float32); auto: bfloat16 "
+             "where the CPU (AMX, avx512_bf16) or GPU multiplies faster in it, else float32. "
+             "The first log line says which and why.")(command)
+
+
+def announce_decoding(precision: str, quantize: str, xla, subject: str):
+    """Resolve --precision and --quantize (`vtx.precision.resolve_decoding_precision`) and say
+    the decoding's first log lines: its precision and why, then whether `subject` (the search,
+    the scoring) is XLA-compiled (`xla`, a `vtx.inference.jit.JitChoice`). Returns the
+    `DecodingPrecision` the models are built in."""
+    from vtx.precision import resolve_decoding_precision
+
+    chosen = resolve_decoding_precision(precision, quantize, xla.compile)
+    click.echo(chosen.log_line(), err=True)
+    click.echo(xla.log_line(subject), err=True)
+    return chosen
 
 
 def search_options(defaults: DecodeOptions):

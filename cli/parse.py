@@ -3,8 +3,8 @@
 import click
 
 from vtx.inference.decoding import PARSING
-from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, ema_option, ensemble_option, library_error,
-                             search_options)
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, announce_decoding, ema_option,
+                             ensemble_option, library_error, precision_options, search_options)
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
@@ -39,8 +39,10 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
                    "brackets, one root, no empty phrase. For a model trained on trees with the "
                    "words in their slots (prepare-parse --slots words).")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
+@precision_options
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
-          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema, tokenize):
+          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema, tokenize,
+          precision, quantize):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
@@ -48,7 +50,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
     from vtx.parsing import evalb
 
     xla = resolve_jit(jit)
-    click.echo(xla.log_line("search"), err=True)
+    chosen = announce_decoding(precision, quantize, xla, "search")
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
@@ -58,7 +60,7 @@ def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max
                                 input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",
                                                                       err=True),
                                 log=lambda message: click.echo(message, err=True), ema=ema,
-                                tokenize=tokenize)
+                                tokenize=tokenize, precision=chosen)
     except (OSError, ValueError, MemoryError) as error:  # also a --beam too wide for the memory
         raise library_error(error, FLAGS) from error
     if parsed.scores is not None:

@@ -4,7 +4,8 @@ decoding), e.g. to rescore `vtx translate --nbest` output."""
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import JIT_HELP, FiniteFloat, SEARCH_FLAGS, ema_option, library_error
+from vtx_cli.options import (JIT_HELP, FiniteFloat, SEARCH_FLAGS, announce_decoding, ema_option,
+                             library_error, precision_options)
 
 FLAGS = {**SEARCH_FLAGS, "target_path": "--target"}
 
@@ -39,22 +40,24 @@ FLAGS = {**SEARCH_FLAGS, "target_path": "--target"}
 @click.option("--max-tokens", type=click.IntRange(min=1), default=TRANSLATION.max_tokens,
               show_default=True, help="Source tokens per forward pass, padding counted.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("forward pass"))
+@precision_options
 @ema_option
 def score(checkpoints, input_path, target_path, nbest, output_path, force, output_format,
-          lenpen, lenpen_formula, max_tokens, jit, ema):
+          lenpen, lenpen_formula, max_tokens, jit, ema, precision, quantize):
     """Score target sentences given their sources under a model."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.rescore import score_file
 
     xla = resolve_jit(jit)
-    click.echo(xla.log_line("scoring"), err=True)
+    chosen = announce_decoding(precision, quantize, xla, "scoring")
     try:
         options = DecodeOptions(lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_tokens=max_tokens, jit_compile=xla.compile)
         score_file(checkpoints, input_path, target_path, output_path, options, nbest,
                    output_format, force,
                    warn=lambda message: click.echo(f"warning: {message}", err=True),
-                   log=lambda message: click.echo(message, err=True), ema=ema)
+                   log=lambda message: click.echo(message, err=True), ema=ema,
+                   precision=chosen)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error

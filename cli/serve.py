@@ -5,8 +5,8 @@ from pathlib import Path
 import click
 
 from vtx.inference.decoding import TRANSLATION
-from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, library_error,
-                             search_options)
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
+                             ema_option, library_error, precision_options, search_options)
 
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
@@ -137,12 +137,13 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
               help="Requests a minute each api key, or each address without a key, may make "
                    "of POST /translate and /detect (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
+@precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
           max_len_b, stop, nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, alignment_layer, glossary_path,
-          source_lang, target_lang, api_keys_path, req_limit, jit):
+          source_lang, target_lang, api_keys_path, req_limit, jit, precision, quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -165,7 +166,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
                                "names each pair's languages")
     xla = resolve_jit(jit)
-    click.echo(xla.log_line("search"), err=True)
+    chosen = announce_decoding(precision, quantize, xla, "search")
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
@@ -187,7 +188,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                                 glossary_path=glossary_path, transport=transport, access=access,
                                 log=lambda message: click.echo(message, err=True),
                                 named=(lambda pair: f"--model {pair.source}-{pair.target}={{}}")
-                                if pair_models else lambda pair: "--checkpoint {}")
+                                if pair_models else lambda pair: "--checkpoint {}",
+                                precision=chosen)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

@@ -3,8 +3,9 @@
 import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
-from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, ema_option, ensemble_option,
-                             library_error, search_options)
+from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
+                             ema_option, ensemble_option, library_error, precision_options,
+                             search_options)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -62,6 +63,7 @@ def check_combinations(ctx: click.Context) -> None:
 @click.option("--reference", type=click.Path(exists=True, dir_okay=False),
               help="Reference translations: print detokenized sacreBLEU and its signature.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
+@precision_options
 @click.option("--sampling", is_flag=True,
               help="Draw --nbest samples per input from the model instead of the beam search "
                    "(back-translation); reproducible per line with --seed.")
@@ -102,7 +104,8 @@ def check_combinations(ctx: click.Context) -> None:
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
               max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
               sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
-              constraints_path, glossary_path, print_alignment, alignment_layer, ema):
+              constraints_path, glossary_path, print_alignment, alignment_layer, ema,
+              precision, quantize):
     """Translate sentences with a trained model."""
     from vtx.inference import translate as lib
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
@@ -111,7 +114,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
 
     check_combinations(ctx)
     xla = resolve_jit(jit, host_steps=bool(constraints_path or glossary_path))
-    click.echo(xla.log_line("search"), err=True)
+    chosen = announce_decoding(precision, quantize, xla, "search")
     try:
         sampler = SamplingOptions(topk=sampling_topk, topp=sampling_topp,
                                   temperature=temperature, seed=seed) if sampling else None
@@ -133,7 +136,7 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
                                   other_inputs={"--reference": reference}, ema=ema,
                                   output_format=output_format, prefix_path=prefix_path,
                                   constraints_path=constraints_path,
-                                  glossary_path=glossary_path)
+                                  glossary_path=glossary_path, precision=chosen)
         if reference:
             score, signature = lib.bleu(best, reference, references)
             click.echo(score, err=True)

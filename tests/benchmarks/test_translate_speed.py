@@ -63,6 +63,34 @@ def test_the_sweep_takes_each_batch_types_own_sizes_unless_given(speed):
                      speed.Setting("float32", "tokens", 64)]
 
 
+def test_vtxs_sweep_takes_every_precision_with_every_quantization_and_batch_size(speed):
+    settings = speed.vtx_settings(["float32", "bfloat16"], ["none", "int8"], [512, 16384])
+    assert len(settings) == 8 and settings[0].is_float32 and not settings[2].is_float32
+    assert [(s.quantize, s.max_tokens) for s in settings[:4]] == [
+        ("none", 512), ("none", 16384), ("int8", 512), ("int8", 16384)]
+    assert {s.precision for s in settings[4:]} == {"bfloat16"}
+
+
+def test_auto_among_the_precisions_is_what_vtx_translate_chooses_here_once(speed, monkeypatch,
+                                                                          capsys):
+    from vtx import precision
+
+    monkeypatch.setattr(precision, "resolve_decoding_precision", lambda requested, **kwargs:
+                        precision.DecodingPrecision("float32", reason="auto: no bf16"))
+    assert speed.resolved_precisions(["auto", "float32", "bfloat16"], False) == [
+        "float32", "bfloat16"]
+    assert capsys.readouterr().out == "--precisions auto: float32 (auto: no bf16)\n"
+
+
+@pytest.mark.parametrize("flag, value", [("--precisions", "float32,mixed_bfloat16"),
+                                         ("--quantize", "int4")])
+def test_an_unknown_vtx_setting_is_refused_naming_flag_and_value(flag, value):
+    run = subprocess.run([sys.executable, str(SCRIPT), flag, value], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2
+    assert f"{flag}: unknown {value.split(',')[-1]} (known: " in run.stderr
+
+
 def test_compute_types_the_device_lacks_are_skipped_and_named(speed, monkeypatch, capsys):
     import ctranslate2
 
@@ -82,13 +110,15 @@ def test_csv_rows_go_only_under_the_sweeps_own_columns(speed, tmp_path):
 
 
 def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_csv(tmp_path):
-    """One compute type, both batch types, two sizes each, vtx in mixed_bfloat16: four table
-    rows and four CSV rows under the results' own, the fastest setting and vtx against it."""
+    """One compute type, both batch types, two sizes each, vtx in bfloat16 with two
+    --max-tokens: vtx's two rows, CTranslate2's four table rows and four CSV rows under the
+    results' own, the fastest setting of each and vtx against CTranslate2's."""
     table = tmp_path / "decoding_vs_ct2.csv"
     shutil.copy(RESULTS, table)
     before = list(csv.DictReader(RESULTS.open(encoding="utf-8")))
     run = subprocess.run([sys.executable, str(SCRIPT), "--limit", "4", "--repeat", "1",
-                          "--precision", "mixed_bfloat16", "--ctranslate2", "--ct2-device",
+                          "--precisions", "bfloat16", "--max-tokens", "512,16384",
+                          "--ctranslate2", "--ct2-device",
                           "cpu", "--ct2-compute-types", "float32", "--ct2-batch-types",
                           "examples,tokens", "--ct2-max-batch-sizes", "2,64", "--csv",
                           str(table)], capture_output=True, text=True, timeout=600, check=True)
@@ -97,7 +127,10 @@ def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_
     rows = [line.split(" | ") for line in lines if line.startswith("| float32 |")]
     assert [(row[1], row[2]) for row in rows] == settings, run.stdout
     assert all(row[3].endswith(" s") and row[5].endswith("/4") for row in rows), run.stdout
-    assert any(line.startswith("vtx mixed_bfloat16 against vtx float32: ") for line in lines)
+    ours = [line.split(" | ")[:3] for line in lines if line.startswith("| bfloat16 |")]
+    assert ours == [["| bfloat16", "none", "512"], ["| bfloat16", "none", "16384"]], run.stdout
+    fastest = next(line for line in lines if line.startswith("fastest vtx setting: "))
+    assert fastest.startswith("fastest vtx setting: --precision bfloat16 --quantize none ")
     assert any(line.startswith("fastest CTranslate2 setting: float32, batch_type ")
                for line in lines), run.stdout
     assert lines[-2].startswith("vtx / CTranslate2 at its fastest (sentences/s): ") and \
@@ -109,8 +142,9 @@ def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_
     assert [(row["batch_type"], row["max_batch_size"]) for row in added] == settings
     plotted, _, _ = _load(ROOT / "benchmarks" / "plot.py", "benchmark_plot").PLOTS[RESULTS.name]
     for row in added:
-        assert (row["compute_type"], row["device"], row["lines"], row["precision"]) == (
-            "float32", "cpu", "4", "mixed_bfloat16")
+        assert (row["compute_type"], row["device"], row["lines"], row["precision"],
+                row["vtx_quantize"]) == ("float32", "cpu", "4", "bfloat16", "none")
+        assert row["vtx_max_tokens"] == fastest.split("--max-tokens ")[1].split(":")[0]
         assert 0 <= float(row["vtx_bleu"]) <= 100 and 0 <= float(row["ct2_bleu"]) <= 100
         assert 0 <= int(row["identical_lines"]) <= 4
         assert all(row[column] for column in plotted), row

@@ -242,7 +242,7 @@ def test_an_ensemble_parses_two_copies_as_one_and_two_models_into_well_formed_tr
             assert parse_tree(tree_line).leaves() == line.split()
 
 
-def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(checkpoint, dev):
+def test_the_log_lines_say_the_precision_then_whether_the_search_is_compiled_and_why(checkpoint, dev):
     """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
     `--jit` compiles, as typed before `auto` existed."""
     words, _ = dev
@@ -255,6 +255,7 @@ def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(checkpoi
                                  str(words), *FAST, *flags], capture_output=True, text=True,
                                 env=no_gpu, timeout=300)
         assert result.returncode == 0, result.stderr
-        assert vtx_lines(result.stderr)[0] == said
+        first, second = vtx_lines(result.stderr)[:2]
+        assert first.startswith("precision: ") and second == said
         trees.add(result.stdout)
     assert len(trees) == 1

@@ -42,7 +42,7 @@ def test_a_target_of_another_length_is_one_line_naming_the_flags(trained_checkpo
         f"2-line input needs 2")
 
 
-def test_the_first_log_line_says_whether_the_pass_is_compiled_and_jit_scores_alike(
+def test_the_log_lines_say_the_precision_then_whether_the_pass_is_compiled_and_jit_scores_alike(
         trained_checkpoint, tmp_path):
     """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
     `--jit` compiles the forward pass, which scores as the plain one."""
@@ -55,7 +55,8 @@ def test_the_first_log_line_says_whether_the_pass_is_compiled_and_jit_scores_ali
         result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
                      "--target", tmp_path / "hyp.de", *flags, env=no_gpu)
         assert result.returncode == 0, result.stderr.decode()
-        assert vtx_lines(result.stderr.decode())[0] == said
+        first, second = vtx_lines(result.stderr.decode())[:2]
+        assert first.startswith("precision: ") and second == said
         scores.append([float(line.split("\t")[0]) for line in result.stdout.decode().splitlines()])
     assert len(scores[0]) == 2
     assert all(abs(plain - compiled) < 1e-4 for plain, compiled in zip(*scores))

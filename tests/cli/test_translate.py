@@ -355,7 +355,7 @@ def test_a_bad_constraints_file_or_mode_is_refused_naming_it(trained_checkpoint,
         assert not (tmp_path / "out.de").exists()
 
 
-def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(trained_checkpoint):
+def test_the_log_lines_say_the_precision_then_whether_the_search_is_compiled_and_why(trained_checkpoint):
     """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
     `--jit` and `--no-jit` choose, as typed before `auto` existed."""
     no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -366,6 +366,7 @@ def test_the_first_log_line_says_whether_the_search_is_compiled_and_why(trained_
         result = vtx("translate", "--checkpoint", trained_checkpoint, *flags,
                      stdin=b"A man is riding a bike.\n", env=no_gpu)
         assert result.returncode == 0, result.stderr.decode()
-        assert vtx_lines(result.stderr.decode())[0] == said
+        first, second = vtx_lines(result.stderr.decode())[:2]
+        assert first.startswith("precision: ") and second == said
         outputs.add(result.stdout)
     assert len(outputs) == 1

@@ -43,3 +43,40 @@ def test_savedmodel_translates_like_vtx_translate(trained_checkpoint, test_sente
     # No pieces, no translation: blank lines, a zero-width space, a byte-order mark (a sentence
     # was made up for the last two, which changed with the other lines of the call).
     assert translations[200:204] == ["", "", "", ""]
+
+
+@pytest.mark.slow
+def test_an_int8_savedmodel_holds_int8_weights_and_translates_like_vtx_translate_int8(
+        trained_checkpoint, tmp_path):
+    lines = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman is cooking.",
+             "A group of people are standing in front of a large building."]
+    expected = vtx_translate(trained_checkpoint, lines, tmp_path, "--precision", "float32",
+                             "--quantize", "int8")
+    output = tmp_path / "savedmodel"
+    invoke("export", "--checkpoint", trained_checkpoint, "--format", "savedmodel", "--output",
+           output, "--quantize", "int8")
+    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
+    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(output),
+                             str(tmp_path / "lines.json")], capture_output=True, text=True,
+                            timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert json.loads(loaded.stdout.strip().splitlines()[-1]) == expected
+    import tensorflow as tf
+
+    dtypes = tf.train.load_checkpoint(str(output / "variables" / "variables"))
+    assert tf.int8 in dtypes.get_variable_to_dtype_map().values()
+
+
+@pytest.mark.parametrize("flag, value", [("--quantize", "int8"), ("--precision", "bfloat16")])
+def test_a_precision_for_another_format_than_savedmodel_is_refused(trained_checkpoint, tmp_path,
+                                                                   flag, value):
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    result = CliRunner().invoke(main, ["export", "--checkpoint", str(trained_checkpoint),
+                                       "--format", "ctranslate2", "--output",
+                                       str(tmp_path / "ct2"), flag, value])
+    assert result.exit_code == 1
+    assert f"{flag} {value} applies to a savedmodel only" in result.output
+    assert not (tmp_path / "ct2").exists()

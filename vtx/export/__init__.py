@@ -20,6 +20,7 @@ from pathlib import Path
 from vtx import atomic, locking, manifest
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
+from vtx.precision import DecodingPrecision
 
 FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 # A directory holding one of these is a previous export, which `force` may replace.
@@ -47,22 +48,44 @@ def _check_output(output: Path, force: bool) -> None:
                             markers=" or ".join(_EXPORT_MARKERS))
 
 
-def _savedmodel(checkpoint, directory: Path, options: DecodeOptions) -> None:
+def _check_precision(format: str, precision: DecodingPrecision) -> None:
+    """Refuse another precision than float32, or int8, for a format that is not a SavedModel:
+    CTranslate2 and Transformers choose their own at load time, and a keras-hub preset holds
+    the float32 weights (its Seq2SeqLM takes a dtype when built).
+
+    Raises:
+        ArgumentError: naming the flag and its value.
+    """
+    if format == "savedmodel":
+        return
+    for argument, value, plain in (("precision", precision.name, "float32"),
+                                   ("quantize", precision.quantize, "none")):
+        if value != plain:
+            raise ArgumentError("{%s} {value} applies to a savedmodel only; a {format} export "
+                                "holds the float32 weights" % argument, value=value,
+                                format=format)
+
+
+def _savedmodel(checkpoint, directory: Path, options: DecodeOptions,
+                precision: DecodingPrecision) -> None:
     from vtx.export.savedmodel import write_savedmodel
-    write_savedmodel(checkpoint, directory, options)
+    write_savedmodel(checkpoint, directory, options, precision)
 
 
-def _ctranslate2(checkpoint, directory: Path, options: DecodeOptions) -> None:
+def _ctranslate2(checkpoint, directory: Path, options: DecodeOptions,
+                 precision: DecodingPrecision) -> None:
     from vtx.export.ct2 import write_ctranslate2
     write_ctranslate2(checkpoint, directory)
 
 
-def _transformers(checkpoint, directory: Path, options: DecodeOptions) -> None:
+def _transformers(checkpoint, directory: Path, options: DecodeOptions,
+                  precision: DecodingPrecision) -> None:
     from vtx.export.marian import write_marian
     write_marian(checkpoint, directory)
 
 
-def _keras_hub(checkpoint, directory: Path, options: DecodeOptions) -> None:
+def _keras_hub(checkpoint, directory: Path, options: DecodeOptions,
+               precision: DecodingPrecision) -> None:
     from vtx.hub.preset import write_preset
     write_preset(checkpoint, directory, options)
 
@@ -73,7 +96,7 @@ _WRITERS = {"savedmodel": _savedmodel, "ctranslate2": _ctranslate2,
 
 def export(checkpoint_path: str | Path, output: str | Path, format: str,
            options: DecodeOptions = DecodeOptions(), force: bool = False,
-           ema: bool = False) -> Path:
+           ema: bool = False, precision: DecodingPrecision = DecodingPrecision()) -> Path:
     """Export the checkpoint at `checkpoint_path` to directory `output` in `format`.
 
     Args:
@@ -85,13 +108,16 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
             take theirs at translation time instead.
         force: replace an existing export at `output`.
         ema: export the checkpoint's EMA weights (`checkpoints.with_ema_weights`).
+        precision: the dtype policy and quantization a SavedModel's model is built in (traced
+            so: the SavedModel holds int8 weights where quantized); float32 for other formats.
 
     Returns:
         `output` as a Path.
 
     Raises:
         OutputLockedError: another process writes `output` (`vtx.locking`).
-        ArgumentError: `output` is in the way (a ValueError naming `output` and `force`).
+        ArgumentError: `output` is in the way (a ValueError naming `output` and `force`), or
+            a precision or quantization for a format other than savedmodel.
         ValueError: unknown format, unreadable checkpoint or no vocabulary.
     """
     from vtx import checkpoints
@@ -99,6 +125,7 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
 
     if format not in FORMATS:
         raise ValueError(f"unknown export format {format!r}; choose one of: {', '.join(FORMATS)}")
+    _check_precision(format, precision)
     output = Path(output)
     with locking.output_lock(output, "output"):  # checked and written by one process
         _check_output(output, force)
@@ -106,6 +133,6 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
         checkpoints.model_config(checkpoint, checkpoint_path)  # both checked before any work
         checkpoint_vocabulary(checkpoint, checkpoint_path)
         with atomic.replaced_on_success(output) as tmp:
-            _WRITERS[format](checkpoint, tmp, options)
+            _WRITERS[format](checkpoint, tmp, options, precision)
             manifest.write(tmp)  # last: it lists every other file
     return output

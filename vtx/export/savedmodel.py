@@ -26,6 +26,7 @@ from vtx.checkpoints import Checkpoint
 from vtx.config import PAD_ID
 from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
 from vtx.inference.loading import load_model
+from vtx.precision import DecodingPrecision
 
 
 class TranslateModule(tf.Module):
@@ -83,9 +84,11 @@ class TranslateModule(tf.Module):
                 "scores": tf.where(blank, tf.constant(0.0), output.scores[:, 0])}
 
 
-def write_savedmodel(checkpoint: Checkpoint, directory: str | Path,
-                     options: DecodeOptions) -> None:
-    """Write `checkpoint` (with its vocabulary) as a translating SavedModel in `directory`."""
-    module = TranslateModule(load_model(checkpoint), checkpoint.vocab, options)
+def write_savedmodel(checkpoint: Checkpoint, directory: str | Path, options: DecodeOptions,
+                     precision: DecodingPrecision = DecodingPrecision()) -> None:
+    """Write `checkpoint` (with its vocabulary) as a translating SavedModel in `directory`, its
+    model built in `precision` (`vtx.inference.loading.load_model`)."""
+    model = load_model(checkpoint, precision.policy, quantize=precision.quantize)
+    module = TranslateModule(model, checkpoint.vocab, options)
     tf.saved_model.save(module, str(directory),
                         signatures={"serving_default": module.translate})

@@ -10,6 +10,15 @@ from pathlib import Path
 from typing import Sequence
 
 from vtx import checkpoints
+from vtx.precision import DecodingPrecision
+
+# The layers `--quantize int8` gives int8 weights (Keras's int8 Dense: weights quantized per
+# output column, inputs per row at each call): the feed-forward layers and attention's output
+# projection. Attention's query, key and value projections stay float, being one fused product
+# in decoding (`MultiHeadAttention.fused_query_key_value`), and so does the shared embedding,
+# whose transpose makes the logits the search ranks by. Whether int8 pays is a CPU's matter:
+# `benchmarks/translate_speed.py --quantize none,int8`, docs/benchmarks.md.
+INT8_LAYERS = ("inner", "outer", "output")
 
 
 def resolve_checkpoint(path: str | Path, named: str = "--checkpoint {}") -> Path:
@@ -37,9 +46,10 @@ def resolve_checkpoint(path: str | Path, named: str = "--checkpoint {}") -> Path
 
 
 def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32",
-               path: str | Path = "the checkpoint"):
-    """Build the checkpoint's Transformer (read from `path`) and load its weights (optimizer
-    state is ignored).
+               path: str | Path = "the checkpoint", quantize: str = "none"):
+    """Build the checkpoint's Transformer (read from `path`) under the Keras dtype policy
+    `dtype` and load its weights (optimizer state is ignored); `quantize` int8: then give
+    `INT8_LAYERS` int8 weights (`quantized`).
 
     Raises:
         ArchitectureError: its configuration does not build, or not its weights (`path` named;
@@ -53,6 +63,20 @@ def load_model(checkpoint: checkpoints.Checkpoint, dtype: str = "float32",
         raise ValueError(f"{path}: its variables do not match its own model configuration")
     for variable, array in zip(model.variables, checkpoint.model):
         variable.assign(array)
+    if quantize != "none":
+        quantized(model, quantize)
+    return model
+
+
+def quantized(model, mode: str = "int8"):
+    """`model` with int8 weights in its `INT8_LAYERS` (Keras's `Model.quantize`, in place).
+
+    Raises:
+        ValueError: `mode` is not int8.
+    """
+    if mode != "int8":
+        raise ValueError(f"quantize must be none or int8, got {mode!r}")
+    model.quantize(mode, filters=lambda layer: layer.name in INT8_LAYERS)
     return model
 
 
@@ -76,9 +100,11 @@ def checkpoint_vocabulary(checkpoint: checkpoints.Checkpoint, path: str | Path):
 
 
 def load_models(paths: Sequence[str | Path], ema: bool = False,
+                precision: DecodingPrecision = DecodingPrecision(),
                 named: str = "--checkpoint {}") -> tuple[list, object]:
     """The models of checkpoint files that carry one vocabulary (an ensemble), and it; `ema`:
-    each checkpoint's EMA weights; `named`: how a refusal names a file (its flag and value).
+    each checkpoint's EMA weights; `precision`: the dtype policy and quantization they are
+    built in; `named`: how a refusal names a file (its flag and value).
 
     Raises:
         ValueError: a checkpoint is unreadable or has no vocabulary, or two have different
@@ -97,5 +123,5 @@ def load_models(paths: Sequence[str | Path], ema: bool = False,
             raise ValueError(f"{named.format(first)} and {named.format(path)} have different "
                              f"vocabularies (piece {index}: {ours!r} and {theirs!r}); an "
                              f"ensemble needs one")
-        models.append(load_model(checkpoint, path=path))
+        models.append(load_model(checkpoint, precision.policy, path, precision.quantize))
     return models, vocab

@@ -26,6 +26,7 @@ from vtx.errors import ArgumentError, TooManyErrors
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.files import STDIN, check_output, open_source, output_sink, read_lines
 from vtx.inference.loading import load_models
+from vtx.precision import DecodingPrecision
 from vtx.inference.translator import Translator
 from vtx.parsing import evalb
 from vtx.parsing.linearize import RepairStats, bracket_pairs, delinearize
@@ -178,7 +179,8 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
                force: bool = False, gold_path: str | Path | None = None,
                warn: Callable[[str], None] = lambda message: None,
                log: Callable[[str], None] = lambda message: None,
-               ema: bool = False, tokenize: bool = False) -> ParsedFile:
+               ema: bool = False, tokenize: bool = False,
+               precision: DecodingPrecision = DecodingPrecision()) -> ParsedFile:
     """`vtx parse` as a library call: the sentences of `input_path` (None: stdin) parsed into
     trees in `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's
     newest; or a list of them: their ensemble) and, with `gold_path`, scored against its trees.
@@ -187,6 +189,7 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
     `log` is told the checkpoint used, then the repairs made. `ema`: the checkpoint's EMA
     weights (`checkpoints.with_ema_weights`). `tokenize`: the input is raw text, split into the
     Penn Treebank's tokens (`vtx.parsing.tokenize`) before parsing; the trees hold those tokens.
+    `precision`: the dtype policy and quantization the models are built in.
 
     Raises:
         OutputExistsError: `output_path` exists and `force` is false.
@@ -206,7 +209,7 @@ def parse_file(checkpoint: str | Path | Sequence[str | Path], input_path: str | 
     if tokenize:
         lines = [" ".join(treebank_words(line)) for line in lines]
     gold = read_gold(gold_path, len(lines)) if gold_path else None
-    translator = Translator(*load_models(paths, ema), options, warn)
+    translator = Translator(*load_models(paths, ema, precision), options, warn)
     path = paths[0]  # one vocabulary for all (load_models)
     check_parser_vocabulary(translator.vocab.pieces(range(translator.vocab.size)), path)
     for one in paths:

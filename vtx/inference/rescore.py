@@ -25,6 +25,7 @@ from vtx.inference.decoding import LENGTH_BUCKET, DecodeOptions
 from vtx.inference.files import (STDIN, check_output, open_source, output_sink, read_lines,
                                  read_references)
 from vtx.inference.loading import load_models
+from vtx.precision import DecodingPrecision
 from vtx.inference.scoring import forced_in_chunks, make_scorer
 
 
@@ -188,9 +189,11 @@ def score_file(checkpoints: Sequence[str | Path], input_path: str | Path | None,
                nbest: int = 1, output_format: str = "text", force: bool = False,
                warn: Callable[[str], None] = lambda message: None,
                log: Callable[[str], None] = lambda message: None,
-               ema: bool = False) -> list[Scored]:
+               ema: bool = False,
+               precision: DecodingPrecision = DecodingPrecision()) -> list[Scored]:
     """`vtx score` as a library call: each line of `target_path` (nbest per line of
-    `input_path`, None: stdin) scored under the checkpoints' models (`ema`: their EMA weights)
+    `input_path`, None: stdin) scored under the checkpoints' models (`ema`: their EMA weights;
+    `precision`: what they are built in)
     and written to `output_path` (None: stdout) as `format_scored` says.
 
     Raises:
@@ -204,7 +207,7 @@ def score_file(checkpoints: Sequence[str | Path], input_path: str | Path | None,
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)
         sources = list(read_lines(source, input_path or STDIN))
-        models, vocab = load_models(paths, ema)
+        models, vocab = load_models(paths, ema, precision)
         for path in paths:
             log(f"checkpoint: {path}")
         scorer = Scorer(models, vocab, options)

@@ -20,6 +20,7 @@ from vtx.inference.files import (STDIN, LineFile, check_output, open_source, out
                                  read_line_files, read_lines, read_references)
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.loading import load_models
+from vtx.precision import DecodingPrecision
 from vtx.inference.translator import Hypothesis, Translator
 from vtx.progress_lines import LineProgress
 
@@ -112,7 +113,8 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
                    ema: bool = False, output_format: str = "text",
                    prefix_path: str | Path | None = None,
                    constraints_path: str | Path | None = None,
-                   glossary_path: str | Path | None = None) -> list[str]:
+                   glossary_path: str | Path | None = None,
+                   precision: DecodingPrecision = DecodingPrecision()) -> list[str]:
     """`vtx translate` as a library call: lines of `input_path` (None: stdin) translated into
     `output_path` (None: stdout) by the model of `checkpoint` (a file, or a save dir's newest;
     a list of them: their ensemble), written as `output_format` says (`translate_stream`);
@@ -125,7 +127,8 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
         The best hypothesis of every line, in input order.
 
     `other_inputs` (flag -> file) are files of the caller that `output_path` may not be either.
-    `ema`: the checkpoint's EMA weights (`checkpoints.with_ema_weights`).
+    `ema`: the checkpoint's EMA weights (`checkpoints.with_ema_weights`). `precision`: the
+    dtype policy and quantization the models are built in.
 
     Raises:
         OutputExistsError: `output_path` exists and `force` is false (checked before any work).
@@ -146,7 +149,7 @@ def translate_file(checkpoint: str | Path | Sequence[str | Path], input_path: st
     glossary = Glossary.read(glossary_path) if glossary_path else None
     with contextlib.ExitStack() as stack:
         source = open_source(input_path, stack)  # a closed stdin is said before the model loads
-        translator = Translator(*load_models(paths, ema), options, warn)
+        translator = Translator(*load_models(paths, ema, precision), options, warn)
         for path in paths:
             log(f"checkpoint: {path}")
         if glossary is not None:

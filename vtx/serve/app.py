@@ -49,6 +49,7 @@ from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary
 from vtx.inference.translate import line_record
+from vtx.precision import DecodingPrecision
 from vtx.serve import libre
 from vtx.serve.access import Access
 from vtx.serve.batcher import Batcher
@@ -395,14 +396,15 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   glossary_path: str | Path | None = None, transport: Transport = Transport(),
                   access: Access | None = None,
                   log: Callable[[str], None] = lambda message: None,
-                  named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}"
-                  ) -> Service:
+                  named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}",
+                  precision: DecodingPrecision = DecodingPrecision()) -> Service:
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
     (`vtx.inference.glossary`); `access`: the LibreTranslate routes' api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
-    checkpoints (a `str.format` template of its flag and value).
+    checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
+    and quantization the models are built in.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
@@ -422,14 +424,15 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     served = []
     for pair, paths in models.items():
         served.append(load_served(paths, pair, options, limits, metrics, alignment_layer, ema,
-                                  warn, glossary, named(pair), log))
+                                  warn, glossary, named(pair), log, precision))
         if served[-1].parser and len(models) > 1:
             raise ValueError(f"{named(pair).format(paths[0])}: a parsing model (its vocabulary "
                              f"holds tree brackets) is served alone, not beside language pairs")
     metrics.queue_lines = lambda: sum(s.batcher.queued_lines() for s in served)
     metrics.search_traces = lambda: sum(s.batcher.translators.traces() for s in served)
     if glossary is not None:
-        glossary.check_targets(served[0].count_pieces, str(glossary_path))
+        glossary.check_targets(lambda text: len(served[0].translator.vocab.encode(text)),
+                               str(glossary_path))
     pairs = Pairs(served)
     metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translator import Compiled, Translator
+from vtx.precision import DecodingPrecision
 from vtx.serve.batcher import Batcher, Translators
 from vtx.serve.language import LanguagePair, language_name
 from vtx.serve.metrics import Metrics
@@ -82,10 +83,12 @@ def load_served(paths: Sequence[str | Path], pair: LanguagePair | None, options:
                 limits: Limits, metrics: Metrics, alignment_layer: int = -1, ema: bool = False,
                 warn: Callable[[str], None] = lambda message: None,
                 glossary: Glossary | None = None, named: str = "--checkpoint {}",
-                log: Callable[[str], None] = lambda message: None) -> Served:
+                log: Callable[[str], None] = lambda message: None,
+                precision: DecodingPrecision = DecodingPrecision()) -> Served:
     """Load the model (or ensemble) of `paths` for `pair` with its own search and batcher;
     `log` is told what was loaded, its parameters, and the time and memory it took; `named`:
-    how a refusal names a checkpoint (its flag and value).
+    how a refusal names a checkpoint (its flag and value); `precision`: the dtype policy and
+    quantization the models are built in.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint (named), or checkpoints of different
@@ -97,7 +100,7 @@ def load_served(paths: Sequence[str | Path], pair: LanguagePair | None, options:
 
     started, resident = time.monotonic(), _resident_bytes()
     paths = [resolve_checkpoint(path, named) for path in paths]
-    models, vocab = load_models(paths, ema, named)
+    models, vocab = load_models(paths, ema, precision, named)
     # Positional scores as every request's (the fields of translate's jsonl).
     # Every kind of search a request can ask kept once traced (beam 1 to --max-beam, with or
     # without a prefix, plain or constrained; sampling): a trace dropped does not give its
