@@ -41,8 +41,8 @@ def trainable(checkpoint_arrays, trainer):
             if variable.trainable]
 
 
-@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("start_step", [0, 1])
+@pytest.mark.parametrize("start_step, jit", [
+    (0, False), (1, False), pytest.param(1, True, marks=pytest.mark.slow)])
 def test_the_ema_after_three_updates_is_the_formulas(tmp_path, jit, start_step):
     trainer = make_trainer(tmp_path, ema_decay=0.75, ema_start_step=start_step,
                            jit_compile=jit)
