@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from vtx import checkpoints
+from vtx_cli.main import main
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 SMALL = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--log-interval-steps",
@@ -18,6 +20,17 @@ SMALL = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--log
 
 def vtx(*args, timeout=300):
     return subprocess.run([VTX, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def vtx_here(*args) -> subprocess.CompletedProcess:
+    """`vtx` in this process (Click's runner), without the seconds a process takes to start
+    TensorFlow: for runs whose process sets nothing checked (signals, devices, XLA and the
+    profiler are per process). An exception the command did not turn into its exit status is
+    raised, as a process would have printed its traceback."""
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.mark.slow
@@ -213,7 +226,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     def shapes_line(stderr):
         return next(line for line in stderr.splitlines() if line.startswith("batch shapes"))
 
-    first = vtx("train", data, "--save-dir", save, "--max-steps", 1, *SMALL)
+    first = vtx_here("train", data, "--save-dir", save, "--max-steps", 1, *SMALL)
     assert first.returncode == 0, first.stderr[-3000:]
     # Without XLA the lengths take any value (one traced program runs every shape).
     lengths = pipeline.bucket_boundaries_for(data, ("train", "valid"),
@@ -225,7 +238,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
            f"({len(lengths)} shapes" in first.stderr
     newest = checkpoints.list_checkpoints(save)[-1]
     assert checkpoints.load(newest).meta["bucket_boundaries"] == lengths
-    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
+    resumed = vtx_here("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert shapes_line(resumed.stderr) == shapes_line(first.stderr)
     assert "kept from the checkpoint" not in resumed.stderr
@@ -233,7 +246,8 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     fewer = pipeline.bucket_boundaries_for(data, ("train", "valid"),
                                            **pipeline.shape_policy(False, 2), max_tokens=512)
     assert len(fewer) == 2
-    asked = vtx("train", data, "--save-dir", save, "--max-steps", 2, "--max-shapes", 2, *SMALL)
+    asked = vtx_here("train", data, "--save-dir", save, "--max-steps", 2, "--max-shapes", 2,
+                     *SMALL)
     assert asked.returncode == 0, asked.stderr[-3000:]
     assert f"(a new run with these flags would use {fewer})" in asked.stderr
     assert shapes_line(asked.stderr) == shapes_line(first.stderr)
@@ -243,7 +257,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     old = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
     del old.meta["bucket_boundaries"]
     checkpoints.save(checkpoints.list_checkpoints(save)[-1], old)
-    legacy = vtx("train", data, "--save-dir", save, "--max-steps", 3, *SMALL)
+    legacy = vtx_here("train", data, "--save-dir", save, "--max-steps", 3, *SMALL)
     assert legacy.returncode == 0, legacy.stderr[-3000:]
     multiples = pipeline.bucket_boundaries_for(data, ("train", "valid"))
     assert f"batch lengths kept from the checkpoint so that the data resumes where it was: " \
@@ -268,8 +282,8 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     common = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20",
               "--validate-interval-steps", "0", "--save-interval-minutes", "0",
               "--precision", "float32", "--dropout", "0.1"]
-    straight = vtx("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6, "--pack",
-                   *common)
+    straight = vtx_here("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6,
+                        "--pack", *common)
     assert straight.returncode == 0, straight.stderr[-3000:]
     from vtx.training.compiling import format_shape
 
@@ -282,9 +296,9 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
            f"{', '.join(format_shape(shape) for shape in shapes)}; " \
            f"{fill:.3f} of their positions hold a real token" in straight.stderr
     save = tmp_path / "resumed"
-    first = vtx("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
+    first = vtx_here("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
+    resumed = vtx_here("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"training batches kept as the checkpoint's so that the data resumes where it was: " \
            f"packed rows {' + '.join(format_shape(shape) for shape in shapes)} (a new run with " \
