@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
+from tests.cli.in_process import vtx_in_process
 from vtx import checkpoints
-from vtx_cli.main import main
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 SMALL = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20", "--log-interval-steps",
@@ -23,14 +22,7 @@ def vtx(*args, timeout=300):
 
 
 def vtx_here(*args) -> subprocess.CompletedProcess:
-    """`vtx` in this process (Click's runner), without the seconds a process takes to start
-    TensorFlow: for runs whose process sets nothing checked (signals, devices, XLA and the
-    profiler are per process). An exception the command did not turn into its exit status is
-    raised, as a process would have printed its traceback."""
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+    return vtx_in_process(*args, text=True)
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.cli.in_process import vtx_in_process
 from tests.cli.stderr import vtx_lines
 from vtx import checkpoints
 
@@ -12,22 +13,11 @@ VTX = str(Path(sys.executable).with_name("vtx"))
 
 
 def vtx(*args, stdin=b"", env=None):
-    """`vtx` with `stdin`: in this process (Click's runner), without the seconds a process takes
-    to start TensorFlow, unless `env` asks for a process of its own. An exception the command
-    did not turn into its exit status is raised, as a process would have printed its traceback.
-    """
-    if env is not None:
-        return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True,
-                              timeout=300, env=env)
-    from click.testing import CliRunner
-
-    from vtx_cli.main import main
-
-    result = CliRunner().invoke(main, [str(a) for a in args], input=stdin)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes,
-                                       result.stderr_bytes)
+    """`vtx` with `stdin`, in this process unless `env` asks for a process of its own."""
+    if env is None:
+        return vtx_in_process(*args, stdin=stdin)
+    return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300,
+                          env=env)
 
 
 def test_issue_example_prints_three_lines_the_second_empty(trained_checkpoint):
