@@ -151,8 +151,7 @@ def compare_transformers(comparison: Comparison, directory: Path, beam: int,
     from vtx.export.marian import translate_lines
 
     marian = transformers.MarianMTModel.from_pretrained(str(directory), local_files_only=True)
-    tokenizer = transformers.MarianTokenizer.from_pretrained(str(directory),
-                                                             local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     marian.eval()
     greedy = DecodeOptions(beam=1)
     comparison.row("transformers", "greedy",

@@ -18,7 +18,7 @@ FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),
               help="savedmodel: TensorFlow SavedModel, SentencePiece and beam search in the "
                    "graph; ctranslate2: CTranslate2 model + sentencepiece.model; transformers: "
-                   "MarianMTModel + MarianTokenizer; keras-hub: preset of vtx.hub's Seq2SeqLM.")
+                   "MarianMTModel + its tokenizer; keras-hub: preset of vtx.hub's Seq2SeqLM.")
 @click.option("--output", required=True, type=click.Path(), callback=creatable_in_folder,
               help="Directory to create (written under a temporary name, then renamed).")
 @click.option("--force", is_flag=True, help="Replace an existing export at --output.")

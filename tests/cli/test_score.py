@@ -4,12 +4,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli.in_process import vtx_in_process
 from tests.cli.stderr import vtx_lines
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 
 
 def vtx(*args, stdin=b"", env=None):
+    """`vtx` with `stdin`, in this process unless `env` asks for a process of its own."""
+    if env is None:
+        return vtx_in_process(*args, stdin=stdin)
     return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300,
                           env=env)
 

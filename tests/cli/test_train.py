@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli.in_process import vtx_in_process
 from vtx import checkpoints
 
 VTX = str(Path(sys.executable).with_name("vtx"))
@@ -20,11 +21,15 @@ def vtx(*args, timeout=300):
     return subprocess.run([VTX, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+def vtx_here(*args) -> subprocess.CompletedProcess:
+    return vtx_in_process(*args, text=True)
+
+
 @pytest.mark.slow
 def test_preprocess_train_average_translate_end_to_end(multi30k_small, tmp_path):
     data, save = multi30k_small / "data", tmp_path / "run"
-    result = vtx("train", data, "--save-dir", save, "--max-steps", 20, "--save-interval-steps", 5,
-                 *SMALL)
+    result = vtx_here("train", data, "--save-dir", save, "--max-steps", 20,
+                      "--save-interval-steps", 5, *SMALL)
     assert result.returncode == 0, result.stderr
     progress = [l for l in result.stderr.splitlines() if l.startswith("step ")]
     assert progress and all(k in progress[-1] for k in ("loss", "ppl", "lr", "tok/s", "eta"))
@@ -34,12 +39,12 @@ def test_preprocess_train_average_translate_end_to_end(multi30k_small, tmp_path)
     assert [p.name for p in checkpoints.list_checkpoints(save)][-1] == "checkpoint_00000020.npz"
     assert (save / "learning_curve.png").exists() and (save / "checkpoint_best.npz").exists()
     record = (save / "config.json").read_bytes()
-    result = vtx("train", data, "--save-dir", save, "--max-steps", 20, "--seed", 7, *SMALL)
+    result = vtx_here("train", data, "--save-dir", save, "--max-steps", 20, "--seed", 7, *SMALL)
     assert result.returncode == 0 and "nothing to train: step 20" in result.stderr, result.stderr
     assert (save / "config.json").read_bytes() == record  # the trained run's, not --seed 7
 
-    result = vtx("average-checkpoints", "--inputs", save, "--num-last", 3,
-                 "--output", save / "avg.npz")
+    result = vtx_here("average-checkpoints", "--inputs", save, "--num-last", 3,
+                      "--output", save / "avg.npz")
     assert result.returncode == 0, result.stderr
     result = subprocess.run([VTX, "translate", "--checkpoint", save / "avg.npz"],
                             input="A dog runs.\nTwo men.\n", capture_output=True, text=True)
@@ -213,7 +218,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     def shapes_line(stderr):
         return next(line for line in stderr.splitlines() if line.startswith("batch shapes"))
 
-    first = vtx("train", data, "--save-dir", save, "--max-steps", 1, *SMALL)
+    first = vtx_here("train", data, "--save-dir", save, "--max-steps", 1, *SMALL)
     assert first.returncode == 0, first.stderr[-3000:]
     # Without XLA the lengths take any value (one traced program runs every shape).
     lengths = pipeline.bucket_boundaries_for(data, ("train", "valid"),
@@ -225,7 +230,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
            f"({len(lengths)} shapes" in first.stderr
     newest = checkpoints.list_checkpoints(save)[-1]
     assert checkpoints.load(newest).meta["bucket_boundaries"] == lengths
-    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
+    resumed = vtx_here("train", data, "--save-dir", save, "--max-steps", 2, *SMALL)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert shapes_line(resumed.stderr) == shapes_line(first.stderr)
     assert "kept from the checkpoint" not in resumed.stderr
@@ -233,7 +238,8 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     fewer = pipeline.bucket_boundaries_for(data, ("train", "valid"),
                                            **pipeline.shape_policy(False, 2), max_tokens=512)
     assert len(fewer) == 2
-    asked = vtx("train", data, "--save-dir", save, "--max-steps", 2, "--max-shapes", 2, *SMALL)
+    asked = vtx_here("train", data, "--save-dir", save, "--max-steps", 2, "--max-shapes", 2,
+                     *SMALL)
     assert asked.returncode == 0, asked.stderr[-3000:]
     assert f"(a new run with these flags would use {fewer})" in asked.stderr
     assert shapes_line(asked.stderr) == shapes_line(first.stderr)
@@ -243,7 +249,7 @@ def test_a_resumed_run_keeps_the_batch_lengths_its_checkpoint_was_trained_on(mul
     old = checkpoints.load(checkpoints.list_checkpoints(save)[-1])
     del old.meta["bucket_boundaries"]
     checkpoints.save(checkpoints.list_checkpoints(save)[-1], old)
-    legacy = vtx("train", data, "--save-dir", save, "--max-steps", 3, *SMALL)
+    legacy = vtx_here("train", data, "--save-dir", save, "--max-steps", 3, *SMALL)
     assert legacy.returncode == 0, legacy.stderr[-3000:]
     multiples = pipeline.bucket_boundaries_for(data, ("train", "valid"))
     assert f"batch lengths kept from the checkpoint so that the data resumes where it was: " \
@@ -268,8 +274,8 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
     common = ["--arch", "tiny", "--max-tokens", "512", "--warmup-steps", "20",
               "--validate-interval-steps", "0", "--save-interval-minutes", "0",
               "--precision", "float32", "--dropout", "0.1"]
-    straight = vtx("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6, "--pack",
-                   *common)
+    straight = vtx_here("train", data, "--save-dir", tmp_path / "straight", "--max-steps", 6,
+                        "--pack", *common)
     assert straight.returncode == 0, straight.stderr[-3000:]
     from vtx.training.compiling import format_shape
 
@@ -282,9 +288,9 @@ def test_packed_training_resumes_on_the_same_batches_and_compiles_one_shape(mult
            f"{', '.join(format_shape(shape) for shape in shapes)}; " \
            f"{fill:.3f} of their positions hold a real token" in straight.stderr
     save = tmp_path / "resumed"
-    first = vtx("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
+    first = vtx_here("train", data, "--save-dir", save, "--max-steps", 3, "--pack", *common)
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = vtx("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
+    resumed = vtx_here("train", data, "--save-dir", save, "--max-steps", 6, *common)  # no --pack
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"training batches kept as the checkpoint's so that the data resumes where it was: " \
            f"packed rows {' + '.join(format_shape(shape) for shape in shapes)} (a new run with " \
@@ -362,7 +368,7 @@ def test_a_profile_range_that_could_trace_nothing_is_refused_at_once(tmp_path):
 def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(multi30k_small,
                                                                              tmp_path):
     data, flags = multi30k_small / "data", SMALL[2:]  # without --arch tiny
-    first = vtx("train", data, "--save-dir", tmp_path / "a", "--max-steps", 1, *SMALL)
+    first = vtx_here("train", data, "--save-dir", tmp_path / "a", "--max-steps", 1, *SMALL)
     assert first.returncode == 0, first.stderr
     # The model by its shape; the preset's name alone would read as the paper's model of it.
     assert re.search(r"model: 2 layers, d_model 64, d_ff 128, 4 heads, [\d,]+ parameters "
@@ -372,12 +378,12 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
     said = (f"vocabulary: {(data / 'spm.model').resolve()} (for --finetune-from: vtx preprocess "
             f"--spm-model it)")
     assert first.stderr.splitlines()[-1] == said, first.stderr
-    averaged = vtx("average-checkpoints", "--inputs", tmp_path / "a", "--num-last", 1,
-                   "--output", tmp_path / "avg.npz")
+    averaged = vtx_here("average-checkpoints", "--inputs", tmp_path / "a", "--num-last", 1,
+                        "--output", tmp_path / "avg.npz")
     assert averaged.returncode == 0 and averaged.stderr.splitlines()[-1] == said, averaged.stderr
     start = checkpoints.checkpoint_path(tmp_path / "a", 1)
-    result = vtx("train", data, "--save-dir", tmp_path / "b", "--max-steps", 1,
-                 "--finetune-from", start, *flags)
+    result = vtx_here("train", data, "--save-dir", tmp_path / "b", "--max-steps", 1,
+                      "--finetune-from", start, *flags)
     assert result.returncode == 0, result.stderr
     assert f" parameters (fine-tuned from {start}); " in result.stderr
     saved = json.loads((tmp_path / "b" / "config.json").read_text())
@@ -393,9 +399,9 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
 
 def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_small, tmp_path):
     save = tmp_path / "run"
-    result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
-                 "--ema-decay", 0.5, "--validate-with-ema", *SMALL[:-4],
-                 "--validate-interval-steps", 2, "--save-interval-minutes", 0)
+    result = vtx_here("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
+                      "--ema-decay", 0.5, "--validate-with-ema", *SMALL[:-4],
+                      "--validate-interval-steps", 2, "--save-interval-minutes", 0)
     assert result.returncode == 0, result.stderr
     saved = checkpoints.load(checkpoints.checkpoint_path(save, 2))
     assert saved.ema is not None and saved.meta["train_config"]["ema_decay"] == 0.5
@@ -424,20 +430,21 @@ def test_subword_alpha_trains_two_epochs_and_an_older_data_dir_is_refused(multi3
                  "--keep-train-text")
     assert result.returncode == 0, result.stderr
     save = tmp_path / "run"
-    result = vtx("train", data, "--save-dir", save, "--subword-alpha", 0.1, "--max-steps", 30,
-                 *SMALL[:2], "--max-tokens", 8192, *SMALL[4:])
+    result = vtx_here("train", data, "--save-dir", save, "--subword-alpha", 0.1, "--max-steps", 30,
+                      *SMALL[:2], "--max-tokens", 8192, *SMALL[4:])
     assert result.returncode == 0, result.stderr
     for epoch in (0, 1):
         assert f"subword sampling: epoch {epoch} segmented anew" in result.stderr
     assert json.loads((save / "config.json").read_text())["train"]["subword_alpha"] == 0.1
 
     older = multi30k_small / "data"
-    result = vtx("train", older, "--save-dir", tmp_path / "older", "--subword-alpha", 0.1, *SMALL)
+    result = vtx_here("train", older, "--save-dir", tmp_path / "older", "--subword-alpha", 0.1,
+                      *SMALL)
     assert result.returncode == 1
     assert (f"Error: {older} keeps no text of its training pairs" in result.stderr
             and "run `vtx preprocess` again with --keep-train-text" in result.stderr)
-    result = vtx("train", data, "--save-dir", tmp_path / "nbest", "--subword-alpha", 0.1,
-                 "--subword-nbest", 4, *SMALL)
+    result = vtx_here("train", data, "--save-dir", tmp_path / "nbest", "--subword-alpha", 0.1,
+                      "--subword-nbest", 4, *SMALL)
     assert result.returncode == 1
     assert "Error: --subword-nbest 4 goes with a unigram vocabulary" in result.stderr
 
@@ -448,7 +455,7 @@ def test_save_interval_steps_numbers_only_its_multiples_and_a_best_between_is_be
     # takes are the cadence's (and the run's end), never a new best between them.
     flags = [*SMALL[:-4], "--validate-interval-steps", "5", "--save-interval-minutes", "0",
              "--save-interval-steps", "15", "--max-steps", "40"]
-    result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path, *flags)
+    result = vtx_here("train", multi30k_small / "data", "--save-dir", tmp_path, *flags)
     assert result.returncode == 0, result.stderr
     kept = [int(checkpoints.read_meta(path)["step"])
             for path in checkpoints.list_checkpoints(tmp_path)]

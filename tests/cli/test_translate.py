@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.cli.in_process import vtx_in_process
 from tests.cli.stderr import vtx_lines
 from vtx import checkpoints
 
@@ -12,6 +13,9 @@ VTX = str(Path(sys.executable).with_name("vtx"))
 
 
 def vtx(*args, stdin=b"", env=None):
+    """`vtx` with `stdin`, in this process unless `env` asks for a process of its own."""
+    if env is None:
+        return vtx_in_process(*args, stdin=stdin)
     return subprocess.run([VTX, *map(str, args)], input=stdin, capture_output=True, timeout=300,
                           env=env)
 

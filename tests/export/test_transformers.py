@@ -24,12 +24,13 @@ def multi30k_lines(shared_data, language: str, count: int = 200) -> list[str]:
 
 @pytest.fixture(scope="module")
 def exported(trained_checkpoint, tmp_path_factory):
-    """(MarianMTModel, MarianTokenizer, directory) from `vtx export`, loaded offline."""
+    """(MarianMTModel, tokenizer, directory) from `vtx export`, loaded offline as a
+    Transformers user loads them (`AutoTokenizer`)."""
     output = tmp_path_factory.mktemp("marian") / "model"
     invoke("export", "--checkpoint", trained_checkpoint, "--format", "transformers",
            "--output", output)
     model = transformers.MarianMTModel.from_pretrained(str(output), local_files_only=True)
-    tokenizer = transformers.MarianTokenizer.from_pretrained(str(output), local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(output), local_files_only=True)
     return model.eval(), tokenizer, output
 
 
@@ -47,7 +48,7 @@ def vtx_model(trained_checkpoint):
 def test_directory_holds_marian_files_with_vtx_special_ids(exported):
     names = {path.name for path in exported[2].iterdir()}
     assert {"config.json", "generation_config.json", "model.safetensors", "source.spm",
-            "target.spm", "vocab.json", "tokenizer_config.json"} <= names
+            "target.spm", "vocab.json", "tokenizer.json", "tokenizer_config.json"} <= names
     config = json.loads((exported[2] / "config.json").read_text(encoding="utf-8"))
     assert (config["model_type"], config["activation_function"], config["scale_embedding"]) == (
         "marian", "relu", True)
@@ -61,12 +62,30 @@ def test_directory_holds_marian_files_with_vtx_special_ids(exported):
 
 
 @pytest.mark.slow
-def test_tokenizer_gives_vtx_ids_and_appends_eos_by_default(exported, vtx_model, shared_data):
+def test_tokenizer_gives_vtx_source_ids_by_default(exported, vtx_model, shared_data):
     tokenizer, vocab = exported[1], vtx_model[1]
-    for line in multi30k_lines(shared_data, "en", 50):
-        assert tokenizer(line, add_special_tokens=False)["input_ids"] == vocab.encode(line)
-        assert tokenizer(line)["input_ids"] == vocab.encode(line) + [3]
+    lines = multi30k_lines(shared_data, "en", 50) + ["", "\u200b", "  two  spaces ", "café ☃ 𝔘"]
+    for line in lines:
+        assert tokenizer(line)["input_ids"] == vocab.encode(line)
         assert tokenizer.decode(vocab.encode(line)) == vocab.decode(vocab.encode(line))
+    marian = transformers.MarianTokenizer.from_pretrained(str(exported[2]), local_files_only=True)
+    assert all(marian(line)["input_ids"] == vocab.encode(line) + [3] for line in lines[:5])
+
+
+@pytest.mark.slow
+def test_default_tokenizer_call_and_greedy_generate_equal_vtx_translate_beam_1(
+        exported, trained_checkpoint, shared_data, tmp_path):
+    """What a Transformers user types (docs/export.md), on lines whose vtx outputs stop on EOS
+    well within the limit that one `generate()` call gives the whole batch."""
+    model, tokenizer = exported[0], exported[1]
+    lines = multi30k_lines(shared_data, "en", 40)
+    expected = vtx_translate(trained_checkpoint, lines, tmp_path, "--beam", "1")
+    batch = tokenizer(lines, truncation=True, padding=True, return_tensors="pt")
+    limit = min(batch["input_ids"].shape[1] + 50, model.config.max_position_embeddings)
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=1, max_length=limit + 1)
+    got = tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert sum(a == b for a, b in zip(got, expected)) >= 39
 
 
 def target_log_probs(exported, vtx_model, sources, targets):

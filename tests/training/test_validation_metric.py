@@ -60,7 +60,7 @@ def test_f1_scorer_equals_vtx_parse_with_gold_constrained_or_not(random_parser, 
     from vtx.parsing.prepare import split_lines
 
     checkpoint, files = random_parser
-    lines, _ = split_lines(files)
+    lines = split_lines(files)[0][:20]  # each is decoded to its length limit, four times
     gold_path = tmp_path / "valid.gold"
     gold_path.write_text("".join(line[2] + "\n" for line in lines))
     words = [line[0] for line in lines]

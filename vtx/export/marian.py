@@ -18,7 +18,8 @@ one, with these conversions:
   * Keras Dense kernels are [in, out], PyTorch Linear weights [out, in].
 Two differences are left, both said in docs/export.md: Marian's layer norms use epsilon 1e-5
 (fixed in its code; vtx's configuration says 1e-6), and MarianTokenizer appends `</s>` to every
-source, which vtx never does (call it with `add_special_tokens=False` to get vtx's source ids).
+source, which vtx never does: the tokenizer that `AutoTokenizer` loads from the directory
+(`tokenizer.json`) appends nothing, and gives vtx's source ids by default.
 
 The vocabulary is the SentencePiece pieces in id order (`vocab.json`), the SentencePiece model
 copied as `source.spm` and `target.spm`, so that MarianTokenizer's ids equal vtx's. `read_marian`
@@ -200,21 +201,26 @@ def generation_config(config: ModelConfig):
 
 def _write_tokenizer(vocab_bytes: bytes, pieces: list[str], directory: Path,
                      max_positions: int) -> None:
-    """source.spm, target.spm, vocab.json and the tokenizer's configuration, as MarianTokenizer
-    writes them."""
-    from transformers import MarianTokenizer
+    """MarianTokenizer's files (source.spm, target.spm, vocab.json) and the tokenizer that
+    `AutoTokenizer` loads (tokenizer.json, tokenizer_config.json): the SentencePiece model as a
+    `TokenizersBackend`, whose default call adds no special token, where MarianTokenizer's
+    always appends `</s>` to a source."""
+    import tempfile
+
+    from transformers import TokenizersBackend
 
     for name in SENTENCEPIECE_FILES:
         (directory / name).write_bytes(vocab_bytes)
     vocabulary = {piece: index for index, piece in enumerate(pieces)}
     (directory / VOCABULARY_FILE).write_text(json.dumps(vocabulary, ensure_ascii=False, indent=1),
                                              encoding="utf-8")
-    tokenizer = MarianTokenizer(source_spm=str(directory / SENTENCEPIECE_FILES[0]),
-                                target_spm=str(directory / SENTENCEPIECE_FILES[1]),
-                                vocab=str(directory / VOCABULARY_FILE), unk_token="<unk>",
-                                eos_token="</s>", pad_token="<pad>", bos_token="<s>",
-                                model_max_length=max_positions,
-                                clean_up_tokenization_spaces=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        # TokenizersBackend converts a SentencePiece model named by this suffix.
+        model_file = Path(scratch) / "tokenizer.model"
+        model_file.write_bytes(vocab_bytes)
+        tokenizer = TokenizersBackend(**TokenizersBackend.convert_to_native_format(
+            vocab_file=str(model_file), unk_token="<unk>", eos_token="</s>", pad_token="<pad>",
+            bos_token="<s>", model_max_length=max_positions, clean_up_tokenization_spaces=False))
     tokenizer.save_pretrained(str(directory))
 
 
@@ -251,7 +257,7 @@ def translate_lines(marian, tokenizer, lines: Iterable[str],
                     options: DecodeOptions = DecodeOptions(lenpen_formula="fairseq",
                                                            stop="fairseq"),
                     max_batch_size: int = 64) -> list[str]:
-    """Translate with a loaded MarianMTModel and MarianTokenizer under vtx's conventions.
+    """Translate with a loaded MarianMTModel and its tokenizer under vtx's conventions.
 
     Sources carry no EOS (`add_special_tokens=False`) and are cut to the model's positions;
     each sentence may produce at most `options.length_limit(|X|)` tokens (EOS included, as vtx
@@ -262,7 +268,8 @@ def translate_lines(marian, tokenizer, lines: Iterable[str],
 
     Args:
         marian: a `transformers.MarianMTModel` from `write_marian`'s directory.
-        tokenizer: the `transformers.MarianTokenizer` of the same directory.
+        tokenizer: the tokenizer of the same directory (`AutoTokenizer`'s, or MarianTokenizer:
+            sources are encoded without special tokens either way).
         lines: source sentences.
         options: the search (vtx.inference.decoding); nbest, max_tokens and jit_compile unused.
 
