@@ -75,8 +75,8 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
               help="How long a request's lines wait for others to share their batch.")
 @click.option("--search-threads", type=click.IntRange(min=1, max=16), default=2,
               show_default=True,
-              help="Batches searched at once: while one waits on its host work, another keeps "
-                   "the cores busy.")
+              help="Batches searched at once, each operation on its share of the cores: while "
+                   "one does its host work, another keeps the cores busy.")
 @click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
               help="The largest beam (and nbest, or samples) a request may ask for.")
 @click.option("--max-lines", type=click.IntRange(min=1), default=64, show_default=True,
@@ -152,7 +152,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.serve.access import Access, read_api_keys
-    from vtx.serve.app import Transport, build_service, serve as run
+    from vtx.serve.app import Transport, build_service, serve as run, share_cores
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
 
@@ -166,7 +166,9 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
                                "names each pair's languages")
     xla = resolve_jit(jit)
+    threads_line = share_cores(search_threads)
     chosen = announce_decoding(precision, quantize, xla, "search")
+    click.echo(threads_line, err=True)
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,

@@ -6,6 +6,7 @@ and a lone short request stays queued until SIGTERM makes the server search what
 """
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -191,7 +192,12 @@ def test_a_full_queue_gets_503_and_sigterm_answers_what_is_queued_then_exits_0(s
         status, _, reply = waiting.result()
     assert status == 200
     assert reply["translations"][0]["hypotheses"][0]["text"]
-    assert "vtx serve: stopped" in "".join(server.stderr)
+    log = "".join(server.stderr)
+    assert "vtx serve: stopped" in log
+    # The default --search-threads 2, each with its share of the cores.
+    cores = len(os.sched_getaffinity(0))  # the server inherits this process's
+    assert f"vtx serve: 2 search threads, each operation on {max(1, cores // 2)} of the " \
+        f"{cores} cores" in log
 
 
 def resident_bytes(pid: int) -> int:
