@@ -203,10 +203,11 @@ def plot_serve_load(rows: list[dict[str, str]], out: Path) -> None:
     newest = {int(row["clients"]): row for row in rows}  # later rows replace earlier ones
     clients = sorted(newest)
     labels = [f"{count} client{'s' if count > 1 else ''}" for count in clients]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 2.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     _paired_bars(left, labels, [float(newest[c]["lines_per_s"]) for c in clients],
                  [float(newest[c]["offline_lines_per_s"]) for c in clients],
                  ("vtx serve", "offline (vtx translate)"))
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, fontsize=9)
     left.set_xlabel("lines/s")
     height = 0.25
     for offset, (name, color) in enumerate((("p50", VTX_COLOR), ("p95", "#6baed6"),
@@ -217,7 +218,7 @@ def plot_serve_load(rows: list[dict[str, str]], out: Path) -> None:
     right.set_yticks(list(range(len(clients))), labels)
     right.invert_yaxis()
     right.set_xlabel("request latency, s (1-5 lines a request)")
-    right.legend(loc="lower right", fontsize=9)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, fontsize=9)
     right.grid(axis="x", alpha=0.3)
     machine = newest[clients[-1]]["machine"].split(";")[0]
     fig.suptitle(f"vtx serve under load, {newest[clients[-1]]['checkpoint']}, {machine}",
