@@ -399,8 +399,12 @@ def share_cores(searchers: int) -> str:
 
     cores = len(os.sched_getaffinity(0))
     intra = max(1, cores // searchers)
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(searchers)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(searchers)
+    except RuntimeError:  # TensorFlow already ran in this process (a library user's): its pools
+        return (f"vtx serve: {searchers} search thread{'s' if searchers > 1 else ''}, on the "
+                f"thread pools TensorFlow already has in this process")
     return (f"vtx serve: {searchers} search thread{'s' if searchers > 1 else ''}, each "
             f"operation on {intra} of the {cores} cores")
 
