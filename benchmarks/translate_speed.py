@@ -10,8 +10,9 @@ CTranslate2 does: every precision of `--precisions` (`vtx translate --precision`
 default, chosen here as `vtx translate` chooses, float32, bfloat16) with every quantization of `--quantize` (none, int8) and every `--max-tokens`. A
 markdown table gives each setting's steady call, its lines identical to vtx's float32 output,
 its BLEU against that output and against `--reference` (default: the input's German side);
-then the fastest setting. TensorFlow fixes its thread pool when it starts: a sweep over threads
-is a run per `--threads`, each row of the CSV keeping its own. Each system makes `--repeat`
+then the fastest setting. vtx searches `--search-threads` batches at once (`vtx translate
+--search-threads`), each on `--threads` / N cores; TensorFlow fixes its thread pools when it
+starts, so a sweep over them is a run per value, each row of the CSV keeping its own. Each system makes `--repeat`
 calls on the same lines: the first warms it up (vtx's traces the search); the steady call is
 the fastest of the others (the first when it is the only one).
 
@@ -22,7 +23,9 @@ then use the |Y|^alpha length penalty (`fairseq`, CTranslate2's only one) and st
 search once `--beam` hypotheses have finished (`--stop fairseq`, what CTranslate2 does when
 alpha > 0), so they solve the same search problem. CTranslate2 runs at each setting of a sweep:
 every compute type of `--ct2-compute-types` (those the device lacks are skipped, and named) with
-every batch type of `--ct2-batch-types` and max batch size of `--ct2-max-batch-sizes`. A markdown
+every inter_threads of `--ct2-inter-threads` (batches translated at once, each on `--threads` /
+N cores, as vtx's search threads), every batch type of `--ct2-batch-types` and max batch size of
+`--ct2-max-batch-sizes`. A markdown
 table gives each setting's steady call, its lines identical to vtx's and its BLEU against vtx's
 float32 output; then come the fastest setting of each side and vtx's speed against it. `--csv PATH` appends a
 row per setting as it is measured, in the columns of `benchmarks/results/decoding_vs_ct2.csv`
@@ -39,9 +42,10 @@ and quote the machine printed on the first line.
 
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--reference FILE] [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384,...]
-       [--repeat 2] [--threads N] [--jit | --no-jit] [--precisions float32,bfloat16]
+       [--repeat 2] [--threads N] [--search-threads 2] [--jit | --no-jit] [--precisions float32,bfloat16]
        [--quantize none,int8] [--modes] [--ctranslate2]
-       [--ct2-device auto|cpu|cuda] [--ct2-compute-types LIST] [--ct2-batch-types LIST]
+       [--ct2-device auto|cpu|cuda] [--ct2-compute-types LIST] [--ct2-inter-threads 1,2]
+       [--ct2-batch-types LIST]
        [--ct2-max-batch-sizes LIST] [--csv PATH]
 """
 
@@ -84,12 +88,13 @@ CT2_MAX_BATCH_SIZES = {"examples": (32, 64, 128, 256, 1024),
 CSV_COLUMNS = ("machine", "input", "threads", "stop", "vtx_s", "vtx_tok_s", "ct2_s", "ct2_tok_s",
                "identical_lines", "device", "lines", "precision", "vtx_bleu", "compute_type",
                "batch_type", "max_batch_size", "ct2_bleu", "commit", "date", "command",
-               "vtx_quantize", "vtx_max_tokens")
+               "vtx_quantize", "vtx_max_tokens", "vtx_search_threads", "ct2_inter_threads")
 VTX_TABLE_HEADER = ("| precision | quantize | max_tokens | steady call | target tok/s | "
                     "identical lines | BLEU vs vtx float32 | BLEU vs reference |\n"
                     "|---|---|---|---|---|---|---|---|")
-TABLE_HEADER = ("| compute_type | batch_type | max_batch_size | steady call | target tok/s | "
-                "identical lines | BLEU vs vtx float32 |\n|---|---|---|---|---|---|---|")
+TABLE_HEADER = ("| compute_type | inter_threads | batch_type | max_batch_size | steady call | "
+                "target tok/s | identical lines | BLEU vs vtx float32 |\n"
+                "|---|---|---|---|---|---|---|---|")
 
 
 def cpu_name() -> str:
@@ -300,16 +305,18 @@ class Setting:
     """One CTranslate2 setting of the sweep."""
 
     compute_type: str  # the Translator's: the type of its weights and of its computations
+    inter_threads: int  # the Translator's: batches translated at once, each on --threads /
+    # inter_threads cores (intra_threads)
     batch_type: str  # "examples" or "tokens": what max_batch_size counts
     max_batch_size: int
 
 
-def ct2_settings(compute_types: list[str], batch_types: list[str],
+def ct2_settings(compute_types: list[str], inter_threads: list[int], batch_types: list[str],
                  max_batch_sizes: list[int] | None) -> list[Setting]:
-    """Every setting of the sweep, those of one compute type together (one Translator each);
-    `max_batch_sizes` None: each batch type's CT2_MAX_BATCH_SIZES."""
-    return [Setting(compute_type, batch_type, size) for compute_type in compute_types
-            for batch_type in batch_types
+    """Every setting of the sweep, those of one compute type and inter_threads together (one
+    Translator each); `max_batch_sizes` None: each batch type's CT2_MAX_BATCH_SIZES."""
+    return [Setting(compute_type, inter, batch_type, size) for compute_type in compute_types
+            for inter in inter_threads for batch_type in batch_types
             for size in max_batch_sizes or CT2_MAX_BATCH_SIZES[batch_type]]
 
 
@@ -341,11 +348,14 @@ def sweep(model_dir: Path, device: str, threads: int, settings: list[Setting],
     import ctranslate2
 
     print(TABLE_HEADER, flush=True)
-    for compute_type, group in itertools.groupby(settings, key=lambda s: s.compute_type):
+    for (compute_type, inter), group in itertools.groupby(
+            settings, key=lambda s: (s.compute_type, s.inter_threads)):
         model = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
-                                       inter_threads=1, intra_threads=threads)
+                                       inter_threads=inter,
+                                       intra_threads=max(1, threads // inter))
         for setting in group:
-            cells = f"| {compute_type} | {setting.batch_type} | {setting.max_batch_size} |"
+            cells = (f"| {compute_type} | {inter} | {setting.batch_type} | "
+                     f"{setting.max_batch_size} |")
             try:
                 result = judge_calls(time_setting(model, setting))
             except RuntimeError as error:
@@ -361,7 +371,8 @@ def sweep(model_dir: Path, device: str, threads: int, settings: list[Setting],
 def print_fastest(measured: list[tuple[Setting, Steady]], vtx: Steady, lines: int) -> None:
     """The fastest setting of `measured`, and vtx's speed against it on the same lines."""
     setting, best = min(measured, key=lambda item: item[1].seconds)
-    print(f"fastest CTranslate2 setting: {setting.compute_type}, batch_type "
+    print(f"fastest CTranslate2 setting: {setting.compute_type}, inter_threads "
+          f"{setting.inter_threads}, batch_type "
           f"{setting.batch_type}, max_batch_size {setting.max_batch_size}: {best.seconds:.2f} s "
           f"({best.tok_s:,.0f} target tok/s), {best.identical}/{lines} lines identical, "
           f"BLEU {best.bleu:.2f}")
@@ -406,7 +417,7 @@ def run_columns(args: argparse.Namespace, device: str, fastest: "VtxSetting", vt
             "threads": args.threads, "stop": args.stop, "vtx_s": f"{vtx.seconds:.2f}",
             "vtx_tok_s": f"{vtx.tok_s:.0f}", "device": device, "lines": lines,
             "precision": fastest.precision, "vtx_quantize": fastest.quantize,
-            "vtx_max_tokens": fastest.max_tokens,
+            "vtx_max_tokens": fastest.max_tokens, "vtx_search_threads": args.search_threads,
             "vtx_bleu": "" if fastest.is_float32 else f"{vtx.bleu:.2f}",
             "commit": commit(), "date": datetime.now(timezone.utc).date().isoformat(),
             "command": f"python benchmarks/translate_speed.py {shlex.join(sys.argv[1:])}"}
@@ -417,6 +428,7 @@ def setting_columns(setting: Setting, result: Steady) -> dict:
     return {"ct2_s": f"{result.seconds:.2f}", "ct2_tok_s": f"{result.tok_s:.0f}",
             "identical_lines": result.identical, "compute_type": setting.compute_type,
             "batch_type": setting.batch_type, "max_batch_size": setting.max_batch_size,
+            "ct2_inter_threads": setting.inter_threads,
             "ct2_bleu": f"{result.bleu:.2f}"}
 
 
@@ -440,7 +452,8 @@ def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[s
                                             list(CT2_COMPUTE_TYPES[device]))
     if not compute_types:
         raise SystemExit(f"--ct2-compute-types: none of them runs on {device}")
-    settings = ct2_settings(compute_types, args.ct2_batch_types, args.ct2_max_batch_sizes)
+    settings = ct2_settings(compute_types, args.ct2_inter_threads, args.ct2_batch_types,
+                            args.ct2_max_batch_sizes)
     shared = run_columns(args, device, fastest, vtx, len(lines)) if args.csv else {}
     measured = []
     with tempfile.TemporaryDirectory() as folder:
@@ -499,7 +512,11 @@ def parse_args() -> argparse.Namespace:
                         help="calls on the same lines, per system and setting: one warm-up, "
                              "the fastest of the others is the steady call")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="threads of TensorFlow (intra-op) and CTranslate2 (intra_threads)")
+                        help="cores each system is given: TensorFlow's intra-op threads times "
+                             "--search-threads, CTranslate2's intra_threads times inter_threads")
+    parser.add_argument("--search-threads", type=int, default=2,
+                        help="vtx translate --search-threads: batches searched at once, each "
+                             "on --threads / N cores (default: vtx translate's)")
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                         help="vtx's search compiled by XLA (vtx translate --jit), once per "
                              "padded batch shape")
@@ -521,6 +538,9 @@ def parse_args() -> argparse.Namespace:
                         help="CTranslate2's compute types, comma separated; default: "
                              f"{','.join(CT2_COMPUTE_TYPES['cuda'])} on cuda, "
                              f"{','.join(CT2_COMPUTE_TYPES['cpu'])} on a CPU")
+    parser.add_argument("--ct2-inter-threads", type=counts, default=[1, 2],
+                        help="CTranslate2's inter_threads values, comma separated: batches "
+                             "translated at once, each on --threads / N cores")
     parser.add_argument("--ct2-batch-types", type=names, default=list(CT2_MAX_BATCH_SIZES),
                         help="what CTranslate2's max_batch_size counts, comma separated: "
                              "examples (sentences), tokens (source tokens)")
@@ -553,10 +573,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    import tensorflow as tf
+    from vtx.inference.threads import share_cores
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    threads_line = share_cores(args.search_threads, "vtx", cores=args.threads)
     from vtx import checkpoints
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.loading import checkpoint_vocabulary, load_model
@@ -567,13 +586,14 @@ def main() -> None:
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, lenpen_formula=penalty,
-                            max_tokens=args.max_tokens[0], stop=args.stop, jit_compile=args.jit)
+                            max_tokens=args.max_tokens[0], stop=args.stop, jit_compile=args.jit,
+                            search_threads=args.search_threads)
     checkpoint = checkpoints.load(args.checkpoint)
     vocab = checkpoint_vocabulary(checkpoint, args.checkpoint)
     print(f"machine: {cpu_model()}")
     print(f"{args.checkpoint.name}: {len(lines)} lines of {args.input.name}; beam {args.beam}, "
           f"alpha {args.lenpen} ({penalty}), --stop {args.stop}, "
-          f"{'XLA' if args.jit else 'no XLA'}, {args.threads} threads")
+          f"{'XLA' if args.jit else 'no XLA'}; {threads_line}")
     settings = vtx_settings(resolved_precisions(args.precisions, args.jit), args.quantize,
                             args.max_tokens)
     judged, float32 = sweep_vtx(checkpoint, vocab, options, settings, lines, args.repeat,

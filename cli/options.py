@@ -45,7 +45,7 @@ def creatable_in_folder(ctx, param, value):
 # The search's library arguments -> the decoding commands' flags (`library_error`).
 SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
                 "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "input_path": "--input",
-                "output_path": "--output"}
+                "output_path": "--output", "search_threads": "--search-threads"}
 
 # --jit/--no-jit of translate, parse and score (default None: `vtx.inference.jit`'s auto), with
 # what it compiles.
@@ -80,6 +80,15 @@ def precision_options(command):
         help="What the layers compute in (the search's scores stay float32); auto: bfloat16 "
              "where the CPU (AMX, avx512_bf16) or GPU multiplies faster in it, else float32. "
              "The first log line says which and why.")(command)
+
+
+def search_threads_option(command):
+    """--search-threads of translate and parse (`vtx.inference.threads`)."""
+    return click.option(
+        "--search-threads", type=click.IntRange(min=1, max=16), default=2, show_default=True,
+        help="Batches searched at once, each on its share of the cores. While one search "
+             "does its host work or a small operation, another keeps the cores busy; the "
+             "outputs are the same for any number.")(command)
 
 
 def announce_decoding(precision: str, quantize: str, xla, subject: str):

@@ -4,7 +4,8 @@ import click
 
 from vtx.inference.decoding import PARSING
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, announce_decoding, ema_option,
-                             ensemble_option, library_error, precision_options, search_options)
+                             ensemble_option, library_error, precision_options,
+                             search_threads_option, search_options)
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
@@ -31,6 +32,7 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
               help="Source tokens per batch, padding counted (each holds --beam hypotheses).")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines parsed (and written) together.")
+@search_threads_option
 @click.option("--gold", type=click.Path(exists=True, dir_okay=False),
               help="Gold trees, one per line (e.g. valid.gold): print the EVALB (COLLINS.prm) "
                    "summary to stderr. The output trees then carry the gold POS tags.")
@@ -41,20 +43,23 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
-          stop, max_tokens, buffer_size, gold, constrain_trees, jit, force, ema, tokenize,
+          stop, max_tokens, buffer_size, search_threads, gold, constrain_trees, jit, force, ema, tokenize,
           precision, quantize):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
+    from vtx.inference.threads import share_cores
     from vtx.parsing import evalb
 
     xla = resolve_jit(jit)
+    threads_line = share_cores(search_threads, "vtx parse")
     chosen = announce_decoding(precision, quantize, xla, "search")
+    click.echo(threads_line, err=True)
     try:
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop,
-                                max_tokens=max_tokens,
+                                max_tokens=max_tokens, search_threads=search_threads,
                                 jit_compile=xla.compile, constrain_trees=constrain_trees)
         parsed = lib.parse_file(list(checkpoint),
                                 input_path, output_path, options, buffer_size, force, gold, warn=lambda message: click.echo(f"warning: {message}",

@@ -151,8 +151,9 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     loopback by default: put it behind a reverse proxy for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
+    from vtx.inference.threads import share_cores
     from vtx.serve.access import Access, read_api_keys
-    from vtx.serve.app import Transport, build_service, serve as run, share_cores
+    from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
 
@@ -166,7 +167,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
                                "names each pair's languages")
     xla = resolve_jit(jit)
-    threads_line = share_cores(search_threads)
+    threads_line = share_cores(search_threads, "vtx serve")
     chosen = announce_decoding(precision, quantize, xla, "search")
     click.echo(threads_line, err=True)
     try:

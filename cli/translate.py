@@ -5,7 +5,7 @@ import click
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
                              ema_option, ensemble_option, library_error, precision_options,
-                             search_options)
+                             search_options, search_threads_option)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -57,6 +57,7 @@ def check_combinations(ctx: click.Context) -> None:
               help="Source tokens per batch, padding counted.")
 @click.option("--buffer-size", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Lines read before translating (1: answer each line at once).")
+@search_threads_option
 @click.option("--nbest", type=click.IntRange(min=1), default=1, show_default=True,
               help="Hypotheses (or --sampling samples) per input: K lines `score<TAB>text` "
                    "each when K > 1 (`nan<TAB>` for each that does not exist).")
@@ -102,7 +103,7 @@ def check_combinations(ctx: click.Context) -> None:
                    "(from 0; negative: from the last).")
 @click.pass_context
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
-              max_len_b, stop, max_tokens, buffer_size, nbest, reference, jit, force, sampling,
+              max_len_b, stop, max_tokens, buffer_size, search_threads, nbest, reference, jit, force, sampling,
               sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
               constraints_path, glossary_path, print_alignment, alignment_layer, ema,
               precision, quantize):
@@ -111,17 +112,20 @@ def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_for
     from vtx.inference.decoding import DecodeOptions, SamplingOptions
     from vtx.inference.files import check_reference_length, read_references
     from vtx.inference.jit import resolve_jit
+    from vtx.inference.threads import share_cores
 
     check_combinations(ctx)
     xla = resolve_jit(jit, host_steps=bool(constraints_path or glossary_path))
+    threads_line = share_cores(search_threads, "vtx translate")
     chosen = announce_decoding(precision, quantize, xla, "search")
+    click.echo(threads_line, err=True)
     try:
         sampler = SamplingOptions(topk=sampling_topk, topp=sampling_topp,
                                   temperature=temperature, seed=seed) if sampling else None
         options = DecodeOptions(beam=beam, lenpen=lenpen, lenpen_formula=lenpen_formula,
                                 max_len_a=max_len_a, max_len_b=max_len_b, stop=stop, nbest=nbest,
                                 max_tokens=max_tokens, jit_compile=xla.compile,
-                                sampling=sampler,
+                                sampling=sampler, search_threads=search_threads,
                                 positional_scores=output_format == "jsonl",
                                 alignment_layer=alignment_layer if print_alignment else None)
         # A bad reference file is said before the search, not after it.

@@ -4,10 +4,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from click.testing import CliRunner
 
 from tests.cli.in_process import vtx_in_process
 from tests.cli.stderr import vtx_lines
 from vtx import checkpoints
+from vtx_cli.main import main
 
 VTX = str(Path(sys.executable).with_name("vtx"))
 
@@ -361,7 +364,8 @@ def test_a_bad_constraints_file_or_mode_is_refused_naming_it(trained_checkpoint,
 
 def test_the_log_lines_say_the_precision_then_whether_the_search_is_compiled_and_why(trained_checkpoint):
     """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
-    `--jit` and `--no-jit` choose, as typed before `auto` existed."""
+    `--jit` and `--no-jit` choose, as typed before `auto` existed. The third line: the search
+    threads (--search-threads, default 2) and their share of the cores."""
     no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     outputs = set()
     for flags, said in (([], "search: XLA off (auto: no GPU; XLA decodes slower on a CPU)"),
@@ -370,7 +374,18 @@ def test_the_log_lines_say_the_precision_then_whether_the_search_is_compiled_and
         result = vtx("translate", "--checkpoint", trained_checkpoint, *flags,
                      stdin=b"A man is riding a bike.\n", env=no_gpu)
         assert result.returncode == 0, result.stderr.decode()
-        first, second = vtx_lines(result.stderr.decode())[:2]
+        first, second, third = vtx_lines(result.stderr.decode())[:3]
         assert first.startswith("precision: ") and second == said
+        cores = len(os.sched_getaffinity(0))
+        assert third == (f"vtx translate: 2 search threads, each operation on "
+                         f"{max(1, cores // 2)} of the {cores} cores")
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+@pytest.mark.parametrize("command", ["translate", "parse"])
+def test_search_threads_out_of_range_are_refused_naming_flag_and_value(command):
+    result = CliRunner().invoke(main, [command, "--search-threads", "0"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--search-threads': 0 is not in the range 1<=x<=16" in \
+        result.output

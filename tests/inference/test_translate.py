@@ -454,3 +454,46 @@ def test_translators_of_any_lenpen_nbest_and_draw_share_one_trace_of_each_search
     # One trace each: the beam search, the sampling search, the constrained search's encoder
     # and decoder step.
     assert compiled.traces() == 4
+
+
+def test_batches_searched_on_several_threads_give_what_one_thread_gives(trained_checkpoint):
+    """--search-threads: each batch its own thread, the results (hypotheses, scores, positional
+    scores) and the progress told batch by batch those of one thread, in the input's order."""
+    lines = [f"{subject} {verb} in the park." for subject in
+             ("A dog", "Two men", "A girl in a red coat", "People", "A very old man")
+             for verb in ("runs", "plays football", "is sitting on a bench")]
+    outputs = {}
+    for threads in (1, 3):
+        options = DecodeOptions(max_tokens=32, nbest=2, positional_scores=True,
+                                search_threads=threads)
+        translator = load_translator(trained_checkpoint, options)
+        told = []
+        found = translator.translate(lines, on_batch=told.append)
+        outputs[threads] = ([[(h.text, h.score, list(h.positional_scores)) for h in hyps]
+                             for hyps in found], told)
+    assert len(outputs[1][1]) >= 4  # several batches, told one by one
+    assert outputs[3] == outputs[1]
+
+
+def test_a_stop_asked_between_batches_holds_back_the_batches_not_started(trained_checkpoint):
+    """Asked before each batch is handed to a thread: with 2 threads the stop asked at the
+    third batch is raised, and no batch after it is searched."""
+    from vtx.errors import SearchInterrupted
+
+    translator = load_translator(trained_checkpoint, DecodeOptions(beam=1, max_tokens=16,
+                                                                   search_threads=2))
+    encoded = [translator.encode(f"A dog number {i} runs.", i + 1) for i in range(12)]
+    asked = []
+
+    def should_stop():
+        asked.append(True)
+        return len(asked) == 3
+
+    with pytest.raises(SearchInterrupted, match="stopped after 2 batches"):
+        translator.search_ids(encoded, should_stop)
+    assert len(asked) == 3
+
+
+def test_search_threads_below_one_are_refused_naming_the_argument():
+    with pytest.raises(ArgumentError, match="search_threads must be >= 1, got 0"):
+        DecodeOptions(search_threads=0)

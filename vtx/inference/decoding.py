@@ -86,6 +86,9 @@ class DecodeOptions:
     # Also each output's word alignment from this decoder layer's cross-attention (negative:
     # from the last), a pass after the search (`vtx.inference.alignment`); None: none.
     alignment_layer: int | None = None
+    # Batches searched at once, each on a thread of its own (`vtx.inference.threads`); the
+    # results are those of one at a time.
+    search_threads: int = 1
 
     @property
     def rows_per_sentence(self) -> int:
@@ -101,6 +104,9 @@ class DecodeOptions:
         elif self.beam < 1 or not 1 <= self.nbest <= self.beam:
             raise ArgumentError("need 1 <= {nbest} <= {beam}, got {nbest_value} and "
                                 "{beam_value}", nbest_value=self.nbest, beam_value=self.beam)
+        if self.search_threads < 1:
+            raise ArgumentError("{search_threads} must be >= 1, got {value}",
+                                value=self.search_threads)
         if self.constraints:
             self._check_constraints()
         if self.lenpen_formula not in LENPEN_FORMULAS:

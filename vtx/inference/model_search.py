@@ -405,7 +405,7 @@ def trace_key(options: DecodeOptions) -> DecodeOptions:
     search reads set to fixed values, so that options differing only in them share one key.
     Under XLA sampling's nbest, top-k and top-p stay: they set shapes (`make_search_fn`)."""
     fixed = dict(lenpen=0.0, positional_scores=False, constraints=False, alignment_layer=None,
-                 max_tokens=DecodeOptions.max_tokens)
+                 max_tokens=DecodeOptions.max_tokens, search_threads=1)
     if options.sampling is None:
         return dataclasses.replace(options, nbest=1, **fixed)
     if options.jit_compile:

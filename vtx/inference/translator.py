@@ -23,6 +23,7 @@ from vtx.errors import ArgumentError, SearchInterrupted, out_of_device_memory
 from vtx.inference.decoding import (LENGTH_BUCKET, DecodeOptions, available_memory,
                                    padded_batches, search_bytes)
 from vtx.inference.loading import load_models
+from vtx.inference.threads import in_order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +139,8 @@ class Translator:
         warn: receives warnings (truncated lines).
         memory_budget: bytes a batch's search may take (`decoding.search_bytes` per sentence):
             batches hold fewer sentences when a wide beam would need more, and a sentence that
-            alone needs more is refused. Default: half of the memory available now.
+            alone needs more is refused. Default: half of the memory available now, over the
+            `options.search_threads` batches searched at once.
         compiled: the traced functions of `models` (`Compiled`), shared with other Translators
             of them (of any settings); default: its own.
     """
@@ -168,14 +170,15 @@ class Translator:
             raise ArgumentError("{alignment_layer} {value}: the model has {layers} decoder "
                                 "layers (0 to {last}, or -1 for the last)",
                                 value=options.alignment_layer, layers=layers, last=layers - 1)
+        half = (available_memory() or 0) // 2  # 0: not known
         self.memory_budget = memory_budget if memory_budget is not None else (
-            (available_memory() or 0) // 2 or None)
+            max(1, half // options.search_threads) if half else None)
         # Source positions a batch may hold, lowered when the device ran out of memory.
         self._device_positions = 1 << 30
 
     def _max_rows(self, width: int) -> int:
         """Sentences of `width` pieces searched together within `memory_budget` (half of the
-        memory available when the Translator was made).
+        memory available when the Translator was made, over the batches searched at once).
 
         Raises:
             ArgumentError: one sentence alone needs more (a ValueError naming `beam` and
@@ -189,8 +192,8 @@ class Translator:
             raise ArgumentError(self._width_flag("{width_flag} {size}: the search of one "
                                                  "sentence of {width} pieces needs about "
                                                  "{need:.1f} GiB, more than the {budget:.1f} "
-                                                 "GiB it may use (half of the available "
-                                                 "memory); use a smaller {width_flag}"),
+                                                 "GiB it may use (its share of half the "
+                                                 "available memory); use a smaller {width_flag}"),
                                 size=self.options.rows_per_sentence, width=width,
                                 need=one / 2**30, budget=self.memory_budget / 2**30)
         return min(self.memory_budget // one, by_device)
@@ -309,16 +312,16 @@ class Translator:
             SearchInterrupted: `should_stop()` returned true.
         """
         results: list[list[Hypothesis]] = [[] for _ in encoded]
-        for done, (rows, source, constrained) in enumerate(self._batches(encoded, constraints)):
-            if should_stop is not None and should_stop():
-                raise SearchInterrupted(f"stopped after {done} batches of the search")
-            inputs = self._search_inputs(len(source), rows, line_ids, prefixes,
-                                         constraints if constrained else None)
-            found = self._search_batch(source, inputs, self._search(constrained))
-            if constrained:
-                self._warn_unfinished(found, rows, line_ids, encoded)
-            positional = self._positional_scores(source, found)
-            alignments = self._alignments(source, found)
+
+        def jobs() -> Iterator[Callable[[], tuple]]:
+            for done, (rows, source, constrained) in enumerate(
+                    self._batches(encoded, constraints)):
+                if should_stop is not None and should_stop():
+                    raise SearchInterrupted(f"stopped after {done} batches of the search")
+                yield functools.partial(self._search_rows, rows, source, constrained, line_ids,
+                                        prefixes, constraints, encoded)
+
+        for rows, found, positional, alignments in in_order(jobs(), self.options.search_threads):
             for row, index in enumerate(rows):
                 # Past the best, a slot of score -inf is no hypothesis: fewer than nbest exist.
                 results[index] = [self._hypothesis(found, row, r, positional, alignments)
@@ -327,6 +330,18 @@ class Translator:
             if on_batch is not None:
                 on_batch([results[index][0].text for index in rows])
         return results
+
+    def _search_rows(self, rows: list[int], source: np.ndarray, constrained: bool, line_ids,
+                     prefixes, constraints, encoded: list[list[int]]) -> tuple:
+        """One batch of `search_ids` (`rows`: its lists' indices, `source` [B, S] their ids):
+        (rows, its Found, its positional scores, its alignments)."""
+        inputs = self._search_inputs(len(source), rows, line_ids, prefixes,
+                                     constraints if constrained else None)
+        found = self._search_batch(source, inputs, self._search(constrained))
+        if constrained:
+            self._warn_unfinished(found, rows, line_ids, encoded)
+        return rows, found, self._positional_scores(source, found), \
+            self._alignments(source, found)
 
     def _batches(self, encoded: list[list[int]],
                  constraints: Sequence[Sequence[Sequence[int]]] | None

@@ -390,25 +390,6 @@ def _json(data: dict | list) -> web.Response:
                         content_type="application/json")
 
 
-def share_cores(searchers: int) -> str:
-    """Give TensorFlow's thread pools to `searchers` searches at once (`--search-threads`): each
-    operation runs on the search's share of the process's cores (intra-op threads), and each
-    search has one operation at a time (inter-op threads), so that searches do not wait on each
-    other's threads. Call before TensorFlow runs anything. Returns the log line saying so."""
-    import tensorflow as tf
-
-    cores = len(os.sched_getaffinity(0))
-    intra = max(1, cores // searchers)
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(intra)
-        tf.config.threading.set_inter_op_parallelism_threads(searchers)
-    except RuntimeError:  # TensorFlow already ran in this process (a library user's): its pools
-        return (f"vtx serve: {searchers} search thread{'s' if searchers > 1 else ''}, on the "
-                f"thread pools TensorFlow already has in this process")
-    return (f"vtx serve: {searchers} search thread{'s' if searchers > 1 else ''}, each "
-            f"operation on {intra} of the {cores} cores")
-
-
 def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   options: DecodeOptions, limits: Limits, alignment_layer: int = -1,
                   ema: bool = False, warn: Callable[[str], None] = lambda message: None,
