@@ -136,6 +136,15 @@ def plot_gpu_train(rows: list[dict[str, str]], out: Path) -> None:
     _save(fig, out)
 
 
+
+def _checkpoint(command: str) -> str:
+    """The checkpoint a translate_speed.py command names (its --checkpoint's file name), else
+    the script's default, the tests' tiny model."""
+    words = command.split()
+    if "--checkpoint" in words[:-1]:
+        return Path(words[words.index("--checkpoint") + 1]).name
+    return "tiny model"
+
 def plot_decoding(rows: list[dict[str, str]], out: Path) -> None:
     """vtx translate against CTranslate2 on the same weights: target tokens/s per run, against
     CTranslate2's fastest setting of the run (translate_speed.py writes a row per setting)."""
@@ -153,11 +162,16 @@ def plot_decoding(rows: list[dict[str, str]], out: Path) -> None:
     threads = lambda row: f"{row['threads']} thread{'s' if row['threads'] != '1' else ''}"
     vtx_setting = lambda row: " ".join(
         [row["precision"]] + (["int8"] if row["vtx_quantize"] == "int8" else []) +
-        [f"{row['vtx_max_tokens']} tokens"])
+        [f"{row['vtx_max_tokens']} tokens"] +
+        ([f"x{row['vtx_search_threads']} searches"] if row["vtx_search_threads"] != "1" else []))
+    ct2_threads = lambda row: (f", inter_threads {row['ct2_inter_threads']}"
+                               if row["ct2_inter_threads"] != "1" else "")
     labels = [
-        f"{where(row)}{row['input']}, {threads(row)}, vtx {vtx_setting(row)}\n"
-        f"--stop {row['stop']}, {row['identical_lines']}/{row['lines']} lines identical\n"
+        f"{where(row)}{_checkpoint(row['command'])}, {row['input']}, {threads(row)}\n"
+        f"vtx {vtx_setting(row)}, --stop {row['stop']}, "
+        f"{row['identical_lines']}/{row['lines']} lines identical\n"
         f"CTranslate2 {row['compute_type']}, {row['max_batch_size']} {row['batch_type']}"
+        f"{ct2_threads(row)}"
         for row in rows
     ]
     _paired_bars(

@@ -31,6 +31,10 @@ float32 output; then come the fastest setting of each side and vtx's speed again
 row per setting as it is measured, in the columns of `benchmarks/results/decoding_vs_ct2.csv`
 (`CSV_COLUMNS`), which `benchmarks/plot.py` draws.
 
+With --profile DIR one more call of vtx's fastest setting runs under TensorFlow's profiler, its
+trace written into DIR and summarized by `benchmarks/xplane_summary.py` (operations by type,
+busy and idle core time).
+
 With --modes each decoding mode (sampling, a prefix, an ensemble of two copies of the model,
 positional scores, alignments, lexical constraints) translates the same lines after the plain
 search, and its steady call is printed with its cost against the plain one. A line's prefix is
@@ -43,7 +47,7 @@ and quote the machine printed on the first line.
 Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
        [--reference FILE] [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384,...]
        [--repeat 2] [--threads N] [--search-threads 2] [--jit | --no-jit] [--precisions float32,bfloat16]
-       [--quantize none,int8] [--modes] [--ctranslate2]
+       [--quantize none,int8] [--modes] [--profile DIR] [--ctranslate2]
        [--ct2-device auto|cpu|cuda] [--ct2-compute-types LIST] [--ct2-inter-threads 1,2]
        [--ct2-batch-types LIST]
        [--ct2-max-batch-sizes LIST] [--csv PATH]
@@ -476,6 +480,29 @@ def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[s
         print(f"{len(measured)} rows appended to {args.csv}")
 
 
+def profile_call(checkpoint, vocab, options, setting: "VtxSetting", lines: list[str],
+                 folder: Path) -> None:
+    """One call of vtx's `setting` on `lines` (after a warm-up call) under TensorFlow's profiler,
+    its trace written into `folder` and summarized (`xplane_summary.py`)."""
+    import tensorflow as tf
+
+    from vtx.inference.loading import load_model
+    from vtx.inference.translator import Translator
+
+    translator = Translator([load_model(checkpoint, DECODING_POLICIES[setting.precision],
+                                        quantize=setting.quantize)], vocab,
+                            dataclasses.replace(options, max_tokens=setting.max_tokens))
+    translator.translate(lines)
+    tf.profiler.experimental.start(str(folder))
+    try:
+        translator.translate(lines)
+    finally:
+        tf.profiler.experimental.stop()
+    print(f"profile of one call of the fastest vtx setting written to {folder}:")
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "xplane_summary.py"),
+                    str(folder)], check=False)
+
+
 def names(text: str) -> list[str]:
     """A comma-separated list."""
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -531,6 +558,9 @@ def parse_args() -> argparse.Namespace:
                         help="also time each decoding mode (sampling, a prefix, an ensemble of "
                              "two copies, positional scores, alignments, constraints) against "
                              "the plain search, on the same lines")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="after the sweep, profile one call of vtx's fastest setting into "
+                             "this folder and print benchmarks/xplane_summary.py's summary")
     parser.add_argument("--ctranslate2", action="store_true")
     parser.add_argument("--ct2-device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="CTranslate2's device; auto: cuda when CTranslate2 sees a GPU")
@@ -602,6 +632,8 @@ def main() -> None:
     print(f"fastest vtx setting: --precision {fastest.precision} --quantize {fastest.quantize} "
           f"--max-tokens {fastest.max_tokens}: {vtx.seconds:.2f} s ({vtx.tok_s:,.0f} target "
           f"tok/s), BLEU {vtx.bleu:.2f} against vtx float32")
+    if args.profile:
+        profile_call(checkpoint, vocab, options, fastest, lines, args.profile)
     if args.modes:
         first, plain, _ = judged[0]
         translator = Translator([load_model(checkpoint, DECODING_POLICIES[first.precision],

@@ -53,14 +53,15 @@ def test_the_steady_call_is_the_fastest_after_the_warm_up(speed):
 
 
 def test_the_sweep_takes_each_batch_types_own_sizes_unless_given(speed):
-    defaults = speed.ct2_settings(["float16", "int8"], ["examples", "tokens"], None)
+    defaults = speed.ct2_settings(["float16", "int8"], [1, 2], ["examples", "tokens"], None)
     assert [(s.batch_type, s.max_batch_size) for s in defaults[:9]] == [
         ("examples", size) for size in speed.CT2_MAX_BATCH_SIZES["examples"]] + [
         ("tokens", size) for size in speed.CT2_MAX_BATCH_SIZES["tokens"]]
-    assert [s.compute_type for s in defaults] == ["float16"] * 9 + ["int8"] * 9
-    given = speed.ct2_settings(["float32"], ["examples", "tokens"], [64])
-    assert given == [speed.Setting("float32", "examples", 64),
-                     speed.Setting("float32", "tokens", 64)]
+    assert [(s.compute_type, s.inter_threads) for s in defaults] == (
+        [("float16", 1)] * 9 + [("float16", 2)] * 9 + [("int8", 1)] * 9 + [("int8", 2)] * 9)
+    given = speed.ct2_settings(["float32"], [2], ["examples", "tokens"], [64])
+    assert given == [speed.Setting("float32", 2, "examples", 64),
+                     speed.Setting("float32", 2, "tokens", 64)]
 
 
 def test_vtxs_sweep_takes_every_precision_with_every_quantization_and_batch_size(speed):
@@ -110,28 +111,36 @@ def test_csv_rows_go_only_under_the_sweeps_own_columns(speed, tmp_path):
 
 
 def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_csv(tmp_path):
-    """One compute type, both batch types, two sizes each, vtx in bfloat16 with two
-    --max-tokens: vtx's two rows, CTranslate2's four table rows and four CSV rows under the
-    results' own, the fastest setting of each and vtx against CTranslate2's."""
+    """One compute type and inter_threads, both batch types, two sizes each, vtx in bfloat16
+    with two --max-tokens and 2 search threads: vtx's two rows, a profile of its fastest,
+    CTranslate2's four table rows and four CSV rows under the results' own, the fastest setting
+    of each and vtx against CTranslate2's."""
     table = tmp_path / "decoding_vs_ct2.csv"
     shutil.copy(RESULTS, table)
     before = list(csv.DictReader(RESULTS.open(encoding="utf-8")))
     run = subprocess.run([sys.executable, str(SCRIPT), "--limit", "4", "--repeat", "1",
                           "--precisions", "bfloat16", "--max-tokens", "512,16384",
-                          "--ctranslate2", "--ct2-device",
-                          "cpu", "--ct2-compute-types", "float32", "--ct2-batch-types",
+                          "--search-threads", "2", "--profile", str(tmp_path / "profile"),
+                          "--ctranslate2", "--ct2-device", "cpu",
+                          "--ct2-inter-threads", "2", "--ct2-compute-types", "float32",
+                          "--ct2-batch-types",
                           "examples,tokens", "--ct2-max-batch-sizes", "2,64", "--csv",
                           str(table)], capture_output=True, text=True, timeout=600, check=True)
     lines = run.stdout.splitlines()
     settings = [("examples", "2"), ("examples", "64"), ("tokens", "2"), ("tokens", "64")]
     rows = [line.split(" | ") for line in lines if line.startswith("| float32 |")]
-    assert [(row[1], row[2]) for row in rows] == settings, run.stdout
-    assert all(row[3].endswith(" s") and row[5].endswith("/4") for row in rows), run.stdout
+    assert [(row[2], row[3]) for row in rows] == settings, run.stdout
+    assert all(row[1] == "2" and row[4].endswith(" s") and row[6].endswith("/4")
+               for row in rows), run.stdout
     ours = [line.split(" | ")[:3] for line in lines if line.startswith("| bfloat16 |")]
     assert ours == [["| bfloat16", "none", "512"], ["| bfloat16", "none", "16384"]], run.stdout
+    assert any(line.startswith("profile of 1 update(s) on /host:CPU") for line in lines), \
+        run.stdout  # --profile: one call traced and summarized
+    assert list((tmp_path / "profile").rglob("*.xplane.pb"))
     fastest = next(line for line in lines if line.startswith("fastest vtx setting: "))
     assert fastest.startswith("fastest vtx setting: --precision bfloat16 --quantize none ")
-    assert any(line.startswith("fastest CTranslate2 setting: float32, batch_type ")
+    assert any(line.startswith("fastest CTranslate2 setting: float32, inter_threads 2, "
+                               "batch_type ")
                for line in lines), run.stdout
     assert lines[-2].startswith("vtx / CTranslate2 at its fastest (sentences/s): ") and \
         lines[-2].endswith("x faster"), run.stdout
@@ -143,7 +152,8 @@ def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_
     plotted, _, _ = _load(ROOT / "benchmarks" / "plot.py", "benchmark_plot").PLOTS[RESULTS.name]
     for row in added:
         assert (row["compute_type"], row["device"], row["lines"], row["precision"],
-                row["vtx_quantize"]) == ("float32", "cpu", "4", "bfloat16", "none")
+                row["vtx_quantize"], row["vtx_search_threads"], row["ct2_inter_threads"]) == (
+            "float32", "cpu", "4", "bfloat16", "none", "2", "2")
         assert row["vtx_max_tokens"] == fastest.split("--max-tokens ")[1].split(":")[0]
         assert 0 <= float(row["vtx_bleu"]) <= 100 and 0 <= float(row["ct2_bleu"]) <= 100
         assert 0 <= int(row["identical_lines"]) <= 4
