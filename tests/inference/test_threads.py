@@ -71,3 +71,50 @@ def test_before_tensorflow_runs_each_search_gets_its_share_of_the_cores():
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == [
         "vtx parse: 2 search threads, each operation on 2 of the 4 cores", "2 2"]
+
+
+def test_a_signal_ends_the_wait_for_the_jobs_and_those_not_started_never_start():
+    """Under the command line's SIGTERM handler (here one raising `Stopped`), a signal ends
+    the caller's wait at once while two jobs block in TensorFlow; the jobs queued behind them
+    never start once they return."""
+    import os
+    import signal
+
+    import tensorflow as tf
+
+    from vtx import stop
+
+    class Stopped(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stopped
+
+    queue = tf.queue.FIFOQueue(4, tf.int32)
+    started = []
+
+    def job(index: int):
+        def run():
+            started.append(index)
+            return int(queue.dequeue())
+        return run
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    stop.watch(handler)
+    try:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        with pytest.raises(Stopped):
+            list(in_order((job(i) for i in range(6)), threads=2))
+        assert stop.abandoned()
+    finally:
+        stop.watch(None)
+        signal.signal(signal.SIGTERM, previous)
+        for _ in range(4):
+            queue.enqueue(1)
+    for _ in range(1200):
+        if not stop.abandoned():
+            break
+        time.sleep(0.05)
+    assert not stop.abandoned()
+    time.sleep(0.2)
+    assert sorted(started) == [0, 1]
