@@ -43,8 +43,8 @@ FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def parse(checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a, max_len_b,
-          stop, max_tokens, buffer_size, search_threads, gold, constrain_trees, jit, force, ema, tokenize,
-          precision, quantize):
+          stop, max_tokens, buffer_size, search_threads, gold, constrain_trees, jit, force, ema,
+          tokenize, precision, quantize):
     """Parse sentences into constituency trees with a model trained on linearized trees."""
     from vtx.inference import parse as lib
     from vtx.inference.decoding import DecodeOptions

@@ -103,8 +103,8 @@ def check_combinations(ctx: click.Context) -> None:
                    "(from 0; negative: from the last).")
 @click.pass_context
 def translate(ctx, checkpoint, input_path, output_path, beam, lenpen, lenpen_formula, max_len_a,
-              max_len_b, stop, max_tokens, buffer_size, search_threads, nbest, reference, jit, force, sampling,
-              sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
+              max_len_b, stop, max_tokens, buffer_size, search_threads, nbest, reference, jit, force,
+              sampling, sampling_topk, sampling_topp, temperature, seed, output_format, prefix_path,
               constraints_path, glossary_path, print_alignment, alignment_layer, ema,
               precision, quantize):
     """Translate sentences with a trained model."""
