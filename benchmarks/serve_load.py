@@ -19,7 +19,7 @@ it; `--csv FILE` appends the run's row (benchmarks/results/serve_load.csv, plott
 
 Usage: python benchmarks/serve_load.py [--checkpoint PATH] [--input FILE] [--clients 32]
        [--duration 60] [--beam 4] [--lenpen 0.6] [--max-tokens 4096] [--batch-wait-ms 5]
-       [--search-threads 2] [--alone 100]
+       [--search-threads 2] [--precision auto] [--alone 100]
        [--rss-every 1] [--seed 0] [--json] [--csv FILE]
 """
 
@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 
 from translate_speed import append_csv, commit, cpu_model, csv_header_error
+
+from vtx.precision import AUTO, DECODING_PRECISIONS  # (no TensorFlow)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("VTX_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -105,17 +107,19 @@ async def load(url: str, pid: int, lines: list[str], args) -> tuple[list, list, 
     return served, samples, elapsed
 
 
-def offline(checkpoint: Path, lines: list[str], args,
-            requests: list[list[str]]) -> tuple[dict, float, float]:
-    """Each line's hypotheses from the Translator `vtx translate` uses, its steady lines/s, and
-    the median time of `requests` (lists of lines) each translated alone."""
+def offline(checkpoint: Path, lines: list[str], args, requests: list[list[str]],
+            precision) -> tuple[dict, float, float]:
+    """Each line's hypotheses from the Translator `vtx translate` uses, built in `precision`
+    (a `vtx.precision.DecodingPrecision`), its steady lines/s, and the median time of
+    `requests` (lists of lines) each translated alone."""
     from vtx.inference.decoding import DecodeOptions
+    from vtx.inference.loading import load_models
     from vtx.inference.translate import line_record
-    from vtx.inference.translator import load_translator
+    from vtx.inference.translator import Translator
 
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, max_tokens=args.max_tokens,
                             positional_scores=True)
-    translator = load_translator(checkpoint, options)
+    translator = Translator(*load_models([checkpoint], precision=precision), options)
     translator.translate(lines)  # traces the search
     started = time.monotonic()
     results = translator.translate(lines)
@@ -167,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--search-threads", type=int, default=2)
+    parser.add_argument("--precision", choices=DECODING_PRECISIONS, default=AUTO,
+                        help="as vtx serve's; auto is chosen once, here, and the server and "
+                             "the offline Translator are both built in what it chose")
     parser.add_argument("--alone", type=int, default=100,
                         help="served requests whose lines are also translated alone offline, "
                              "for the latency's ratio")
@@ -178,17 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv and (error := csv_header_error(args.csv, CSV_COLUMNS)):
         parser.error(error)  # before the load, not after it
 
+    from vtx.precision import resolve_decoding_precision
     from vtx.serve.process import ServerProcess, request
 
     lines = read_lines(args.input)
     print(f"machine: {cpu_model()}")
+    precision = resolve_decoding_precision(args.precision)
+    print(precision.log_line())
     given = sys.argv[1:] if argv is None else argv
     command = f"python benchmarks/serve_load.py {shlex.join(given)}"
     print(f"command: {command}")
     server = ServerProcess("--checkpoint", args.checkpoint, "--beam", args.beam, "--lenpen",
                            args.lenpen, "--max-tokens", args.max_tokens, "--batch-wait-ms",
                            args.batch_wait_ms, "--search-threads", args.search_threads,
-                           "--max-queue", max(1024, 5 * args.clients))
+                           "--precision", precision.name, "--max-queue", max(1024, 5 * args.clients))
     try:
         request(server.url + "/v1/translate", {"text": lines[:5]})  # traces the search
         served, samples, elapsed = asyncio.run(load(server.url, server.process.pid, lines, args))
@@ -201,12 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     records = [record for _, reply in served for record in reply]
     unique = list(dict.fromkeys(record["source"] for record in records))
     alone = [[record["source"] for record in reply] for _, reply in served[:args.alone]]
-    expected, offline_rate, alone_p50 = offline(args.checkpoint, unique, args, alone)
+    expected, offline_rate, alone_p50 = offline(args.checkpoint, unique, args, alone,
+                                                    precision)
     strip = lambda hypotheses: [(h["text"], h["tokens"], h["finished"]) for h in hypotheses]
     differing = [record["source"] for record in records
                  if strip(record["hypotheses"]) != strip(expected[record["source"]])]
     summary = {
-        "machine": cpu_model(), "clients": args.clients, "seconds": round(elapsed, 2),
+        "machine": cpu_model(), "precision": precision.name, "clients": args.clients, "seconds": round(elapsed, 2),
         "requests": len(served), "lines": len(records),
         "lines_per_s": round(len(records) / elapsed, 2),
         "requests_per_s": round(len(served) / elapsed, 2),

@@ -19,12 +19,15 @@ def vtx(*args, stdin=b"", env=None):
 
 
 def test_score_rescores_translates_nbest_output_and_writes_jsonl(trained_checkpoint, tmp_path):
+    # float32 on both sides: in bfloat16 (auto's choice on a CPU with avx512_bf16 or AMX) the
+    # search's step-by-step pass and the scoring's whole one round differently.
     (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
     nbest = vtx("translate", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
-                "--nbest", "2", "--output", tmp_path / "nbest.de")
+                "--nbest", "2", "--output", tmp_path / "nbest.de", "--precision", "float32")
     assert nbest.returncode == 0, nbest.stderr.decode()
     result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
-                 "--target", tmp_path / "nbest.de", "--nbest", "2", "--output-format", "jsonl")
+                 "--target", tmp_path / "nbest.de", "--nbest", "2", "--output-format", "jsonl",
+                 "--precision", "float32")
     assert result.returncode == 0, result.stderr.decode()
     records = [json.loads(line) for line in result.stdout.decode().splitlines()]
     written = (tmp_path / "nbest.de").read_text().splitlines()
@@ -49,7 +52,8 @@ def test_a_target_of_another_length_is_one_line_naming_the_flags(trained_checkpo
 def test_the_log_lines_say_the_precision_then_whether_the_pass_is_compiled_and_jit_scores_alike(
         trained_checkpoint, tmp_path):
     """`auto` (no flag) compiles only where TensorFlow sees a GPU: here none (hidden from it);
-    `--jit` compiles the forward pass, which scores as the plain one."""
+    `--jit` compiles the forward pass, which scores as the plain one (in float32: bfloat16's
+    rounding differs between XLA's fused kernels and the plain ones)."""
     (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play.\n")
     (tmp_path / "hyp.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen.\n")
     no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -57,10 +61,29 @@ def test_the_log_lines_say_the_precision_then_whether_the_pass_is_compiled_and_j
     for flags, said in (([], "scoring: XLA off (auto: no GPU; XLA decodes slower on a CPU)"),
                         (["--jit"], "scoring: XLA on (--jit)")):
         result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
-                     "--target", tmp_path / "hyp.de", *flags, env=no_gpu)
+                     "--target", tmp_path / "hyp.de", "--precision", "float32", *flags,
+                     env=no_gpu)
         assert result.returncode == 0, result.stderr.decode()
         first, second = vtx_lines(result.stderr.decode())[:2]
         assert first.startswith("precision: ") and second == said
         scores.append([float(line.split("\t")[0]) for line in result.stdout.decode().splitlines()])
     assert len(scores[0]) == 2
     assert all(abs(plain - compiled) < 1e-4 for plain, compiled in zip(*scores))
+
+
+def test_bfloat16_scores_are_float32_s_to_its_rounding(trained_checkpoint, tmp_path):
+    """bfloat16 (emulated on a CPU without it: the same numbers, slower) keeps about 3 digits of
+    each product; the scores it sums stay near float32's, and the search's side is float32."""
+    (tmp_path / "src.en").write_text("A man is riding a bike.\nTwo dogs play in the snow.\n")
+    (tmp_path / "hyp.de").write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n")
+    scores = {}
+    for precision in ("float32", "bfloat16"):
+        result = vtx("score", "--checkpoint", trained_checkpoint, "--input", tmp_path / "src.en",
+                     "--target", tmp_path / "hyp.de", "--precision", precision)
+        assert result.returncode == 0, result.stderr.decode()
+        assert vtx_lines(result.stderr.decode())[0].startswith(f"precision: {precision}")
+        scores[precision] = [float(line.split("\t")[0])
+                             for line in result.stdout.decode().splitlines()]
+    assert len(scores["bfloat16"]) == 2 and scores["bfloat16"] != scores["float32"]
+    for single, full in zip(scores["bfloat16"], scores["float32"]):
+        assert abs(single - full) <= 0.02 * abs(full) + 0.02
