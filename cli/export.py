@@ -6,13 +6,13 @@ import click
 from vtx.inference.decoding import TRANSLATION
 from vtx.precision import DECODING_POLICIES, QUANTIZATIONS
 from vtx_cli.options import (SEARCH_FLAGS, checkpoint_option, creatable_in_folder, ema_option,
-                             library_error, search_options)
+                             library_error, search_options, TensorFlowCommand)
 
 # vtx.export.FORMATS, kept here so that --help needs no import
 FORMATS = ("savedmodel", "ctranslate2", "transformers", "keras-hub")
 
 
-@click.command("export")
+@click.command("export", cls=TensorFlowCommand)
 @checkpoint_option
 @ema_option
 @click.option("--format", "export_format", required=True, type=click.Choice(FORMATS),

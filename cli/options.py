@@ -12,6 +12,18 @@ from vtx.inference.decoding import LENPEN_FORMULAS, STOP_RULES, DecodeOptions  #
 from vtx.precision import AUTO, DECODING_PRECISIONS, QUANTIZATIONS  # no TensorFlow
 
 
+class TensorFlowCommand(click.Command):
+    """A command that runs TensorFlow: imported, with its start-up lines held back
+    (`vtx.startup`), once the command's arguments are read, so that `--help` and a refused flag
+    answer without it."""
+
+    def invoke(self, ctx: click.Context):
+        from vtx.startup import import_tensorflow
+
+        import_tensorflow()
+        return super().invoke(ctx)
+
+
 class FiniteFloat(click.FloatRange):
     """`click.FloatRange` that also refuses nan and infinity: nan passes every range check (each
     comparison is false), and an infinite --max-len-a or --lenpen broke the search or, exported,

@@ -5,14 +5,14 @@ import click
 from vtx.inference.decoding import PARSING
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, announce_decoding, ema_option,
                              ensemble_option, library_error, precision_options,
-                             search_threads_option, search_options)
+                             search_threads_option, search_options, TensorFlowCommand)
 
 # library argument -> flag
 FLAGS = {**SEARCH_FLAGS, "gold_path": "--gold", "constrain_trees": "--constrain-trees",
          "input_path": "--input", "tokenize": "--tokenize"}
 
 
-@click.command()
+@click.command(cls=TensorFlowCommand)
 @ensemble_option
 @ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),

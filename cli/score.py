@@ -5,12 +5,12 @@ import click
 
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
 from vtx_cli.options import (JIT_HELP, FiniteFloat, SEARCH_FLAGS, announce_decoding, ema_option,
-                             library_error, precision_options)
+                             library_error, precision_options, TensorFlowCommand)
 
 FLAGS = {**SEARCH_FLAGS, "target_path": "--target"}
 
 
-@click.command()
+@click.command(cls=TensorFlowCommand)
 @click.option("--checkpoint", "checkpoints", required=True, multiple=True,
               type=click.Path(exists=True),
               help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "

@@ -6,7 +6,8 @@ import click
 
 from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
-                             ema_option, library_error, precision_options, search_options)
+                             ema_option, library_error, precision_options, search_options,
+                             TensorFlowCommand)
 
 FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_line_tokens": "--max-line-tokens", "max_queue": "--max-queue",
@@ -49,7 +50,7 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
     return models
 
 
-@click.command()
+@click.command(cls=TensorFlowCommand)
 @click.option("--checkpoint", multiple=True, type=click.Path(exists=True),
               help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
                    "repeated: an ensemble, the mean of the models' probabilities. One model "

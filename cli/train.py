@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vtx_cli.options import FiniteFloat, creatable_folder, library_error
+from vtx_cli.options import FiniteFloat, creatable_folder, library_error, TensorFlowCommand
 from vtx import atomic  # no TensorFlow import
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
@@ -64,7 +64,7 @@ def _device_names(ctx, param, value):
     return names
 
 
-@click.command()
+@click.command(cls=TensorFlowCommand)
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset: base and big as in the paper's Table 3, parse-big for "

@@ -5,7 +5,7 @@ import click
 from vtx.inference.decoding import OUTPUT_FORMATS, TRANSLATION
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
                              ema_option, ensemble_option, library_error, precision_options,
-                             search_options, search_threads_option)
+                             search_options, search_threads_option, TensorFlowCommand)
 
 FLAGS = {**SEARCH_FLAGS, "reference_path": "--reference", "input_path": "--input",
          "sampling_topk": "--sampling-topk", "sampling_topp": "--sampling-topp",
@@ -41,7 +41,7 @@ def check_combinations(ctx: click.Context) -> None:
                                        ctx=ctx)
 
 
-@click.command()
+@click.command(cls=TensorFlowCommand)
 @ensemble_option
 @ema_option
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False),
