@@ -84,26 +84,50 @@ def groups(rows: list[Row], keys: tuple[str, ...]) -> list[list[Row]]:
 def with_provenance(header: list[str], body: list[tuple[list[Row], list[str]]],
                     keys: tuple[str, ...]) -> Lines:
     """The table, each row followed by the provenance columns (`keys`) that differ between its
-    rows, then a bullet naming the ones they share.
+    rows, then a bullet naming the ones they share. Commands that differ are written once in
+    the bullet, their common words with `…` for each row's own, which its cell holds.
 
     Args:
         header: the figures' column names.
         body: each table row as (the CSV rows it shows, its cells).
         keys: the provenance columns of the CSV, such as machine, commit and command.
     """
-    def value(rows: list[Row], key: str) -> str:
-        return "; ".join(dict.fromkeys(row[key] for row in rows))
-
     everything = [row for rows, _ in body for row in rows]
     varying = [key for key in keys if len({row[key] for row in everything}) > 1]
-    shared = [key for key in keys if key not in varying]
-    cells = [[*figures, *(code(value(rows, key), key) for key in varying)]
-             for rows, figures in body]
+    shared = [f"{key}: {code(everything[0][key], key)}" for key in keys if key not in varying]
+    head, tail = common_words([row["command"] for row in everything]) if "command" in varying \
+        else (0, 0)
+    if head or tail:
+        words = everything[0]["command"].split()
+        shared.append("command: " + code(" ".join([*words[:head], "…",
+                                                   *words[len(words) - tail:]]), "command"))
+
+    def cell(rows: list[Row], key: str) -> str:
+        values = dict.fromkeys(row[key] for row in rows)
+        if key == "command":
+            values = dict.fromkeys(" ".join(value.split()[head:len(value.split()) - tail])
+                                   for value in values)
+        return code("; ".join(values), key)
+
+    cells = [[*figures, *(cell(rows, key) for key in varying)] for rows, figures in body]
     lines = table([*header, *varying], cells)
     if shared and everything:
-        lines += ["", "- " + "; ".join(f"{key}: {code(everything[0][key], key)}"
-                                       for key in shared)]
+        lines += ["", "- " + "; ".join(shared)]
     return lines
+
+
+def common_words(commands: list[str]) -> tuple[int, int]:
+    """How many words every command starts with alike, and how many it ends with alike after
+    them."""
+    split = [command.split() for command in commands]
+    shortest = min(len(words) for words in split)
+    head = 0
+    while head < shortest and len({words[head] for words in split}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head and len({words[-1 - tail] for words in split}) == 1:
+        tail += 1
+    return head, tail
 
 
 def code(text: str, key: str) -> str:
@@ -176,9 +200,10 @@ def gpu_train(rows: list[Row]) -> Lines:
 
 
 def vtx_setting(row: Row) -> str:
-    """vtx's setting of a decoding_vs_ct2.csv row, as its flags."""
-    return (f"{row['precision']}, `--quantize {row['vtx_quantize']}`, `--max-tokens "
-            f"{row['vtx_max_tokens']}`, `--search-threads {row['vtx_search_threads']}`")
+    """vtx's setting of a decoding_vs_ct2.csv row: precision, --quantize, --max-tokens and
+    --search-threads."""
+    return (f"{row['precision']}, {row['vtx_quantize']}, {row['vtx_max_tokens']}, "
+            f"{row['vtx_search_threads']}")
 
 
 def ct2_setting(row: Row) -> str:
@@ -198,7 +223,9 @@ def decoding(rows: list[Row]) -> Lines:
                             ct2_setting(fastest), str(len(runs)), f"{fastest['ct2_s']} s",
                             f"**{ratio(fastest['ct2_s'], fastest['vtx_s'])}**",
                             f"{fastest['identical_lines']} / {fastest['lines']}"]))
-    return with_provenance(["input", "threads", "`--stop`", "vtx", "vtx steady call",
+    return with_provenance(["input", "threads", "`--stop`",
+                            "vtx: precision, `--quantize`, `--max-tokens`, `--search-threads`",
+                            "vtx steady call",
                             "CTranslate2's fastest", "of settings timed",
                             "its steady call", "vtx / CTranslate2",
                             "identical lines"], body, ("machine", "commit", "command"))

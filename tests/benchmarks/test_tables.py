@@ -89,3 +89,13 @@ def test_the_script_runs_without_tensorflow():
         " assert 'tensorflow' not in sys.modules, 'tables.py imported TensorFlow'"
     )
     subprocess.run([sys.executable, "-c", check], check=True, capture_output=True)
+
+
+def test_commands_that_differ_are_written_once_with_each_rows_own_words_in_its_cell():
+    rows = [{"command": "python x.py --threads 1 --csv out.csv"},
+            {"command": "python x.py --threads 2 --repeat 2 --csv out.csv"}]
+    assert tables.common_words([row["command"] for row in rows]) == (3, 2)
+    lines = tables.with_provenance(["x"], [([row], [str(i)]) for i, row in enumerate(rows)],
+                                   ("command",))
+    assert lines == ["| x | command |", "|---|---|", "| 0 | `1` |", "| 1 | `2 --repeat 2` |", "",
+                     "- command: `python x.py --threads … --csv out.csv`"]
