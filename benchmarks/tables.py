@@ -256,7 +256,7 @@ def serve_abuse(rows: list[Row]) -> Lines:
                              f"{number(row['rss_start_mib'])} (start)"]))
         body.append(([row], [f"beside {row['hostile']} hostile clients",
                              f"{number(row['abused_lines_per_s'], 1)} "
-                             f"(**{ratio(row['abused_lines_per_s'], row['clean_lines_per_s'])}**)",
+                             f"(**{row['throughput_ratio']}** of alone)",
                              f"{row['abused_p50_s']} / {row['abused_p99_s']} (p99 "
                              f"**{row['p99_ratio']}x**)",
                              f"**{row['abused_health_worst_ms']} ms**",
