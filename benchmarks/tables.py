@@ -107,6 +107,8 @@ def with_provenance(header: list[str], body: list[tuple[list[Row], list[str]]],
         if key == "command":
             values = dict.fromkeys(" ".join(value.split()[head:len(value.split()) - tail])
                                    for value in values)
+            if values.keys() == {""}:
+                return "-"  # the row's command is the common words alone
         return code("; ".join(values), key)
 
     cells = [[*figures, *(cell(rows, key) for key in varying)] for rows, figures in body]
