@@ -1,14 +1,15 @@
-"""The tables of figures in docs/benchmarks.md and docs/results.md, written from benchmarks/results/*.csv.
+"""The tables of figures of docs/benchmarks.md and docs/results.md, from benchmarks/results/*.csv.
 
     .venv/bin/python benchmarks/tables.py --write   # rewrite the tables of the pages in place
     .venv/bin/python benchmarks/tables.py --check   # exit 1 naming each table that differs
 
 A page marks each table with two comments: `<!-- table: NAME COLUMN=VALUE ... -->` above it and
 `<!-- /table -->` below. NAME is an entry of TABLES (its CSV and how it lays the rows out); each
-COLUMN=VALUE keeps the CSV's rows whose COLUMN holds VALUE, COLUMN!=VALUE the others, COLUMN~TEXT
-those whose COLUMN contains TEXT (a value with spaces is quoted: `command~"--steps-base 30"`). What lies between the
-two comments is this script's output: a figure lives in its CSV row, and a page only shows it.
-Each table ends with the machine, commit and command of its rows (a column where they differ).
+COLUMN=VALUE keeps the CSV's rows whose COLUMN holds VALUE, COLUMN!=VALUE the others, and
+COLUMN~TEXT those whose COLUMN contains TEXT (quoted where it holds spaces:
+`command~"--steps-base 30"`). What lies between the two comments is this script's output: a
+figure lives in its CSV row, and a page only shows it. Each table ends with its rows' machine,
+commit and command, those of them its CSV has (a column where the rows differ).
 No TensorFlow: the rows are read by benchmarks/plot.py's `read_rows`.
 """
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "results.md")
 RESULTS = ROOT / "benchmarks" / "results"
 
-# <!-- table: NAME selectors -->, the table, <!-- /table -->; group 2 is what the script writes.
+# <!-- table: NAME selectors -->, the table, <!-- /table -->; `body` is what the script writes.
 BLOCK = re.compile(r"(<!-- table: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 SELECTOR = re.compile(r"(?P<column>\w+)(?P<op>!=|=|~)(?P<value>.+)", re.S)
 
