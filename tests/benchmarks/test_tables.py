@@ -99,3 +99,17 @@ def test_commands_that_differ_are_written_once_with_each_rows_own_words_in_its_c
                                    ("command",))
     assert lines == ["| x | command |", "|---|---|", "| 0 | `1` |", "| 1 | `2 --repeat 2` |", "",
                      "- command: `python x.py --threads … --csv out.csv`"]
+
+
+# The tables of these pages that hold no benchmark's figures: names, flags, targets, statuses and
+# the presets' counted parameters. Any other table there is written from a CSV.
+HAND_WRITTEN_TABLES = ("| name here |", "| target | status |", "| capability |", "| preset |")
+
+
+@pytest.mark.parametrize("page", tables.PAGES, ids=lambda page: page.name)
+def test_every_other_table_of_a_page_stands_between_markers(page):
+    outside = tables.BLOCK.sub("", page.read_text(encoding="utf-8"))
+    headers = [line for number, line in enumerate(outside.splitlines())
+               if line.startswith("|") and not outside.splitlines()[number - 1].startswith("|")]
+    strays = [header for header in headers if not header.startswith(HAND_WRITTEN_TABLES)]
+    assert not strays, f"{page.name}: tables of figures not written by tables.py: {strays}"
