@@ -117,7 +117,9 @@ def plot_train_vs_torch(rows: list[dict[str, str]], out: Path) -> None:
 
 
 def plot_gpu_train(rows: list[dict[str, str]], out: Path) -> None:
-    """vtx against the PyTorch reference on a GPU, bfloat16, per model and batch."""
+    """vtx against the PyTorch reference on a GPU, bfloat16, per model and batch (the rows that
+    timed the reference)."""
+    rows = [row for row in rows if row["torch_tok_s"]]
     fig, ax = plt.subplots(figsize=(8, 2.8))
     labels = [
         f"{row['model']}, {int(row['target_tokens']):,} tokens\nMFU {row['vtx_mfu_pct']}%"
@@ -278,7 +280,7 @@ PLOTS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, str]], Path], N
         "train_vs_torch.png",
     ),
     "gpu_train.csv": (
-        ("gpu", "model", "target_tokens", "vtx_tok_s", "torch_tok_s", "vtx_mfu_pct", "command"),
+        ("gpu", "model", "target_tokens", "vtx_tok_s", "vtx_mfu_pct", "date", "command"),
         plot_gpu_train,
         "gpu_vs_torch.png",
     ),

@@ -86,7 +86,8 @@ def precision_options(command):
     command = click.option(
         "--quantize", type=click.Choice(QUANTIZATIONS), default="none", show_default=True,
         help="int8: the feed-forward layers and attention's output projection multiply in int8 "
-             "(Keras's int8 layers); pays only on some CPUs, see docs/benchmarks.md.")(command)
+             "(Keras's int8 layers); slower than float32 in every run measured (AVX2 AMD "
+             "EPYC CPUs, docs/benchmarks.md).")(command)
     return click.option(
         "--precision", type=click.Choice(DECODING_PRECISIONS), default=AUTO, show_default=True,
         help="What the layers compute in (the search's scores stay float32); auto: bfloat16 "

@@ -89,38 +89,34 @@ def test_every_relative_link_and_image_points_to_a_file_and_heading(path):
     assert not broken, "\n".join(broken)
 
 
-# Headline figures, each stated in one page of docs/ or the README; other pages link to it.
-# A second page stating one is how two pages come to disagree when it is measured again.
-# history.md, a dated record of what was measured when, is not a page of current figures.
+# Headline figures, each stated in one page of docs/, the README or a recipe's README; other pages
+# link to it. A second page stating one is how two pages come to disagree when it is measured
+# again. history.md, a record of what was measured when, is not a page of current figures.
 HEADLINE_FIGURES = {
-    "38.84": "results.md",        # quick start BLEU, Intel Xeon with AMX
-    "36.56": "results.md",        # quick start BLEU, AMD EPYC Zen 3
-    "5,732": "results.md",        # quick start median tok/s, Intel Xeon with AMX
-    "1,477": "results.md",        # quick start median tok/s, AMD EPYC Zen 3
-    "70.66": "results.md",        # WSJ sample parser test F1
-    "1.38-1.75x": "results.md",   # CPU training against the PyTorch reference
-    "1.65x CTranslate2": "results.md",  # CPU decoding against CTranslate2
-    "291,902": "results.md",      # `vtx train` target tok/s on one H200
-    "39.0%": "results.md",        # big's MFU on one H200
-    "0.11-0.13 s": "decoding.md",  # vtx's search on one H200, with XLA
-    "250,233": "benchmarks.md",   # base at 8,192 tokens, vtx tok/s on one H100
-    "13.39 s": "benchmarks.md",   # CTranslate2's plain search, quick start model, Intel Xeon
-    "1000/1000": "export.md",     # lines identical between an export and vtx translate
-    "39.82": "results.md",        # quick start with EMA, the last 5 averaged
-    "7,577,600": "results.md",    # the quick start model's parameters
-    "63,082,496": "results.md",   # base's parameters at a vocabulary of 37,000
-    "214,245,376": "results.md",  # big's parameters at a vocabulary of 37,000
-    "1.33x": "benchmarks.md",     # the read-ahead thread, real pipeline on one H200
-    "1.47x": "benchmarks.md",     # grouped beam cache at beam 4 with XLA (and a CPU ratio)
-    "+14% tok/s": "benchmarks.md",  # oneDNN on an AVX2-only CPU
+    "38.84": "docs/results.md",        # quick start BLEU, Intel Xeon with AMX
+    "36.56": "docs/results.md",        # quick start BLEU, AMD EPYC Zen 3
+    "5,732": "docs/results.md",        # quick start median tok/s, Intel Xeon with AMX
+    "1,477": "docs/results.md",        # quick start median tok/s, AMD EPYC Zen 3
+    "70.66": "recipes/wsj_parsing/README.md",  # WSJ sample parser test F1
+    "**0.83x**": "docs/results.md",    # vtx translate's defaults against CTranslate2's fastest
+    "39.0%": "docs/benchmarks.md",     # big's MFU on one H200
+    "0.11-0.13 s": "docs/decoding.md",  # vtx's search on one H200, with XLA
+    "250,233": "docs/benchmarks.md",   # base at 8,192 tokens, vtx tok/s on one H100
+    "1000/1000": "docs/export.md",     # lines identical between an export and vtx translate
+    "39.82": "docs/results.md",        # quick start with EMA, the last 5 averaged
+    "7,577,600": "docs/results.md",    # the quick start model's parameters
+    "63,082,496": "docs/results.md",   # base's parameters at a vocabulary of 37,000
+    "214,245,376": "docs/results.md",  # big's parameters at a vocabulary of 37,000
 }
 
 
 def test_each_headline_figure_is_stated_in_exactly_one_page():
-    pages = [path for path in [*DOCS, ROOT / "README.md"] if path.name != "history.md"]
+    pages = [path for path in [*DOCS, ROOT / "README.md", *ROOT.glob("recipes/*/README.md")]
+             if path.name != "history.md"]
     misplaced = []
     for figure, home in HEADLINE_FIGURES.items():
-        holders = sorted(path.name for path in pages if figure in path.read_text(encoding="utf-8"))
+        holders = sorted(str(path.relative_to(ROOT)) for path in pages
+                         if figure in path.read_text(encoding="utf-8"))
         if holders != [home]:
             misplaced.append(f"{figure!r}: in {holders or 'no page'}, expected only in {home}")
     assert not misplaced, "\n".join(misplaced)

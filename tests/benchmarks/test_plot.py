@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "plot.py"
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _load_plot_module():
-    spec = importlib.util.spec_from_file_location("benchmark_plot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plot = _load_plot_module()
+plot = load_script("plot")
 
 
 @pytest.mark.parametrize("name", sorted(plot.PLOTS))
@@ -34,8 +26,10 @@ def test_every_row_of_a_results_csv_holds_the_columns_its_plot_reads(name):
         assert not empty, f"{name} line {number}: no {', '.join(empty)}"
 
 
-def test_every_results_csv_has_a_plot():
-    assert sorted(path.name for path in RESULTS.glob("*.csv")) == sorted(plot.PLOTS)
+def test_every_results_csv_has_a_plot_or_a_table():
+    tables = load_script("tables")
+    used = set(plot.PLOTS) | {name for name, _ in tables.TABLES.values()}
+    assert sorted(path.name for path in RESULTS.glob("*.csv")) == sorted(used)
 
 
 def test_the_script_writes_every_png_without_tensorflow(tmp_path):
