@@ -11,14 +11,17 @@ bf16="$bf16, $(grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && echo "with AMX" ||
 ident=$(awk -F': *' '/^cpu family/ && !f { f = $2 } /^model[[:space:]]*:/ && !m { m = $2 }
                      END { if (f != "") printf "family %s model %s, ", f, m }' /proc/cpuinfo 2>/dev/null || true)
 echo "vtx tests on: ${cpu:-unknown CPU} (${ident}$(nproc) cores, $bf16)"
-# The page test drives Debian's chromium headless (tests/serve/test_page.py), and fails as root
-# without it: install it here where we may.
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    # Not fatal: without it the page test alone fails, saying what is missing.
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
-        chromium-driver; } || echo "tests/run.sh: could not install chromium and chromium-driver"
-  fi
+# System packages of the tests, installed here once where we may (as root with apt-get), not by
+# the tests: Debian's chromium and chromium-driver for the page test (tests/serve/test_page.py),
+# slurm-wlm and munge for a one-node Slurm cluster (tests/training/test_slurm.py).
+missing=""
+command -v chromium >/dev/null && command -v chromedriver >/dev/null || missing="chromium chromium-driver"
+command -v srun >/dev/null && command -v munged >/dev/null || missing="$missing slurm-wlm munge"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # Not fatal: without them the tests that need them fail or skip, saying what is missing.
+  # shellcheck disable=SC2086
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+      --no-install-recommends $missing; } || echo "tests/run.sh: could not install $missing"
 fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -2,7 +2,7 @@
 # A one-node Slurm cluster in folder DIR, for tests/training/test_slurm.py:
 #     slurm_cluster.sh start DIR CPUS    # munged, slurmctld, slurmd; SLURM_CONF=DIR/slurm.conf
 #     slurm_cluster.sh stop DIR          # ends the three daemons it started
-# Installs Debian's slurm-wlm and munge first when srun is missing (as root, with apt-get).
+# Needs Debian's slurm-wlm and munge (tests/run.sh installs them).
 # Everything it writes is under DIR; the daemons run as this user (root: munged --force).
 set -eu
 command=$1
@@ -23,7 +23,8 @@ if [ "$command" = stop ]; then
 fi
 cpus=$3
 if ! command -v srun >/dev/null || ! command -v munged >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge
+    echo "slurm_cluster.sh: srun or munged is missing: install slurm-wlm and munge" >&2
+    exit 1
 fi
 host=$(hostname -s)
 user=$(id -un)
