@@ -1,9 +1,11 @@
-"""LibreTranslate's API on `vtx serve`, called as real clients call it: libretranslatepy, and
-raw requests shaped as Mastodon's, SearXNG's and Weblate's sources send them. Their
-translations are `vtx translate`'s of the same sentences."""
+"""LibreTranslate's API on `vtx serve`, called as real clients call it: libretranslatepy,
+deep-translator, curl, and raw requests shaped as Mastodon's, SearXNG's, Weblate's and
+Nextcloud's sources send them. Their translations are `vtx translate`'s of the same sentences,
+both searched in float32 (in bfloat16 a line's output may depend on its batch partners)."""
 
 import html
 import json
+import subprocess
 import urllib.parse
 
 import pytest
@@ -15,6 +17,7 @@ KEY = "3c7a-test-key"
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman is cooking.",
              "A group of people are standing in front of a building."]
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+FLOAT32 = ("--precision", "float32")
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +26,7 @@ def server(trained_checkpoint, tmp_path_factory):
     keys.write_text(f"# the test's client\n{KEY}\n")
     process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
                             "--target-lang", "de", "--api-keys", keys, "--batch-wait-ms", 1,
-                            "--max-lines", 8, "--max-queue", 64, "--max-beam", 4)
+                            "--max-lines", 8, "--max-queue", 64, "--max-beam", 4, *FLOAT32)
     yield process
     if process.process.poll() is None:
         process.process.kill()
@@ -32,7 +35,8 @@ def server(trained_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="module")
 def offline(trained_checkpoint, tmp_path_factory):
     """`vtx translate`'s best translation of each of SENTENCES."""
-    records = translate_jsonl(trained_checkpoint, tmp_path_factory.mktemp("offline"), SENTENCES)
+    records = translate_jsonl(trained_checkpoint, tmp_path_factory.mktemp("offline"), SENTENCES,
+                              *FLOAT32)
     return [record["hypotheses"][0]["text"] for record in records]
 
 
@@ -83,7 +87,8 @@ def test_searxng_s_request_gets_vtx_translate_s_nbest_as_alternatives(
     status, _, reply = request(server.url + "/translate", {
         "q": SENTENCES[1], "source": "en", "target": "de", "alternatives": 3, "api_key": KEY})
     assert status == 200, reply
-    [record] = translate_jsonl(trained_checkpoint, tmp_path, SENTENCES[1:2], "--nbest", 4)
+    [record] = translate_jsonl(trained_checkpoint, tmp_path, SENTENCES[1:2], "--nbest", 4,
+                               *FLOAT32)
     texts = [hypothesis["text"] for hypothesis in record["hypotheses"]]
     assert reply["translatedText"] == texts[0]
     assert reply["alternatives"] == [t for t in dict.fromkeys(texts[1:]) if t != texts[0]]
@@ -112,6 +117,87 @@ def test_a_multipart_form_is_read_as_libretranslate_reads_it(server, offline):
     assert (status, reply) == (200, {"translatedText": offline[3]})
 
 
+def test_deep_translator_posts_its_fields_in_the_query_string(server, offline):
+    # deep_translator/libre.py: requests.post(url + "translate", params={q, source, target,
+    # format, api_key}): no body, no Content-Type.
+    from deep_translator import LibreTranslator
+
+    client = LibreTranslator(source="en", target="de", api_key=KEY, custom_url=server.url + "/")
+    assert client.translate(SENTENCES[0]) == offline[0]
+    assert client.translate_batch(SENTENCES[1:3]) == offline[1:3]
+
+
+def test_a_field_of_the_body_wins_over_the_query_s(server, offline):
+    import requests
+
+    query = {"q": SENTENCES[0], "source": "en", "target": "de", "api_key": KEY}
+    for body in ({"json": {"q": SENTENCES[1]}}, {"data": {"q": SENTENCES[1]}},
+                 {"files": {"q": (None, SENTENCES[1])}}):
+        reply = requests.post(server.url + "/translate", params=query, timeout=300, **body)
+        assert (reply.status_code, reply.json()) == (200, {"translatedText": offline[1]}), body
+    # Nextcloud's detection: q in the query string of a bodiless POST.
+    reply = requests.post(server.url + "/detect", params={
+        "q": "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad.", "api_key": KEY},
+        timeout=60)
+    assert reply.status_code == 200 and reply.json()[0]["language"] == "de"
+
+
+def test_curl_s_multipart_form_of_non_ascii_text_is_read_as_utf_8(
+        server, trained_checkpoint, tmp_path):
+    # Nextcloud's LibreTranslate app posts multipart forms from PHP's curl: parts that declare
+    # no charset, as `curl -F` sends them.
+    text = "Grüße aus der Straße am Fluß."
+    [record] = translate_jsonl(trained_checkpoint, tmp_path, [text], *FLOAT32)
+    answer = subprocess.run(
+        ["curl", "-sS", "-F", f"q={text}", "-F", "source=en", "-F", "target=de", "-F",
+         f"api_key={KEY}", server.url + "/translate"], capture_output=True, check=True,
+        timeout=300).stdout
+    assert json.loads(answer) == {"translatedText": record["hypotheses"][0]["text"]}
+
+
+def multipart(*parts: tuple[str, str, bytes]) -> tuple[bytes, dict]:
+    """A multipart form of (name, the part's own headers, value) parts, and its headers."""
+    body = b"".join(f"--vtxboundary\r\nContent-Disposition: form-data; name=\"{name}\""
+                    f"\r\n{headers}\r\n".encode() + value + b"\r\n"
+                    for name, headers, value in (("source", "", b"en"), ("target", "", b"de"),
+                                                 ("api_key", "", KEY.encode()), *parts))
+    return body + b"--vtxboundary--\r\n", {
+        "Content-Type": "multipart/form-data; boundary=vtxboundary"}
+
+
+@pytest.mark.parametrize("part, reason", [
+    (("q", "Content-Type: text/plain; charset=x-klingon\r\n", b"A man."),
+     "form field \"q\": charset \"x-klingon\" is unknown"),
+    (("q", "Content-Type: text/plain; charset=utf-8\r\n", b"A \xff man."),
+     "form field \"q\" is no utf-8 text"),
+    (("q", "Content-Type: multipart/mixed; boundary=inner\r\n",
+      b"--inner\r\nContent-Type: text/plain\r\n\r\nA man.\r\n--inner--"),
+     "form field \"q\" is a multipart/mixed part"),
+    (("q", "Content-Type: application/octet-stream\r\n", b"A man."),
+     "form field \"q\" is a file"),
+])
+def test_a_multipart_part_of_an_unknown_charset_or_kind_gets_400(server, part, reason):
+    body, headers = multipart(part)
+    status, _, reply = request(server.url + "/translate", body, headers=headers)
+    assert status == 400 and reply["error"].startswith(reason), reply
+    # A part of a charset Python knows is read in it.
+    body, headers = multipart(("q", "Content-Type: text/plain; charset=latin-1\r\n",
+                               SENTENCES[0].encode("latin-1")))
+    assert request(server.url + "/translate", body, headers=headers)[0] == 200
+
+
+def test_a_post_is_routed_before_its_content_type_is_checked(server):
+    import requests
+
+    reply = requests.post(server.url + "/languages", timeout=60)
+    assert reply.status_code == 405 and reply.headers["Allow"] == "GET,HEAD"
+    assert reply.json() == {"error": "POST /languages: use GET, HEAD"}
+    reply = requests.post(server.url + "/translat", data={"q": "A man."}, timeout=60)
+    assert reply.status_code == 404 and reply.json() == {"error": "no such route: /translat"}
+    # /v1's routes take JSON only, bodiless or not.
+    assert requests.post(server.url + "/v1/translate", timeout=60).status_code == 415
+
+
 def test_auto_source_says_the_detected_language(server, offline):
     status, _, reply = request(server.url + "/translate", {
         "q": SENTENCES[:2], "source": "auto", "target": "de", "api_key": KEY})
@@ -135,7 +221,7 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
     assert status == 200, reply
     (tmp_path / "glossary.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     offline = translate_jsonl(trained_checkpoint, tmp_path, SENTENCES[:2], "--glossary",
-                              tmp_path / "glossary.tsv")
+                              tmp_path / "glossary.tsv", *FLOAT32)
     assert reply["translatedText"] == [record["hypotheses"][0]["text"] for record in offline]
     assert "Eis" in reply["translatedText"][1]
 

@@ -23,8 +23,8 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
     GET /v1/info        the model, vocabulary, default settings and limits; under "pairs",
                         those of each language pair served (`vtx.serve.pairs`)
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
-                        LibreTranslate's API (`vtx.serve.libre`): JSON or form bodies, api keys
-                        and a rate limit (`vtx.serve.access`)
+                        LibreTranslate's API (`vtx.serve.libre`): fields from the query string
+                        and a JSON or form body, api keys and a rate limit (`vtx.serve.access`)
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
 """
@@ -200,8 +200,9 @@ def _errors(metrics: Metrics):
 
 
 def _guard(transport: Transport):
-    """Middleware: the Host and, on a POST, the Content-Type and the Origin checked (see the
-    module docstring), and the body read within the read timeout (408)."""
+    """Middleware: the Host, then the route (404, 405), then on a POST the Content-Type and the
+    Origin checked (see the module docstring), and the body read within the read timeout
+    (408)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -209,10 +210,13 @@ def _guard(transport: Transport):
         if not _allowed_host(host, transport.allowed_hosts):
             raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
                                f"names, IP addresses and --allowed-host names only", 421)
+        if request.match_info.http_exception is not None:  # 404, 405: said before the body
+            raise request.match_info.http_exception
         if request.method == "POST":
             forms = request.path in FORM_ROUTES
-            if request.content_type != "application/json" and not (
-                    forms and request.content_type in libre.FORM_TYPES):
+            # A bodiless POST sends its fields in the query string (as deep-translator does).
+            if request.content_type != "application/json" and not (forms and (
+                    request.content_type in libre.FORM_TYPES or not request.body_exists)):
                 also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                    f"'application/json'{also}", 415)
@@ -328,24 +332,30 @@ def _translations(served: Served, job: Job, results: list) -> web.Response:
 async def _libre_translate(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
     service.pairs.told()
-    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+    body = await request.read()
 
     def check() -> libre.Translation:
-        fields, is_json = libre.read_fields(body, content_type)
+        fields = _libre_fields(request, body)
         service.access.admit(libre.api_key(fields), request.remote or "")
-        return libre.translation(fields, is_json, service.pairs, service.detector)
+        return libre.translation(fields, service.pairs, service.detector)
 
     translation = await asyncio.to_thread(check)
     results = await _search(translation.served, translation.job) if translation.job else []
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
+def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
+    """The fields of a LibreTranslate request whose body was read (`body`)."""
+    return libre.read_fields(body, request.headers.get("Content-Type", ""),
+                             request.rel_url.raw_query_string)
+
+
 async def _libre_detect(request: web.Request) -> web.Response:
     service: Service = request.app["service"]
-    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+    body = await request.read()
 
     def detect() -> web.Response:
-        fields, _ = libre.read_fields(body, content_type)
+        fields = _libre_fields(request, body)
         service.access.admit(libre.api_key(fields), request.remote or "")
         return _json(libre.detect_text(fields, service.detector))
 

@@ -1,5 +1,6 @@
 """The LibreTranslate API (as LibreTranslate 1.9.6 answers it) on `vtx serve`: its requests,
-read from JSON or from a form, into a `Job` of the server's batcher, and its answers.
+read from the query string and the body (JSON or a form) as LibreTranslate's `request.values`,
+into a `Job` of the server's batcher, and its answers.
 
     POST /translate  {q: text or [texts], source: code or "auto", target, format: "text" or
                      "html", alternatives: n, api_key, glossary: [[source, target], ...] (vtx's
@@ -47,36 +48,72 @@ class Translation:
     detected: list[dict] | None  # with source "auto": each text's {confidence, language}
 
 
-def read_fields(body: bytes, content_type: str) -> tuple[dict, bool]:
-    """The fields of a request (a JSON object, or a form's fields: the first value of each),
-    and whether it was JSON. `content_type`: the Content-Type header, with its parameters.
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """A request's fields as LibreTranslate's `request.values` holds them: the query string's,
+    then the body's (a JSON object, or a form), a field of the body winning over the query's."""
+
+    values: dict
+    texts: frozenset[str]  # the fields sent as form text (query or form), not as JSON values
+
+    def get(self, name: str, default=None):
+        return self.values.get(name, default)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+
+def read_fields(body: bytes, content_type: str, query: str = "") -> Fields:
+    """The fields of a request: `query`, its query string as sent (percent-encoded), then its
+    body, by `content_type` (the Content-Type header, with its parameters): JSON, a form, or
+    nothing (a bodiless POST, as deep-translator sends). A form's field is its first value.
 
     Raises:
-        RequestError: malformed JSON, a form that is no UTF-8, a form field that is a file.
+        RequestError: malformed JSON, a query or form that is no UTF-8, a multipart part that
+            is a file or of an unknown charset.
     """
+    values = _form_fields(query, "the query string")
+    texts = set(values)
     kind = content_type.split(";")[0].strip().lower()
     if kind == "application/json":
-        return read_json_object(body), True
-    if kind == "multipart/form-data":
-        return _multipart_fields(body, content_type), False
-    try:
-        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
-                                       max_num_fields=len(FORM_FIELDS) * 4)
-    except UnicodeDecodeError:
-        raise RequestError("the form is no UTF-8 text") from None
-    except ValueError as error:  # too many fields
-        raise RequestError(f"the form: {error}") from None
-    fields: dict = {}
-    for name, value in pairs:
-        fields.setdefault(name, value)
-    return fields, False
+        own = read_json_object(body)
+        texts -= set(own)
+    elif kind == "multipart/form-data":
+        own = _multipart_fields(body, content_type)
+        texts |= set(own)
+    elif kind == "application/x-www-form-urlencoded":
+        try:
+            own = _form_fields(body.decode("utf-8"), "the form")
+        except UnicodeDecodeError:
+            raise RequestError("the form is no UTF-8 text") from None
+        texts |= set(own)
+    else:  # no body (the guard lets no other through)
+        own = {}
+    return Fields({**values, **own}, frozenset(texts))
 
 
 # LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
 FORM_FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "glossary")
 
 
+def _form_fields(form: str, where: str) -> dict:
+    """The fields of a URL-encoded form (or query string): the first value of each."""
+    try:
+        pairs = urllib.parse.parse_qsl(form, keep_blank_values=True, errors="strict",
+                                       max_num_fields=len(FORM_FIELDS) * 4)
+    except UnicodeDecodeError:
+        raise RequestError(f"{where} is no UTF-8 text") from None
+    except ValueError as error:  # too many fields
+        raise RequestError(f"{where}: {error}") from None
+    fields: dict = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields
+
+
 def _multipart_fields(body: bytes, content_type: str) -> dict:
+    """A multipart form's text fields, each part in its declared charset or else UTF-8 (RFC
+    7578, 4.4: PHP's curl and browsers declare none)."""
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
     if not message.is_multipart():
@@ -86,19 +123,28 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
         name = part.get_param("name", header="content-disposition")
         if not name or name in fields:
             continue
-        value = part.get_content()
-        if not isinstance(value, str):
+        if part.is_multipart():
+            raise RequestError(f"form field {shown(name)} is a {part.get_content_type()} part; "
+                               f"send each field as text")
+        if part.get_content_maintype() != "text" or part.get_filename() is not None:
             raise RequestError(f"form field {shown(name)} is a file; send text")
-        fields[name] = value
+        charset = part.get_content_charset() or "utf-8"
+        try:
+            fields[name] = part.get_payload(decode=True).decode(charset)
+        except LookupError:
+            raise RequestError(f"form field {shown(name)}: charset {shown(charset)} is "
+                               f"unknown; send UTF-8") from None
+        except UnicodeDecodeError:
+            raise RequestError(f"form field {shown(name)} is no {charset} text") from None
     return fields
 
 
-def api_key(fields: dict) -> str | None:
+def api_key(fields: Fields) -> str | None:
     key = fields.get("api_key")
     return key if isinstance(key, str) and key else None
 
 
-def translation(fields: dict, is_json: bool, pairs: Pairs, detector: Detector) -> Translation:
+def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation:
     """The checked request of POST /translate's `fields` to the pair of its source and target
     among `pairs`.
 
@@ -107,7 +153,7 @@ def translation(fields: dict, is_json: bool, pairs: Pairs, detector: Detector) -
             those served), texts of one request detected in languages of different pairs, the
             text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
-    texts, batch = _texts(fields, is_json)
+    texts, batch = _texts(fields)
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
     if text_format not in ("text", "html"):
@@ -134,12 +180,12 @@ def translation(fields: dict, is_json: bool, pairs: Pairs, detector: Detector) -
     if alternatives + 1 > model.defaults.beam:
         data["beam"] = alternatives + 1
     if "glossary" in fields:
-        data["glossary"] = _glossary(fields["glossary"], is_json)
+        data["glossary"] = _glossary(fields.get("glossary"), "glossary" in fields.texts)
     job = job_of(data, model, SENTENCES_FIELD) if lines else None
     return Translation(documents, served, job, batch, alternatives, detected)
 
 
-def _texts(fields: dict, is_json: bool) -> tuple[list[str], bool]:
+def _texts(fields: Fields) -> tuple[list[str], bool]:
     q = fields.get("q")
     if not q:
         raise RequestError("Invalid request: missing q parameter")
@@ -148,10 +194,10 @@ def _texts(fields: dict, is_json: bool) -> tuple[list[str], bool]:
         return q, True
     check_field("q", q, "a list of strings" if not isinstance(q, str) else "a string")
     # A form's line breaks as LF only (as LibreTranslate does).
-    return [q if is_json else "\n".join(q.splitlines())], False
+    return ["\n".join(q.splitlines()) if "q" in fields.texts else q], False
 
 
-def _code(fields: dict, name: str) -> str:
+def _code(fields: Fields, name: str) -> str:
     value = fields.get(name)
     if not value:
         raise RequestError(f"Invalid request: missing {name} parameter")
@@ -159,7 +205,7 @@ def _code(fields: dict, name: str) -> str:
     return value
 
 
-def _alternatives(fields: dict, model: Model) -> int:
+def _alternatives(fields: Fields, model: Model) -> int:
     value = fields.get("alternatives", 0)
     try:
         count = int(value) if not isinstance(value, (bool, float)) else None
@@ -174,8 +220,8 @@ def _alternatives(fields: dict, model: Model) -> int:
     return count
 
 
-def _glossary(value, is_json: bool) -> list:
-    if not is_json:  # a form's glossary: its pairs as JSON text
+def _glossary(value, as_text: bool) -> list:
+    if as_text:  # a form's glossary: its pairs as JSON text
         try:
             value = read_json_object(b'{"glossary": ' + value.encode() + b"}")["glossary"]
         except RequestError:
@@ -204,7 +250,7 @@ def detection(detector: Detector, text: str, count: int = 1) -> list[dict]:
             for code, p in detector.detect(text, count)]
 
 
-def detect_text(fields: dict, detector: Detector) -> list[dict]:
+def detect_text(fields: Fields, detector: Detector) -> list[dict]:
     """The answer of POST /detect.
 
     Raises:
