@@ -26,7 +26,8 @@ def server(trained_checkpoint, tmp_path_factory):
     keys.write_text(f"# the test's client\n{KEY}\n")
     process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
                             "--target-lang", "de", "--api-keys", keys, "--batch-wait-ms", 1,
-                            "--max-lines", 8, "--max-queue", 64, "--max-beam", 4, *FLOAT32)
+                            "--max-lines", 8, "--max-queue", 64, "--max-beam", 4, *FLOAT32,
+                            "--keyless-origin", "http://127.0.0.1:*")
     yield process
     if process.process.poll() is None:
         process.process.kill()
@@ -79,6 +80,27 @@ def test_mastodon_gets_403_for_a_missing_or_unknown_key(server):
         status, _, reply = request(server.url + "/translate", {**body, "api_key": key})
         assert status == 403, reply
     assert "api_key" in request(server.url + "/translate", body)[2]["error"]
+
+
+def test_api_keys_guard_v1_translate_and_spare_the_keyless_origin(server, offline):
+    url, body = server.url + "/v1/translate", {"text": SENTENCES[:1]}
+    status, _, reply = request(url, body)
+    assert status == 403 and "'Authorization: Bearer KEY'" in reply["error"]
+    for sent, headers in (({**body, "api_key": KEY}, {}),
+                          (body, {"Authorization": f"Bearer {KEY}"}),
+                          (body, {"Origin": server.url})):  # the page's own origin
+        status, _, reply = request(url, sent, headers=headers)
+        assert status == 200, (headers, reply)
+        assert reply["translations"][0]["hypotheses"][0]["text"] == offline[0]
+    assert request(url, {**body, "api_key": "not-a-key"})[2] == {"error": "invalid api key"}
+    assert request(url, body, headers={"Authorization": "Bearer not-a-key"})[0] == 403
+    assert request(url, {**body, "api_key": 5})[2] == {
+        "error": "field 'api_key': expected a string, got 5"}
+    # LibreTranslate's routes take the header too.
+    status, _, reply = request(server.url + "/translate", {
+        "q": SENTENCES[0], "source": "en", "target": "de"},
+        headers={"Authorization": f"Bearer {KEY}"})
+    assert (status, reply) == (200, {"translatedText": offline[0]})
 
 
 def test_searxng_s_request_gets_vtx_translate_s_nbest_as_alternatives(
@@ -275,11 +297,13 @@ def test_an_address_past_req_limit_gets_429_and_a_server_without_languages_says_
         status, _, reply = request(process.url + "/translate", {
             "q": "A man.", "source": "en", "target": "de"})
         assert status == 404 and "--source-lang" in reply["error"]
-        detect = lambda: request(process.url + "/detect", form({"q": "Ein Mann fährt Rad."}),
-                                 headers=FORM)
-        assert [detect()[0] for _ in range(2)] == [200, 200]
-        status, headers, reply = detect()
+        # Without a keys file every key is made up: each buys no bucket of its own.
+        detect = lambda key: request(process.url + "/detect", form({
+            "q": "Ein Mann fährt Rad.", "api_key": key}), headers=FORM)
+        assert [detect(f"made-up-{i}")[0] for i in range(2)] == [200, 200]
+        status, headers, reply = detect("made-up-2")
         assert status == 429 and int(headers["Retry-After"]) >= 1
         assert reply["error"].startswith("Slowdown: 2 per 1 minute")
+        assert request(process.url + "/v1/translate", {"text": ["A man."]})[0] == 429
     finally:
         assert process.stop() == 0

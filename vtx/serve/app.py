@@ -24,9 +24,11 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
                         those of each language pair served (`vtx.serve.pairs`)
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): fields from the query string
-                        and a JSON or form body, api keys and a rate limit (`vtx.serve.access`)
+                        and a JSON or form body
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
+The routes that translate, detect or parse take api keys and a rate limit (`vtx.serve.access`):
+a key as the field "api_key" or an `Authorization: Bearer` header.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
 from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, RequestError, check_body,
-                                job_of, parse_job, read_json_object)
+                                check_field, job_of, parse_job, read_json_object)
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
@@ -88,12 +90,13 @@ class Transport:
 @dataclasses.dataclass
 class Service:
     """What the routes share: the served models by language pair (`vtx.serve.pairs`), the
-    counters, the connection limits, and the LibreTranslate routes' access and detector."""
+    counters, the connection limits, who may translate (`Access`), and the LibreTranslate
+    routes' detector."""
 
     pairs: Pairs
     metrics: Metrics
     transport: Transport = Transport()
-    access: Access = dataclasses.field(default_factory=Access)  # of the LibreTranslate routes
+    access: Access = dataclasses.field(default_factory=Access)
     # POST /detect and source "auto": among the served languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
 
@@ -307,6 +310,7 @@ async def _translate(request: web.Request) -> web.Response:
 
     def check() -> tuple[Served, Job]:
         data = read_json_object(body)
+        _admit(request, data.pop("api_key", None))
         served = service.pairs.find_fields(data)
         # Its routing fields, taken out, listed among the fields an unknown one is told.
         data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
@@ -336,12 +340,28 @@ async def _libre_translate(request: web.Request) -> web.Response:
 
     def check() -> libre.Translation:
         fields = _libre_fields(request, body)
-        service.access.admit(libre.api_key(fields), request.remote or "")
+        _admit(request, fields.get("api_key"))
         return libre.translation(fields, service.pairs, service.detector)
 
     translation = await asyncio.to_thread(check)
     results = await _search(translation.served, translation.job) if translation.job else []
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
+
+
+def _admit(request: web.Request, key) -> None:
+    """Let a request through the server's api keys and rate limit (`Access.admit`): its key is
+    `key` (its field 'api_key', a string), else an `Authorization: Bearer KEY` header's.
+
+    Raises:
+        RequestError: a key that is no string (400), or see `Access.admit`.
+    """
+    if key is not None:
+        check_field("api_key", key, "a string")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if not key and scheme.lower() == "bearer":
+        key = token.strip()
+    request.app["service"].access.admit(key or None, request.remote or "",
+                                        request.headers.get("Origin"))
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
@@ -356,7 +376,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
 
     def detect() -> web.Response:
         fields = _libre_fields(request, body)
-        service.access.admit(libre.api_key(fields), request.remote or "")
+        _admit(request, fields.get("api_key"))
         return _json(libre.detect_text(fields, service.detector))
 
     return await asyncio.to_thread(detect)
@@ -373,7 +393,9 @@ async def _parse(request: web.Request) -> web.Response:
     body = await request.read()
 
     def prepare():
-        job = parse_job(body, served.model())
+        data = read_json_object(body)
+        _admit(request, data.pop("api_key", None))
+        job = parse_job(data, served.model())
         words = [sentence_words(line) for line in job.lines]
         return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
 
@@ -411,7 +433,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
-    (`vtx.inference.glossary`); `access`: the LibreTranslate routes' api keys and rate limit;
+    (`vtx.inference.glossary`); `access`: the api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
     and quantization the models are built in.

@@ -139,11 +139,6 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
     return fields
 
 
-def api_key(fields: Fields) -> str | None:
-    key = fields.get("api_key")
-    return key if isinstance(key, str) and key else None
-
-
 def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation:
     """The checked request of POST /translate's `fields` to the pair of its source and target
     among `pairs`.
