@@ -12,6 +12,7 @@ import pytest
 
 from tests.serve.test_server import translate_jsonl
 from vtx.serve.process import ServerProcess, request
+from vtx.serve.requests import shown
 
 KEY = "3c7a-test-key"
 SENTENCES = ["A man is riding a bike.", "Two dogs play in the snow.", "A woman is cooking.",
@@ -277,6 +278,40 @@ def test_a_bad_request_gets_libretranslate_s_error_shape(server, body, headers, 
     got, _, reply = request(server.url + "/translate", body, headers=headers)
     assert got == status and list(reply) == ["error"]
     assert reason in reply["error"], reply
+
+
+@pytest.mark.parametrize("field, value", [
+    *(("alternatives", value) for value in (
+        None, [], {}, [1], "x", True, 1.5, -1, 10 ** 30, -10 ** 30, "-2", 1e300)),
+    *(("q", value) for value in ({"a": 1}, 5, 1.5, True, [1, 2], [None], [["A man."]],
+                                 ["A man.", {}])),
+    *((name, value) for name in ("source", "target") for value in (5, ["en"], {"a": 1}, True)),
+    *(("format", value) for value in (5, ["html"], {"a": "text"}, True, "pdf")),
+    *(("api_key", value) for value in (5, [KEY], {"key": KEY}, True)),
+    *(("glossary", value) for value in (None, "x", 5, {"a": "b"}, [["a"]], [[1, 2]],
+                                        [["a", "b", "c"]], [None], "[[\"a\", \"b\"]]")),
+])
+def test_a_json_field_of_the_wrong_shape_gets_400_naming_it(server, field, value):
+    body = {"q": "A man.", "source": "en", "target": "de", "api_key": KEY, field: value}
+    status, _, reply = request(server.url + "/translate", body)
+    assert status == 400 and list(reply) == ["error"], reply
+    assert field in reply["error"] and shown(value) in reply["error"], reply
+    if field == "q":
+        status, _, reply = request(server.url + "/detect", {"q": value, "api_key": KEY})
+        assert status == 400 and "'q'" in reply["error"] and shown(value) in reply["error"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("alternatives", "x"), ("alternatives", "1.5"), ("alternatives", "-1"),
+    ("alternatives", "1e3"), ("alternatives", "9" * 5000), ("alternatives", ""),
+    ("glossary", "not json"), ("glossary", "[[1, 2]]"), ("glossary", "{\"a\": \"b\"}"),
+    ("glossary", "[" * 100_000), ("format", "pdf"),
+])
+def test_a_form_field_of_the_wrong_shape_gets_400_naming_it(server, field, value):
+    body = form({"q": "A man.", "source": "en", "target": "de", "api_key": KEY, field: value})
+    status, _, reply = request(server.url + "/translate", body, headers=FORM)
+    assert status == 400 and list(reply) == ["error"], reply
+    assert field in reply["error"] and value[:40] in reply["error"], reply
 
 
 def test_frontend_settings_name_the_pair(server):

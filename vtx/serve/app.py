@@ -40,7 +40,9 @@ import ipaddress
 import json
 import os
 import signal
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -123,10 +125,15 @@ class Service:
                              if s.pair.source == code]} for code in self.pairs.languages()]
 
 
-def make_app(service: Service) -> web.Application:
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Application:
     """The aiohttp application of `service`; its batcher starts with the app and stops with it
-    (queued jobs searched for the drain's time first)."""
-    app = web.Application(middlewares=[_errors(service.metrics), _guard(service.transport)],
+    (queued jobs searched for the drain's time first). `log` is told each 500's traceback."""
+    app = web.Application(middlewares=[_errors(service.metrics, log),
+                                       _guard(service.transport)],
                           client_max_size=MAX_BODY_BYTES)
     app["service"] = service
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
@@ -164,9 +171,9 @@ def make_app(service: Service) -> web.Application:
     return app
 
 
-def _errors(metrics: Metrics):
+def _errors(metrics: Metrics, log: Callable[[str], None]):
     """Middleware: a `RequestError` or aiohttp's own refusal (404, 405, 413) as one JSON line, a
-    bug as a JSON 500; every reply counted by route and status."""
+    bug as a JSON 500, its traceback told to `log`; every reply counted by route and status."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -174,6 +181,8 @@ def _errors(metrics: Metrics):
         try:
             response = await handler(request)
         except RequestError as error:
+            if error.status == 500:  # the search failed: its cause is a bug
+                _log_bug(log, request, error.__cause__ or error)
             response = web.json_response({"error": str(error)}, status=error.status,
                                          headers=error.headers)
         except web.HTTPNotFound:
@@ -192,6 +201,7 @@ def _errors(metrics: Metrics):
         except (asyncio.CancelledError, ConnectionError):
             raise
         except Exception as error:  # a bug: said, not hidden in a plain-text page
+            _log_bug(log, request, error)
             response = web.json_response({"error": f"internal error: "
                                                    f"{type(error).__name__}"}, status=500)
         route = request.match_info.route.resource
@@ -200,6 +210,11 @@ def _errors(metrics: Metrics):
         return response
 
     return middleware
+
+
+def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseException) -> None:
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    log(f"vtx serve: internal error answering {request.method} {request.path[:80]}:\n{trace}")
 
 
 def _guard(transport: Transport):
@@ -301,7 +316,7 @@ async def _search(served: Served, job) -> list:
     except RequestError:
         raise
     except Exception as error:
-        raise RequestError(f"the search failed: {str(error)[:240]}", 500) from None
+        raise RequestError(f"the search failed: {str(error)[:240]}", 500) from error
 
 
 async def _translate(request: web.Request) -> web.Response:
@@ -480,7 +495,7 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,
     # full collection of the cycle collector would walk, holding the interpreter's lock (the
     # event loop's too) for a large part of a second: kept out of the collections from now.
     gc.freeze()
-    asyncio.run(_serve(make_app(service), service.transport, host, port, log))
+    asyncio.run(_serve(make_app(service, log), service.transport, host, port, log))
 
 
 class _HalfOpen(RequestHandler):

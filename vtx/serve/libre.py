@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import email.parser
 import email.policy
+import json
 import urllib.parse
 
 from vtx.serve.documents import Document, html_document, text_document
@@ -201,25 +202,27 @@ def _code(fields: Fields, name: str) -> str:
 
 
 def _alternatives(fields: Fields, model: Model) -> int:
+    """The field 'alternatives': an integer, or a string of its digits (a form's, or JSON's as
+    LibreTranslate takes it)."""
     value = fields.get("alternatives", 0)
-    try:
-        count = int(value) if not isinstance(value, (bool, float)) else None
-    except ValueError:
-        count = None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        count = int(value)
+    else:
+        count = value if isinstance(value, int) and not isinstance(value, bool) else None
     if count is None or count < 0:
         raise RequestError(f"Invalid request: alternatives must be an integer >= 0, got "
                            f"{shown(value)}")
     if count + 1 > model.limits.max_beam:
-        raise RequestError(f"Invalid request: alternatives ({count}) exceeds the server's "
-                           f"limit of {model.limits.max_beam - 1} (--max-beam less one)")
+        raise RequestError(f"Invalid request: alternatives ({shown(count)}) exceeds the "
+                           f"server's limit of {model.limits.max_beam - 1} (--max-beam less one)")
     return count
 
 
 def _glossary(value, as_text: bool) -> list:
     if as_text:  # a form's glossary: its pairs as JSON text
         try:
-            value = read_json_object(b'{"glossary": ' + value.encode() + b"}")["glossary"]
-        except RequestError:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
             raise RequestError(f"field 'glossary': expected JSON [[source, target], ...], "
                                f"got {shown(value)}") from None
     check_field("glossary", value, TRANSLATE_FIELDS["glossary"])
