@@ -230,10 +230,34 @@ def test_auto_source_says_the_detected_language(server, offline):
     assert all(0 < d["confidence"] <= 100 for d in reply["detectedLanguage"])
     status, _, reply = request(server.url + "/translate", {
         "q": "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad.", "source": "auto",
-        "target": "de", "api_key": KEY})
+        "target": "en", "api_key": KEY})
     assert status == 400
-    assert reply["error"].startswith("detected 'de' for source 'auto' and target 'de': this "
+    assert reply["error"].startswith("detected 'de' for source 'auto' and target 'en': this "
                                      "server translates 'en' (English) into 'de' (German) only")
+
+
+def test_a_text_in_the_target_language_or_of_no_letter_is_answered_as_it_is(server, offline):
+    german = "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad."
+    texts = [german, "😀 🎉", SENTENCES[3], "42 !"]  # each over 40 characters, or of no letter
+    status, _, reply = request(server.url + "/translate", {
+        "q": texts, "source": "auto", "target": "de", "api_key": KEY, "alternatives": 2})
+    assert status == 200, reply
+    assert reply["translatedText"] == [german, "😀 🎉", offline[3], "42 !"]
+    assert reply["alternatives"][:2] == [[], []] and reply["alternatives"][3] == []
+    assert [d["language"] for d in reply["detectedLanguage"]] == ["de", "de", "en", "de"]
+    assert reply["detectedLanguage"][1] == {"confidence": 0.0, "language": "de"}
+    for source, target in (("de", "de"), ("en", "EN")):  # as LibreTranslate: identity
+        status, _, reply = request(server.url + "/translate", {
+            "q": [german, "<p>A man.</p>"], "source": source, "target": target,
+            "api_key": KEY})
+        assert (status, reply) == (200, {"translatedText": [german, "<p>A man.</p>"]})
+    status, _, reply = request(server.url + "/translate", {
+        "q": "Un homme.", "source": "fr", "target": "fr", "api_key": KEY})
+    assert status == 400 and reply["error"].startswith("'fr' is not supported: this server")
+    # An emoji-only text with a source named is not searched either.
+    status, _, reply = request(server.url + "/translate", {
+        "q": "😀", "source": "en", "target": "de", "api_key": KEY, "glossary": [["a", "b"]]})
+    assert (status, reply) == (200, {"translatedText": "😀"})
 
 
 def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_checkpoint,

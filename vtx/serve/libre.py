@@ -27,8 +27,8 @@ import urllib.parse
 from vtx.serve.documents import Document, html_document, text_document
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
-from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Model, RequestError, check_field,
-                                job_of, read_json_object, shown)
+from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, Model, RequestError,
+                                check_field, job_of, read_json_object, shown)
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 # The field of a refusal about one of the job's lines.
@@ -42,7 +42,7 @@ class Translation:
     """A checked POST /translate: its texts as documents, its job, and what the answer says."""
 
     documents: list[Document]
-    served: Served  # the pair's model that searches it
+    served: Served | None  # the pair's model that searches it; None: no text needs one
     job: Job | None  # None: no sentence to search
     batch: bool  # q was a list: the answer's fields are lists
     alternatives: int
@@ -142,7 +142,9 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
 
 def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation:
     """The checked request of POST /translate's `fields` to the pair of its source and target
-    among `pairs`.
+    among `pairs`. A text in the target language already (its source is the target, or so it
+    is detected) is answered as it is, as LibreTranslate does, and so is one of no letter
+    (emoji, numbers).
 
     Raises:
         RequestError: a missing or malformed field, a language pair not served (naming it and
@@ -152,33 +154,68 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     texts, batch = _texts(fields)
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
+    check_field("format", text_format, "a string")
     if text_format not in ("text", "html"):
         raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
-    served = pairs.first if source.lower() == "auto" else pairs.find(source, target)
-    model = served.model()
-    if len(texts) > model.limits.max_lines:
+    limits = pairs.first.model().limits  # every pair's are the server's
+    if len(texts) > limits.max_lines:
         raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
-                           f"limit of {model.limits.max_lines} (--max-lines)")
-    alternatives = _alternatives(fields, model)
-    detected = _detect(texts, detector) if source.lower() == "auto" else None
-    if detected:
-        found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
-                 for code in dict.fromkeys(item["language"] for item in detected)}
-        if len(found) > 1:
-            raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
-                               f"the texts of each language in a request of their own")
-        served = next(iter(found.values()))
-        model = served.model()
+                           f"limit of {limits.max_lines} (--max-lines)")
+    alternatives = _alternatives(fields, limits)
+    served, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
-    documents = [read(text, served.pair.source) for text in texts]
+    # A text in the target language already, or of no letter, is answered as it is.
+    searched = [served is not None and _has_letters(text) and (
+        detected is None or detected[index]["language"].lower() != target.lower())
+        for index, text in enumerate(texts)]
+    documents = [read(text, served.pair.source) if search else Document([text], [])
+                 for text, search in zip(texts, searched)]
+    glossary = _glossary(fields.get("glossary"), "glossary" in fields.texts) \
+        if "glossary" in fields else None
     lines = [line for document in documents for line in document.lines]
+    job = _job(lines, alternatives, glossary, served.model()) if lines else None
+    return Translation(documents, served, job, batch, alternatives, detected)
+
+
+def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model) -> Job:
+    """The job searching `lines` for `alternatives` more hypotheses (the beam raised to hold
+    them), constrained by the request's `glossary`."""
     data = {"text": lines, "nbest": alternatives + 1}
     if alternatives + 1 > model.defaults.beam:
         data["beam"] = alternatives + 1
-    if "glossary" in fields:
-        data["glossary"] = _glossary(fields.get("glossary"), "glossary" in fields.texts)
-    job = job_of(data, model, SENTENCES_FIELD) if lines else None
-    return Translation(documents, served, job, batch, alternatives, detected)
+    if glossary is not None:
+        data["glossary"] = glossary
+    return job_of(data, model, SENTENCES_FIELD)
+
+
+def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
+          detector: Detector) -> tuple[Served | None, list[dict] | None]:
+    """The pair that translates `texts` from `source` (a code or "auto") into `target` (None:
+    no text needs one), and with "auto", each text's detected language (one of no letter:
+    `target`, at confidence 0).
+
+    Raises:
+        RequestError: a pair (or for texts in `target` already, that language) not served;
+            texts detected in the sources of different pairs.
+    """
+    auto = source.lower() == "auto"
+    if not auto and source.lower() != target.lower():
+        return pairs.find(source, target), None
+    detected = _detect(texts, detector, target) if auto else None
+    codes = [item["language"] for item in detected] if auto else [source]
+    found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
+             for code in dict.fromkeys(codes) if code.lower() != target.lower()}
+    if len(found) > 1:
+        raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
+                           f"the texts of each language in a request of their own")
+    if not found and target.lower() not in (code.lower() for code in pairs.languages()):
+        raise RequestError(f"{target!r} is not supported: this server translates "
+                           f"{pairs.described()} only")
+    return next(iter(found.values()), None), detected
+
+
+def _has_letters(text: str) -> bool:
+    return any(character.isalpha() for character in text)
 
 
 def _texts(fields: Fields) -> tuple[list[str], bool]:
@@ -201,7 +238,7 @@ def _code(fields: Fields, name: str) -> str:
     return value
 
 
-def _alternatives(fields: Fields, model: Model) -> int:
+def _alternatives(fields: Fields, limits: Limits) -> int:
     """The field 'alternatives': an integer, or a string of its digits (a form's, or JSON's as
     LibreTranslate takes it)."""
     value = fields.get("alternatives", 0)
@@ -212,9 +249,9 @@ def _alternatives(fields: Fields, model: Model) -> int:
     if count is None or count < 0:
         raise RequestError(f"Invalid request: alternatives must be an integer >= 0, got "
                            f"{shown(value)}")
-    if count + 1 > model.limits.max_beam:
+    if count + 1 > limits.max_beam:
         raise RequestError(f"Invalid request: alternatives ({shown(count)}) exceeds the "
-                           f"server's limit of {model.limits.max_beam - 1} (--max-beam less one)")
+                           f"server's limit of {limits.max_beam - 1} (--max-beam less one)")
     return count
 
 
@@ -229,12 +266,15 @@ def _glossary(value, as_text: bool) -> list:
     return value
 
 
-def _detect(texts: list[str], detector: Detector) -> list[dict]:
-    """Each text's language: a short one's is that of all the texts together."""
+def _detect(texts: list[str], detector: Detector, target: str) -> list[dict]:
+    """Each text's language: a short one's is that of all the texts together; one of no letter
+    is taken to be in `target` (confidence 0), so that it is answered as it is."""
     overall = None
     found = []
     for text in texts:
-        if len(text) > SHORT_TEXT:
+        if not _has_letters(text):
+            found.append({"confidence": 0.0, "language": target})
+        elif len(text) > SHORT_TEXT:
             found.append(detection(detector, text)[0])
         else:
             overall = overall or detection(detector, " ".join(texts))[0]
