@@ -119,6 +119,12 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="A name the server is reached by (the Host header) beside loopback names and "
                    "IP addresses, e.g. behind a reverse proxy; repeat for several, '*' for any.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="An Origin whose pages (or browser extensions) may call every route: its "
+                   "preflights are answered, its answers readable (CORS). A '*' matches any "
+                   "characters: 'moz-extension://*', 'chrome-extension://*', or '*' for every "
+                   "page (LibreTranslate's default). Repeat for several; none: this server's "
+                   "own page only.")
 @click.option("--alignment-layer", type=int, default=-1, show_default=True,
               help="The decoder layer whose cross-attention aligns, for a request asking "
                    "\"alignment\" (from 0; negative: from the last).")
@@ -148,7 +154,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_len_b, stop, nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
-          max_connections, drain_seconds, allowed_hosts, alignment_layer, glossary_path,
+          max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
+          glossary_path,
           source_lang, target_lang, api_keys_path, keyless_origins, req_limit, jit, precision,
           quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
@@ -192,7 +199,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                         search_threads=search_threads,
                         request_timeout_s=request_timeout)
         transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
-                              drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))
+                              drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts),
+                              cors_origins=tuple(cors_origins))
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,

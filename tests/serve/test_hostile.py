@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -115,6 +117,13 @@ def test_a_web_page_of_another_site_gets_nothing(server):
     status, _, reply = request(server.url + "/v1/translate", body,
                                headers={"Origin": "http://evil.example.com"})
     assert status == 403 and "Origin 'http://evil.example.com'" in reply["error"]
+    # No --cors-origin: no preflight is granted, not even a browser extension's.
+    preflight = urllib.request.Request(server.url + "/v1/translate", method="OPTIONS", headers={
+        "Origin": "chrome-extension://abcdefghijklmnop", "Access-Control-Request-Method": "POST"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(preflight, timeout=60)
+    assert refused.value.code == 405
+    assert "Access-Control-Allow-Origin" not in refused.value.headers
     # DNS rebinding: the page's own name, resolved to this address.
     for path in ("/v1/info", "/v1/translate"):
         answer = raw(server.url, post(path, body, host="evil.example.com")

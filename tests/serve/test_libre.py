@@ -6,7 +6,9 @@ both searched in float32 (in bfloat16 a line's output may depend on its batch pa
 import html
 import json
 import subprocess
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -28,7 +30,8 @@ def server(trained_checkpoint, tmp_path_factory):
     process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
                             "--target-lang", "de", "--api-keys", keys, "--batch-wait-ms", 1,
                             "--max-lines", 8, "--max-queue", 64, "--max-beam", 4, *FLOAT32,
-                            "--keyless-origin", "http://127.0.0.1:*")
+                            "--keyless-origin", "http://127.0.0.1:*", "--cors-origin",
+                            "moz-extension://*", "--cors-origin", "chrome-extension://*")
     yield process
     if process.process.poll() is None:
         process.process.kill()
@@ -336,6 +339,46 @@ def test_a_form_field_of_the_wrong_shape_gets_400_naming_it(server, field, value
     status, _, reply = request(server.url + "/translate", body, headers=FORM)
     assert status == 400 and list(reply) == ["error"], reply
     assert field in reply["error"] and value[:40] in reply["error"], reply
+
+
+def preflight(url: str, origin: str) -> tuple[int, dict]:
+    """A browser's CORS preflight of a JSON POST with an api key header, from `origin`."""
+    reply = urllib.request.urlopen(urllib.request.Request(url, method="OPTIONS", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"}), timeout=60)
+    return reply.status, dict(reply.headers)
+
+
+def test_a_browser_extension_s_origin_gets_cors_and_another_site_s_nothing(server, offline):
+    # translate-tools' Linguist and Chrome's LibreTranslate extensions: fetch() from
+    # moz-extension:// or chrome-extension:// pages, preflighted for JSON and Authorization.
+    origin = "moz-extension://0b5e7c2a-4d1f-4f3e-9c55-1d2e3f4a5b6c"
+    status, headers = preflight(server.url + "/translate", origin)
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == origin
+    assert headers["Access-Control-Allow-Methods"] == "POST"
+    assert {"Authorization", "Content-Type"} <= {
+        name.strip() for name in headers["Access-Control-Allow-Headers"].split(",")}
+    for origin in (origin, "chrome-extension://abcdefghijklmnopabcdefghijklmnop"):
+        status, headers, reply = request(server.url + "/translate", {
+            "q": SENTENCES[0], "source": "en", "target": "de"}, headers={
+            "Origin": origin, "Authorization": f"Bearer {KEY}"})
+        assert (status, reply) == (200, {"translatedText": offline[0]})
+        assert headers["Access-Control-Allow-Origin"] == origin and headers["Vary"] == "Origin"
+        # A refusal is readable too, and so are the GET routes.
+        status, headers, reply = request(server.url + "/translate", {"q": "A man."},
+                                         headers={"Origin": origin})
+        assert status == 403 and headers["Access-Control-Allow-Origin"] == origin
+        status, headers, _ = request(server.url + "/languages", headers={"Origin": origin})
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == origin
+    # Another site's page: no preflight granted, no answer readable, its POST refused.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        preflight(server.url + "/translate", "https://evil.example")
+    assert refused.value.code == 405
+    assert "Access-Control-Allow-Origin" not in refused.value.headers
+    status, headers, _ = request(server.url + "/translate", {
+        "q": "A man.", "source": "en", "target": "de", "api_key": KEY},
+        headers={"Origin": "https://moz-extension.evil.example"})
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
 
 
 def test_frontend_settings_name_the_pair(server):

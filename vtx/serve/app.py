@@ -55,7 +55,7 @@ from vtx.inference.glossary import Glossary
 from vtx.inference.translate import line_record
 from vtx.precision import DecodingPrecision
 from vtx.serve import libre
-from vtx.serve.access import Access
+from vtx.serve.access import Access, origin_matches
 from vtx.serve.batcher import Batcher
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
@@ -77,6 +77,8 @@ class Transport:
     max_connections: int = 256  # open at once; more are answered 503 and closed
     drain_s: float = 30.0  # a stop answers the requests in flight for this long at most
     allowed_hosts: tuple[str, ...] = ()  # Host names served beside loopback names and IPs
+    # Origins (`access.origin_matches` patterns) whose pages may call every route (CORS)
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "drain_s"):
@@ -165,6 +167,13 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
         for batcher in service.batchers():
             await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
 
+    async def cors(request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if origin and origin_matches(origin, service.transport.cors_origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers.add("Vary", "Origin")
+
+    app.on_response_prepare.append(cors)
     app.on_startup.append(start)
     app.on_shutdown.append(stop_taking)
     app.on_cleanup.append(join)
@@ -218,9 +227,9 @@ def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseExcept
 
 
 def _guard(transport: Transport):
-    """Middleware: the Host, then the route (404, 405), then on a POST the Content-Type and the
-    Origin checked (see the module docstring), and the body read within the read timeout
-    (408)."""
+    """Middleware: the Host, then the route (404, 405; a CORS preflight of a --cors-origin
+    answered), then on a POST the Content-Type and the Origin checked (see the module
+    docstring), and the body read within the read timeout (408)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -228,8 +237,16 @@ def _guard(transport: Transport):
         if not _allowed_host(host, transport.allowed_hosts):
             raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
                                f"names, IP addresses and --allowed-host names only", 421)
-        if request.match_info.http_exception is not None:  # 404, 405: said before the body
-            raise request.match_info.http_exception
+        refusal = request.match_info.http_exception  # 404, 405: said before the body
+        origin = request.headers.get("Origin")
+        cors = origin is not None and origin_matches(origin, transport.cors_origins)
+        if cors and request.method == "OPTIONS" and isinstance(refusal, web.HTTPMethodNotAllowed):
+            return web.Response(status=204, headers={  # a preflight (Fetch standard, CORS)
+                "Access-Control-Allow-Methods": ", ".join(sorted(refusal.allowed_methods)),
+                "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                "Access-Control-Max-Age": "86400"})
+        if refusal is not None:
+            raise refusal
         if request.method == "POST":
             forms = request.path in FORM_ROUTES
             # A bodiless POST sends its fields in the query string (as deep-translator does).
@@ -238,11 +255,10 @@ def _guard(transport: Transport):
                 also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                    f"'application/json'{also}", 415)
-            origin = request.headers.get("Origin")
-            if origin is not None and not _same_origin(origin, host):
+            if origin is not None and not (cors or _same_origin(origin, host)):
                 raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
-                                   f"answers POSTs from its own page and from clients that "
-                                   f"are not web pages", 403)
+                                   f"answers POSTs from its own page, --cors-origin pages "
+                                   f"and clients that are not web pages", 403)
             try:
                 await asyncio.wait_for(request.read(), transport.read_timeout_s)
             except asyncio.TimeoutError:
