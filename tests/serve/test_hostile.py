@@ -130,7 +130,11 @@ def test_a_web_page_of_another_site_gets_nothing(server):
                      if path != "/v1/info" else
                      b"GET /v1/info HTTP/1.1\r\nHost: evil.example.com\r\nConnection: close\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 421"), answer[:200]
-        assert b"'evil.example.com' is not this server's" in answer
+        assert b"'evil.example.com' is not this server's: it serves loopback names, IP " \
+               b"addresses and mt.example.org (--allowed-host); to serve this name too" in answer
+        assert b"start it with --allowed-host evil.example.com" in answer
+    assert "vtx serve: Host names served: loopback names, IP addresses and mt.example.org " \
+           "(--allowed-host)\n" in server.stderr
     # Its own page, a named host and clients that are no web page are served.
     port = urlsplit(server.url).port
     assert request(server.url + "/v1/translate", body,

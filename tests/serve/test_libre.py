@@ -256,7 +256,7 @@ def test_a_text_in_the_target_language_or_of_no_letter_is_answered_as_it_is(serv
         assert (status, reply) == (200, {"translatedText": [german, "<p>A man.</p>"]})
     status, _, reply = request(server.url + "/translate", {
         "q": "Un homme.", "source": "fr", "target": "fr", "api_key": KEY})
-    assert status == 400 and reply["error"].startswith("'fr' is not supported: this server")
+    assert (status, reply) == (400, {"error": "fr is not supported"})
     # An emoji-only text with a source named is not searched either.
     status, _, reply = request(server.url + "/translate", {
         "q": "😀", "source": "en", "target": "de", "api_key": KEY, "glossary": [["a", "b"]]})
@@ -277,9 +277,12 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
 
 
 @pytest.mark.parametrize("body, headers, status, reason", [
-    ({"q": "A man.", "source": "fr", "target": "de"}, {}, 400,
-     "source 'fr' and target 'de': this server translates 'en' (English) into 'de'"),
-    ({"q": "A man.", "source": "en", "target": "es"}, {}, 400, "target 'es': this server"),
+    # LibreTranslate's words, which its API tests read.
+    ({"q": "A man.", "source": "fr", "target": "de"}, {}, 400, "fr is not supported"),
+    ({"q": "A man.", "source": "en", "target": "zz"}, {}, 400, "zz is not supported"),
+    ({"q": "A man.", "source": "de", "target": "en"}, {}, 400,
+     "English (en) is not available as a target language from German (de): this server "
+     "translates 'en' (English) into 'de' (German) only"),
     ({"source": "en", "target": "de"}, {}, 400, "Invalid request: missing q parameter"),
     ({"q": "A man.", "source": "en", "target": "de", "format": "pdf"}, {}, 400,
      '"pdf" format is not supported'),

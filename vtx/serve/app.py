@@ -234,9 +234,12 @@ def _guard(transport: Transport):
     @web.middleware
     async def middleware(request: web.Request, handler):
         host = request.host or ""
-        if not _allowed_host(host, transport.allowed_hosts):
-            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
-                               f"names, IP addresses and --allowed-host names only", 421)
+        name = _host_name(host)
+        if not _allowed_host(name, transport.allowed_hosts):
+            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves "
+                               f"{_served_hosts(transport.allowed_hosts)}; to serve this name "
+                               f"too (a reverse proxy's, a Docker service's), start it with "
+                               f"--allowed-host {name[:80]}", 421)
         refusal = request.match_info.http_exception  # 404, 405: said before the body
         origin = request.headers.get("Origin")
         cors = origin is not None and origin_matches(origin, transport.cors_origins)
@@ -270,14 +273,27 @@ def _guard(transport: Transport):
     return middleware
 
 
-def _allowed_host(host: str, allowed: tuple[str, ...]) -> bool:
-    """Whether `host` (a Host header: name or address, and maybe a port) names this server: a
-    loopback name, an IP address (no page can rebind those), or one of `allowed` ('*': any)."""
+def _host_name(host: str) -> str:
+    """The name or address of `host` (a Host header: maybe with a port), lower case."""
     if host.startswith("["):  # [IPv6]:port
         name = host[1:host.find("]")] if "]" in host else host
     else:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.lower().rstrip(".")
+    return name.lower().rstrip(".")
+
+
+def _served_hosts(allowed: tuple[str, ...]) -> str:
+    """The Host names a server of --allowed-host `allowed` serves, as its log and 421 say."""
+    if "*" in allowed:
+        return "any Host (--allowed-host '*')"
+    if not allowed:
+        return "loopback names and IP addresses (more by --allowed-host)"
+    return f"loopback names, IP addresses and {', '.join(allowed)} (--allowed-host)"
+
+
+def _allowed_host(name: str, allowed: tuple[str, ...]) -> bool:
+    """Whether `name` (of a Host header, `_host_name`) names this server: a loopback name, an IP
+    address (no page can rebind those), or one of `allowed` ('*': any)."""
     if "*" in allowed or name in LOOPBACK_NAMES or name.endswith(".localhost") \
             or name in (h.lower().rstrip(".") for h in allowed):
         return True
@@ -597,6 +613,7 @@ async def _serve(app: web.Application, transport: Transport, host: str, port: in
         await site.start()
         bound = site._server.sockets[0].getsockname()
         log(f"vtx serve: listening on http://{_host(bound[0])}:{bound[1]}")
+        log(f"vtx serve: Host names served: {_served_hosts(transport.allowed_hosts)}")
         await stop.wait()
         log(f"vtx serve: stopping: no new connections; answering the requests in flight "
             f"for {transport.drain_s:g} s at most (a second signal exits at once)")

@@ -195,12 +195,22 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
     `target`, at confidence 0).
 
     Raises:
-        RequestError: a pair (or for texts in `target` already, that language) not served;
-            texts detected in the sources of different pairs.
+        RequestError: a language not served, or a pair not served, in LibreTranslate's words
+            (its clients and tests read them); texts detected in the sources of different
+            pairs.
     """
     auto = source.lower() == "auto"
+    served_codes = {code.lower() for code in pairs.languages()}
+    for code in [target] if auto else [source, target]:
+        if code.lower() not in served_codes:
+            raise RequestError(f"{code} is not supported")
     if not auto and source.lower() != target.lower():
-        return pairs.find(source, target), None
+        try:
+            return pairs.find(source, target), None
+        except RequestError:
+            raise RequestError(f"{language_name(target)} ({target}) is not available as a "
+                               f"target language from {language_name(source)} ({source}): "
+                               f"this server translates {pairs.described()} only") from None
     detected = _detect(texts, detector, target) if auto else None
     codes = [item["language"] for item in detected] if auto else [source]
     found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
@@ -208,9 +218,6 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
     if len(found) > 1:
         raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
                            f"the texts of each language in a request of their own")
-    if not found and target.lower() not in (code.lower() for code in pairs.languages()):
-        raise RequestError(f"{target!r} is not supported: this server translates "
-                           f"{pairs.described()} only")
     return next(iter(found.values()), None), detected
 
 
