@@ -239,6 +239,18 @@ def test_auto_source_says_the_detected_language(server, offline):
                                      "server translates 'en' (English) into 'de' (German) only")
 
 
+def test_detect_takes_a_list_of_texts_as_libretranslate_does(server):
+    german = "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad."
+    status, _, reply = request(server.url + "/detect", {
+        "q": [german, german, SENTENCES[3]], "api_key": KEY})
+    assert status == 200, reply
+    assert reply[0]["language"] == "de" and "en" in [item["language"] for item in reply]
+    assert all(0 < item["confidence"] <= 100 for item in reply)
+    assert len({item["language"] for item in reply}) == len(reply)  # each language once
+    status, _, reply = request(server.url + "/detect", {"q": ["A man."] * 9, "api_key": KEY})
+    assert status == 400 and "q holds 9 texts, over the server's limit of 8" in reply["error"]
+
+
 def test_a_text_in_the_target_language_or_of_no_letter_is_answered_as_it_is(server, offline):
     german = "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad."
     texts = [german, "😀 🎉", SENTENCES[3], "42 !"]  # each over 40 characters, or of no letter

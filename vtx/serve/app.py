@@ -424,7 +424,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
     def detect() -> web.Response:
         fields = _libre_fields(request, body)
         _admit(request, fields.get("api_key"))
-        return _json(libre.detect_text(fields, service.detector))
+        return _json(libre.detect_text(fields, service.detector, service.pairs.first.limits))
 
     return await asyncio.to_thread(detect)
 

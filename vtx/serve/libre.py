@@ -6,7 +6,7 @@ into a `Job` of the server's batcher, and its answers.
                      "html", alternatives: n, api_key, glossary: [[source, target], ...] (vtx's
                      own)} -> {translatedText: text or [texts], alternatives: [...] (with n > 0),
                      detectedLanguage: {confidence, language} (with "auto"), or a list of them}
-    POST /detect     {q, api_key} -> [{confidence, language}]
+    POST /detect     {q: text or [texts], api_key} -> [{confidence, language}]
     GET /languages   [{code, name, targets}]
     GET /frontend/settings
 
@@ -151,16 +151,13 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
             those served), texts of one request detected in languages of different pairs, the
             text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
-    texts, batch = _texts(fields)
+    limits = pairs.first.limits  # every pair's are the server's
+    texts, batch = _texts(fields, limits)
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
     check_field("format", text_format, "a string")
     if text_format not in ("text", "html"):
         raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
-    limits = pairs.first.model().limits  # every pair's are the server's
-    if len(texts) > limits.max_lines:
-        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
-                           f"limit of {limits.max_lines} (--max-lines)")
     alternatives = _alternatives(fields, limits)
     served, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
@@ -225,12 +222,16 @@ def _has_letters(text: str) -> bool:
     return any(character.isalpha() for character in text)
 
 
-def _texts(fields: Fields) -> tuple[list[str], bool]:
+def _texts(fields: Fields, limits: Limits) -> tuple[list[str], bool]:
+    """The texts of q, and whether q is a list of them (of --max-lines at most)."""
     q = fields.get("q")
     if not q:
         raise RequestError("Invalid request: missing q parameter")
     if isinstance(q, list):
         check_field("q", q, "a list of strings")
+        if len(q) > limits.max_lines:
+            raise RequestError(f"Invalid request: q holds {len(q)} texts, over the server's "
+                               f"limit of {limits.max_lines} (--max-lines)")
         return q, True
     check_field("q", q, "a list of strings" if not isinstance(q, str) else "a string")
     # A form's line breaks as LF only (as LibreTranslate does).
@@ -295,17 +296,25 @@ def detection(detector: Detector, text: str, count: int = 1) -> list[dict]:
             for code, p in detector.detect(text, count)]
 
 
-def detect_text(fields: Fields, detector: Detector) -> list[dict]:
-    """The answer of POST /detect.
+def detect_text(fields: Fields, detector: Detector, limits: Limits) -> list[dict]:
+    """The answer of POST /detect: q's likeliest languages, of a text or of a list of them
+    together (as LibreTranslate's: each language's mean confidence over the texts it is
+    likely for, ranked by that times those texts' characters).
 
     Raises:
-        RequestError: q is missing or not a string.
+        RequestError: q is missing, not a string or a list of them, or of more texts than
+            --max-lines.
     """
-    q = fields.get("q")
-    if not q:
-        raise RequestError("Invalid request: missing q parameter")
-    check_field("q", q, "a string")
-    return detection(detector, q, 3)
+    texts, batch = _texts(fields, limits)
+    if not batch:
+        return detection(detector, texts[0], 3)
+    found: dict[str, list[tuple[float, int]]] = {}
+    for text in texts:
+        for item in detection(detector, text, 3):
+            found.setdefault(item["language"], []).append((item["confidence"], len(text)))
+    mean = {code: sum(c for c, _ in seen) / len(seen) for code, seen in found.items()}
+    ranked = sorted(found, key=lambda code: -mean[code] * sum(n for _, n in found[code]))
+    return [{"confidence": round(mean[code], 1), "language": code} for code in ranked]
 
 
 def answer(request: Translation, results: list) -> dict:
