@@ -127,6 +127,18 @@ class Service:
                              if s.pair.source == code]} for code in self.pairs.languages()]
 
 
+SERVICE = web.AppKey("service", Service)  # the app's Service, as its routes read it
+
+
+def _get(answer: Callable[[], web.StreamResponse]):
+    """A route's handler whose answer takes nothing of the request."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return answer()
+
+    return handler
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -137,22 +149,22 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     app = web.Application(middlewares=[_errors(service.metrics, log),
                                        _guard(service.transport)],
                           client_max_size=MAX_BODY_BYTES)
-    app["service"] = service
+    app[SERVICE] = service
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
-    app.router.add_get("/", lambda request: web.Response(text=page, content_type="text/html",
-                                                         charset="utf-8"))
-    app.router.add_get("/health", lambda request: web.json_response({"status": "ok"}))
-    app.router.add_get("/metrics", lambda request: web.Response(
+    app.router.add_get("/", _get(lambda: web.Response(text=page, content_type="text/html",
+                                                      charset="utf-8")))
+    app.router.add_get("/health", _get(lambda: web.json_response({"status": "ok"})))
+    app.router.add_get("/metrics", _get(lambda: web.Response(
         body=service.metrics.text().encode(),
-        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}))
-    app.router.add_get("/v1/info", lambda request: web.json_response(service.info()))
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})))
+    app.router.add_get("/v1/info", _get(lambda: web.json_response(service.info())))
     app.router.add_post("/v1/translate", _translate)
     app.router.add_post("/v1/parse", _parse)
     app.router.add_post("/translate", _libre_translate)
     app.router.add_post("/detect", _libre_detect)
-    app.router.add_get("/languages", lambda request: web.json_response(service.languages()))
-    app.router.add_get("/frontend/settings", lambda request: web.json_response(
-        libre.frontend_settings(service.pairs, service.access.keys is not None)))
+    app.router.add_get("/languages", _get(lambda: web.json_response(service.languages())))
+    app.router.add_get("/frontend/settings", _get(lambda: web.json_response(
+        libre.frontend_settings(service.pairs, service.access.keys is not None))))
 
     async def start(app):
         for batcher in service.batchers():
@@ -352,7 +364,7 @@ async def _search(served: Served, job) -> list:
 
 
 async def _translate(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     body = await request.read()
 
     def check() -> tuple[Served, Job]:
@@ -381,7 +393,7 @@ def _translations(served: Served, job: Job, results: list) -> web.Response:
 
 
 async def _libre_translate(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     service.pairs.told()
     body = await request.read()
 
@@ -407,7 +419,7 @@ def _admit(request: web.Request, key) -> None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if not key and scheme.lower() == "bearer":
         key = token.strip()
-    request.app["service"].access.admit(key or None, request.remote or "",
+    request.app[SERVICE].access.admit(key or None, request.remote or "",
                                         request.headers.get("Origin"))
 
 
@@ -418,7 +430,7 @@ def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
 
 
 async def _libre_detect(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     body = await request.read()
 
     def detect() -> web.Response:
@@ -432,7 +444,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
 async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
 
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     served = service.pairs.parser()
     if served is None:
         raise RequestError("POST /v1/parse: this server's model is not a parser (its "
