@@ -120,6 +120,12 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
 @click.option("--allowed-host", "allowed_hosts", multiple=True,
               help="A name the server is reached by (the Host header) beside loopback names and "
                    "IP addresses, e.g. behind a reverse proxy; repeat for several, '*' for any.")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="An Origin whose pages (or browser extensions) may call every route: its "
+                   "preflights are answered, its answers readable (CORS). A '*' matches any "
+                   "characters: 'moz-extension://*', 'chrome-extension://*', or '*' for every "
+                   "page (LibreTranslate's default). Repeat for several; none: this server's "
+                   "own page only.")
 @click.option("--alignment-layer", type=int, default=-1, show_default=True,
               help="The decoder layer whose cross-attention aligns, for a request asking "
                    "\"alignment\" (from 0; negative: from the last).")
@@ -132,19 +138,27 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
               "/languages) answer with it and --target-lang only.")
 @click.option("--target-lang", help="The model's target language, e.g. 'de' (with --source-lang).")
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
-              help="A file of api keys, one a line: the LibreTranslate routes then answer 403 "
-                   "to a request without one of them as its 'api_key'.")
+              help="A file of api keys, one a line: the routes that translate, detect or parse "
+                   "then answer 403 to a request without one. A request sends it as its "
+                   "'api_key' field or an 'Authorization: Bearer KEY' header.")
+@click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
+              help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
+                   "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "
+                   "matches any characters. Any client can send it: it spares a page the key, "
+                   "it guards nothing. Repeat for several.")
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Requests a minute each api key, or each address without a key, may make "
-                   "of POST /translate and /detect (429 past it); 0: no limit.")
+              help="Requests a minute each api key of --api-keys, or each address, may make of "
+                   "the routes that translate, detect or parse (429 past it); 0: no limit.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
           max_len_b, stop, nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
-          max_connections, drain_seconds, allowed_hosts, alignment_layer, glossary_path,
-          source_lang, target_lang, api_keys_path, req_limit, jit, precision, quantize):
+          max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
+          glossary_path,
+          source_lang, target_lang, api_keys_path, keyless_origins, req_limit, jit, precision,
+          quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -167,6 +181,9 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     if pair_models and source_lang:
         raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
                                "names each pair's languages")
+    if keyless_origins and not api_keys_path:
+        raise click.UsageError("--keyless-origin spares the key that --api-keys asks for: give "
+                               "--api-keys FILE too")
     xla = resolve_jit(jit)
     threads_line = share_cores(search_threads, "vtx serve")
     chosen = announce_decoding(precision, quantize, xla, "search")
@@ -183,10 +200,12 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                         search_threads=search_threads,
                         request_timeout_s=request_timeout)
         transport = Transport(read_timeout_s=read_timeout, max_connections=max_connections,
-                              drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts))
+                              drain_s=drain_seconds, allowed_hosts=tuple(allowed_hosts),
+                              cors_origins=tuple(cors_origins))
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
-        access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit)
+        access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
+                        tuple(keyless_origins))
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

@@ -1,4 +1,5 @@
-"""Api keys and the rate limit of the LibreTranslate routes."""
+"""Api keys, keyless origins and the rate limit of the routes that translate, detect or
+parse."""
 
 import pytest
 
@@ -25,17 +26,40 @@ def test_a_missing_or_unknown_key_gets_403():
         assert refused.value.status == 403
 
 
-def test_each_key_and_address_gets_its_requests_a_minute_then_429():
+def test_a_missing_key_from_a_keyless_origin_is_let_through():
+    access = Access(frozenset({"key-1"}), keyless_origins=("https://mt.example.org",
+                                                           "moz-extension://*"))
+    for origin in ("https://mt.example.org", "HTTPS://MT.example.org",
+                   "moz-extension://5f1c-9a"):
+        access.admit(None, "10.0.0.1", origin)
+    for key, origin in ((None, "https://mt.example.org.evil.example"),
+                        (None, "http://mt.example.org"), ("key-2", "https://mt.example.org")):
+        with pytest.raises(RequestError) as refused:
+            access.admit(key, "10.0.0.1", origin)
+        assert refused.value.status == 403
+
+
+def test_each_known_key_and_address_gets_its_requests_a_minute_then_429():
     now = [0.0]
-    access = Access(per_minute=2, clock=lambda: now[0])
+    access = Access(frozenset({"key-1"}), per_minute=2, clock=lambda: now[0],
+                    keyless_origins=("http://page.example",))
     for _ in range(2):
-        access.admit(None, "10.0.0.1")
+        access.admit(None, "10.0.0.1", "http://page.example")
         access.admit("key-1", "10.0.0.1")  # a key counts apart from its address
     with pytest.raises(RequestError) as refused:
-        access.admit(None, "10.0.0.1")
+        access.admit(None, "10.0.0.1", "http://page.example")
     assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "30"}
-    access.admit(None, "10.0.0.2")
+    access.admit(None, "10.0.0.2", "http://page.example")
     now[0] = 30.0  # one request back, at 2 a minute
-    access.admit(None, "10.0.0.1")
+    access.admit(None, "10.0.0.1", "http://page.example")
     with pytest.raises(RequestError):
-        access.admit(None, "10.0.0.1")
+        access.admit(None, "10.0.0.1", "http://page.example")
+
+
+def test_a_made_up_key_buys_no_bucket_of_its_own():
+    access = Access(per_minute=2)  # no keys file: every key is made up
+    access.admit("made-up-1", "10.0.0.1")
+    access.admit("made-up-2", "10.0.0.1")
+    with pytest.raises(RequestError) as refused:
+        access.admit("made-up-3", "10.0.0.1")
+    assert refused.value.status == 429

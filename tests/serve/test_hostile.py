@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
@@ -115,13 +117,24 @@ def test_a_web_page_of_another_site_gets_nothing(server):
     status, _, reply = request(server.url + "/v1/translate", body,
                                headers={"Origin": "http://evil.example.com"})
     assert status == 403 and "Origin 'http://evil.example.com'" in reply["error"]
+    # No --cors-origin: no preflight is granted, not even a browser extension's.
+    preflight = urllib.request.Request(server.url + "/v1/translate", method="OPTIONS", headers={
+        "Origin": "chrome-extension://abcdefghijklmnop", "Access-Control-Request-Method": "POST"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(preflight, timeout=60)
+    assert refused.value.code == 405
+    assert "Access-Control-Allow-Origin" not in refused.value.headers
     # DNS rebinding: the page's own name, resolved to this address.
     for path in ("/v1/info", "/v1/translate"):
         answer = raw(server.url, post(path, body, host="evil.example.com")
                      if path != "/v1/info" else
                      b"GET /v1/info HTTP/1.1\r\nHost: evil.example.com\r\nConnection: close\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 421"), answer[:200]
-        assert b"'evil.example.com' is not this server's" in answer
+        assert b"'evil.example.com' is not this server's: it serves loopback names, IP " \
+               b"addresses and mt.example.org (--allowed-host); to serve this name too" in answer
+        assert b"start it with --allowed-host evil.example.com" in answer
+    assert "vtx serve: Host names served: loopback names, IP addresses and mt.example.org " \
+           "(--allowed-host)\n" in server.stderr
     # Its own page, a named host and clients that are no web page are served.
     port = urlsplit(server.url).port
     assert request(server.url + "/v1/translate", body,

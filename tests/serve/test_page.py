@@ -39,7 +39,10 @@ def test_the_page_shows_a_typed_sentence_s_translation_nbest_and_alignment(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    server = ServerProcess("--checkpoint", trained_checkpoint)
+    # A server asking for api keys: the page, which sends none, gets in by its own origin.
+    (tmp_path / "keys.txt").write_text("page-test-key\n")
+    server = ServerProcess("--checkpoint", trained_checkpoint, "--api-keys",
+                           tmp_path / "keys.txt", "--keyless-origin", "http://127.0.0.1:*")
     try:
         browser.get(server.url + "/")
         wait = WebDriverWait(browser, 120)
@@ -49,7 +52,8 @@ def test_the_page_shows_a_typed_sentence_s_translation_nbest_and_alignment(
         translation = wait.until(lambda driver: driver.find_elements(By.CLASS_NAME,
                                                                      "translation"))[0].text
         status, _, reply = request(server.url + "/v1/translate", {
-            "text": [SENTENCE], "beam": 4, "nbest": 3, "alignment": True})
+            "text": [SENTENCE], "beam": 4, "nbest": 3, "alignment": True},
+            headers={"Authorization": "Bearer page-test-key"})
         nbest = browser.find_elements(By.CSS_SELECTOR, "table.nbest td.hypothesis")
         aligned = browser.find_elements(By.CSS_SELECTOR, ".heatmap td.aligned")
         # The screenshot of docs/commands.md, when asked for.

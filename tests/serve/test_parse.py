@@ -9,14 +9,19 @@ SENTENCES = ["The company said it expects higher sales .", "", "Prices fell ."]
 
 
 @pytest.mark.slow
-def test_a_parser_server_gives_vtx_parse_s_trees(random_parser_checkpoint, tmp_path):
+def test_a_parser_server_gives_vtx_parse_s_trees_to_a_key_it_holds(random_parser_checkpoint,
+                                                                    tmp_path):
     from click.testing import CliRunner
 
     from vtx_cli.main import main
 
-    server = ServerProcess("--checkpoint", random_parser_checkpoint, *SETTINGS)
+    (tmp_path / "keys.txt").write_text("parse-key\n")
+    server = ServerProcess("--checkpoint", random_parser_checkpoint, *SETTINGS, "--api-keys",
+                           tmp_path / "keys.txt")
     try:
-        status, _, reply = request(server.url + "/v1/parse", {"text": SENTENCES})
+        assert request(server.url + "/v1/parse", {"text": SENTENCES})[0] == 403
+        status, _, reply = request(server.url + "/v1/parse", {"text": SENTENCES},
+                                   headers={"Authorization": "Bearer parse-key"})
         info = request(server.url + "/v1/info")[2]
     finally:
         assert server.stop() == 0

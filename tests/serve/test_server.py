@@ -240,3 +240,39 @@ def test_a_client_cycling_through_settings_traces_nothing_new_and_holds_no_more_
         assert resident_bytes(process.process.pid) < 1.1 * memory
     finally:
         process.stop()
+
+
+def test_a_bug_s_500_is_said_in_json_and_its_traceback_logged(trained_checkpoint):
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.serve.app import build_service, make_app
+    from vtx.serve.requests import Limits
+
+    logged = []
+    app = make_app(build_service({None: [trained_checkpoint]}, DecodeOptions(), Limits()),
+                   logged.append)
+
+    async def bug(request):  # a route of the real app that fails as a bug would
+        return {"answer": 1 / 0}
+
+    app.router.add_get("/bug", bug)
+
+    async def get() -> tuple[int, dict]:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{runner.addresses[0][1]}/bug") as reply:
+                    return reply.status, await reply.json()
+        finally:
+            await runner.cleanup()
+
+    assert asyncio.run(get()) == (500, {"error": "internal error: ZeroDivisionError"})
+    [message] = logged
+    assert message.startswith("vtx serve: internal error answering GET /bug:\nTraceback")
+    assert "1 / 0" in message and message.endswith("ZeroDivisionError: division by zero")

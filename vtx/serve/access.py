@@ -1,15 +1,18 @@
-"""Who may use the LibreTranslate routes of `vtx serve`, and how often: api keys (`--api-keys
-FILE`) and a rate limit (`--req-limit`, requests a minute), as LibreTranslate's flags of those
-names.
+"""Who may use the routes of `vtx serve` that translate, detect or parse, and how often: api
+keys (`--api-keys FILE`) and a rate limit (`--req-limit`, requests a minute), as
+LibreTranslate's flags of those names, and the origins whose requests need no key
+(`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
-The limit counts each key's requests apart, and those without a key by the address they come
-from: behind a reverse proxy that is the proxy's, so the proxy should limit its clients itself.
+The limit counts each known key's requests apart, and all others by the address they come
+from (a key the server does not hold buys no bucket of its own): behind a reverse proxy that is
+the proxy's, so the proxy should limit its clients itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -41,13 +44,23 @@ def read_api_keys(path: str | Path) -> frozenset[str]:
     return frozenset(keys)
 
 
+def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `origin` (an Origin header) is one of `patterns`: origins such as
+    `https://mt.example.org`, in which `*` stands for any characters (`*`, `moz-extension://*`),
+    compared without case."""
+    return any(re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), origin, re.I)
+               for pattern in patterns)
+
+
 @dataclasses.dataclass
 class Access:
-    """The api keys (None: none asked) and the requests a minute each client may make (0: no
-    limit), a client being its key or, without one, its address."""
+    """The api keys (None: none asked), the origins whose requests need none, and the requests
+    a minute each client may make (0: no limit), a client being its key if the server holds
+    it, else its address."""
 
     keys: frozenset[str] | None = None
     per_minute: int = 0
+    keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
     clock: Callable[[], float] = time.monotonic
     # client -> (requests it may still make, as of when): a token bucket of `per_minute`
     # tokens, refilled at per_minute / 60 a second.
@@ -58,20 +71,24 @@ class Access:
         if self.per_minute < 0:
             raise DataError(f"--req-limit must be >= 0, got {self.per_minute}")
 
-    def admit(self, key: str | None, address: str) -> None:
-        """Let a request of `key` (its `api_key`) from `address` through, or refuse it.
+    def admit(self, key: str | None, address: str, origin: str | None = None) -> None:
+        """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its
+        Origin header), through, or refuse it.
 
         Raises:
-            RequestError: 403 for a missing or unknown key while keys are asked; 429 (with
-                Retry-After) for a client past its rate.
+            RequestError: 403 for an unknown key, or a missing one while keys are asked and
+                `origin` is no keyless origin; 429 (with Retry-After) for a client past its
+                rate.
         """
-        if self.keys is not None:
-            if not key:
-                raise RequestError("this server asks for an api key: send it as 'api_key'", 403)
-            if key not in self.keys:
+        known = self.keys is not None and key in self.keys
+        if self.keys is not None and not known:
+            if key:
                 raise RequestError("invalid api key", 403)
+            if not (origin and origin_matches(origin, self.keyless_origins)):
+                raise RequestError("this server asks for an api key: send it as 'api_key' or "
+                                   "as a header 'Authorization: Bearer KEY'", 403)
         if self.per_minute:
-            self._take(f"key {key}" if key else f"address {address}")
+            self._take(f"key {key}" if known else f"address {address}")
 
     def _take(self, client: str) -> None:
         rate = self.per_minute / 60

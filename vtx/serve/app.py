@@ -23,10 +23,12 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
     GET /v1/info        the model, vocabulary, default settings and limits; under "pairs",
                         those of each language pair served (`vtx.serve.pairs`)
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
-                        LibreTranslate's API (`vtx.serve.libre`): JSON or form bodies, api keys
-                        and a rate limit (`vtx.serve.access`)
+                        LibreTranslate's API (`vtx.serve.libre`): fields from the query string
+                        and a JSON or form body
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
+The routes that translate, detect or parse take api keys and a rate limit (`vtx.serve.access`):
+a key as the field "api_key" or an `Authorization: Bearer` header.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import ipaddress
 import json
 import os
 import signal
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -51,13 +55,13 @@ from vtx.inference.glossary import Glossary
 from vtx.inference.translate import line_record
 from vtx.precision import DecodingPrecision
 from vtx.serve import libre
-from vtx.serve.access import Access
+from vtx.serve.access import Access, origin_matches
 from vtx.serve.batcher import Batcher
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
 from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, RequestError, check_body,
-                                job_of, parse_job, read_json_object)
+                                check_field, job_of, parse_job, read_json_object)
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
@@ -73,6 +77,8 @@ class Transport:
     max_connections: int = 256  # open at once; more are answered 503 and closed
     drain_s: float = 30.0  # a stop answers the requests in flight for this long at most
     allowed_hosts: tuple[str, ...] = ()  # Host names served beside loopback names and IPs
+    # Origins (`access.origin_matches` patterns) whose pages may call every route (CORS)
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_s", "drain_s"):
@@ -88,12 +94,13 @@ class Transport:
 @dataclasses.dataclass
 class Service:
     """What the routes share: the served models by language pair (`vtx.serve.pairs`), the
-    counters, the connection limits, and the LibreTranslate routes' access and detector."""
+    counters, the connection limits, who may translate (`Access`), and the LibreTranslate
+    routes' detector."""
 
     pairs: Pairs
     metrics: Metrics
     transport: Transport = Transport()
-    access: Access = dataclasses.field(default_factory=Access)  # of the LibreTranslate routes
+    access: Access = dataclasses.field(default_factory=Access)
     # POST /detect and source "auto": among the served languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
 
@@ -120,27 +127,44 @@ class Service:
                              if s.pair.source == code]} for code in self.pairs.languages()]
 
 
-def make_app(service: Service) -> web.Application:
+SERVICE = web.AppKey("service", Service)  # the app's Service, as its routes read it
+
+
+def _get(answer: Callable[[], web.StreamResponse]):
+    """A route's handler whose answer takes nothing of the request."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return answer()
+
+    return handler
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Application:
     """The aiohttp application of `service`; its batcher starts with the app and stops with it
-    (queued jobs searched for the drain's time first)."""
-    app = web.Application(middlewares=[_errors(service.metrics), _guard(service.transport)],
+    (queued jobs searched for the drain's time first). `log` is told each 500's traceback."""
+    app = web.Application(middlewares=[_errors(service.metrics, log),
+                                       _guard(service.transport)],
                           client_max_size=MAX_BODY_BYTES)
-    app["service"] = service
+    app[SERVICE] = service
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
-    app.router.add_get("/", lambda request: web.Response(text=page, content_type="text/html",
-                                                         charset="utf-8"))
-    app.router.add_get("/health", lambda request: web.json_response({"status": "ok"}))
-    app.router.add_get("/metrics", lambda request: web.Response(
+    app.router.add_get("/", _get(lambda: web.Response(text=page, content_type="text/html",
+                                                      charset="utf-8")))
+    app.router.add_get("/health", _get(lambda: web.json_response({"status": "ok"})))
+    app.router.add_get("/metrics", _get(lambda: web.Response(
         body=service.metrics.text().encode(),
-        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}))
-    app.router.add_get("/v1/info", lambda request: web.json_response(service.info()))
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})))
+    app.router.add_get("/v1/info", _get(lambda: web.json_response(service.info())))
     app.router.add_post("/v1/translate", _translate)
     app.router.add_post("/v1/parse", _parse)
     app.router.add_post("/translate", _libre_translate)
     app.router.add_post("/detect", _libre_detect)
-    app.router.add_get("/languages", lambda request: web.json_response(service.languages()))
-    app.router.add_get("/frontend/settings", lambda request: web.json_response(
-        libre.frontend_settings(service.pairs, service.access.keys is not None)))
+    app.router.add_get("/languages", _get(lambda: web.json_response(service.languages())))
+    app.router.add_get("/frontend/settings", _get(lambda: web.json_response(
+        libre.frontend_settings(service.pairs, service.access.keys is not None))))
 
     async def start(app):
         for batcher in service.batchers():
@@ -155,15 +179,22 @@ def make_app(service: Service) -> web.Application:
         for batcher in service.batchers():
             await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
 
+    async def cors(request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get("Origin")
+        if origin and origin_matches(origin, service.transport.cors_origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers.add("Vary", "Origin")
+
+    app.on_response_prepare.append(cors)
     app.on_startup.append(start)
     app.on_shutdown.append(stop_taking)
     app.on_cleanup.append(join)
     return app
 
 
-def _errors(metrics: Metrics):
+def _errors(metrics: Metrics, log: Callable[[str], None]):
     """Middleware: a `RequestError` or aiohttp's own refusal (404, 405, 413) as one JSON line, a
-    bug as a JSON 500; every reply counted by route and status."""
+    bug as a JSON 500, its traceback told to `log`; every reply counted by route and status."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -171,6 +202,8 @@ def _errors(metrics: Metrics):
         try:
             response = await handler(request)
         except RequestError as error:
+            if error.status == 500:  # the search failed: its cause is a bug
+                _log_bug(log, request, error.__cause__ or error)
             response = web.json_response({"error": str(error)}, status=error.status,
                                          headers=error.headers)
         except web.HTTPNotFound:
@@ -189,6 +222,7 @@ def _errors(metrics: Metrics):
         except (asyncio.CancelledError, ConnectionError):
             raise
         except Exception as error:  # a bug: said, not hidden in a plain-text page
+            _log_bug(log, request, error)
             response = web.json_response({"error": f"internal error: "
                                                    f"{type(error).__name__}"}, status=500)
         route = request.match_info.route.resource
@@ -199,28 +233,47 @@ def _errors(metrics: Metrics):
     return middleware
 
 
+def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseException) -> None:
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    log(f"vtx serve: internal error answering {request.method} {request.path[:80]}:\n{trace}")
+
+
 def _guard(transport: Transport):
-    """Middleware: the Host and, on a POST, the Content-Type and the Origin checked (see the
-    module docstring), and the body read within the read timeout (408)."""
+    """Middleware: the Host, then the route (404, 405; a CORS preflight of a --cors-origin
+    answered), then on a POST the Content-Type and the Origin checked (see the module
+    docstring), and the body read within the read timeout (408)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
         host = request.host or ""
-        if not _allowed_host(host, transport.allowed_hosts):
-            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves loopback "
-                               f"names, IP addresses and --allowed-host names only", 421)
+        name = _host_name(host)
+        if not _allowed_host(name, transport.allowed_hosts):
+            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves "
+                               f"{_served_hosts(transport.allowed_hosts)}; to serve this name "
+                               f"too (a reverse proxy's, a Docker service's), start it with "
+                               f"--allowed-host {name[:80]}", 421)
+        refusal = request.match_info.http_exception  # 404, 405: said before the body
+        origin = request.headers.get("Origin")
+        cors = origin is not None and origin_matches(origin, transport.cors_origins)
+        if cors and request.method == "OPTIONS" and isinstance(refusal, web.HTTPMethodNotAllowed):
+            return web.Response(status=204, headers={  # a preflight (Fetch standard, CORS)
+                "Access-Control-Allow-Methods": ", ".join(sorted(refusal.allowed_methods)),
+                "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                "Access-Control-Max-Age": "86400"})
+        if refusal is not None:
+            raise refusal
         if request.method == "POST":
             forms = request.path in FORM_ROUTES
-            if request.content_type != "application/json" and not (
-                    forms and request.content_type in libre.FORM_TYPES):
+            # A bodiless POST sends its fields in the query string (as deep-translator does).
+            if request.content_type != "application/json" and not (forms and (
+                    request.content_type in libre.FORM_TYPES or not request.body_exists)):
                 also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                    f"'application/json'{also}", 415)
-            origin = request.headers.get("Origin")
-            if origin is not None and not _same_origin(origin, host):
+            if origin is not None and not (cors or _same_origin(origin, host)):
                 raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
-                                   f"answers POSTs from its own page and from clients that "
-                                   f"are not web pages", 403)
+                                   f"answers POSTs from its own page, --cors-origin pages "
+                                   f"and clients that are not web pages", 403)
             try:
                 await asyncio.wait_for(request.read(), transport.read_timeout_s)
             except asyncio.TimeoutError:
@@ -232,14 +285,27 @@ def _guard(transport: Transport):
     return middleware
 
 
-def _allowed_host(host: str, allowed: tuple[str, ...]) -> bool:
-    """Whether `host` (a Host header: name or address, and maybe a port) names this server: a
-    loopback name, an IP address (no page can rebind those), or one of `allowed` ('*': any)."""
+def _host_name(host: str) -> str:
+    """The name or address of `host` (a Host header: maybe with a port), lower case."""
     if host.startswith("["):  # [IPv6]:port
         name = host[1:host.find("]")] if "]" in host else host
     else:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = name.lower().rstrip(".")
+    return name.lower().rstrip(".")
+
+
+def _served_hosts(allowed: tuple[str, ...]) -> str:
+    """The Host names a server of --allowed-host `allowed` serves, as its log and 421 say."""
+    if "*" in allowed:
+        return "any Host (--allowed-host '*')"
+    if not allowed:
+        return "loopback names and IP addresses (more by --allowed-host)"
+    return f"loopback names, IP addresses and {', '.join(allowed)} (--allowed-host)"
+
+
+def _allowed_host(name: str, allowed: tuple[str, ...]) -> bool:
+    """Whether `name` (of a Host header, `_host_name`) names this server: a loopback name, an IP
+    address (no page can rebind those), or one of `allowed` ('*': any)."""
     if "*" in allowed or name in LOOPBACK_NAMES or name.endswith(".localhost") \
             or name in (h.lower().rstrip(".") for h in allowed):
         return True
@@ -294,15 +360,16 @@ async def _search(served: Served, job) -> list:
     except RequestError:
         raise
     except Exception as error:
-        raise RequestError(f"the search failed: {str(error)[:240]}", 500) from None
+        raise RequestError(f"the search failed: {str(error)[:240]}", 500) from error
 
 
 async def _translate(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     body = await request.read()
 
     def check() -> tuple[Served, Job]:
         data = read_json_object(body)
+        _admit(request, data.pop("api_key", None))
         served = service.pairs.find_fields(data)
         # Its routing fields, taken out, listed among the fields an unknown one is told.
         data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
@@ -326,28 +393,50 @@ def _translations(served: Served, job: Job, results: list) -> web.Response:
 
 
 async def _libre_translate(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     service.pairs.told()
-    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+    body = await request.read()
 
     def check() -> libre.Translation:
-        fields, is_json = libre.read_fields(body, content_type)
-        service.access.admit(libre.api_key(fields), request.remote or "")
-        return libre.translation(fields, is_json, service.pairs, service.detector)
+        fields = _libre_fields(request, body)
+        _admit(request, fields.get("api_key"))
+        return libre.translation(fields, service.pairs, service.detector)
 
     translation = await asyncio.to_thread(check)
     results = await _search(translation.served, translation.job) if translation.job else []
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
+def _admit(request: web.Request, key) -> None:
+    """Let a request through the server's api keys and rate limit (`Access.admit`): its key is
+    `key` (its field 'api_key', a string), else an `Authorization: Bearer KEY` header's.
+
+    Raises:
+        RequestError: a key that is no string (400), or see `Access.admit`.
+    """
+    if key is not None:
+        check_field("api_key", key, "a string")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if not key and scheme.lower() == "bearer":
+        key = token.strip()
+    request.app[SERVICE].access.admit(key or None, request.remote or "",
+                                        request.headers.get("Origin"))
+
+
+def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
+    """The fields of a LibreTranslate request whose body was read (`body`)."""
+    return libre.read_fields(body, request.headers.get("Content-Type", ""),
+                             request.rel_url.raw_query_string)
+
+
 async def _libre_detect(request: web.Request) -> web.Response:
-    service: Service = request.app["service"]
-    body, content_type = await request.read(), request.headers.get("Content-Type", "")
+    service: Service = request.app[SERVICE]
+    body = await request.read()
 
     def detect() -> web.Response:
-        fields, _ = libre.read_fields(body, content_type)
-        service.access.admit(libre.api_key(fields), request.remote or "")
-        return _json(libre.detect_text(fields, service.detector))
+        fields = _libre_fields(request, body)
+        _admit(request, fields.get("api_key"))
+        return _json(libre.detect_text(fields, service.detector, service.pairs.first.limits))
 
     return await asyncio.to_thread(detect)
 
@@ -355,7 +444,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
 async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
 
-    service: Service = request.app["service"]
+    service: Service = request.app[SERVICE]
     served = service.pairs.parser()
     if served is None:
         raise RequestError("POST /v1/parse: this server's model is not a parser (its "
@@ -363,7 +452,9 @@ async def _parse(request: web.Request) -> web.Response:
     body = await request.read()
 
     def prepare():
-        job = parse_job(body, served.model())
+        data = read_json_object(body)
+        _admit(request, data.pop("api_key", None))
+        job = parse_job(data, served.model())
         words = [sentence_words(line) for line in job.lines]
         return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
 
@@ -401,7 +492,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
-    (`vtx.inference.glossary`); `access`: the LibreTranslate routes' api keys and rate limit;
+    (`vtx.inference.glossary`); `access`: the api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
     and quantization the models are built in.
@@ -448,7 +539,7 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,
     # full collection of the cycle collector would walk, holding the interpreter's lock (the
     # event loop's too) for a large part of a second: kept out of the collections from now.
     gc.freeze()
-    asyncio.run(_serve(make_app(service), service.transport, host, port, log))
+    asyncio.run(_serve(make_app(service, log), service.transport, host, port, log))
 
 
 class _HalfOpen(RequestHandler):
@@ -534,6 +625,7 @@ async def _serve(app: web.Application, transport: Transport, host: str, port: in
         await site.start()
         bound = site._server.sockets[0].getsockname()
         log(f"vtx serve: listening on http://{_host(bound[0])}:{bound[1]}")
+        log(f"vtx serve: Host names served: {_served_hosts(transport.allowed_hosts)}")
         await stop.wait()
         log(f"vtx serve: stopping: no new connections; answering the requests in flight "
             f"for {transport.drain_s:g} s at most (a second signal exits at once)")

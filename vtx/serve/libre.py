@@ -1,11 +1,12 @@
 """The LibreTranslate API (as LibreTranslate 1.9.6 answers it) on `vtx serve`: its requests,
-read from JSON or from a form, into a `Job` of the server's batcher, and its answers.
+read from the query string and the body (JSON or a form) as LibreTranslate's `request.values`,
+into a `Job` of the server's batcher, and its answers.
 
     POST /translate  {q: text or [texts], source: code or "auto", target, format: "text" or
                      "html", alternatives: n, api_key, glossary: [[source, target], ...] (vtx's
                      own)} -> {translatedText: text or [texts], alternatives: [...] (with n > 0),
                      detectedLanguage: {confidence, language} (with "auto"), or a list of them}
-    POST /detect     {q, api_key} -> [{confidence, language}]
+    POST /detect     {q: text or [texts], api_key} -> [{confidence, language}]
     GET /languages   [{code, name, targets}]
     GET /frontend/settings
 
@@ -20,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 import email.parser
 import email.policy
+import json
 import urllib.parse
 
 from vtx.serve.documents import Document, html_document, text_document
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
-from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Model, RequestError, check_field,
-                                job_of, read_json_object, shown)
+from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, Model, RequestError,
+                                check_field, job_of, read_json_object, shown)
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 # The field of a refusal about one of the job's lines.
@@ -40,43 +42,79 @@ class Translation:
     """A checked POST /translate: its texts as documents, its job, and what the answer says."""
 
     documents: list[Document]
-    served: Served  # the pair's model that searches it
+    served: Served | None  # the pair's model that searches it; None: no text needs one
     job: Job | None  # None: no sentence to search
     batch: bool  # q was a list: the answer's fields are lists
     alternatives: int
     detected: list[dict] | None  # with source "auto": each text's {confidence, language}
 
 
-def read_fields(body: bytes, content_type: str) -> tuple[dict, bool]:
-    """The fields of a request (a JSON object, or a form's fields: the first value of each),
-    and whether it was JSON. `content_type`: the Content-Type header, with its parameters.
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """A request's fields as LibreTranslate's `request.values` holds them: the query string's,
+    then the body's (a JSON object, or a form), a field of the body winning over the query's."""
+
+    values: dict
+    texts: frozenset[str]  # the fields sent as form text (query or form), not as JSON values
+
+    def get(self, name: str, default=None):
+        return self.values.get(name, default)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+
+def read_fields(body: bytes, content_type: str, query: str = "") -> Fields:
+    """The fields of a request: `query`, its query string as sent (percent-encoded), then its
+    body, by `content_type` (the Content-Type header, with its parameters): JSON, a form, or
+    nothing (a bodiless POST, as deep-translator sends). A form's field is its first value.
 
     Raises:
-        RequestError: malformed JSON, a form that is no UTF-8, a form field that is a file.
+        RequestError: malformed JSON, a query or form that is no UTF-8, a multipart part that
+            is a file or of an unknown charset.
     """
+    values = _form_fields(query, "the query string")
+    texts = set(values)
     kind = content_type.split(";")[0].strip().lower()
     if kind == "application/json":
-        return read_json_object(body), True
-    if kind == "multipart/form-data":
-        return _multipart_fields(body, content_type), False
-    try:
-        pairs = urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True,
-                                       max_num_fields=len(FORM_FIELDS) * 4)
-    except UnicodeDecodeError:
-        raise RequestError("the form is no UTF-8 text") from None
-    except ValueError as error:  # too many fields
-        raise RequestError(f"the form: {error}") from None
-    fields: dict = {}
-    for name, value in pairs:
-        fields.setdefault(name, value)
-    return fields, False
+        own = read_json_object(body)
+        texts -= set(own)
+    elif kind == "multipart/form-data":
+        own = _multipart_fields(body, content_type)
+        texts |= set(own)
+    elif kind == "application/x-www-form-urlencoded":
+        try:
+            own = _form_fields(body.decode("utf-8"), "the form")
+        except UnicodeDecodeError:
+            raise RequestError("the form is no UTF-8 text") from None
+        texts |= set(own)
+    else:  # no body (the guard lets no other through)
+        own = {}
+    return Fields({**values, **own}, frozenset(texts))
 
 
 # LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
 FORM_FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "glossary")
 
 
+def _form_fields(form: str, where: str) -> dict:
+    """The fields of a URL-encoded form (or query string): the first value of each."""
+    try:
+        pairs = urllib.parse.parse_qsl(form, keep_blank_values=True, errors="strict",
+                                       max_num_fields=len(FORM_FIELDS) * 4)
+    except UnicodeDecodeError:
+        raise RequestError(f"{where} is no UTF-8 text") from None
+    except ValueError as error:  # too many fields
+        raise RequestError(f"{where}: {error}") from None
+    fields: dict = {}
+    for name, value in pairs:
+        fields.setdefault(name, value)
+    return fields
+
+
 def _multipart_fields(body: bytes, content_type: str) -> dict:
+    """A multipart form's text fields, each part in its declared charset or else UTF-8 (RFC
+    7578, 4.4: PHP's curl and browsers declare none)."""
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
     if not message.is_multipart():
@@ -86,72 +124,121 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
         name = part.get_param("name", header="content-disposition")
         if not name or name in fields:
             continue
-        value = part.get_content()
-        if not isinstance(value, str):
+        if part.is_multipart():
+            raise RequestError(f"form field {shown(name)} is a {part.get_content_type()} part; "
+                               f"send each field as text")
+        if part.get_content_maintype() != "text" or part.get_filename() is not None:
             raise RequestError(f"form field {shown(name)} is a file; send text")
-        fields[name] = value
+        charset = part.get_content_charset() or "utf-8"
+        try:
+            fields[name] = part.get_payload(decode=True).decode(charset)
+        except LookupError:
+            raise RequestError(f"form field {shown(name)}: charset {shown(charset)} is "
+                               f"unknown; send UTF-8") from None
+        except UnicodeDecodeError:
+            raise RequestError(f"form field {shown(name)} is no {charset} text") from None
     return fields
 
 
-def api_key(fields: dict) -> str | None:
-    key = fields.get("api_key")
-    return key if isinstance(key, str) and key else None
-
-
-def translation(fields: dict, is_json: bool, pairs: Pairs, detector: Detector) -> Translation:
+def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation:
     """The checked request of POST /translate's `fields` to the pair of its source and target
-    among `pairs`.
+    among `pairs`. A text in the target language already (its source is the target, or so it
+    is detected) is answered as it is, as LibreTranslate does, and so is one of no letter
+    (emoji, numbers).
 
     Raises:
         RequestError: a missing or malformed field, a language pair not served (naming it and
             those served), texts of one request detected in languages of different pairs, the
             text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
-    texts, batch = _texts(fields, is_json)
+    limits = pairs.first.limits  # every pair's are the server's
+    texts, batch = _texts(fields, limits)
     source, target = (_code(fields, name) for name in ("source", "target"))
     text_format = fields.get("format") or "text"
+    check_field("format", text_format, "a string")
     if text_format not in ("text", "html"):
         raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
-    served = pairs.first if source.lower() == "auto" else pairs.find(source, target)
-    model = served.model()
-    if len(texts) > model.limits.max_lines:
-        raise RequestError(f"Invalid request: q holds {len(texts)} texts, over the server's "
-                           f"limit of {model.limits.max_lines} (--max-lines)")
-    alternatives = _alternatives(fields, model)
-    detected = _detect(texts, detector) if source.lower() == "auto" else None
-    if detected:
-        found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
-                 for code in dict.fromkeys(item["language"] for item in detected)}
-        if len(found) > 1:
-            raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
-                               f"the texts of each language in a request of their own")
-        served = next(iter(found.values()))
-        model = served.model()
+    alternatives = _alternatives(fields, limits)
+    served, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
-    documents = [read(text, served.pair.source) for text in texts]
+    # A text in the target language already, or of no letter, is answered as it is.
+    searched = [served is not None and _has_letters(text) and (
+        detected is None or detected[index]["language"].lower() != target.lower())
+        for index, text in enumerate(texts)]
+    documents = [read(text, served.pair.source) if search else Document([text], [])
+                 for text, search in zip(texts, searched)]
+    glossary = _glossary(fields.get("glossary"), "glossary" in fields.texts) \
+        if "glossary" in fields else None
     lines = [line for document in documents for line in document.lines]
-    data = {"text": lines, "nbest": alternatives + 1}
-    if alternatives + 1 > model.defaults.beam:
-        data["beam"] = alternatives + 1
-    if "glossary" in fields:
-        data["glossary"] = _glossary(fields["glossary"], is_json)
-    job = job_of(data, model, SENTENCES_FIELD) if lines else None
+    job = _job(lines, alternatives, glossary, served.model()) if lines else None
     return Translation(documents, served, job, batch, alternatives, detected)
 
 
-def _texts(fields: dict, is_json: bool) -> tuple[list[str], bool]:
+def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model) -> Job:
+    """The job searching `lines` for `alternatives` more hypotheses (the beam raised to hold
+    them), constrained by the request's `glossary`."""
+    data = {"text": lines, "nbest": alternatives + 1}
+    if alternatives + 1 > model.defaults.beam:
+        data["beam"] = alternatives + 1
+    if glossary is not None:
+        data["glossary"] = glossary
+    return job_of(data, model, SENTENCES_FIELD)
+
+
+def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
+          detector: Detector) -> tuple[Served | None, list[dict] | None]:
+    """The pair that translates `texts` from `source` (a code or "auto") into `target` (None:
+    no text needs one), and with "auto", each text's detected language (one of no letter:
+    `target`, at confidence 0).
+
+    Raises:
+        RequestError: a language not served, or a pair not served, in LibreTranslate's words
+            (its clients and tests read them); texts detected in the sources of different
+            pairs.
+    """
+    auto = source.lower() == "auto"
+    served_codes = {code.lower() for code in pairs.languages()}
+    for code in [target] if auto else [source, target]:
+        if code.lower() not in served_codes:
+            raise RequestError(f"{code} is not supported")
+    if not auto and source.lower() != target.lower():
+        try:
+            return pairs.find(source, target), None
+        except RequestError:
+            raise RequestError(f"{language_name(target)} ({target}) is not available as a "
+                               f"target language from {language_name(source)} ({source}): "
+                               f"this server translates {pairs.described()} only") from None
+    detected = _detect(texts, detector, target) if auto else None
+    codes = [item["language"] for item in detected] if auto else [source]
+    found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
+             for code in dict.fromkeys(codes) if code.lower() != target.lower()}
+    if len(found) > 1:
+        raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
+                           f"the texts of each language in a request of their own")
+    return next(iter(found.values()), None), detected
+
+
+def _has_letters(text: str) -> bool:
+    return any(character.isalpha() for character in text)
+
+
+def _texts(fields: Fields, limits: Limits) -> tuple[list[str], bool]:
+    """The texts of q, and whether q is a list of them (of --max-lines at most)."""
     q = fields.get("q")
     if not q:
         raise RequestError("Invalid request: missing q parameter")
     if isinstance(q, list):
         check_field("q", q, "a list of strings")
+        if len(q) > limits.max_lines:
+            raise RequestError(f"Invalid request: q holds {len(q)} texts, over the server's "
+                               f"limit of {limits.max_lines} (--max-lines)")
         return q, True
     check_field("q", q, "a list of strings" if not isinstance(q, str) else "a string")
     # A form's line breaks as LF only (as LibreTranslate does).
-    return [q if is_json else "\n".join(q.splitlines())], False
+    return ["\n".join(q.splitlines()) if "q" in fields.texts else q], False
 
 
-def _code(fields: dict, name: str) -> str:
+def _code(fields: Fields, name: str) -> str:
     value = fields.get(name)
     if not value:
         raise RequestError(f"Invalid request: missing {name} parameter")
@@ -159,38 +246,43 @@ def _code(fields: dict, name: str) -> str:
     return value
 
 
-def _alternatives(fields: dict, model: Model) -> int:
+def _alternatives(fields: Fields, limits: Limits) -> int:
+    """The field 'alternatives': an integer, or a string of its digits (a form's, or JSON's as
+    LibreTranslate takes it)."""
     value = fields.get("alternatives", 0)
-    try:
-        count = int(value) if not isinstance(value, (bool, float)) else None
-    except ValueError:
-        count = None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        count = int(value)
+    else:
+        count = value if isinstance(value, int) and not isinstance(value, bool) else None
     if count is None or count < 0:
         raise RequestError(f"Invalid request: alternatives must be an integer >= 0, got "
                            f"{shown(value)}")
-    if count + 1 > model.limits.max_beam:
-        raise RequestError(f"Invalid request: alternatives ({count}) exceeds the server's "
-                           f"limit of {model.limits.max_beam - 1} (--max-beam less one)")
+    if count + 1 > limits.max_beam:
+        raise RequestError(f"Invalid request: alternatives ({shown(count)}) exceeds the "
+                           f"server's limit of {limits.max_beam - 1} (--max-beam less one)")
     return count
 
 
-def _glossary(value, is_json: bool) -> list:
-    if not is_json:  # a form's glossary: its pairs as JSON text
+def _glossary(value, as_text: bool) -> list:
+    if as_text:  # a form's glossary: its pairs as JSON text
         try:
-            value = read_json_object(b'{"glossary": ' + value.encode() + b"}")["glossary"]
-        except RequestError:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
             raise RequestError(f"field 'glossary': expected JSON [[source, target], ...], "
                                f"got {shown(value)}") from None
     check_field("glossary", value, TRANSLATE_FIELDS["glossary"])
     return value
 
 
-def _detect(texts: list[str], detector: Detector) -> list[dict]:
-    """Each text's language: a short one's is that of all the texts together."""
+def _detect(texts: list[str], detector: Detector, target: str) -> list[dict]:
+    """Each text's language: a short one's is that of all the texts together; one of no letter
+    is taken to be in `target` (confidence 0), so that it is answered as it is."""
     overall = None
     found = []
     for text in texts:
-        if len(text) > SHORT_TEXT:
+        if not _has_letters(text):
+            found.append({"confidence": 0.0, "language": target})
+        elif len(text) > SHORT_TEXT:
             found.append(detection(detector, text)[0])
         else:
             overall = overall or detection(detector, " ".join(texts))[0]
@@ -204,17 +296,25 @@ def detection(detector: Detector, text: str, count: int = 1) -> list[dict]:
             for code, p in detector.detect(text, count)]
 
 
-def detect_text(fields: dict, detector: Detector) -> list[dict]:
-    """The answer of POST /detect.
+def detect_text(fields: Fields, detector: Detector, limits: Limits) -> list[dict]:
+    """The answer of POST /detect: q's likeliest languages, of a text or of a list of them
+    together (as LibreTranslate's: each language's mean confidence over the texts it is
+    likely for, ranked by that times those texts' characters).
 
     Raises:
-        RequestError: q is missing or not a string.
+        RequestError: q is missing, not a string or a list of them, or of more texts than
+            --max-lines.
     """
-    q = fields.get("q")
-    if not q:
-        raise RequestError("Invalid request: missing q parameter")
-    check_field("q", q, "a string")
-    return detection(detector, q, 3)
+    texts, batch = _texts(fields, limits)
+    if not batch:
+        return detection(detector, texts[0], 3)
+    found: dict[str, list[tuple[float, int]]] = {}
+    for text in texts:
+        for item in detection(detector, text, 3):
+            found.setdefault(item["language"], []).append((item["confidence"], len(text)))
+    mean = {code: sum(c for c, _ in seen) / len(seen) for code, seen in found.items()}
+    ranked = sorted(found, key=lambda code: -mean[code] * sum(n for _, n in found[code]))
+    return [{"confidence": round(mean[code], 1), "language": code} for code in ranked]
 
 
 def answer(request: Translation, results: list) -> dict:

@@ -145,16 +145,6 @@ PARSE_FIELDS = {"text": "a list of strings", "beam": "an integer", "lenpen": "a 
 SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
 
-def read_body(body: bytes, fields: dict[str, str], limits: Limits | None = None) -> dict:
-    """The JSON object of a request's body, checked by `check_body`.
-
-    Raises:
-        RequestError: malformed JSON (also nested too deep, or an integer of too many digits),
-            not an object, or see `check_body`.
-    """
-    return check_body(read_json_object(body), fields, limits)
-
-
 def check_body(data: dict, fields: dict[str, str], limits: Limits | None = None) -> dict:
     """`data`, a request's JSON object, its fields among `fields` and of their types, every
     string of it UTF-8 (no lone surrogate); with `limits`, its lists' lengths checked first
@@ -471,13 +461,15 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
                constraints if options.constraints else None, ids)
 
 
-def parse_job(body: bytes, model: Model) -> Job:
-    """The job of a POST /v1/parse body (`PARSE_FIELDS`): whitespace-tokenized sentences.
+def parse_job(data: dict, model: Model) -> Job:
+    """The job of a POST /v1/parse body's JSON object (`PARSE_FIELDS`): whitespace-tokenized
+    sentences.
 
     Raises:
-        RequestError: see `read_body`, `check_lines`, `decode_options`, `encode_lines`, `_costs`.
+        RequestError: see `check_body`, `check_lines`, `decode_options`, `encode_lines`,
+            `_costs`.
     """
-    data = read_body(body, PARSE_FIELDS, model.limits)
+    data = check_body(data, PARSE_FIELDS, model.limits)
     check_lines(data["text"], model.limits)
     options = decode_options(data, dataclasses.replace(model.defaults, nbest=1), model.limits, 0)
     options = dataclasses.replace(options, positional_scores=False)
