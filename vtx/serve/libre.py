@@ -51,8 +51,10 @@ class Translation:
 
 @dataclasses.dataclass(frozen=True)
 class Fields:
-    """A request's fields as LibreTranslate's `request.values` holds them: the query string's,
-    then the body's (a JSON object, or a form), a field of the body winning over the query's."""
+    """A request's fields as LibreTranslate reads them: a form's (URL-encoded, multipart, or
+    none) as its `request.values`, a field of the query string winning over the form's; a JSON
+    object's fields, then those of the query string that the object lacks (LibreTranslate reads
+    no query beside JSON)."""
 
     values: dict
     texts: frozenset[str]  # the fields sent as form text (query or form), not as JSON values
@@ -90,7 +92,8 @@ def read_fields(body: bytes, content_type: str, query: str = "") -> Fields:
         texts |= set(own)
     else:  # no body (the guard lets no other through)
         own = {}
-    return Fields({**values, **own}, frozenset(texts))
+    merged = {**values, **own} if kind == "application/json" else {**own, **values}
+    return Fields(merged, frozenset(texts))
 
 
 # LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
