@@ -1,8 +1,10 @@
 """`vtx serve`: translations (and parses) over HTTP, concurrent requests batched together."""
 
+import os
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from vtx.inference.decoding import TRANSLATION
 from vtx_cli.options import (JIT_HELP, SEARCH_FLAGS, FiniteFloat, announce_decoding,
@@ -50,7 +52,42 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
     return models
 
 
-@click.command(cls=TensorFlowCommand)
+ENV_PREFIX = "VTX_SERVE_"
+
+
+def env_variable(option: click.Option) -> str:
+    """The environment variable of a `vtx serve` flag: --max-lines -> VTX_SERVE_MAX_LINES."""
+    flag = max(option.opts, key=len)
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+class ServeCommand(TensorFlowCommand):
+    """`vtx serve`, each of whose flags may also be set in the environment (`env_variable`), as
+    LibreTranslate's LT_ variables, for compose files and service units: a flag on the command
+    line wins; a value refused names its variable."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                param.envvar = env_variable(param)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as error:
+            param = error.param
+            if param is not None and param.name is not None and isinstance(param.envvar, str) \
+                    and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+                value = os.environ.get(param.envvar, "")
+                error.message = f"{error.message} (from {param.envvar}={value[:200]!r})"
+            raise
+
+
+@click.command(cls=ServeCommand, epilog="Every flag may also be set in the environment: "
+               "VTX_SERVE_ and its name, e.g. VTX_SERVE_MAX_LINES=16 for --max-lines, "
+               "VTX_SERVE_MODEL='en-de=a.npz de-en=b.npz' for two --model (a repeated flag's "
+               "values apart by spaces), VTX_SERVE_JIT=1; the command line wins.")
 @click.option("--checkpoint", multiple=True, type=click.Path(exists=True),
               help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); "
                    "repeated: an ensemble, the mean of the models' probabilities. One model "
