@@ -17,7 +17,8 @@ from html.parser import HTMLParser
 
 # Elements whose text is no prose to translate.
 UNTRANSLATED_ELEMENTS = frozenset({"script", "style", "code", "pre", "textarea", "template"})
-_SPACES = re.compile(r"\s+")
+# HTML's white space, which a browser shows as one space (a no-break space stays one).
+_SPACES = re.compile(r"[ \t\n\r\f]+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,22 +54,23 @@ def text_document(text: str, language: str) -> Document:
 
 
 def html_document(text: str, language: str) -> Document:
-    """`text` (HTML) as a document: the sentences of each run of text between tags, the
-    markup kept as written. A run's spaces and line breaks within it are one space each (as a
-    browser shows them); the text of `UNTRANSLATED_ELEMENTS` and of comments is kept."""
-    reader = _Reader()
+    """`text` (HTML) as a document: the sentences of each run of text between tags, everything
+    else kept as written, byte for byte (markup, entities outside translated text, what the
+    parser does not understand). A run's spaces and line breaks within it are one space each
+    (as a browser shows them); the text of `UNTRANSLATED_ELEMENTS` and of comments is kept."""
+    reader = _Reader(text)
     reader.feed(text)
     reader.close()
     parts: list[str] = []
     sentences: list[int] = []
-    for chunk, is_text in reader.chunks:
-        if not is_text or not chunk.strip():
-            parts.append(chunk)
+    for raw, prose in reader.chunks():
+        if prose is None or not prose.strip():
+            parts.append(raw)
             continue
-        start, end = len(chunk) - len(chunk.lstrip()), len(chunk.rstrip())
-        parts.append(chunk[:start])
-        _add_sentences(_SPACES.sub(" ", chunk[start:end]), language, parts, sentences)
-        parts.append(chunk[end:])
+        start, end = len(prose) - len(prose.lstrip()), len(prose.rstrip())
+        parts.append(prose[:start])
+        _add_sentences(_SPACES.sub(" ", prose[start:end]), language, parts, sentences)
+        parts.append(prose[end:])
     return Document(parts, sentences, markup=True)
 
 
@@ -90,41 +92,64 @@ def _add_sentences(text: str, language: str, parts: list[str], sentences: list[i
 
 
 class _Reader(HTMLParser):
-    """HTML as chunks: (markup as written, False) or (text, unescaped, True)."""
+    """Where each construct of an HTML text starts, and the text of each run to translate: the
+    text is cut at those starts, so its pieces are what was written, whatever the parser makes
+    of them (an unclosed <script>'s rest, a CDATA section, an <!ENTITY> declaration)."""
 
-    def __init__(self):
+    def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
-        self.chunks: list[tuple[str, bool]] = []
+        self._text = text
+        self._lines = [0] + [match.end() for match in re.finditer("\n", text)]  # their offsets
+        self._starts: list[int] = []  # each construct's offset in the text
+        self._prose: list[str | None] = []  # its text, unescaped, if it is one to translate
         self._kept = 0  # depth inside UNTRANSLATED_ELEMENTS
 
+    def chunks(self) -> list[tuple[str, str | None]]:
+        """(the text as written, its prose to translate or None) for each construct, in order,
+        a run of text the parser gave in pieces (a stray '<' is one) as one; together they are
+        the whole text."""
+        starts = [0, *self._starts] if self._starts[:1] != [0] else self._starts
+        prose = [None, *self._prose] if len(starts) > len(self._starts) else self._prose
+        ends = [*starts[1:], len(self._text)]
+        chunks: list[tuple[int, int, list[str] | None]] = []  # start, end, a run's pieces
+        for start, end, text in zip(starts, ends, prose):
+            if text is not None and chunks and chunks[-1][2] is not None:  # one run of text
+                chunks[-1][2].append(text)
+                chunks[-1] = (chunks[-1][0], end, chunks[-1][2])
+            else:
+                chunks.append((start, end, None if text is None else [text]))
+        return [(self._text[start:end], None if pieces is None else "".join(pieces))
+                for start, end, pieces in chunks]
+
+    def _construct(self, prose: str | None = None) -> None:
+        line, column = self.getpos()  # of the construct being handled: line from 1
+        self._starts.append(self._lines[line - 1] + column)
+        self._prose.append(prose)
+
     def handle_starttag(self, tag, attrs):
-        self.chunks.append((self.get_starttag_text(), False))
+        self._construct()
         if tag in UNTRANSLATED_ELEMENTS:
             self._kept += 1
 
     def handle_startendtag(self, tag, attrs):
-        self.chunks.append((self.get_starttag_text(), False))
+        self._construct()
 
     def handle_endtag(self, tag):
-        self.chunks.append((f"</{tag}>", False))
+        self._construct()
         if tag in UNTRANSLATED_ELEMENTS and self._kept:
             self._kept -= 1
 
     def handle_data(self, data):
-        if self._kept or self.cdata_elem is not None:  # kept as written, escaped again
-            self.chunks.append((data if self.cdata_elem else html.escape(data, quote=False),
-                                False))
-        else:
-            self.chunks.append((data, True))
+        self._construct(None if self._kept or self.cdata_elem is not None else data)
 
     def handle_comment(self, data):
-        self.chunks.append((f"<!--{data}-->", False))
+        self._construct()
 
     def handle_decl(self, decl):
-        self.chunks.append((f"<!{decl}>", False))
+        self._construct()
 
     def handle_pi(self, data):
-        self.chunks.append((f"<?{data}>", False))
+        self._construct()
 
     def unknown_decl(self, data):
-        self.chunks.append((f"<![{data}]>", False))
+        self._construct()
