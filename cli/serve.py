@@ -28,19 +28,15 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
     """Click callback of --model: each `SOURCE-TARGET=PATH` read, a pair's paths in order (a
     pair given twice or more: an ensemble)."""
     from vtx.errors import ArgumentError
-    from vtx.serve.language import LanguagePair
+    from vtx.serve.language import pair_of
 
     models: dict = {}
     for value in values:
         name, equals, path = value.partition("=")
         if not equals or not name or not path:
             raise click.BadParameter(f"{value!r}: give PAIR=PATH, e.g. en-de=run/", param=param)
-        codes = name.split("-")
         try:
-            if len(codes) != 2:
-                raise ArgumentError("{value} is no language pair: two codes joined by '-', such "
-                                    "as en-de", value=repr(name))
-            pair = LanguagePair(*codes)
+            pair = pair_of(name)
         except ArgumentError as error:
             said = error.message(lambda argument: "the " + argument.split("_")[0])
             raise click.BadParameter(f"{value!r}: {said}", param=param) from None
@@ -95,8 +91,9 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--model", "pair_models", multiple=True, metavar="PAIR=PATH",
               callback=_pair_models,
               help="A language pair and its checkpoint (file or save dir), e.g. "
-                   "en-de=runs/en-de; repeat for more pairs, and a pair for an ensemble "
-                   "(en-de=A --model en-de=B). Requests choose by source and target.")
+                   "en-de=runs/en-de (codes holding a '-' joined by ':', pt-BR:en=B); repeat "
+                   "for more pairs, and a pair for an ensemble (en-de=A --model en-de=B). "
+                   "Requests choose by source and target.")
 @ema_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback: this machine only; 0.0.0.0: every "
@@ -247,7 +244,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,
                                 log=lambda message: click.echo(message, err=True),
-                                named=(lambda pair: f"--model {pair.source}-{pair.target}={{}}")
+                                named=(lambda pair: f"--model {pair.name}={{}}")
                                 if pair_models else lambda pair: "--checkpoint {}",
                                 precision=chosen)
     except (OSError, ValueError, MemoryError) as error:

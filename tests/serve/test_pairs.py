@@ -119,6 +119,7 @@ def test_libretranslatepy_chooses_each_pair_and_auto_detects_among_them(server, 
     ("=model.npz", "give PAIR=PATH"),
     ("ende={checkpoint}", "'ende' is no language pair"),
     ("en-de-fr={checkpoint}", "'en-de-fr' is no language pair"),
+    ("pt-BR:en:de={checkpoint}", "'pt-BR:en:de' is no language pair"),
     ("en-en={checkpoint}", "the source and the target are both en"),
     ("e!-de={checkpoint}", "the source must be a language code such as 'en', got e!"),
     ("en-de=/no/such/run", "/no/such/run does not exist"),
@@ -159,3 +160,34 @@ def test_an_empty_save_dir_two_vocabularies_or_a_parser_or_glossary_beside_pairs
              f"--model en-ps={random_parser_checkpoint}: a parsing model")):
         result = CliRunner().invoke(main, ["serve", *map(str, flags)])
         assert result.exit_code == 1 and reason in result.output, result.output
+
+
+def test_a_region_or_libretranslate_s_alias_names_the_served_language(server, offline):
+    # en-US and de-AT are en and de (a region dropped); codes compared without case.
+    status, _, reply = request(server.url + "/translate", {"q": SENTENCES[0], "source": "en-US",
+                                                           "target": "DE-at"})
+    assert (status, reply) == (200, {"translatedText": offline["en-de"][0]["hypotheses"][0][
+        "text"]}), reply
+    status, _, reply = request(server.url + "/translate", {"q": "A man.", "source": "en",
+                                                           "target": "zh-Hans"})
+    assert (status, reply) == (400, {"error": "zh-Hans is not supported"})
+
+
+def test_served_codes_pair_names_and_the_detector_s_languages():
+    from vtx.errors import ArgumentError
+    from vtx.serve.language import Detector, LanguagePair, pair_of, served_code
+
+    served = ["zh-Hans", "zt", "pt", "en", "nb"]
+    assert [served_code(code, served) for code in ("zh", "ZH-cn", "zh-Hant", "zh-TW", "pt-BR",
+                                                    "pt-PT", "EN-us", "es-419", "no", "fr")] == [
+        "zh-Hans", "zh-Hans", "zt", "zt", "pt", "pt", "en", "es-419", "nb", "fr"]
+    assert served_code("zh-Hant", ["zh"]) == "zh-Hant"  # a script is no region to drop
+    assert served_code("pt-BR", ["pb", "pt"]) == "pb"  # LibreTranslate's former code first
+    assert pair_of("en-de") == LanguagePair("en", "de")
+    assert pair_of("pt-BR:en") == LanguagePair("pt-BR", "en")
+    assert [LanguagePair("en", "de").name, LanguagePair("zh-Hans", "en").name] == [
+        "en-de", "zh-Hans:en"]
+    for name in ("en-de-fr", "pt-BR:en:de", "en:", "ende"):
+        with pytest.raises(ArgumentError):
+            pair_of(name)
+    assert Detector(("zh-Hans", "pt-BR", "en")).languages == ("en", "pt", "zh")

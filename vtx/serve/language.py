@@ -45,6 +45,53 @@ class LanguagePair:
             raise ArgumentError("{source_lang} and {target_lang} are both {value}",
                                 value=self.source)
 
+    @property
+    def name(self) -> str:
+        """The pair as `--model` and /v1's "model" name it: en-de, or pt-BR:en where a code
+        holds a '-' (`pair_of` reads both)."""
+        joint = ":" if "-" in self.source + self.target else "-"
+        return f"{self.source}{joint}{self.target}"
+
+
+def pair_of(name: str) -> LanguagePair:
+    """The pair a name gives: SOURCE-TARGET (en-de), or SOURCE:TARGET where a code holds a '-'
+    (pt-BR:en, zh-Hans:en).
+
+    Raises:
+        ArgumentError: no two codes so joined, or a code LanguagePair refuses ({value}).
+    """
+    codes = name.split(":") if ":" in name else name.split("-")
+    if len(codes) != 2 or not all(codes):
+        raise ArgumentError("{value} is no language pair: two codes joined by '-', such as "
+                            "en-de, or by ':' where a code holds a '-', such as pt-BR:en",
+                            value=repr(name))
+    return LanguagePair(*codes)
+
+
+# Codes that name one language, compared without case: LibreTranslate's current and former
+# ones (it took zh-Hans, zh-Hant and pt-BR for zh, zt and pb) and the BCP 47 tags clients send.
+SAME_LANGUAGES = ({"zh", "zh-hans", "zh-cn", "zh-sg"}, {"zt", "zh-hant", "zh-tw", "zh-hk"},
+                  {"pb", "pt-br"}, {"nb", "no", "nb-no"})
+
+
+def served_code(code: str, served: list[str]) -> str:
+    """The code among `served` that a request's `code` names: the same without case, one of
+    `SAME_LANGUAGES`, or its language without a region (pt-PT, en-US: pt, en); else `code`."""
+    wanted = code.lower()
+    same = next((group for group in SAME_LANGUAGES if wanted in group), {wanted})
+    for candidates in (same, {wanted.split("-")[0]} if _region(wanted) else set()):
+        match = next((s for s in served if s.lower() in candidates), None)
+        if match is not None:
+            return match
+    return code
+
+
+def _region(code: str) -> bool:
+    """Whether `code` is a language and a region (pt-BR, es-419), not a script (zh-Hant)."""
+    parts = code.split("-")
+    return len(parts) == 2 and (len(parts[1]) == 2 and parts[1].isalpha()
+                                or len(parts[1]) == 3 and parts[1].isdigit())
+
 
 def language_name(code: str) -> str:
     return LANGUAGE_NAMES.get(code.lower(), code)
@@ -65,8 +112,9 @@ class Detector:
     a text is in."""
 
     def __init__(self, languages: tuple[str, ...] = ()):
-        known = set(_identifier(None).labels)
-        self.languages = tuple(sorted({code.lower() for code in languages} & known)) or None
+        known = list(_identifier(None).labels)
+        labels = {served_code(code, known) for code in languages}  # zh-Hans: zh, pt-BR: pt
+        self.languages = tuple(sorted(labels & set(known))) or None
         self._model = _identifier(self.languages)
 
     def detect(self, text: str, count: int = 1) -> list[tuple[str, float]]:

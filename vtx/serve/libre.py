@@ -156,7 +156,9 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     """
     limits = pairs.first.limits  # every pair's are the server's
     texts, batch = _texts(fields, limits)
-    source, target = (_code(fields, name) for name in ("source", "target"))
+    # The served codes they name (zh-Hans: zh, pt-BR: pt where that is served).
+    source, target = (code if code.lower() == "auto" else pairs.code(code)
+                      for code in (_code(fields, name) for name in ("source", "target")))
     text_format = fields.get("format") or "text"
     check_field("format", text_format, "a string")
     if text_format not in ("text", "html"):
@@ -166,7 +168,7 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     read = html_document if text_format == "html" else text_document
     # A text in the target language already, or of no letter, is answered as it is.
     searched = [served is not None and _has_letters(text) and (
-        detected is None or detected[index]["language"].lower() != target.lower())
+        detected is None or pairs.code(detected[index]["language"]) != target)
         for index, text in enumerate(texts)]
     documents = [read(text, served.pair.source) if search else Document([text], [])
                  for text, search in zip(texts, searched)]
@@ -200,11 +202,11 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
             pairs.
     """
     auto = source.lower() == "auto"
-    served_codes = {code.lower() for code in pairs.languages()}
+    served_codes = pairs.languages()
     for code in [target] if auto else [source, target]:
-        if code.lower() not in served_codes:
+        if code not in served_codes:
             raise RequestError(f"{code} is not supported")
-    if not auto and source.lower() != target.lower():
+    if not auto and source != target:
         try:
             return pairs.find(source, target), None
         except RequestError:
@@ -214,7 +216,7 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
     detected = _detect(texts, detector, target) if auto else None
     codes = [item["language"] for item in detected] if auto else [source]
     found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
-             for code in dict.fromkeys(codes) if code.lower() != target.lower()}
+             for code in dict.fromkeys(codes) if pairs.code(code) != target}
     if len(found) > 1:
         raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
                            f"the texts of each language in a request of their own")

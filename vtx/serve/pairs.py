@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary, translator_constraints
 from vtx.inference.translator import Compiled, Translator
 from vtx.precision import DecodingPrecision
 from vtx.serve.batcher import Batcher, Translators
-from vtx.serve.language import LanguagePair, language_name
+from vtx.serve.language import LanguagePair, language_name, pair_of, served_code
 from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Limits, Model, RequestError, check_field
 
@@ -50,7 +51,7 @@ class Served:
     @property
     def name(self) -> str:
         """The pair as `--model` and a request's "model" say it: "en-de"."""
-        return f"{self.pair.source}-{self.pair.target}" if self.pair else ""
+        return self.pair.name if self.pair else ""
 
     def model(self) -> Model:
         """What checking a request needs (`vtx.serve.requests.Model`)."""
@@ -174,6 +175,11 @@ class Pairs:
         codes += [s.pair.target for s in self.served if s.pair]
         return list(dict.fromkeys(codes))
 
+    def code(self, code: str) -> str:
+        """The served language a request's `code` names (`language.served_code`: without case,
+        LibreTranslate's aliases such as zh-Hans for zh, a region dropped), else `code`."""
+        return served_code(code, self.languages())
+
     def told(self) -> None:
         """Refuse a server not told its models' languages.
 
@@ -193,9 +199,9 @@ class Pairs:
             RequestError: 404, no languages told; 400, no such pair (the served ones listed).
         """
         self.told()
+        source, target = self.code(source), self.code(target)
         for served in self.served:
-            if (source.lower(), target.lower()) == (served.pair.source.lower(),
-                                                    served.pair.target.lower()):
+            if (source, target) == (served.pair.source, served.pair.target):
                 return served
         raise RequestError(f"{said or f'source {source!r}'} and target {target!r}: this server "
                            f"translates {self.described()} only")
@@ -216,15 +222,15 @@ class Pairs:
             return self.first
         source, target = fields.get("source"), fields.get("target")
         if "model" in fields:
-            codes = fields["model"].split("-")
-            if len(codes) != 2 or not all(codes):
+            try:
+                pair = pair_of(fields["model"])
+            except ArgumentError:
                 raise RequestError(f"field 'model': {fields['model'][:80]!r} is no language "
-                                   f"pair; give two codes joined by '-', one of: "
-                                   f"{', '.join(self.names())}")
-            if (source or codes[0]) != codes[0] or (target or codes[1]) != codes[1]:
+                                   f"pair; give one of: {', '.join(self.names())}") from None
+            if (source or pair.source) != pair.source or (target or pair.target) != pair.target:
                 raise RequestError(f"field 'model' {fields['model']!r} and fields 'source', "
                                    f"'target' disagree; give one or the other")
-            source, target = codes
+            source, target = pair.source, pair.target
         if source is None or target is None:
             raise RequestError(f"this server translates several pairs: give field 'model' "
                                f"(one of {', '.join(self.names())}) or 'source' and 'target'")
