@@ -66,6 +66,25 @@ def _check_precision(format: str, precision: DecodingPrecision) -> None:
                                 format=format)
 
 
+def _check_architecture(format: str, config) -> None:
+    """Refuse, for a format whose writer maps the paper's model only (all but a SavedModel, which
+    traces vtx's own), a model of other `vtx.config.ADDED_FIELDS` (an imported one).
+
+    Raises:
+        ValueError: naming the format and each field with its value.
+    """
+    from vtx.config import ADDED_FIELDS
+
+    if format == "savedmodel":
+        return
+    added = {key: value for key, value in config.to_dict().items() if key in ADDED_FIELDS}
+    if added:
+        settings = ", ".join(f"{key} {value!r}" for key, value in added.items())
+        raise ValueError(f"a {format} export holds the paper's model (ReLU, scaled embeddings, "
+                         f"interleaved positions, no logits bias); this checkpoint's has "
+                         f"{settings}")
+
+
 def _savedmodel(checkpoint, directory: Path, options: DecodeOptions,
                 precision: DecodingPrecision) -> None:
     from vtx.export.savedmodel import write_savedmodel
@@ -130,7 +149,8 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     with locking.output_lock(output, "output"):  # checked and written by one process
         _check_output(output, force)
         checkpoint = checkpoints.load(checkpoint_path, ema)
-        checkpoints.model_config(checkpoint, checkpoint_path)  # both checked before any work
+        # both checked before any work
+        _check_architecture(format, checkpoints.model_config(checkpoint, checkpoint_path))
         checkpoint_vocabulary(checkpoint, checkpoint_path)
         with atomic.replaced_on_success(output) as tmp:
             _WRITERS[format](checkpoint, tmp, options, precision)
