@@ -199,3 +199,54 @@ def test_an_imported_model_is_refused_by_exports_that_map_the_papers_model(impor
 
     with pytest.raises(ValueError, match="activation 'swish'"):
         export(imported, tmp_path / "ct2", "ctranslate2")
+
+
+@pytest.mark.slow
+def test_vtx_score_gives_transformers_log_probabilities_of_references(
+        imported, marian, shared_data, tmp_path):
+    from click.testing import CliRunner
+
+    from vtx_cli.main import main
+
+    sources, targets = (multi30k_lines(shared_data, language, 30) for language in ("en", "de"))
+    (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "target.txt").write_text("\n".join(targets) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(main, [
+        "score", "--checkpoint", str(imported), "--input", str(tmp_path / "source.txt"),
+        "--target", str(tmp_path / "target.txt"), "--precision", "float32",
+        "--output-format", "jsonl"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    model, tokenizer, _ = marian
+    for source, target, record in zip(sources, targets, records):
+        labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"]  # ends </s>
+        decoder_in = torch.cat([torch.tensor([[model.config.decoder_start_token_id]]),
+                                labels[:, :-1]], 1)
+        with torch.no_grad():
+            logits = model(**tokenizer([source], return_tensors="pt"),
+                           decoder_input_ids=decoder_in).logits[0]
+        expected = logits.log_softmax(-1).numpy()[np.arange(labels.shape[1]), labels[0]]
+        np.testing.assert_allclose(record["positional_scores"], expected, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_vtx_serve_translates_with_the_imported_model_as_vtx_translate(
+        imported, shared_data, tmp_path):
+    from tests.serve.test_server import assert_same_records, translate_jsonl
+    from vtx.serve.process import ServerProcess, request
+
+    lines = multi30k_lines(shared_data, "en", 6)
+    offline = translate_jsonl(imported, tmp_path, lines, "--precision", "float32")
+    server = ServerProcess("--model", f"en-de={imported}", "--precision", "float32",
+                           "--batch-wait-ms", 1)
+    try:
+        status, _, reply = request(server.url + "/v1/translate", {"text": lines})
+        assert status == 200, reply
+        assert_same_records(reply["translations"], offline)
+        status, _, reply = request(server.url + "/translate",
+                                   {"q": lines[0], "source": "en", "target": "de"})
+        assert (status, reply) == (200, {"translatedText": offline[0]["hypotheses"][0]["text"]})
+        status, _, languages = request(server.url + "/languages")
+        assert {entry["code"]: entry["targets"] for entry in languages}["en"] == ["de"]
+    finally:
+        assert server.stop() == 0
