@@ -44,9 +44,10 @@ def vtx_hypotheses(checkpoint, lines, tmp_path, *options) -> list[dict]:
     return [record["hypotheses"][0] for record in records]
 
 
-def marian_pieces(marian, lines, **search) -> list[list[str]]:
+def marian_pieces(marian, lines, **search) -> list[tuple[list[str], bool]]:
     """Transformers' `generate` of `lines` (MarianTokenizer's ids: each source ends with
-    </s>): the pieces of each output, without the start token, </s> and padding."""
+    </s>): the pieces of each output, without the start token, </s> and padding, and whether
+    it ended with </s>."""
     model, tokenizer, pieces = marian
     config = model.config
     batch = tokenizer(lines, padding=True, return_tensors="pt")
@@ -55,9 +56,9 @@ def marian_pieces(marian, lines, **search) -> list[list[str]]:
                              bad_words_ids=[[config.pad_token_id]], do_sample=False, **search)
     outputs = []
     for row in out.tolist():
-        ids = row[1:]
-        ids = ids[:ids.index(config.eos_token_id)] if config.eos_token_id in ids else ids
-        outputs.append([pieces[i] for i in ids if i != config.pad_token_id])
+        ids, finished = row[1:], config.eos_token_id in row[1:]
+        ids = ids[:ids.index(config.eos_token_id)] if finished else ids
+        outputs.append(([pieces[i] for i in ids if i != config.pad_token_id], finished))
     return outputs
 
 
@@ -77,14 +78,21 @@ def marian_log_probs(marian, line: str, pieces: list[str], finished: bool) -> np
 @pytest.mark.parametrize("beam", [1, 4])
 def test_vtx_translates_the_imported_model_as_transformers_generates(
         imported, marian, shared_data, tmp_path, beam):
+    """The same tokens and log-probabilities. Where a beam's best output reached the length
+    limit unfinished, the searches differ by rule, not by model: at the limit Transformers ranks
+    its live beams with the finished ones, vtx (as fairseq) keeps a finished one."""
     lines = multi30k_lines(shared_data, "en", LINES)
     penalty = ["--lenpen", "1.0", "--lenpen-formula", "fairseq", "--stop", "fairseq"]
     found = vtx_hypotheses(imported, lines, tmp_path, "--beam", beam, *penalty)
     search = dict(num_beams=beam) if beam == 1 else dict(num_beams=beam, length_penalty=1.0,
                                                          early_stopping=True)
     expected = marian_pieces(marian, lines, **search)
-    assert len({" ".join(pieces) for pieces in expected}) >= 0.8 * LINES, "outputs must vary"
-    assert [hypothesis["tokens"] for hypothesis in found] == expected
+    # A randomly initialized model gives one output for every line; this one must not.
+    assert len({" ".join(pieces) for pieces, _ in expected}) >= 0.8 * LINES, "outputs must vary"
+    compared = [(hypothesis, pieces) for hypothesis, (pieces, finished) in zip(found, expected)
+                if finished or beam == 1]
+    assert len(compared) >= 0.8 * LINES
+    assert [hypothesis["tokens"] for hypothesis, _ in compared] == [p for _, p in compared]
     gaps = [np.abs(np.array(hypothesis["positional_scores"])
                    - marian_log_probs(marian, line, hypothesis["tokens"],
                                       hypothesis["finished"])).max()
@@ -96,12 +104,10 @@ def test_vtx_translates_the_imported_model_as_transformers_generates(
 def test_the_imported_vocabulary_reads_text_as_marian_tokenizer(imported, marian, shared_data):
     from vtx import checkpoints
     from vtx.imports.marian import MarianIds
-
-    _, tokenizer, _ = marian
-    vocab = checkpoints.load(imported)
     from vtx.inference.loading import checkpoint_vocabulary
 
-    vocab = checkpoint_vocabulary(vocab, imported)
+    _, tokenizer, _ = marian
+    vocab = checkpoint_vocabulary(checkpoints.load(imported), imported)
     config = marian[0].config
     ids = MarianIds(config.vocab_size, config.pad_token_id, 1, config.eos_token_id,
                     config.decoder_start_token_id)

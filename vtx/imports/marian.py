@@ -84,7 +84,7 @@ def read_config(directory: Path) -> dict:
     path = directory / CONFIG_FILE
     values = _read_json(path)
     if not isinstance(values, dict):
-        raise _refuse(path, f"not a JSON object")
+        raise _refuse(path, "not a JSON object")
     if values.get("model_type") != "marian":
         raise _refuse(path, f"model_type {values.get('model_type')!r} is not 'marian'")
     wanted = {"normalize_before": False, "add_final_layer_norm": False,
@@ -334,6 +334,6 @@ def read_marian_folder(directory: str | Path):
     model = build(config)
     assign_weights(model, tensors, ids, weights)
     meta = {"step": 0, "model_config": config.to_dict(),
-            "imported_from": {"format": "marian", "folder": str(directory.resolve())}}
+            "imported_from": {"format": "marian", "folder": directory.resolve().name}}
     return Checkpoint(model=[np.asarray(v.numpy()) for v in model.variables], optimizer=[],
                       meta=meta, vocab=vocab.to_bytes())
