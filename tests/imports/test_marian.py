@@ -256,3 +256,23 @@ def test_vtx_serve_translates_with_the_imported_model_as_vtx_translate(
         assert {entry["code"]: entry["targets"] for entry in languages}["en"] == ["de"]
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: {**t, "lm_head.weight": t["model.shared.weight"] + 1},
+     "lm_head.weight differs from model.shared.weight: untied embeddings"),
+    (lambda t: {**t, "model.encoder.layer_norm.weight": t["final_logits_bias"][0, :64]},
+     "tensors of no vtx weight: model.encoder.layer_norm.weight"),
+    (lambda t: {k: v for k, v in t.items() if k != "model.decoder.layers.1.fc2.weight"},
+     "no tensor model.decoder.layers.1.fc2.weight")])
+def test_weights_vtx_cannot_represent_are_refused_naming_the_tensor(opus_mt_folder, tmp_path,
+                                                                    change, message):
+    from safetensors.numpy import save_file
+
+    from vtx.imports.marian import read_weights
+
+    folder = copied(opus_mt_folder, tmp_path)
+    tensors = change(read_weights(folder))
+    save_file({name: np.ascontiguousarray(array) for name, array in tensors.items()},
+              str(folder / "model.safetensors"))
+    refused(folder, tmp_path, f"model.safetensors: {message}")
