@@ -16,8 +16,8 @@ try:
     import click
 
     from vtx import stop
-    from vtx_cli import (average_checkpoints, export, parse, prepare_parse, preprocess, score,
-                         score_trees, serve, train, translate)
+    from vtx_cli import (average_checkpoints, export, import_model, parse, prepare_parse,
+                         preprocess, score, score_trees, serve, train, translate)
 except KeyboardInterrupt:
     print("vtx: interrupted (SIGINT) while starting", file=sys.stderr)
     sys.exit(128 + signal.SIGINT)
@@ -120,6 +120,7 @@ main.add_command(average_checkpoints.average_checkpoints)
 main.add_command(translate.translate)
 main.add_command(parse.parse)
 main.add_command(export.export)
+main.add_command(import_model.import_model)
 main.add_command(score.score)
 main.add_command(score_trees.score_trees)
 main.add_command(prepare_parse.prepare_parse)

@@ -91,9 +91,9 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--model", "pair_models", multiple=True, metavar="PAIR=PATH",
               callback=_pair_models,
               help="A language pair and its checkpoint (file or save dir), e.g. "
-                   "en-de=runs/en-de (codes holding a '-' joined by ':', pt-BR:en=B); repeat "
-                   "for more pairs, and a pair for an ensemble (en-de=A --model en-de=B). "
-                   "Requests choose by source and target.")
+                   "en-de=runs/en-de; repeat for more pairs, and a pair for an ensemble "
+                   "(en-de=A --model en-de=B). Codes holding a '-' are joined by ':' "
+                   "(pt-BR:en=C). Requests choose by source and target.")
 @ema_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback: this machine only; 0.0.0.0: every "

@@ -52,3 +52,29 @@ def test_subword_sampling_settings_are_checked(options, message):
         config.TrainConfig(**options)
     kept = config.TrainConfig(subword_alpha=0.5, subword_nbest=8)
     assert config.TrainConfig.from_dict(kept.to_dict()) == kept
+
+
+def test_added_fields_at_their_defaults_are_left_out_of_the_dict():
+    # A configuration written before the fields existed reads as the same one, and a new one
+    # of the paper's model writes what the old vtx wrote (resume compares the dicts).
+    old = {key: value for key, value in config.BASE.to_dict().items()}
+    assert not set(config.ADDED_FIELDS) & set(old)
+    assert config.ModelConfig.from_dict(old) == config.BASE
+    marian = dataclasses.replace(config.BASE, activation="swish", final_logits_bias=True,
+                                 position_layout="sines_then_cosines")
+    written = marian.to_dict()
+    assert (written["activation"], written["final_logits_bias"]) == ("swish", True)
+    assert "scale_embedding" not in written
+    assert config.ModelConfig.from_dict(written) == marian
+    assert marian.parameter_count == config.BASE.parameter_count + config.BASE.vocab_size
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"activation": "tanh"}, "activation must be one of relu, swish, gelu, got 'tanh'"),
+    ({"position_layout": "learned"}, "position_layout must be one of interleaved, "
+                                     "sines_then_cosines, got 'learned'"),
+    ({"scale_embedding": 1}, "scale_embedding must be true or false, got 1"),
+    ({"final_logits_bias": "yes"}, "final_logits_bias must be true or false, got 'yes'")])
+def test_added_fields_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(config.BASE, **options)

@@ -51,6 +51,12 @@ class _JsonConfig:
 
 _SIZES = ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_positions")
 _RATES = ("dropout", "attention_dropout", "relu_dropout")
+ACTIVATIONS = ("relu", "swish", "gelu")  # swish: x * sigmoid(x); gelu: the exact (erf) GELU
+# "interleaved": PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos (the paper's formula, vtx's own);
+# "sines_then_cosines": the D / 2 sines, then the D / 2 cosines (Marian's, OPUS-MT's).
+POSITION_LAYOUTS = ("interleaved", "sines_then_cosines")
+# Model fields a configuration written before them lacks; it means their defaults.
+ADDED_FIELDS = ("activation", "scale_embedding", "position_layout", "final_logits_bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +75,15 @@ class ModelConfig(_JsonConfig):
     relu_dropout: float = 0.0  # inside the FFN, after the ReLU (paper: none)
     max_positions: int = 1024  # longest sequence (source or target) the model accepts
     layer_norm_epsilon: float = 1e-6
+    # ADDED_FIELDS (for imported models, `vtx.imports`): at their defaults, the paper's model
+    # as vtx always built it, they are left out of `to_dict`, so that a checkpoint or
+    # config.json written before them reads, resumes and compares as the same configuration.
+    activation: str = "relu"  # of the FFN's inner layer: one of ACTIVATIONS
+    scale_embedding: bool = True  # embeddings times sqrt(D) before the positions are added
+    position_layout: str = "interleaved"  # where the sines and cosines lie: POSITION_LAYOUTS
+    # A learned bias [V] added to the logits (Marian's output layer has one): one more model
+    # variable, the embedding's second.
+    final_logits_bias: bool = False
 
     def __post_init__(self) -> None:
         # Types first: a configuration read from a file (a checkpoint's, config.json) may hold
@@ -94,6 +109,25 @@ class ModelConfig(_JsonConfig):
                                 width=self.d_model, heads=self.num_heads)
         if self.vocab_size <= EOS_ID:
             raise ValueError(f"vocab_size must exceed the {EOS_ID + 1} special ids")
+        self._check_choices()
+
+    def _check_choices(self) -> None:
+        for name, choices in (("activation", ACTIVATIONS), ("position_layout", POSITION_LAYOUTS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("scale_embedding", "final_logits_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.position_layout == "sines_then_cosines" and self.d_model % 2:
+            raise ValueError(f"position_layout sines_then_cosines needs an even d_model, "
+                             f"got {self.d_model}")
+
+    def to_dict(self) -> dict:
+        """The fields, those of `ADDED_FIELDS` only where they differ from their default."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ADDED_FIELDS}
+        return {key: value for key, value in dataclasses.asdict(self).items()
+                if key not in defaults or value != defaults[key]}
 
     @property
     def parameter_count(self) -> int:
@@ -104,7 +138,8 @@ class ModelConfig(_JsonConfig):
         feed_forward = 2 * d * inner + inner + d
         encoder = attention + feed_forward + 2 * 2 * d
         decoder = 2 * attention + feed_forward + 3 * 2 * d
-        return self.vocab_size * d + self.num_layers * (encoder + decoder)
+        bias = self.vocab_size if self.final_logits_bias else 0
+        return self.vocab_size * d + bias + self.num_layers * (encoder + decoder)
 
     @property
     def head_dim(self) -> int:

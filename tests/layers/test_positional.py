@@ -35,3 +35,22 @@ def test_layer_has_no_weights_and_round_trips():
     assert layer.weights == []
     clone = SinusoidalPositionEncoding.from_config(layer.get_config())
     assert clone.max_wavelength == 500.0
+
+
+def test_sines_then_cosines_is_marians_table_to_the_bit():
+    # Transformers' MarianSinusoidalPositionalEmbedding: float64 numpy angles, then float32.
+    positions, width = 300, 16
+    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / width) for j in range(width)]
+                       for pos in range(positions)])
+    marian = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], 1)
+    layer = SinusoidalPositionEncoding(layout="sines_then_cosines")
+    np.testing.assert_array_equal(layer(np.zeros((1, positions, width))),
+                                  marian.astype(np.float32))
+    tail = np.asarray(layer(np.zeros((1, 3, width)), start_index=297))
+    np.testing.assert_array_equal(tail, marian[297:].astype(np.float32))
+    assert SinusoidalPositionEncoding.from_config(layer.get_config()).layout == layer.layout
+
+
+def test_an_unknown_layout_is_refused_by_name():
+    with pytest.raises(ValueError, match="'cosines_first'"):
+        SinusoidalPositionEncoding(layout="cosines_first")

@@ -1,3 +1,5 @@
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -154,3 +156,36 @@ def test_pairs_packed_in_rows_get_the_logits_each_gets_alone(model):
             np.testing.assert_allclose(packed, alone, atol=1e-5)
             start += len(target_in)
     assert np.isfinite(logits).all()
+
+
+MARIAN_SHAPED = config.preset("tiny", dropout=0.0, activation="swish", scale_embedding=False,
+                              position_layout="sines_then_cosines", final_logits_bias=True,
+                              layer_norm_epsilon=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["swish", "gelu"])
+def test_the_added_options_decode_cached_as_the_full_forward_pass(activation):
+    model = transformer.build(dataclasses.replace(MARIAN_SHAPED, activation=activation))
+    assert model.count_params() == model.config.parameter_count
+    model.embedding.bias.assign(RNG.normal(size=model.config.vocab_size).astype("float32"))
+    src, tgt = random_ids((2, 7)), random_ids((2, 9))
+    src[1, 5:] = PAD_ID
+    tgt[:, 0] = BOS_ID
+    full = np.asarray(model((src, tgt)))
+    state = model.init_state(src, max_length=12)
+    for t in range(9):
+        logits, state = model.decode_step(tgt[:, t], state)
+        np.testing.assert_allclose(logits, full[:, t], atol=1e-5)
+    plain = transformer.build(config.preset("tiny", dropout=0.0))
+    assert len(plain.variables) + 1 == len(model.variables)
+
+
+def test_each_added_option_changes_the_logits():
+    base = transformer.build(config.preset("tiny", dropout=0.0))
+    src, tgt = random_ids((2, 5)), random_ids((2, 4))
+    reference = np.asarray(base((src, tgt)))
+    for change in ({"activation": "swish"}, {"activation": "gelu"}, {"scale_embedding": False},
+                   {"position_layout": "sines_then_cosines"}):
+        other = transformer.build(dataclasses.replace(base.config, **change))
+        other.set_weights(base.get_weights())
+        assert not np.allclose(other((src, tgt)), reference, atol=1e-4), change

@@ -49,11 +49,16 @@ class Vocabulary:
     @classmethod
     def from_bytes(cls, model: bytes, name: str) -> "Vocabulary":
         """A vocabulary from a serialized SentencePiece model (e.g. carried by a checkpoint);
-        `name` says where it came from in messages. Its `model_path` is None.
+        `name` says where it came from in messages. Its `model_path` is None. The bytes of a
+        `vtx.data.pair_vocab.PairVocabulary` (an imported model's) give one of those.
 
         Raises:
             DataError: as the constructor.
         """
+        from vtx.data import pair_vocab
+
+        if pair_vocab.is_pair_vocabulary(model):
+            return pair_vocab.PairVocabulary.from_bytes(model, name)
         vocab = cls.__new__(cls)
         vocab.model_path = None
         vocab._load(lambda processor: processor.LoadFromSerializedProto(model), name)
@@ -80,6 +85,11 @@ class Vocabulary:
     def encode(self, text: str) -> list[int]:
         """One sentence -> its piece ids (no bos/eos)."""
         return self._processor.encode(text, out_type=int)
+
+    def encode_source(self, text: str) -> list[int]:
+        """A source sentence -> its piece ids: `encode`'s (a `PairVocabulary` cuts sources
+        with a model of their own)."""
+        return self.encode(text)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many sentences -> their piece ids (one C++ call; `vtx preprocess` parallelizes over

@@ -66,6 +66,30 @@ def _check_precision(format: str, precision: DecodingPrecision) -> None:
                                 format=format)
 
 
+def _check_exportable(format: str, checkpoint, config) -> None:
+    """Refuse an imported model (`vtx import`) where its format cannot hold it: its vocabulary
+    (two SentencePiece models and an id table, `vtx.data.pair_vocab`) in any format, and for a
+    format whose writer maps the paper's model only (all but a SavedModel, which traces vtx's
+    own) other `vtx.config.ADDED_FIELDS`.
+
+    Raises:
+        ValueError: naming the format, and each field with its value.
+    """
+    from vtx.config import ADDED_FIELDS
+    from vtx.data.pair_vocab import is_pair_vocabulary
+
+    added = {key: value for key, value in config.to_dict().items() if key in ADDED_FIELDS}
+    if added and format != "savedmodel":
+        settings = ", ".join(f"{key} {value!r}" for key, value in added.items())
+        raise ValueError(f"a {format} export holds the paper's model (ReLU, scaled embeddings, "
+                         f"interleaved positions, no logits bias); this checkpoint's has "
+                         f"{settings}")
+    if checkpoint.vocab is not None and is_pair_vocabulary(checkpoint.vocab):
+        raise ValueError(f"a {format} export holds one SentencePiece model; this checkpoint's "
+                         f"vocabulary (an imported model's) has a source and a target model "
+                         f"and an id table")
+
+
 def _savedmodel(checkpoint, directory: Path, options: DecodeOptions,
                 precision: DecodingPrecision) -> None:
     from vtx.export.savedmodel import write_savedmodel
@@ -130,7 +154,9 @@ def export(checkpoint_path: str | Path, output: str | Path, format: str,
     with locking.output_lock(output, "output"):  # checked and written by one process
         _check_output(output, force)
         checkpoint = checkpoints.load(checkpoint_path, ema)
-        checkpoints.model_config(checkpoint, checkpoint_path)  # both checked before any work
+        # both checked before any work
+        _check_exportable(format, checkpoint,
+                          checkpoints.model_config(checkpoint, checkpoint_path))
         checkpoint_vocabulary(checkpoint, checkpoint_path)
         with atomic.replaced_on_success(output) as tmp:
             _WRITERS[format](checkpoint, tmp, options, precision)

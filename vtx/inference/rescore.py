@@ -154,7 +154,7 @@ def encode_pairs(scorer: Scorer, sources: list[str], texts: list[str | None], nb
     limit = scorer.max_positions
     source_ids = []
     for number, line in enumerate(sources, start=1):
-        ids = scorer.vocab.encode(line) if line.strip() else []
+        ids = scorer.vocab.encode_source(line) if line.strip() else []
         if len(ids) > limit:
             warn(f"line {number}: {len(ids)} tokens, truncated to the model's {limit} positions")
         source_ids.append(ids[:limit])

@@ -206,8 +206,8 @@ class Translator:
 
     def encode(self, text: str, line_number: int, ids: list[int] | None = None) -> list[int]:
         """Source ids as training saw them (pieces, no bos/eos), cut to the model's positions;
-        `ids`: the text's pieces already encoded (`vocab.encode`), only cut here."""
-        ids = self.vocab.encode(text) if ids is None else ids
+        `ids`: the text's pieces already encoded (`vocab.encode_source`), only cut here."""
+        ids = self.vocab.encode_source(text) if ids is None else ids
         limit = self.max_positions
         if len(ids) > limit:
             self.warn(f"line {line_number}: {len(ids)} tokens, truncated to the model's "
@@ -231,7 +231,7 @@ class Translator:
         `first_line_number - 1` plus its index), its number in messages less one, on which with
         the seed its samples depend (a server batching the lines of several requests gives each
         its index in its request, as `vtx translate` of those lines alone would). `encoded`: each
-        line's pieces (`vocab.encode`), when the caller has them already (a server's checks).
+        line's pieces (`vocab.encode_source`), when the caller has them already (a server's checks).
 
         Raises:
             ArgumentError: a prefix leaves no room for EOS within its line's length limit, a

@@ -20,19 +20,22 @@ class EncoderLayer(keras.layers.Layer):
         dropout: P_drop on each sub-layer output before the residual sum.
         attention_dropout: on attention weights. relu_dropout: inside the FFN.
         layer_norm_epsilon: LayerNorm's epsilon.
+        activation: the FFN's (`FeedForward`).
     """
 
     def __init__(self, d_model: int, d_ff: int, num_heads: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, relu_dropout: float = 0.0,
-                 layer_norm_epsilon: float = 1e-6, **kwargs):
+                 layer_norm_epsilon: float = 1e-6, activation: str = "relu", **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.d_ff, self.num_heads = d_model, d_ff, num_heads
         self.dropout_rate, self.attention_dropout = dropout, attention_dropout
         self.relu_dropout, self.layer_norm_epsilon = relu_dropout, layer_norm_epsilon
+        self.activation = activation
         policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(num_heads, d_model, attention_dropout,
                                                  name="self_attention", dtype=policy)
-        self.feed_forward = FeedForward(d_model, d_ff, relu_dropout, name="feed_forward", dtype=policy)
+        self.feed_forward = FeedForward(d_model, d_ff, relu_dropout, activation,
+                                        name="feed_forward", dtype=policy)
         self.attention_norm = LayerNormalization(epsilon=layer_norm_epsilon,
                                                  name="attention_norm", dtype=policy)
         self.feed_forward_norm = LayerNormalization(epsilon=layer_norm_epsilon,
@@ -66,4 +69,5 @@ class EncoderLayer(keras.layers.Layer):
             "attention_dropout": self.attention_dropout,
             "relu_dropout": self.relu_dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "activation": self.activation,
         }

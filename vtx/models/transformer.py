@@ -30,7 +30,8 @@ def same_segment(query_segments, key_segments):
 
 @keras.saving.register_keras_serializable(package="vtx")
 class Transformer(keras.Model):
-    """Post-norm encoder-decoder Transformer with one shared, scaled embedding matrix.
+    """Post-norm encoder-decoder Transformer with one shared, scaled embedding matrix (the
+    configuration's FFN activation, embedding scale, position layout and logits bias).
 
     Args:
         config: a `ModelConfig`.
@@ -41,14 +42,18 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         self.config = config
         policy = self.dtype_policy
-        self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="embedding",
+        self.embedding = SharedEmbedding(config.vocab_size, config.d_model,
+                                         scale=config.scale_embedding,
+                                         logits_bias=config.final_logits_bias, name="embedding",
                                          dtype=policy)
-        self.position_encoding = SinusoidalPositionEncoding(name="position_encoding", dtype=policy)
+        self.position_encoding = SinusoidalPositionEncoding(layout=config.position_layout,
+                                                            name="position_encoding", dtype=policy)
         self.embedding_dropout = Dropout(config.dropout, dtype=policy)
         layer_args = dict(d_model=config.d_model, d_ff=config.d_ff, num_heads=config.num_heads,
                           dropout=config.dropout, attention_dropout=config.attention_dropout,
                           relu_dropout=config.relu_dropout,
-                          layer_norm_epsilon=config.layer_norm_epsilon, dtype=policy)
+                          layer_norm_epsilon=config.layer_norm_epsilon,
+                          activation=config.activation, dtype=policy)
         self.encoder_layers = [EncoderLayer(name=f"encoder_{i}", **layer_args)
                                for i in range(config.num_layers)]
         self.decoder_layers = [DecoderLayer(name=f"decoder_{i}", **layer_args)
@@ -62,7 +67,7 @@ class Transformer(keras.Model):
         self.built = True
 
     def _embed(self, token_ids, start_index=0, training=False, positions=None):
-        """[B, T] ids -> [B, T, D]: sqrt(D)-scaled embeddings + positions (`positions` [B, T]:
+        """[B, T] ids -> [B, T, D]: (sqrt(D)-scaled) embeddings + positions (`positions` [B, T]:
         each id's own), then dropout."""
         vectors = self.embedding(token_ids)
         encoding = self.position_encoding(vectors, start_index=start_index, positions=positions)

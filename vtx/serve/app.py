@@ -388,7 +388,7 @@ def _translations(served: Served, job: Job, results: list) -> web.Response:
     if job.options.alignment_layer is not None:  # what the alignments' source indices count
         vocab = served.translator.vocab
         for record in records:
-            record["source_tokens"] = vocab.pieces(vocab.encode(record["source"]))
+            record["source_tokens"] = vocab.pieces(vocab.encode_source(record["source"]))
     return _json({"translations": records})
 
 

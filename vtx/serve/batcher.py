@@ -266,7 +266,7 @@ class Batcher:
                     told.add(id(pending))
                     self._tell_if_done(pending)
             encoded = [p.job.ids[i] if p.job.ids is not None
-                       else translator.vocab.encode(p.job.lines[i]) for p, i in lines]
+                       else translator.vocab.encode_source(p.job.lines[i]) for p, i in lines]
             for rows, _ in padded_batches(encoded, options.max_tokens, pad_rows=False):
                 kept = [row for row in rows if not lines[row][0].dropped]
                 group = [lines[row] for row in kept]

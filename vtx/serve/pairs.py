@@ -56,7 +56,8 @@ class Served:
     def model(self) -> Model:
         """What checking a request needs (`vtx.serve.requests.Model`)."""
         return Model(self.translator.options, self.limits, self.translator.max_positions,
-                     self.translator.vocab.encode, self.alignment_layer, self.glossary,
+                     self.translator.vocab.encode, self.translator.vocab.encode_source,
+                     self.alignment_layer, self.glossary,
                      self.constrain)
 
     def constrain(self, glossary: Glossary, lines: list[str],

@@ -128,7 +128,8 @@ class Model:
     defaults: DecodeOptions
     limits: Limits
     max_positions: int
-    encode: Callable[[str], list[int]]  # a text's pieces
+    encode: Callable[[str], list[int]]  # a target text's pieces (a phrase, a prefix)
+    encode_source: Callable[[str], list[int]]  # a source line's pieces
     alignment_layer: int = -1
     glossary: Glossary | None = None
     constrain: Callable[[Glossary, list[str], list[list[str]] | None],
@@ -433,7 +434,7 @@ def job_of(data: dict, model: Model, field: str = "text") -> Job:
     # The settings refused before any line is cut into pieces (those of a constrained search
     # are the same but for its own flag).
     options = decode_options(data, model.defaults, limits, model.alignment_layer)
-    ids = encode_lines(lines, limits, model.encode, field)
+    ids = encode_lines(lines, limits, model.encode_source, field)
     tokens = [len(line) for line in ids]
     constraints = per_line(data, "constraints", len(lines))
     prefixes = per_line(data, "prefix", len(lines))
@@ -473,6 +474,6 @@ def parse_job(data: dict, model: Model) -> Job:
     check_lines(data["text"], model.limits)
     options = decode_options(data, dataclasses.replace(model.defaults, nbest=1), model.limits, 0)
     options = dataclasses.replace(options, positional_scores=False)
-    ids = encode_lines(data["text"], model.limits, model.encode)
+    ids = encode_lines(data["text"], model.limits, model.encode_source)
     tokens = [len(line) for line in ids]
     return Job(options, data["text"], tokens, _costs(tokens, options, model), ids=ids)

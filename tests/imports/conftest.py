@@ -1,0 +1,133 @@
+"""An OPUS-MT-shaped MarianMT folder, built once per test session: Helsinki-NLP/opus-mt-en-de's
+config.json with small sizes, two real SentencePiece models (English, German) trained on
+Multi30k, a vocab.json built as Marian builds its vocabulary, and weights trained a few hundred
+updates in Transformers on real pairs, so that outputs vary with the input."""
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TRAIN_PAIRS = 3000
+PIECES = 600  # each SentencePiece model's
+SIZES = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128,
+             decoder_ffn_dim=128, encoder_attention_heads=4, decoder_attention_heads=4)
+UPDATES = 400
+
+
+def multi30k(shared_data: Path, split: str, language: str, count: int) -> list[str]:
+    with gzip.open(shared_data / "multi30k" / f"{split}.{language}.gz", "rt",
+                   encoding="utf-8") as handle:
+        return [next(handle).rstrip("\n") for _ in range(count)]
+
+
+def train_spm(lines: list[str], path: Path) -> None:
+    """A unigram model with SentencePiece's own special ids (unk 0, bos 1, eos 2, no pad), as
+    Marian trains its source.spm and target.spm."""
+    import sentencepiece as spm
+
+    spm.set_random_generator_seed(1)  # the same models in every session
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(path),
+                                   vocab_size=PIECES, model_type="unigram",
+                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    Path(f"{path}.model").rename(path)
+
+
+def marian_vocabulary(folder: Path, sources: list[str], targets: list[str]) -> dict[str, int]:
+    """Marian's joint vocabulary (`marian-vocab` over both sides' pieces): </s> 0, <unk> 1,
+    then the pieces the training text holds, most frequent first (ties by piece), and the pad
+    that Transformers' converter appends last. Pieces of a model that no text uses are not in
+    it (they read as <unk>)."""
+    import sentencepiece as spm
+
+    counts = Counter()
+    for model, lines in (("source.spm", sources), ("target.spm", targets)):
+        processor = spm.SentencePieceProcessor(model_file=str(folder / model))
+        for pieces in processor.encode(lines, out_type=str):
+            counts.update(pieces)
+    ordered = sorted(counts, key=lambda piece: (-counts[piece], piece))
+    pieces = ["</s>", "<unk>"] + [p for p in ordered if p not in ("</s>", "<unk>")] + ["<pad>"]
+    return {piece: index for index, piece in enumerate(pieces)}
+
+
+def opus_mt_config(vocab_size: int) -> dict:
+    """opus-mt-en-de's config.json fields, its sizes replaced by `SIZES`."""
+    pad = vocab_size - 1
+    return dict(
+        activation_dropout=0.0, activation_function="swish", add_bias_logits=False,
+        add_final_layer_norm=False, architectures=["MarianMTModel"], attention_dropout=0.0,
+        bad_words_ids=[[pad]], bos_token_id=0, classif_dropout=0.0, classifier_dropout=0.0,
+        decoder_layerdrop=0.0, decoder_start_token_id=pad, decoder_vocab_size=vocab_size,
+        dropout=0.1, encoder_layerdrop=0.0, eos_token_id=0, extra_pos_embeddings=vocab_size,
+        forced_eos_token_id=0, init_std=0.02, is_encoder_decoder=True, max_length=512,
+        max_position_embeddings=512, model_type="marian", normalize_before=False,
+        normalize_embedding=False, num_beams=4, num_hidden_layers=SIZES["encoder_layers"],
+        pad_token_id=pad, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        static_position_embeddings=True, use_cache=True, vocab_size=vocab_size, **SIZES)
+
+
+def train_briefly(model, tokenizer, sources: list[str], targets: list[str]) -> None:
+    """A few hundred Adam updates on real pairs (encoded once), so that the outputs vary."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small trains several times faster on one thread
+    encoded = tokenizer(sources, text_target=targets)
+    pad = tokenizer.pad_token_id
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    model.train()
+    rng = np.random.default_rng(0)
+    for _ in range(UPDATES):
+        rows = rng.choice(len(sources), 32, replace=False)
+        source = padded([encoded["input_ids"][i] for i in rows], pad)
+        labels = padded([encoded["labels"][i] for i in rows], -100)
+        loss = model(input_ids=source, attention_mask=source != pad, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    torch.set_num_threads(threads)
+
+
+def padded(rows: list[list[int]], value: int):
+    """int64 [B, L] tensor of `rows`, each padded with `value` to the longest."""
+    import torch
+
+    array = np.full((len(rows), max(map(len, rows))), value, np.int64)
+    for index, row in enumerate(rows):
+        array[index, :len(row)] = row
+    return torch.from_numpy(array)
+
+
+@pytest.fixture(scope="session")
+def opus_mt_folder(shared_data, tmp_path_factory) -> Path:
+    """The folder `save_pretrained` writes (config.json, model.safetensors, generation config)
+    with MarianTokenizer's files (source.spm, target.spm, vocab.json)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    folder = tmp_path_factory.mktemp("opus_mt") / "opus-mt-en-de-small"
+    folder.mkdir()
+    sources = multi30k(shared_data, "train", "en", TRAIN_PAIRS)
+    targets = multi30k(shared_data, "train", "de", TRAIN_PAIRS)
+    train_spm(sources, folder / "source.spm")
+    train_spm(targets, folder / "target.spm")
+    vocabulary = marian_vocabulary(folder, sources, targets)
+    (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False),
+                                       encoding="utf-8")
+    tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"),
+                                             str(folder / "target.spm"),
+                                             str(folder / "vocab.json"))
+    config = transformers.MarianConfig(**opus_mt_config(len(vocabulary)))
+    torch.manual_seed(0)  # the initial weights
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():  # Marian's output layer has a bias (decoder_ff_logit_out_b)
+        generator = torch.Generator().manual_seed(1)
+        model.final_logits_bias.copy_(0.5 * torch.randn(model.final_logits_bias.shape,
+                                                        generator=generator))
+    train_briefly(model, tokenizer, sources, targets)
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
