@@ -15,7 +15,8 @@ from vtx.precision import AUTO, DECODING_PRECISIONS, QUANTIZATIONS  # no TensorF
 class TensorFlowCommand(click.Command):
     """A command that runs TensorFlow: imported, with its start-up lines held back
     (`vtx.startup`), once the command's arguments are read, so that `--help` and a refused flag
-    answer without it."""
+    answer without it. (`vtx train` imports it itself, later: its XLA cache flag must be set
+    first, and --dry-run needs no TensorFlow.)"""
 
     def invoke(self, ctx: click.Context):
         from vtx.startup import import_tensorflow

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vtx_cli.options import FiniteFloat, creatable_folder, library_error, TensorFlowCommand
+from vtx_cli.options import FiniteFloat, creatable_folder, library_error
 from vtx import atomic  # no TensorFlow import
 from vtx.config import BEST_CHECKPOINT_METRICS, PRECISIONS, PRESETS  # plain dataclasses: no TensorFlow import
 
@@ -64,7 +64,7 @@ def _device_names(ctx, param, value):
     return names
 
 
-@click.command(cls=TensorFlowCommand)
+@click.command()
 @click.argument("data_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--arch", type=click.Choice(ARCHS), default="base", show_default=True,
               help="Model preset: base and big as in the paper's Table 3, parse-big for "
@@ -259,6 +259,9 @@ def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dr
             cache = xla_cache_dir or compile_cache.default_directory(save_dir)
             if cache is not None:
                 click.echo(f"XLA programs cached in {compile_cache.enable(cache)}", err=True)
+        from vtx.startup import import_tensorflow
+
+        import_tensorflow()  # its start-up lines held back; after the XLA flag is set
         from vtx.errors import DataError, TrainingError
         from vtx.training import run
 

@@ -33,7 +33,8 @@ def shown(variable: str = SHOW_ALL) -> bool:
 
 def import_tensorflow():
     """TensorFlow, imported and its devices listed, its start-up lines on standard error held
-    back (see the module docstring). Returns the `tensorflow` module."""
+    back (see the module docstring). Listing the devices reads TF_XLA_FLAGS: set them first
+    (`vtx.compile_cache.enable`). Returns the `tensorflow` module."""
     if "tensorflow" in sys.modules or shown():
         import tensorflow as tf
 
