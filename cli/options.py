@@ -62,14 +62,13 @@ SEARCH_FLAGS = {"beam": "--beam", "nbest": "--nbest", "lenpen": "--lenpen",
 
 # --jit/--no-jit of translate, parse and score (default None: `vtx.inference.jit`'s auto), with
 # what it compiles.
-JIT_HELP = ("XLA-compile the {}; the second log line (after the precision's) says whether and "
-            "why.  [default: --jit where TensorFlow sees a GPU, else --no-jit]")
+JIT_HELP = ("XLA-compile the {}; the log says whether and why."
+            "  [default: --jit where TensorFlow sees a GPU, else --no-jit]")
 
 # --ema of translate, parse, average-checkpoints and export: the checkpoint's EMA weights.
 ema_option = click.option(
     "--ema", is_flag=True,
-    help="Use the checkpoint's exponential moving average of the weights (kept by `vtx train "
-         "--ema-decay`) instead of its weights.")
+    help="Use the checkpoint's EMA weights (`vtx train --ema-decay`) instead of its weights.")
 
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
@@ -79,30 +78,28 @@ checkpoint_option = click.option(
 ensemble_option = click.option(
     "--checkpoint", required=True, multiple=True, type=click.Path(exists=True),
     help="A checkpoint file, or a `vtx train` save dir (its newest checkpoint); repeated: an "
-         "ensemble, the mean of the models' probabilities.")
+         "ensemble (the mean of the models' probabilities).")
 
 
 def precision_options(command):
     """--precision and --quantize of the decoding commands (`vtx.precision`)."""
     command = click.option(
         "--quantize", type=click.Choice(QUANTIZATIONS), default="none", show_default=True,
-        help="int8: the feed-forward layers and attention's output projection multiply in int8 "
-             "(Keras's int8 layers); slower than float32 in every run measured (AVX2 AMD "
-             "EPYC CPUs, docs/benchmarks.md).")(command)
+        help="int8: the feed-forward layers and attention's output projection multiply in int8; "
+             "slower than float32 in every run measured (docs/benchmarks.md).")(command)
     return click.option(
         "--precision", type=click.Choice(DECODING_PRECISIONS), default=AUTO, show_default=True,
         help="What the layers compute in (the search's scores stay float32); auto: bfloat16 "
-             "where the CPU (AMX, avx512_bf16) or GPU multiplies faster in it, else float32. "
-             "The first log line says which and why.")(command)
+             "where the CPU (AMX, avx512_bf16) or GPU multiplies faster in it, else "
+             "float32.")(command)
 
 
 def search_threads_option(command):
     """--search-threads of translate and parse (`vtx.inference.threads`)."""
     return click.option(
         "--search-threads", type=click.IntRange(min=1, max=16), default=2, show_default=True,
-        help="Batches searched at once, each on its share of the cores. While one search "
-             "does its host work or a small operation, another keeps the cores busy; the "
-             "outputs are the same for any number.")(command)
+        help="Batches searched at once, each on its share of the cores. The outputs are the "
+             "same for any number.")(command)
 
 
 def announce_decoding(precision: str, quantize: str, xla, subject: str):
@@ -148,9 +145,7 @@ def search_options(defaults: DecodeOptions):
                      show_default=True,
                      help="When a sentence's search ends: exact, once no live hypothesis can "
                           "beat the best finished one; fairseq, once --beam hypotheses have "
-                          "finished; never, at the length limit. The exact rule gives the "
-                          "result of running to the limit; fairseq's takes fewer steps and may "
-                          "miss a longer, better-scoring hypothesis."),
+                          "finished; never, at the length limit."),
     ]
 
     def decorate(command):

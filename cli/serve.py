@@ -110,8 +110,7 @@ class ServeCommand(TensorFlowCommand):
               help="How long a request's lines wait for others to share their batch.")
 @click.option("--search-threads", type=click.IntRange(min=1, max=16), default=2,
               show_default=True,
-              help="Batches searched at once, each operation on its share of the cores: while "
-                   "one does its host work, another keeps the cores busy.")
+              help="Batches searched at once, each operation on its share of the cores.")
 @click.option("--max-beam", type=click.IntRange(min=1), default=16, show_default=True,
               help="The largest beam (and nbest, or samples) a request may ask for.")
 @click.option("--max-lines", type=click.IntRange(min=1), default=64, show_default=True,

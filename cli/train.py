@@ -218,9 +218,9 @@ def _device_names(ctx, param, value):
               help="Also write the progress and validation figures here as TensorBoard "
                    "summaries.")
 @click.option("--profile", metavar="FIRST:LAST", callback=_profile_steps,
-              help="Trace updates FIRST to LAST with TensorFlow's profiler (every kernel, copy "
-                   "and gap on each device) into --tensorboard-dir, else SAVE_DIR/profile, for "
-                   "TensorBoard's profile plugin or benchmarks/xplane_summary.py.")
+              help="Trace updates FIRST to LAST with TensorFlow's profiler into "
+                   "--tensorboard-dir, else SAVE_DIR/profile, for TensorBoard's profile plugin "
+                   "or benchmarks/xplane_summary.py.")
 @click.option("--dry-run", is_flag=True, help="Build the model, print its parameter count, exit.")
 def train(data_dir, arch, save_dir, vocab_size, layers, d_model, d_ff, heads, dropout,
           attention_dropout, relu_dropout, dry_run, devices, tensorboard_dir, eval_bleu, eval_gold,
