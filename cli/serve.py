@@ -186,6 +186,10 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Requests a minute each api key of --api-keys, or each address, may make of "
                    "the routes that translate, detect or parse (429 past it); 0: no limit.")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
+              help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
+                   "counts as the address its X-Forwarded-For names (the right-most that is no "
+                   "trusted proxy); from anyone else the header is ignored. Repeat for several.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
@@ -194,7 +198,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path,
-          source_lang, target_lang, api_keys_path, keyless_origins, req_limit, jit, precision,
+          source_lang, target_lang, api_keys_path, keyless_origins, req_limit, trusted_proxies,
+          jit, precision,
           quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
@@ -204,7 +209,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
-    from vtx.serve.access import Access, read_api_keys
+    from vtx.serve.access import Access, read_api_keys, read_proxies
     from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
@@ -242,7 +247,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
-                        tuple(keyless_origins))
+                        tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies))
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

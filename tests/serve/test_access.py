@@ -4,7 +4,7 @@ parse."""
 import pytest
 
 from vtx.errors import DataError
-from vtx.serve.access import Access, read_api_keys
+from vtx.serve.access import Access, forwarded_address, read_api_keys, read_proxies
 from vtx.serve.requests import RequestError
 
 
@@ -63,3 +63,19 @@ def test_a_made_up_key_buys_no_bucket_of_its_own():
     with pytest.raises(RequestError) as refused:
         access.admit("made-up-3", "10.0.0.1")
     assert refused.value.status == 429
+
+
+def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy():
+    proxies = read_proxies(("10.0.0.0/8", "::1"))
+    # From an untrusted peer the header is whatever the client wrote: ignored.
+    assert forwarded_address("192.0.2.9", ["198.51.100.1"], proxies) == "192.0.2.9"
+    assert forwarded_address("10.0.0.7", ["198.51.100.1"], proxies) == "198.51.100.1"
+    # The client's own forged hops lie left of the right-most untrusted one.
+    assert forwarded_address("10.0.0.7", ["6.6.6.6, 198.51.100.1, 10.1.2.3"],
+                             proxies) == "198.51.100.1"
+    assert forwarded_address("::1", ["6.6.6.6", "198.51.100.1"], proxies) == "198.51.100.1"
+    assert forwarded_address("10.0.0.7", [], proxies) == "10.0.0.7"
+    assert forwarded_address("10.0.0.7", ["10.0.0.8"], proxies) == "10.0.0.8"
+    assert forwarded_address("10.0.0.7", ["198.51.100.1, junk"], proxies) == "10.0.0.7"
+    with pytest.raises(DataError, match="--trusted-proxy 'proxy.local'"):
+        read_proxies(("proxy.local",))

@@ -4,13 +4,15 @@ LibreTranslate's flags of those names, and the origins whose requests need no ke
 (`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
 The limit counts each known key's requests apart, and all others by the address they come
-from (a key the server does not hold buys no bucket of its own): behind a reverse proxy that is
-the proxy's, so the proxy should limit its clients itself.
+from (a key the server does not hold buys no bucket of its own). That address is the
+connection's, or, when the connection comes from a `--trusted-proxy`, the one its
+`X-Forwarded-For` names: a header anyone else sends is ignored, so it buys no bucket either.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import threading
@@ -22,6 +24,7 @@ from vtx.errors import DataError
 from vtx.serve.requests import RequestError
 
 MAX_CLIENTS = 100_000  # buckets kept at most; full ones are dropped first
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 def read_api_keys(path: str | Path) -> frozenset[str]:
@@ -44,6 +47,49 @@ def read_api_keys(path: str | Path) -> frozenset[str]:
     return frozenset(keys)
 
 
+def read_proxies(values: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    """The networks of `--trusted-proxy` values: addresses (`10.0.0.7`, `::1`) or CIDR
+    networks (`10.0.0.0/8`).
+
+    Raises:
+        DataError: a value that is neither (naming it).
+    """
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise DataError(f"--trusted-proxy {value!r}: expected an IP address or a network "
+                            "such as 10.0.0.0/8") from None
+    return tuple(networks)
+
+
+def forwarded_address(peer: str, forwarded_for: list[str],
+                      proxies: tuple[IPNetwork, ...]) -> str:
+    """The client's address of a connection from `peer` whose `X-Forwarded-For` headers are
+    `forwarded_for`: `peer` unless it is one of `proxies`; else the right-most forwarded address
+    that is no proxy (each proxy appends the address it was reached from, so the ones left of
+    it are whatever the client wrote). A hop that is no address ends the walk at the proxy
+    that passed it on."""
+    hops = [hop.strip() for header in forwarded_for for hop in header.split(",")]
+    address = peer
+    while _is_proxy(address, proxies) and hops:
+        hop = hops.pop()
+        try:
+            address = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break
+    return address
+
+
+def _is_proxy(address: str, proxies: tuple[IPNetwork, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in proxies)
+
+
 def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
     """Whether `origin` (an Origin header) is one of `patterns`: origins such as
     `https://mt.example.org`, in which `*` stands for any characters (`*`, `moz-extension://*`),
@@ -61,6 +107,7 @@ class Access:
     keys: frozenset[str] | None = None
     per_minute: int = 0
     keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
+    trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
     clock: Callable[[], float] = time.monotonic
     # client -> (requests it may still make, as of when): a token bucket of `per_minute`
     # tokens, refilled at per_minute / 60 a second.
@@ -70,6 +117,11 @@ class Access:
     def __post_init__(self) -> None:
         if self.per_minute < 0:
             raise DataError(f"--req-limit must be >= 0, got {self.per_minute}")
+
+    def address_of(self, peer: str, forwarded_for: list[str]) -> str:
+        """The address a request counts as (`forwarded_address`): its connection's `peer`, or
+        for a trusted proxy's, the client its `X-Forwarded-For` headers name."""
+        return forwarded_address(peer, forwarded_for, self.trusted_proxies)
 
     def admit(self, key: str | None, address: str, origin: str | None = None) -> None:
         """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its

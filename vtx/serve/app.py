@@ -419,8 +419,9 @@ def _admit(request: web.Request, key) -> None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if not key and scheme.lower() == "bearer":
         key = token.strip()
-    request.app[SERVICE].access.admit(key or None, request.remote or "",
-                                        request.headers.get("Origin"))
+    access = request.app[SERVICE].access
+    address = access.address_of(request.remote or "", request.headers.getall("X-Forwarded-For", []))
+    access.admit(key or None, address, request.headers.get("Origin"))
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
