@@ -184,8 +184,12 @@ class ServeCommand(TensorFlowCommand):
                    "matches any characters. Any client can send it: it spares a page the key, "
                    "it guards nothing. Repeat for several.")
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Requests a minute each api key of --api-keys, or each address, may make of "
-                   "the routes that translate, detect or parse (429 past it); 0: no limit.")
+              help="Texts a minute each api key of --api-keys, or each address, may send to "
+                   "the routes that translate, detect or parse (429 past it). A request costs "
+                   "its number of texts (of 'q' or 'text'), at least 1; 0: no limit.")
+@click.option("--char-limit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Characters a request's texts may hold together (LibreTranslate's "
+                   "--char-limit; 400 past it, and /frontend/settings says it); 0: no limit.")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
               help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
                    "counts as the address its X-Forwarded-For names (the right-most that is no "
@@ -197,10 +201,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
-          glossary_path,
-          source_lang, target_lang, api_keys_path, keyless_origins, req_limit, trusted_proxies,
-          jit, precision,
-          quantize):
+          glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
+          char_limit, trusted_proxies, jit, precision, quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -247,7 +249,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
-                        tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies))
+                        tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies),
+                        char_limit=char_limit)
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

@@ -4,7 +4,8 @@ parse."""
 import pytest
 
 from vtx.errors import DataError
-from vtx.serve.access import Access, forwarded_address, read_api_keys, read_proxies
+from vtx.serve.access import (Access, forwarded_address, read_api_keys, read_proxies,
+                              request_size)
 from vtx.serve.requests import RequestError
 
 
@@ -79,3 +80,21 @@ def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy():
     assert forwarded_address("10.0.0.7", ["198.51.100.1, junk"], proxies) == "10.0.0.7"
     with pytest.raises(DataError, match="--trusted-proxy 'proxy.local'"):
         read_proxies(("proxy.local",))
+
+
+def test_a_request_costs_its_texts_and_its_characters_are_bounded():
+    access = Access(per_minute=4, char_limit=10, clock=lambda: 0.0)
+    assert request_size(["ab", "cde", 5]) == (3, 5) and request_size("abc") == (1, 3)
+    assert request_size(None) == (1, 0) and request_size([]) == (1, 0)
+    access.admit(None, "10.0.0.1", texts=["a", "b", "c"])
+    with pytest.raises(RequestError) as refused:
+        access.admit(None, "10.0.0.1", texts=["a", "b"])  # 1 of its 4 texts a minute left
+    assert refused.value.status == 429
+    access.admit(None, "10.0.0.1", texts="a")
+    with pytest.raises(RequestError, match=r"request \(11\) exceeds text limit \(10, "
+                                           "--char-limit\\)") as refused:
+        access.admit(None, "10.0.0.2", texts=["abcdef", "ghijk"])
+    assert refused.value.status == 400
+    with pytest.raises(RequestError, match="5 texts is more than --req-limit 4") as refused:
+        access.admit(None, "10.0.0.2", texts=list("abcde"))
+    assert refused.value.status == 400

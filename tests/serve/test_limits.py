@@ -1,5 +1,5 @@
 """The limits of `vtx serve` as a LibreTranslate operator sets them, over HTTP: the client
-behind a trusted proxy (`--trusted-proxy`)."""
+behind a trusted proxy (`--trusted-proxy`), a request's cost in texts and `--char-limit`."""
 
 import urllib.parse
 
@@ -12,7 +12,7 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 def detect(server: ServerProcess, headers: dict | None = None, **fields) -> tuple[int, dict]:
     """(status, reply) of a POST /detect of the form `fields` (a German text unless given)."""
-    body = urllib.parse.urlencode({"q": "Ein Mann fährt Rad.", **fields}, doseq=True).encode()
+    body = urllib.parse.urlencode({"q": "Ein Mann fährt Rad.", **fields}).encode()
     status, _, reply = request(server.url + "/detect", body, headers={**FORM, **(headers or {})})
     return status, reply
 
@@ -41,3 +41,25 @@ def test_x_forwarded_for_buys_a_bucket_only_from_a_trusted_proxy(trained_checkpo
     assert [sent("198.51.100.1") for _ in range(3)] == [200, 200, 429]
     assert sent("198.51.100.2") == 200
     assert detect(behind)[0] == 200  # no header: the proxy's own address
+
+
+def test_a_request_costs_its_texts_and_char_limit_bounds_its_characters(trained_checkpoint,
+                                                                        started):
+    server = started(trained_checkpoint, "--req-limit", 4, "--char-limit", 30)
+    assert request(server.url + "/frontend/settings")[2]["charLimit"] == 30
+    assert request(server.url + "/detect", {"q": ["Ein Mann.", "Ein Hund.", "Schnee."]}
+                   )[0] == 200
+    status, _, reply = request(server.url + "/detect", {"q": ["Ein Mann.", "Ein Hund."]})
+    assert status == 429 and reply["error"].startswith("Slowdown: 4 per 1 minute (--req-limit)")
+    assert request(server.url + "/v1/translate", {"text": ["A man."] * 2})[0] == 429
+    status, reply = detect(server, {"X-Forwarded-For": "198.51.100.1"}, q="x" * 31)
+    assert (status, reply) == (400, {"error": "Invalid request: request (31) exceeds text "
+                                              "limit (30, --char-limit)"})
+    assert detect(server, q="Ein Mann.")[0] == 200  # its last text of the minute
+    assert request(server.url + "/translate", {
+        "q": ["A man.", "A dog."], "source": "en", "target": "de"})[0] == 429
+
+
+def test_a_server_without_char_limit_says_minus_one(trained_checkpoint, started):
+    server = started(trained_checkpoint)
+    assert request(server.url + "/frontend/settings")[2]["charLimit"] == -1

@@ -98,39 +98,52 @@ def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
                for pattern in patterns)
 
 
+def request_size(texts: object) -> tuple[int, int]:
+    """(cost, characters) of a request whose texts are `texts` (LibreTranslate's `q`, `/v1`'s
+    `text`): a list costs its number of entries, anything else 1, from the rate limit; the
+    characters are its strings' together. A shape the request's checks refuse still costs."""
+    if isinstance(texts, list):
+        return max(1, len(texts)), sum(len(text) for text in texts if isinstance(text, str))
+    return 1, len(texts) if isinstance(texts, str) else 0
+
+
 @dataclasses.dataclass
 class Access:
-    """The api keys (None: none asked), the origins whose requests need none, and the requests
-    a minute each client may make (0: no limit), a client being its key if the server holds
-    it, else its address."""
+    """The api keys (None: none asked), the origins whose requests need none, the texts a
+    minute each client may send (0: no limit), a client being its key if the server holds it,
+    else its address, and the characters a request may hold (0: no limit)."""
 
     keys: frozenset[str] | None = None
-    per_minute: int = 0
+    per_minute: int = 0  # --req-limit: texts a minute, a request costing `request_size`'s
     keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
     trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
+    char_limit: int = 0  # --char-limit: characters of a request's texts together
     clock: Callable[[], float] = time.monotonic
-    # client -> (requests it may still make, as of when): a token bucket of `per_minute`
+    # client -> (texts it may still send, as of when): a token bucket of `per_minute`
     # tokens, refilled at per_minute / 60 a second.
     _buckets: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        if self.per_minute < 0:
-            raise DataError(f"--req-limit must be >= 0, got {self.per_minute}")
+        for flag, value in (("--req-limit", self.per_minute), ("--char-limit", self.char_limit)):
+            if value < 0:
+                raise DataError(f"{flag} must be >= 0, got {value}")
 
     def address_of(self, peer: str, forwarded_for: list[str]) -> str:
         """The address a request counts as (`forwarded_address`): its connection's `peer`, or
         for a trusted proxy's, the client its `X-Forwarded-For` headers name."""
         return forwarded_address(peer, forwarded_for, self.trusted_proxies)
 
-    def admit(self, key: str | None, address: str, origin: str | None = None) -> None:
+    def admit(self, key: str | None, address: str, origin: str | None = None,
+              texts: object = None) -> None:
         """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its
-        Origin header), through, or refuse it.
+        Origin header), whose texts are `texts` (`request_size`), through, or refuse it.
 
         Raises:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
-                `origin` is no keyless origin; 429 (with Retry-After) for a client past its
-                rate.
+                `origin` is no keyless origin; 400 for more characters than --char-limit, or
+                a cost more than --req-limit ever allows; 429 (with Retry-After) for a client
+                past its rate.
         """
         known = self.keys is not None and key in self.keys
         if self.keys is not None and not known:
@@ -139,21 +152,28 @@ class Access:
             if not (origin and origin_matches(origin, self.keyless_origins)):
                 raise RequestError("this server asks for an api key: send it as 'api_key' or "
                                    "as a header 'Authorization: Bearer KEY'", 403)
+        cost, characters = request_size(texts)
+        if self.char_limit and characters > self.char_limit:
+            raise RequestError(f"Invalid request: request ({characters}) exceeds text limit "
+                               f"({self.char_limit}, --char-limit)")
         if self.per_minute:
-            self._take(f"key {key}" if known else f"address {address}")
+            if cost > self.per_minute:
+                raise RequestError(f"a request of {cost} texts is more than --req-limit "
+                                   f"{self.per_minute} a minute allows: send fewer at once")
+            self._take(f"key {key}" if known else f"address {address}", cost)
 
-    def _take(self, client: str) -> None:
+    def _take(self, client: str, cost: int) -> None:
         rate = self.per_minute / 60
         with self._lock:
             now = self.clock()
             tokens, then = self._buckets.get(client, (self.per_minute, now))
             tokens = min(self.per_minute, tokens + (now - then) * rate)
-            if tokens < 1:
+            if tokens < cost:
                 self._buckets[client] = (tokens, now)
-                wait = math.ceil((1 - tokens) / rate)
+                wait = math.ceil((cost - tokens) / rate)
                 raise RequestError(f"Slowdown: {self.per_minute} per 1 minute (--req-limit); "
                                    f"retry in {wait} s", 429, {"Retry-After": str(wait)})
-            self._buckets[client] = (tokens - 1, now)
+            self._buckets[client] = (tokens - cost, now)
             if len(self._buckets) > MAX_CLIENTS:
                 self._forget(now, rate)
 
