@@ -177,7 +177,8 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
               help="A file of api keys, one a line: the routes that translate, detect or parse "
                    "then answer 403 to a request without one. A request sends it as its "
-                   "'api_key' field or an 'Authorization: Bearer KEY' header.")
+                   "'api_key' field or an 'Authorization: Bearer KEY' header. A key's line may "
+                   "give its own limits: 'KEY req_limit=120 char_limit=5000' (0: none).")
 @click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
               help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
                    "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "

@@ -1,5 +1,6 @@
 """The limits of `vtx serve` as a LibreTranslate operator sets them, over HTTP: the client
-behind a trusted proxy (`--trusted-proxy`), a request's cost in texts and `--char-limit`."""
+behind a trusted proxy (`--trusted-proxy`), a request's cost in texts,
+`--char-limit`, a key's own limits in the keys file."""
 
 import urllib.parse
 
@@ -63,3 +64,20 @@ def test_a_request_costs_its_texts_and_char_limit_bounds_its_characters(trained_
 def test_a_server_without_char_limit_says_minus_one(trained_checkpoint, started):
     server = started(trained_checkpoint)
     assert request(server.url + "/frontend/settings")[2]["charLimit"] == -1
+
+
+def test_a_key_s_own_limits_from_the_keys_file(trained_checkpoint, started, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# plain: the server's limits\nplain\nbig req_limit=3 char_limit=40\n")
+    server = started(trained_checkpoint, "--api-keys", keys, "--req-limit", 1,
+                     "--char-limit", 10)
+    assert [detect(server, api_key="big")[0] for _ in range(4)] == [200, 200, 200, 429]
+    assert detect(server, api_key="big")[1]["error"].startswith(
+        "Slowdown: 3 per 1 minute (this key's req_limit)")
+    assert detect(server, api_key="plain", q="x" * 11)[1]["error"].endswith(
+        "(10, --char-limit)")
+    assert [detect(server, api_key="plain", q="Ein Mann.")[0] for _ in range(2)] == [200, 429]
+    status, _, reply = request(server.url + "/translate", {
+        "q": "x" * 41, "source": "en", "target": "de", "api_key": "big"})
+    assert (status, reply) == (400, {"error": "Invalid request: request (41) exceeds text "
+                                              "limit (40, this key's char_limit)"})

@@ -18,33 +18,53 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from vtx.errors import DataError
-from vtx.serve.requests import RequestError
+from vtx.serve.requests import RequestError, shown
 
 MAX_CLIENTS = 100_000  # buckets kept at most; full ones are dropped first
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def read_api_keys(path: str | Path) -> frozenset[str]:
-    """The keys of `path`: one a line; blank lines and lines starting with '#' are skipped.
+@dataclasses.dataclass(frozen=True)
+class KeyLimits:
+    """A key's own limits, from its line of the keys file; None: the server's flag's."""
+
+    req_limit: int | None = None  # texts a minute (as --req-limit; 0: none)
+    char_limit: int | None = None  # characters a request (as --char-limit; 0: none)
+
+
+def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
+    """The keys of `path` and their limits: a key a line, then optionally its own limits,
+    `KEY req_limit=120 char_limit=5000`; blank lines and lines starting with '#' are skipped.
 
     Raises:
         OSError: the file cannot be read.
-        DataError: it holds no key, or a key with spaces inside (naming the file and line).
+        DataError: it holds no key, a key twice, or a setting other than `req_limit=N` or
+            `char_limit=N` (N >= 0), naming the file, line and value.
     """
-    keys = set()
+    keys, lines = {}, {}
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        key = line.strip()
-        if not key or key.startswith("#"):
+        words = line.split()
+        if not words or words[0].startswith("#"):
             continue
-        if any(character.isspace() for character in key):
-            raise DataError(f"{path}:{number}: an api key holds a space; give one key a line")
-        keys.add(key)
+        key, *settings = words
+        if key in keys:  # the key itself unsaid: a log need not hold it
+            raise DataError(f"{path}:{number}: the key of line {lines[key]} again")
+        lines[key] = number
+        limits = {}
+        for setting in settings:
+            name, equals, value = setting.partition("=")
+            if name not in ("req_limit", "char_limit") or name in limits or not equals \
+                    or not value.isascii() or not value.isdigit():
+                raise DataError(f"{path}:{number}: {shown(setting, 40)}: expected req_limit=N "
+                                "or char_limit=N (N >= 0, each once) after the key")
+            limits[name] = int(value)
+        keys[key] = KeyLimits(**limits)
     if not keys:
         raise DataError(f"{path}: no api key in it (one a line)")
-    return frozenset(keys)
+    return keys
 
 
 def read_proxies(values: tuple[str, ...]) -> tuple[IPNetwork, ...]:
@@ -109,19 +129,19 @@ def request_size(texts: object) -> tuple[int, int]:
 
 @dataclasses.dataclass
 class Access:
-    """The api keys (None: none asked), the origins whose requests need none, the texts a
-    minute each client may send (0: no limit), a client being its key if the server holds it,
-    else its address, and the characters a request may hold (0: no limit)."""
+    """The api keys and their own limits (None: no keys asked), the origins whose requests need
+    none, the texts a minute each client may send (0: no limit), a client being its key if the
+    server holds it, else its address, and the characters a request may hold (0: no limit)."""
 
-    keys: frozenset[str] | None = None
+    keys: Mapping[str, KeyLimits] | None = None
     per_minute: int = 0  # --req-limit: texts a minute, a request costing `request_size`'s
     keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
     trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
     char_limit: int = 0  # --char-limit: characters of a request's texts together
     clock: Callable[[], float] = time.monotonic
-    # client -> (texts it may still send, as of when): a token bucket of `per_minute`
-    # tokens, refilled at per_minute / 60 a second.
-    _buckets: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # client -> (texts it may still send, as of when, its texts a minute): a token bucket of
+    # that many tokens, refilled at a sixtieth of it a second.
+    _buckets: dict[str, tuple[float, float, int]] = dataclasses.field(default_factory=dict)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -141,9 +161,10 @@ class Access:
 
         Raises:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
-                `origin` is no keyless origin; 400 for more characters than --char-limit, or
-                a cost more than --req-limit ever allows; 429 (with Retry-After) for a client
-                past its rate.
+                `origin` is no keyless origin; 400 for more characters than its char limit,
+                or a cost more than its requests a minute ever allow; 429 (with Retry-After)
+                for a client past its rate. A key's limits are its own where its line gives
+                them, else --char-limit's and --req-limit's.
         """
         known = self.keys is not None and key in self.keys
         if self.keys is not None and not known:
@@ -152,34 +173,46 @@ class Access:
             if not (origin and origin_matches(origin, self.keyless_origins)):
                 raise RequestError("this server asks for an api key: send it as 'api_key' or "
                                    "as a header 'Authorization: Bearer KEY'", 403)
+        own = self.keys[key] if known else KeyLimits()
+        char_limit, char_flag = _chosen(own.char_limit, self.char_limit, "char_limit")
+        per_minute, rate_flag = _chosen(own.req_limit, self.per_minute, "req_limit")
         cost, characters = request_size(texts)
-        if self.char_limit and characters > self.char_limit:
+        if char_limit and characters > char_limit:
             raise RequestError(f"Invalid request: request ({characters}) exceeds text limit "
-                               f"({self.char_limit}, --char-limit)")
-        if self.per_minute:
-            if cost > self.per_minute:
-                raise RequestError(f"a request of {cost} texts is more than --req-limit "
-                                   f"{self.per_minute} a minute allows: send fewer at once")
-            self._take(f"key {key}" if known else f"address {address}", cost)
+                               f"({char_limit}, {char_flag})")
+        if per_minute:
+            if cost > per_minute:
+                raise RequestError(f"a request of {cost} texts is more than {rate_flag} "
+                                   f"{per_minute} a minute allows: send fewer at once")
+            self._take(f"key {key}" if known else f"address {address}", cost, per_minute,
+                       rate_flag)
 
-    def _take(self, client: str, cost: int) -> None:
-        rate = self.per_minute / 60
+    def _take(self, client: str, cost: int, per_minute: int, flag: str) -> None:
+        rate = per_minute / 60
         with self._lock:
             now = self.clock()
-            tokens, then = self._buckets.get(client, (self.per_minute, now))
-            tokens = min(self.per_minute, tokens + (now - then) * rate)
+            tokens, then, _ = self._buckets.get(client, (per_minute, now, per_minute))
+            tokens = min(per_minute, tokens + (now - then) * rate)
             if tokens < cost:
-                self._buckets[client] = (tokens, now)
+                self._buckets[client] = (tokens, now, per_minute)
                 wait = math.ceil((cost - tokens) / rate)
-                raise RequestError(f"Slowdown: {self.per_minute} per 1 minute (--req-limit); "
+                raise RequestError(f"Slowdown: {per_minute} per 1 minute ({flag}); "
                                    f"retry in {wait} s", 429, {"Retry-After": str(wait)})
-            self._buckets[client] = (tokens - cost, now)
+            self._buckets[client] = (tokens - cost, now, per_minute)
             if len(self._buckets) > MAX_CLIENTS:
-                self._forget(now, rate)
+                self._forget(now)
 
-    def _forget(self, now: float, rate: float) -> None:
+    def _forget(self, now: float) -> None:
         """Drop the buckets refilled by now (a client seen again starts full anyway)."""
-        full = [client for client, (tokens, then) in self._buckets.items()
-                if tokens + (now - then) * rate >= self.per_minute]
+        full = [client for client, (tokens, then, size) in self._buckets.items()
+                if tokens + (now - then) * size / 60 >= size]
         for client in full or list(self._buckets)[:len(self._buckets) // 2]:
             del self._buckets[client]
+
+
+def _chosen(own: int | None, server: int, name: str) -> tuple[int, str]:
+    """(a limit, the words a refusal names it by): a key's `own` (its keys-file setting
+    `name`) where given, else the server's flag's."""
+    if own is not None:
+        return own, f"this key's {name}"
+    return server, "--" + name.replace("_", "-")
