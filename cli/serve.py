@@ -191,6 +191,12 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--char-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Characters a request's texts may hold together (LibreTranslate's "
                    "--char-limit; 400 past it, and /frontend/settings says it); 0: no limit.")
+@click.option("--req-flood-threshold", type=click.IntRange(min=0), default=0,
+              show_default=True,
+              help="Refusals (403 or 429) a client, its key or address, may get within a minute; "
+                   "one more bans it for --req-flood-ban seconds (403). 0: no bans.")
+@click.option("--req-flood-ban", type=FiniteFloat(min=0, min_open=True), default=600.0,
+              show_default=True, help="Seconds a --req-flood-threshold ban lasts.")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
               help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
                    "counts as the address its X-Forwarded-For names (the right-most that is no "
@@ -203,7 +209,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
-          char_limit, trusted_proxies, jit, precision, quantize):
+          char_limit, req_flood_threshold, req_flood_ban, trusted_proxies, jit, precision,
+          quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -212,7 +219,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
-    from vtx.serve.access import Access, read_api_keys, read_proxies
+    from vtx.serve.access import Access, Flood, read_api_keys, read_proxies
     from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
@@ -251,7 +258,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
                         tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies),
-                        char_limit=char_limit)
+                        char_limit=char_limit, flood=Flood(req_flood_threshold, req_flood_ban)
+                        if req_flood_threshold else None)
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

@@ -4,7 +4,7 @@ parse."""
 import pytest
 
 from vtx.errors import DataError
-from vtx.serve.access import (Access, KeyLimits, forwarded_address, read_api_keys, read_proxies,
+from vtx.serve.access import (Access, Flood, KeyLimits, forwarded_address, read_api_keys, read_proxies,
                               request_size)
 from vtx.serve.requests import RequestError
 
@@ -134,3 +134,32 @@ def test_a_key_s_own_limits_win_over_the_server_s():
     access.admit("plain", "10.0.0.1", texts="x")
     with pytest.raises(RequestError, match=r"\(--req-limit\)"):
         access.admit("plain", "10.0.0.1", texts="x")
+
+
+def refused(access: Access, *args, **kwargs) -> RequestError:
+    with pytest.raises(RequestError) as refusal:
+        access.admit(*args, **kwargs)
+    return refusal.value
+
+
+def test_a_client_refused_past_the_flood_threshold_is_banned_for_a_time():
+    now = [0.0]
+    access = Access({"key-1": KeyLimits()}, per_minute=1, flood=Flood(2, ban_s=600),
+                    clock=lambda: now[0])
+    access.admit("key-1", "10.0.0.1")
+    assert [refused(access, "key-1", "10.0.0.1").status for _ in range(2)] == [429, 429]
+    for key in ("made-up", None):  # refusals of an address, the two under its threshold
+        assert refused(access, key, "10.0.0.2").status == 403
+    now[0] = 61.0  # a new window: the address's two refusals forgotten
+    assert refused(access, "made-up", "10.0.0.2").status == 403
+    access.admit("key-1", "10.0.0.1")  # its bucket refilled; two refusals under the threshold
+    assert refused(access, "key-1", "10.0.0.1").status == 429
+    assert [refused(access, "key-1", "10.0.0.1").status for _ in range(2)] == [429, 429]
+    ban = refused(access, "key-1", "10.0.0.9")  # its third: banned, from any address
+    assert ban.status == 403 and ban.headers == {"Retry-After": "600"}
+    assert "Too many request limits violations" in str(ban)
+    assert "(--req-flood-threshold); the ban ends in 600 s, at " in str(ban)
+    now[0] = 61.0 + 600
+    access.admit("key-1", "10.0.0.1")
+    with pytest.raises(DataError, match="--req-flood-threshold must be >= 1"):
+        Flood(0, ban_s=600)

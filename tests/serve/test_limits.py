@@ -1,6 +1,6 @@
 """The limits of `vtx serve` as a LibreTranslate operator sets them, over HTTP: the client
 behind a trusted proxy (`--trusted-proxy`), a request's cost in texts,
-`--char-limit`, a key's own limits in the keys file."""
+`--char-limit`, a key's own limits in the keys file, bans (`--req-flood-threshold`)."""
 
 import urllib.parse
 
@@ -81,3 +81,20 @@ def test_a_key_s_own_limits_from_the_keys_file(trained_checkpoint, started, tmp_
         "q": "x" * 41, "source": "en", "target": "de", "api_key": "big"})
     assert (status, reply) == (400, {"error": "Invalid request: request (41) exceeds text "
                                               "limit (40, this key's char_limit)"})
+
+
+def test_a_client_refused_past_req_flood_threshold_is_banned(trained_checkpoint, started,
+                                                              tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("good\n")
+    server = started(trained_checkpoint, "--api-keys", keys, "--req-flood-threshold", 2,
+                     "--req-flood-ban", 30, "--trusted-proxy", "127.0.0.1")
+    flooder = {"X-Forwarded-For": "198.51.100.1"}
+    assert [detect(server, flooder, api_key=f"guess-{i}")[0] for i in range(3)] == [403] * 3
+    body = urllib.parse.urlencode({"q": "Ein Mann.", "api_key": "good"}).encode()
+    status, headers, reply = request(server.url + "/detect", body, headers={**FORM, **flooder})
+    assert status == 403 and 1 <= int(headers["Retry-After"]) <= 30
+    assert reply["error"].startswith("Too many request limits violations: banned for more "
+                                     "than 2 refusals within 60 s (--req-flood-threshold); "
+                                     "the ban ends in ")
+    assert detect(server, {"X-Forwarded-For": "198.51.100.2"}, api_key="good")[0] == 200

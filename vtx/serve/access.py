@@ -12,6 +12,7 @@ connection's, or, when the connection comes from a `--trusted-proxy`, the one it
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import ipaddress
 import math
 import re
@@ -128,6 +129,65 @@ def request_size(texts: object) -> tuple[int, int]:
 
 
 @dataclasses.dataclass
+class Flood:
+    """Bans of clients refused too often (`--req-flood-threshold`, as LibreTranslate's): a
+    client refused 403 or 429 more than `threshold` times within `window_s` seconds is refused
+    403 for `ban_s` seconds. A client is a name such as "address 10.0.0.1" or "key KEY"."""
+
+    threshold: int  # refusals within a window a client may get; one more bans it
+    ban_s: float  # --req-flood-ban: how long a ban lasts
+    window_s: float = 60.0
+    # client -> (its refusals, when the first of its window was)
+    _refusals: dict[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
+    _bans: dict[str, float] = dataclasses.field(default_factory=dict)  # client -> its end
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.threshold < 1 or not self.ban_s > 0:
+            raise DataError(f"--req-flood-threshold must be >= 1 and --req-flood-ban > 0, "
+                            f"got {self.threshold} and {self.ban_s}")
+
+    def check(self, clients: list[str], now: float) -> None:
+        """Refuse a request of `clients` (its address, and its key if known) if one is banned.
+
+        Raises:
+            RequestError: 403 with Retry-After, naming the flag and when the ban ends.
+        """
+        with self._lock:
+            end = max((self._bans.get(client, now) for client in clients), default=now)
+        if end > now:
+            wait = math.ceil(end - now)
+            ends = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=wait)
+            raise RequestError(
+                f"Too many request limits violations: banned for more than {self.threshold} "
+                f"refusals within {self.window_s:g} s (--req-flood-threshold); the ban ends in "
+                f"{wait} s, at {ends:%Y-%m-%dT%H:%M:%SZ}", 403, {"Retry-After": str(wait)})
+
+    def report(self, client: str, now: float) -> None:
+        """Count a 403 or 429 refusal of `client`; past the threshold, ban it."""
+        with self._lock:
+            count, start = self._refusals.get(client, (0, now))
+            if now - start > self.window_s:
+                count, start = 0, now
+            if count + 1 > self.threshold:
+                self._refusals.pop(client, None)
+                self._bans[client] = now + self.ban_s
+            else:
+                self._refusals[client] = (count + 1, start)
+            _bound(self._refusals, lambda value: now - value[1] > self.window_s)
+            _bound(self._bans, lambda end: end <= now)
+
+
+def _bound(table: dict, stale: Callable[[object], bool]) -> None:
+    """Keep `table` within MAX_CLIENTS entries: past it, drop the stale ones, or else the
+    oldest half."""
+    if len(table) > MAX_CLIENTS:
+        gone = [client for client, value in table.items() if stale(value)]
+        for client in gone or list(table)[:len(table) // 2]:
+            del table[client]
+
+
+@dataclasses.dataclass
 class Access:
     """The api keys and their own limits (None: no keys asked), the origins whose requests need
     none, the texts a minute each client may send (0: no limit), a client being its key if the
@@ -138,6 +198,7 @@ class Access:
     keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
     trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
     char_limit: int = 0  # --char-limit: characters of a request's texts together
+    flood: Flood | None = None  # None: no bans
     clock: Callable[[], float] = time.monotonic
     # client -> (texts it may still send, as of when, its texts a minute): a token bucket of
     # that many tokens, refilled at a sixtieth of it a second.
@@ -163,10 +224,24 @@ class Access:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
                 `origin` is no keyless origin; 400 for more characters than its char limit,
                 or a cost more than its requests a minute ever allow; 429 (with Retry-After)
-                for a client past its rate. A key's limits are its own where its line gives
-                them, else --char-limit's and --req-limit's.
+                for a client past its rate; 403 (with Retry-After) for a client banned by
+                `flood`, whose 403 and 429 refusals it counts. A key's limits are its own where
+                its line gives them, else --char-limit's and --req-limit's.
         """
         known = self.keys is not None and key in self.keys
+        client = f"key {key}" if known else f"address {address}"
+        if self.flood:
+            self.flood.check([f"address {address}", client], self.clock())
+        try:
+            self._check(key, known, client, origin, texts)
+        except RequestError as refusal:
+            if self.flood and refusal.status in (403, 429):
+                self.flood.report(client, self.clock())
+            raise
+
+    def _check(self, key: str | None, known: bool, client: str, origin: str | None,
+               texts: object) -> None:
+        """`admit`'s checks of a request of `key` (`known` to the server) of `client`."""
         if self.keys is not None and not known:
             if key:
                 raise RequestError("invalid api key", 403)
@@ -184,8 +259,7 @@ class Access:
             if cost > per_minute:
                 raise RequestError(f"a request of {cost} texts is more than {rate_flag} "
                                    f"{per_minute} a minute allows: send fewer at once")
-            self._take(f"key {key}" if known else f"address {address}", cost, per_minute,
-                       rate_flag)
+            self._take(client, cost, per_minute, rate_flag)
 
     def _take(self, client: str, cost: int, per_minute: int, flag: str) -> None:
         rate = per_minute / 60
@@ -199,15 +273,9 @@ class Access:
                 raise RequestError(f"Slowdown: {per_minute} per 1 minute ({flag}); "
                                    f"retry in {wait} s", 429, {"Retry-After": str(wait)})
             self._buckets[client] = (tokens - cost, now, per_minute)
-            if len(self._buckets) > MAX_CLIENTS:
-                self._forget(now)
-
-    def _forget(self, now: float) -> None:
-        """Drop the buckets refilled by now (a client seen again starts full anyway)."""
-        full = [client for client, (tokens, then, size) in self._buckets.items()
-                if tokens + (now - then) * size / 60 >= size]
-        for client in full or list(self._buckets)[:len(self._buckets) // 2]:
-            del self._buckets[client]
+            # A bucket refilled by now can go: a client seen again starts full anyway.
+            _bound(self._buckets, lambda bucket: bucket[0] + (now - bucket[1]) * bucket[2] / 60
+                   >= bucket[2])
 
 
 def _chosen(own: int | None, server: int, name: str) -> tuple[int, str]:
