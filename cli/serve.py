@@ -197,6 +197,9 @@ class ServeCommand(TensorFlowCommand):
                    "one more bans it for --req-flood-ban seconds (403). 0: no bans.")
 @click.option("--req-flood-ban", type=FiniteFloat(min=0, min_open=True), default=600.0,
               show_default=True, help="Seconds a --req-flood-threshold ban lasts.")
+@click.option("--req-limit-storage", default="memory://", show_default=True,
+              help="Where the limits' state lives: memory:// (this process) or "
+                   "redis://HOST:PORT/DB, which several servers behind one proxy then share.")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
               help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
                    "counts as the address its X-Forwarded-For names (the right-most that is no "
@@ -209,8 +212,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
-          char_limit, req_flood_threshold, req_flood_ban, trusted_proxies, jit, precision,
-          quantize):
+          char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
+          jit, precision, quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -220,6 +223,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
     from vtx.serve.access import Access, Flood, read_api_keys, read_proxies
+    from vtx.serve.limit_store import open_store
     from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
@@ -256,10 +260,10 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                               cors_origins=tuple(cors_origins))
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
+        flood = Flood(req_flood_threshold, req_flood_ban) if req_flood_threshold else None
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
                         tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies),
-                        char_limit=char_limit, flood=Flood(req_flood_threshold, req_flood_ban)
-                        if req_flood_threshold else None)
+                        char_limit=char_limit, flood=flood, store=open_store(req_limit_storage))
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

@@ -4,8 +4,9 @@ parse."""
 import pytest
 
 from vtx.errors import DataError
-from vtx.serve.access import (Access, Flood, KeyLimits, forwarded_address, read_api_keys, read_proxies,
-                              request_size)
+from vtx.serve.access import (Access, Flood, KeyLimits, forwarded_address, read_api_keys,
+                              read_proxies, request_size)
+from vtx.serve.limit_store import MemoryStore
 from vtx.serve.requests import RequestError
 
 
@@ -45,7 +46,7 @@ def test_a_missing_key_from_a_keyless_origin_is_let_through():
 
 def test_each_known_key_and_address_gets_its_requests_a_minute_then_429():
     now = [0.0]
-    access = Access({"key-1": KeyLimits()}, per_minute=2, clock=lambda: now[0],
+    access = Access({"key-1": KeyLimits()}, per_minute=2, store=MemoryStore(clock=lambda: now[0]),
                     keyless_origins=("http://page.example",))
     for _ in range(2):
         access.admit(None, "10.0.0.1", "http://page.example")
@@ -86,7 +87,7 @@ def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy():
 
 
 def test_a_request_costs_its_texts_and_its_characters_are_bounded():
-    access = Access(per_minute=4, char_limit=10, clock=lambda: 0.0)
+    access = Access(per_minute=4, char_limit=10, store=MemoryStore(clock=lambda: 0.0))
     assert request_size(["ab", "cde", 5]) == (3, 5) and request_size("abc") == (1, 3)
     assert request_size(None) == (1, 0) and request_size([]) == (1, 0)
     access.admit(None, "10.0.0.1", texts=["a", "b", "c"])
@@ -104,9 +105,10 @@ def test_a_request_costs_its_texts_and_its_characters_are_bounded():
 
 
 @pytest.mark.parametrize("line, named", [
-    ("key-1 req_limit=ten", '\"req_limit=ten\"'), ("key-1 limit=5", '\"limit=5\"'),
-    ("key-1 req_limit=-1", '\"req_limit=-1\"'), ("key-1 req_limit", '\"req_limit\"'),
-    ("key-1 char_limit=1 char_limit=2", '\"char_limit=2\"'), ("key-1 req_limit=١", '\"req_limit=١\"')])
+    ("key-1 req_limit=ten", '"req_limit=ten"'), ("key-1 limit=5", '"limit=5"'),
+    ("key-1 req_limit=-1", '"req_limit=-1"'), ("key-1 req_limit", '"req_limit"'),
+    ("key-1 char_limit=1 char_limit=2", '"char_limit=2"'),
+    ("key-1 req_limit=١", '"req_limit=١"')])
 def test_a_malformed_keys_line_is_refused_naming_file_line_and_value(tmp_path, line, named):
     path = tmp_path / "keys.txt"
     path.write_text(f"# ours\nkey-0\n{line}\n")
@@ -120,7 +122,8 @@ def test_a_malformed_keys_line_is_refused_naming_file_line_and_value(tmp_path, l
 
 def test_a_key_s_own_limits_win_over_the_server_s():
     access = Access({"own": KeyLimits(req_limit=3, char_limit=20), "open": KeyLimits(req_limit=0),
-                     "plain": KeyLimits()}, per_minute=1, char_limit=5, clock=lambda: 0.0)
+                     "plain": KeyLimits()}, per_minute=1, char_limit=5,
+                    store=MemoryStore(clock=lambda: 0.0))
     for _ in range(3):
         access.admit("own", "10.0.0.1", texts="x" * 20)
     with pytest.raises(RequestError, match=r"Slowdown: 3 per 1 minute \(this key's req_limit\)"):
@@ -145,7 +148,7 @@ def refused(access: Access, *args, **kwargs) -> RequestError:
 def test_a_client_refused_past_the_flood_threshold_is_banned_for_a_time():
     now = [0.0]
     access = Access({"key-1": KeyLimits()}, per_minute=1, flood=Flood(2, ban_s=600),
-                    clock=lambda: now[0])
+                    store=MemoryStore(clock=lambda: now[0]))
     access.admit("key-1", "10.0.0.1")
     assert [refused(access, "key-1", "10.0.0.1").status for _ in range(2)] == [429, 429]
     for key in ("made-up", None):  # refusals of an address, the two under its threshold

@@ -4,8 +4,6 @@ behind a trusted proxy (`--trusted-proxy`), a request's cost in texts,
 
 import urllib.parse
 
-import pytest
-
 from vtx.serve.process import ServerProcess, request
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -16,21 +14,6 @@ def detect(server: ServerProcess, headers: dict | None = None, **fields) -> tupl
     body = urllib.parse.urlencode({"q": "Ein Mann fährt Rad.", **fields}).encode()
     status, _, reply = request(server.url + "/detect", body, headers={**FORM, **(headers or {})})
     return status, reply
-
-
-@pytest.fixture
-def started():
-    """Start servers of the given flags; each is stopped (cleanly) at the test's end."""
-    servers = []
-
-    def start(checkpoint, *flags) -> ServerProcess:
-        servers.append(ServerProcess("--checkpoint", checkpoint, "--source-lang", "en",
-                                     "--target-lang", "de", "--batch-wait-ms", 1, *flags))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        assert server.stop() == 0
 
 
 def test_x_forwarded_for_buys_a_bucket_only_from_a_trusted_proxy(trained_checkpoint, started):

@@ -1,5 +1,5 @@
 """Who may use the routes of `vtx serve` that translate, detect or parse, and how often: api
-keys (`--api-keys FILE`) and a rate limit (`--req-limit`, requests a minute), as
+keys (`--api-keys FILE`) and a rate limit (`--req-limit`, texts a minute), as
 LibreTranslate's flags of those names, and the origins whose requests need no key
 (`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
@@ -7,6 +7,7 @@ The limit counts each known key's requests apart, and all others by the address 
 from (a key the server does not hold buys no bucket of its own). That address is the
 connection's, or, when the connection comes from a `--trusted-proxy`, the one its
 `X-Forwarded-For` names: a header anyone else sends is ignored, so it buys no bucket either.
+The buckets, refusals and bans live in a `vtx.serve.limit_store` store.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ import datetime
 import ipaddress
 import math
 import re
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from vtx.errors import DataError
+from vtx.serve.limit_store import LimitStore, MemoryStore
 from vtx.serve.requests import RequestError, shown
 
-MAX_CLIENTS = 100_000  # buckets kept at most; full ones are dropped first
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -128,63 +127,39 @@ def request_size(texts: object) -> tuple[int, int]:
     return 1, len(texts) if isinstance(texts, str) else 0
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Flood:
     """Bans of clients refused too often (`--req-flood-threshold`, as LibreTranslate's): a
     client refused 403 or 429 more than `threshold` times within `window_s` seconds is refused
-    403 for `ban_s` seconds. A client is a name such as "address 10.0.0.1" or "key KEY"."""
+    403 for `ban_s` seconds."""
 
     threshold: int  # refusals within a window a client may get; one more bans it
     ban_s: float  # --req-flood-ban: how long a ban lasts
     window_s: float = 60.0
-    # client -> (its refusals, when the first of its window was)
-    _refusals: dict[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
-    _bans: dict[str, float] = dataclasses.field(default_factory=dict)  # client -> its end
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         if self.threshold < 1 or not self.ban_s > 0:
             raise DataError(f"--req-flood-threshold must be >= 1 and --req-flood-ban > 0, "
                             f"got {self.threshold} and {self.ban_s}")
 
-    def check(self, clients: list[str], now: float) -> None:
+    def check(self, clients: list[str], store: LimitStore) -> None:
         """Refuse a request of `clients` (its address, and its key if known) if one is banned.
 
         Raises:
             RequestError: 403 with Retry-After, naming the flag and when the ban ends.
         """
-        with self._lock:
-            end = max((self._bans.get(client, now) for client in clients), default=now)
-        if end > now:
-            wait = math.ceil(end - now)
+        left = store.banned_for(clients)
+        if left > 0:
+            wait = math.ceil(left)
             ends = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=wait)
             raise RequestError(
                 f"Too many request limits violations: banned for more than {self.threshold} "
                 f"refusals within {self.window_s:g} s (--req-flood-threshold); the ban ends in "
                 f"{wait} s, at {ends:%Y-%m-%dT%H:%M:%SZ}", 403, {"Retry-After": str(wait)})
 
-    def report(self, client: str, now: float) -> None:
+    def report(self, client: str, store: LimitStore) -> None:
         """Count a 403 or 429 refusal of `client`; past the threshold, ban it."""
-        with self._lock:
-            count, start = self._refusals.get(client, (0, now))
-            if now - start > self.window_s:
-                count, start = 0, now
-            if count + 1 > self.threshold:
-                self._refusals.pop(client, None)
-                self._bans[client] = now + self.ban_s
-            else:
-                self._refusals[client] = (count + 1, start)
-            _bound(self._refusals, lambda value: now - value[1] > self.window_s)
-            _bound(self._bans, lambda end: end <= now)
-
-
-def _bound(table: dict, stale: Callable[[object], bool]) -> None:
-    """Keep `table` within MAX_CLIENTS entries: past it, drop the stale ones, or else the
-    oldest half."""
-    if len(table) > MAX_CLIENTS:
-        gone = [client for client, value in table.items() if stale(value)]
-        for client in gone or list(table)[:len(table) // 2]:
-            del table[client]
+        store.refused(client, self.threshold, self.window_s, self.ban_s)
 
 
 @dataclasses.dataclass
@@ -199,11 +174,8 @@ class Access:
     trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
     char_limit: int = 0  # --char-limit: characters of a request's texts together
     flood: Flood | None = None  # None: no bans
-    clock: Callable[[], float] = time.monotonic
-    # client -> (texts it may still send, as of when, its texts a minute): a token bucket of
-    # that many tokens, refilled at a sixtieth of it a second.
-    _buckets: dict[str, tuple[float, float, int]] = dataclasses.field(default_factory=dict)
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # The buckets (of each client's texts a minute), refusals and bans: --req-limit-storage
+    store: LimitStore = dataclasses.field(default_factory=MemoryStore)
 
     def __post_init__(self) -> None:
         for flag, value in (("--req-limit", self.per_minute), ("--char-limit", self.char_limit)):
@@ -231,12 +203,12 @@ class Access:
         known = self.keys is not None and key in self.keys
         client = f"key {key}" if known else f"address {address}"
         if self.flood:
-            self.flood.check([f"address {address}", client], self.clock())
+            self.flood.check([f"address {address}", client], self.store)
         try:
             self._check(key, known, client, origin, texts)
         except RequestError as refusal:
             if self.flood and refusal.status in (403, 429):
-                self.flood.report(client, self.clock())
+                self.flood.report(client, self.store)
             raise
 
     def _check(self, key: str | None, known: bool, client: str, origin: str | None,
@@ -262,20 +234,11 @@ class Access:
             self._take(client, cost, per_minute, rate_flag)
 
     def _take(self, client: str, cost: int, per_minute: int, flag: str) -> None:
-        rate = per_minute / 60
-        with self._lock:
-            now = self.clock()
-            tokens, then, _ = self._buckets.get(client, (per_minute, now, per_minute))
-            tokens = min(per_minute, tokens + (now - then) * rate)
-            if tokens < cost:
-                self._buckets[client] = (tokens, now, per_minute)
-                wait = math.ceil((cost - tokens) / rate)
-                raise RequestError(f"Slowdown: {per_minute} per 1 minute ({flag}); "
-                                   f"retry in {wait} s", 429, {"Retry-After": str(wait)})
-            self._buckets[client] = (tokens - cost, now, per_minute)
-            # A bucket refilled by now can go: a client seen again starts full anyway.
-            _bound(self._buckets, lambda bucket: bucket[0] + (now - bucket[1]) * bucket[2] / 60
-                   >= bucket[2])
+        wait = self.store.take(client, cost, per_minute)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            raise RequestError(f"Slowdown: {per_minute} per 1 minute ({flag}); retry in "
+                               f"{seconds} s", 429, {"Retry-After": str(seconds)})
 
 
 def _chosen(own: int | None, server: int, name: str) -> tuple[int, str]:
