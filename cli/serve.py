@@ -173,15 +173,33 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
               help="A file of api keys, one a line: the routes that translate, detect or parse "
                    "then answer 403 to a request without one. A request sends it as its "
-                   "'api_key' field or an 'Authorization: Bearer KEY' header.")
+                   "'api_key' field or an 'Authorization: Bearer KEY' header. A key's line may "
+                   "give its own limits: 'KEY req_limit=120 char_limit=5000' (0: none).")
 @click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
               help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
                    "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "
                    "matches any characters. Any client can send it: it spares a page the key, "
                    "it guards nothing. Repeat for several.")
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Requests a minute each api key of --api-keys, or each address, may make of "
-                   "the routes that translate, detect or parse (429 past it); 0: no limit.")
+              help="Texts a minute each api key of --api-keys, or each address, may send to "
+                   "the routes that translate, detect or parse (429 past it). A request costs "
+                   "its number of texts (of 'q' or 'text'), at least 1; 0: no limit.")
+@click.option("--char-limit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Characters a request's texts may hold together (LibreTranslate's "
+                   "--char-limit; 400 past it, and /frontend/settings says it); 0: no limit.")
+@click.option("--req-flood-threshold", type=click.IntRange(min=0), default=0,
+              show_default=True,
+              help="Refusals (403 or 429) a client, its key or address, may get within a minute; "
+                   "one more bans it for --req-flood-ban seconds (403). 0: no bans.")
+@click.option("--req-flood-ban", type=FiniteFloat(min=0, min_open=True), default=600.0,
+              show_default=True, help="Seconds a --req-flood-threshold ban lasts.")
+@click.option("--req-limit-storage", default="memory://", show_default=True,
+              help="Where the limits' state lives: memory:// (this process) or "
+                   "redis://HOST:PORT/DB, which several servers behind one proxy then share.")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
+              help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
+                   "counts as the address its X-Forwarded-For names (the right-most that is no "
+                   "trusted proxy); from anyone else the header is ignored. Repeat for several.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
@@ -189,9 +207,9 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
-          glossary_path,
-          source_lang, target_lang, api_keys_path, keyless_origins, req_limit, jit, precision,
-          quantize):
+          glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
+          char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
+          jit, precision, quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
     /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
@@ -200,7 +218,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
-    from vtx.serve.access import Access, read_api_keys
+    from vtx.serve.access import Access, Flood, read_api_keys, read_proxies
+    from vtx.serve.limit_store import open_store
     from vtx.serve.app import Transport, build_service, serve as run
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
@@ -237,8 +256,10 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                               cors_origins=tuple(cors_origins))
         models = pair_models or {
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
+        flood = Flood(req_flood_threshold, req_flood_ban) if req_flood_threshold else None
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
-                        tuple(keyless_origins))
+                        tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies),
+                        char_limit=char_limit, flood=flood, store=open_store(req_limit_storage))
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),
                                 glossary_path=glossary_path, transport=transport, access=access,

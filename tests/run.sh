@@ -13,10 +13,12 @@ ident=$(awk -F': *' '/^cpu family/ && !f { f = $2 } /^model[[:space:]]*:/ && !m 
 echo "vtx tests on: ${cpu:-unknown CPU} (${ident}$(nproc) cores, $bf16)"
 # System packages of the tests, installed here once where we may (as root with apt-get), not by
 # the tests: Debian's chromium and chromium-driver for the page test (tests/serve/test_page.py),
-# slurm-wlm and munge for a one-node Slurm cluster (tests/training/test_slurm.py).
+# slurm-wlm and munge for a one-node Slurm cluster (tests/training/test_slurm.py), redis-server
+# for limits shared between servers (tests/serve/test_limit_store.py).
 missing=""
 command -v chromium >/dev/null && command -v chromedriver >/dev/null || missing="chromium chromium-driver"
 command -v srun >/dev/null && command -v munged >/dev/null || missing="$missing slurm-wlm munge"
+command -v redis-server >/dev/null || missing="$missing redis-server"
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   # Not fatal: without them the tests that need them fail or skip, saying what is missing.
   # shellcheck disable=SC2086

@@ -44,3 +44,13 @@ def test_a_refused_environment_value_names_its_variable(variable, value, message
     result = CliRunner().invoke(main, ["serve"], env={variable: value})
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_malformed_keys_file_or_proxy_is_refused_naming_it(trained_checkpoint, tmp_path):
+    keys = tmp_path / "keys.txt"
+    keys.write_text("key-1 req_limit=120\nkey-2 req_limit=lots\n")
+    for flags, message in ((["--api-keys", str(keys)], f'{keys}:2: "req_limit=lots": expected '),
+                           (["--trusted-proxy", "proxy"], "--trusted-proxy 'proxy': expected")):
+        result = CliRunner().invoke(main, ["serve", "--checkpoint", str(trained_checkpoint),
+                                           *flags])
+        assert result.exit_code == 1 and message in result.output, result.output

@@ -1,47 +1,113 @@
 """Who may use the routes of `vtx serve` that translate, detect or parse, and how often: api
-keys (`--api-keys FILE`) and a rate limit (`--req-limit`, requests a minute), as
+keys (`--api-keys FILE`) and a rate limit (`--req-limit`, texts a minute), as
 LibreTranslate's flags of those names, and the origins whose requests need no key
 (`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
 The limit counts each known key's requests apart, and all others by the address they come
-from (a key the server does not hold buys no bucket of its own): behind a reverse proxy that is
-the proxy's, so the proxy should limit its clients itself.
+from (a key the server does not hold buys no bucket of its own). That address is the
+connection's, or, when the connection comes from a `--trusted-proxy`, the one its
+`X-Forwarded-For` names: a header anyone else sends is ignored, so it buys no bucket either.
+The buckets, refusals and bans live in a `vtx.serve.limit_store` store.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import ipaddress
 import math
 import re
-import threading
-import time
 from pathlib import Path
-from typing import Callable
+from typing import Mapping
 
 from vtx.errors import DataError
-from vtx.serve.requests import RequestError
+from vtx.serve.limit_store import LimitStore, MemoryStore
+from vtx.serve.requests import RequestError, shown
 
-MAX_CLIENTS = 100_000  # buckets kept at most; full ones are dropped first
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def read_api_keys(path: str | Path) -> frozenset[str]:
-    """The keys of `path`: one a line; blank lines and lines starting with '#' are skipped.
+@dataclasses.dataclass(frozen=True)
+class KeyLimits:
+    """A key's own limits, from its line of the keys file; None: the server's flag's."""
+
+    req_limit: int | None = None  # texts a minute (as --req-limit; 0: none)
+    char_limit: int | None = None  # characters a request (as --char-limit; 0: none)
+
+
+def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
+    """The keys of `path` and their limits: a key a line, then optionally its own limits,
+    `KEY req_limit=120 char_limit=5000`; blank lines and lines starting with '#' are skipped.
 
     Raises:
         OSError: the file cannot be read.
-        DataError: it holds no key, or a key with spaces inside (naming the file and line).
+        DataError: it holds no key, a key twice, or a setting other than `req_limit=N` or
+            `char_limit=N` (N >= 0), naming the file, line and value.
     """
-    keys = set()
+    keys, lines = {}, {}
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        key = line.strip()
-        if not key or key.startswith("#"):
+        words = line.split()
+        if not words or words[0].startswith("#"):
             continue
-        if any(character.isspace() for character in key):
-            raise DataError(f"{path}:{number}: an api key holds a space; give one key a line")
-        keys.add(key)
+        key, *settings = words
+        if key in keys:  # the key itself unsaid: a log need not hold it
+            raise DataError(f"{path}:{number}: the key of line {lines[key]} again")
+        lines[key] = number
+        limits = {}
+        for setting in settings:
+            name, equals, value = setting.partition("=")
+            if name not in ("req_limit", "char_limit") or name in limits or not equals \
+                    or not value.isascii() or not value.isdigit():
+                raise DataError(f"{path}:{number}: {shown(setting, 40)}: expected req_limit=N "
+                                "or char_limit=N (N >= 0, each once) after the key")
+            limits[name] = int(value)
+        keys[key] = KeyLimits(**limits)
     if not keys:
         raise DataError(f"{path}: no api key in it (one a line)")
-    return frozenset(keys)
+    return keys
+
+
+def read_proxies(values: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    """The networks of `--trusted-proxy` values: addresses (`10.0.0.7`, `::1`) or CIDR
+    networks (`10.0.0.0/8`).
+
+    Raises:
+        DataError: a value that is neither (naming it).
+    """
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise DataError(f"--trusted-proxy {value!r}: expected an IP address or a network "
+                            "such as 10.0.0.0/8") from None
+    return tuple(networks)
+
+
+def forwarded_address(peer: str, forwarded_for: list[str],
+                      proxies: tuple[IPNetwork, ...]) -> str:
+    """The client's address of a connection from `peer` whose `X-Forwarded-For` headers are
+    `forwarded_for`: `peer` unless it is one of `proxies`; else the right-most forwarded address
+    that is no proxy (each proxy appends the address it was reached from, so the ones left of
+    it are whatever the client wrote). A hop that is no address ends the walk at the proxy
+    that passed it on."""
+    hops = [hop.strip() for header in forwarded_for for hop in header.split(",")]
+    address = peer
+    while _is_proxy(address, proxies) and hops:
+        hop = hops.pop()
+        try:
+            address = str(ipaddress.ip_address(hop))
+        except ValueError:
+            break
+    return address
+
+
+def _is_proxy(address: str, proxies: tuple[IPNetwork, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in proxies)
 
 
 def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
@@ -52,62 +118,132 @@ def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
                for pattern in patterns)
 
 
-@dataclasses.dataclass
-class Access:
-    """The api keys (None: none asked), the origins whose requests need none, and the requests
-    a minute each client may make (0: no limit), a client being its key if the server holds
-    it, else its address."""
+def request_size(texts: object) -> tuple[int, int]:
+    """(cost, characters) of a request whose texts are `texts` (LibreTranslate's `q`, `/v1`'s
+    `text`): a list costs its number of entries, anything else 1, from the rate limit; the
+    characters are its strings' together. A shape the request's checks refuse still costs."""
+    if isinstance(texts, list):
+        return max(1, len(texts)), sum(len(text) for text in texts if isinstance(text, str))
+    return 1, len(texts) if isinstance(texts, str) else 0
 
-    keys: frozenset[str] | None = None
-    per_minute: int = 0
-    keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
-    clock: Callable[[], float] = time.monotonic
-    # client -> (requests it may still make, as of when): a token bucket of `per_minute`
-    # tokens, refilled at per_minute / 60 a second.
-    _buckets: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+@dataclasses.dataclass(frozen=True)
+class Flood:
+    """Bans of clients refused too often (`--req-flood-threshold`, as LibreTranslate's): a
+    client refused 403 or 429 more than `threshold` times within `window_s` seconds is refused
+    403 for `ban_s` seconds."""
+
+    threshold: int  # refusals within a window a client may get; one more bans it
+    ban_s: float  # --req-flood-ban: how long a ban lasts
+    window_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.per_minute < 0:
-            raise DataError(f"--req-limit must be >= 0, got {self.per_minute}")
+        if self.threshold < 1 or not self.ban_s > 0:
+            raise DataError(f"--req-flood-threshold must be >= 1 and --req-flood-ban > 0, "
+                            f"got {self.threshold} and {self.ban_s}")
 
-    def admit(self, key: str | None, address: str, origin: str | None = None) -> None:
+    def check(self, clients: list[str], store: LimitStore) -> None:
+        """Refuse a request of `clients` (its address, and its key if known) if one is banned.
+
+        Raises:
+            RequestError: 403 with Retry-After, naming the flag and when the ban ends.
+        """
+        left = store.banned_for(clients)
+        if left > 0:
+            wait = math.ceil(left)
+            ends = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=wait)
+            raise RequestError(
+                f"Too many request limits violations: banned for more than {self.threshold} "
+                f"refusals within {self.window_s:g} s (--req-flood-threshold); the ban ends in "
+                f"{wait} s, at {ends:%Y-%m-%dT%H:%M:%SZ}", 403, {"Retry-After": str(wait)})
+
+    def report(self, client: str, store: LimitStore) -> None:
+        """Count a 403 or 429 refusal of `client`; past the threshold, ban it."""
+        store.refused(client, self.threshold, self.window_s, self.ban_s)
+
+
+@dataclasses.dataclass
+class Access:
+    """The api keys and their own limits (None: no keys asked), the origins whose requests need
+    none, the texts a minute each client may send (0: no limit), a client being its key if the
+    server holds it, else its address, and the characters a request may hold (0: no limit)."""
+
+    keys: Mapping[str, KeyLimits] | None = None
+    per_minute: int = 0  # --req-limit: texts a minute, a request costing `request_size`'s
+    keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
+    trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
+    char_limit: int = 0  # --char-limit: characters of a request's texts together
+    flood: Flood | None = None  # None: no bans
+    # The buckets (of each client's texts a minute), refusals and bans: --req-limit-storage
+    store: LimitStore = dataclasses.field(default_factory=MemoryStore)
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--req-limit", self.per_minute), ("--char-limit", self.char_limit)):
+            if value < 0:
+                raise DataError(f"{flag} must be >= 0, got {value}")
+
+    def address_of(self, peer: str, forwarded_for: list[str]) -> str:
+        """The address a request counts as (`forwarded_address`): its connection's `peer`, or
+        for a trusted proxy's, the client its `X-Forwarded-For` headers name."""
+        return forwarded_address(peer, forwarded_for, self.trusted_proxies)
+
+    def admit(self, key: str | None, address: str, origin: str | None = None,
+              texts: object = None) -> None:
         """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its
-        Origin header), through, or refuse it.
+        Origin header), whose texts are `texts` (`request_size`), through, or refuse it.
 
         Raises:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
-                `origin` is no keyless origin; 429 (with Retry-After) for a client past its
-                rate.
+                `origin` is no keyless origin; 400 for more characters than its char limit,
+                or a cost more than its requests a minute ever allow; 429 (with Retry-After)
+                for a client past its rate; 403 (with Retry-After) for a client banned by
+                `flood`, whose 403 and 429 refusals it counts. A key's limits are its own where
+                its line gives them, else --char-limit's and --req-limit's.
         """
         known = self.keys is not None and key in self.keys
+        client = f"key {key}" if known else f"address {address}"
+        if self.flood:
+            self.flood.check([f"address {address}", client], self.store)
+        try:
+            self._check(key, known, client, origin, texts)
+        except RequestError as refusal:
+            if self.flood and refusal.status in (403, 429):
+                self.flood.report(client, self.store)
+            raise
+
+    def _check(self, key: str | None, known: bool, client: str, origin: str | None,
+               texts: object) -> None:
+        """`admit`'s checks of a request of `key` (`known` to the server) of `client`."""
         if self.keys is not None and not known:
             if key:
                 raise RequestError("invalid api key", 403)
             if not (origin and origin_matches(origin, self.keyless_origins)):
                 raise RequestError("this server asks for an api key: send it as 'api_key' or "
                                    "as a header 'Authorization: Bearer KEY'", 403)
-        if self.per_minute:
-            self._take(f"key {key}" if known else f"address {address}")
+        own = self.keys[key] if known else KeyLimits()
+        char_limit, char_flag = _chosen(own.char_limit, self.char_limit, "char_limit")
+        per_minute, rate_flag = _chosen(own.req_limit, self.per_minute, "req_limit")
+        cost, characters = request_size(texts)
+        if char_limit and characters > char_limit:
+            raise RequestError(f"Invalid request: request ({characters}) exceeds text limit "
+                               f"({char_limit}, {char_flag})")
+        if per_minute:
+            if cost > per_minute:
+                raise RequestError(f"a request of {cost} texts is more than {rate_flag} "
+                                   f"{per_minute} a minute allows: send fewer at once")
+            self._take(client, cost, per_minute, rate_flag)
 
-    def _take(self, client: str) -> None:
-        rate = self.per_minute / 60
-        with self._lock:
-            now = self.clock()
-            tokens, then = self._buckets.get(client, (self.per_minute, now))
-            tokens = min(self.per_minute, tokens + (now - then) * rate)
-            if tokens < 1:
-                self._buckets[client] = (tokens, now)
-                wait = math.ceil((1 - tokens) / rate)
-                raise RequestError(f"Slowdown: {self.per_minute} per 1 minute (--req-limit); "
-                                   f"retry in {wait} s", 429, {"Retry-After": str(wait)})
-            self._buckets[client] = (tokens - 1, now)
-            if len(self._buckets) > MAX_CLIENTS:
-                self._forget(now, rate)
+    def _take(self, client: str, cost: int, per_minute: int, flag: str) -> None:
+        wait = self.store.take(client, cost, per_minute)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            raise RequestError(f"Slowdown: {per_minute} per 1 minute ({flag}); retry in "
+                               f"{seconds} s", 429, {"Retry-After": str(seconds)})
 
-    def _forget(self, now: float, rate: float) -> None:
-        """Drop the buckets refilled by now (a client seen again starts full anyway)."""
-        full = [client for client, (tokens, then) in self._buckets.items()
-                if tokens + (now - then) * rate >= self.per_minute]
-        for client in full or list(self._buckets)[:len(self._buckets) // 2]:
-            del self._buckets[client]
+
+def _chosen(own: int | None, server: int, name: str) -> tuple[int, str]:
+    """(a limit, the words a refusal names it by): a key's `own` (its keys-file setting
+    `name`) where given, else the server's flag's."""
+    if own is not None:
+        return own, f"this key's {name}"
+    return server, "--" + name.replace("_", "-")

@@ -164,7 +164,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     app.router.add_post("/detect", _libre_detect)
     app.router.add_get("/languages", _get(lambda: web.json_response(service.languages())))
     app.router.add_get("/frontend/settings", _get(lambda: web.json_response(
-        libre.frontend_settings(service.pairs, service.access.keys is not None))))
+        libre.frontend_settings(service.pairs, service.access))))
 
     async def start(app):
         for batcher in service.batchers():
@@ -369,7 +369,7 @@ async def _translate(request: web.Request) -> web.Response:
 
     def check() -> tuple[Served, Job]:
         data = read_json_object(body)
-        _admit(request, data.pop("api_key", None))
+        _admit(request, data.pop("api_key", None), data.get("text"))
         served = service.pairs.find_fields(data)
         # Its routing fields, taken out, listed among the fields an unknown one is told.
         data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
@@ -399,7 +399,7 @@ async def _libre_translate(request: web.Request) -> web.Response:
 
     def check() -> libre.Translation:
         fields = _libre_fields(request, body)
-        _admit(request, fields.get("api_key"))
+        _admit(request, fields.get("api_key"), fields.get("q"))
         return libre.translation(fields, service.pairs, service.detector)
 
     translation = await asyncio.to_thread(check)
@@ -407,9 +407,10 @@ async def _libre_translate(request: web.Request) -> web.Response:
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
-def _admit(request: web.Request, key) -> None:
-    """Let a request through the server's api keys and rate limit (`Access.admit`): its key is
-    `key` (its field 'api_key', a string), else an `Authorization: Bearer KEY` header's.
+def _admit(request: web.Request, key, texts) -> None:
+    """Let a request of `texts` (its field 'q' or 'text', as sent) through the server's api
+    keys and limits (`Access.admit`): its key is `key` (its field 'api_key', a string), else an
+    `Authorization: Bearer KEY` header's.
 
     Raises:
         RequestError: a key that is no string (400), or see `Access.admit`.
@@ -419,8 +420,10 @@ def _admit(request: web.Request, key) -> None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if not key and scheme.lower() == "bearer":
         key = token.strip()
-    request.app[SERVICE].access.admit(key or None, request.remote or "",
-                                        request.headers.get("Origin"))
+    access = request.app[SERVICE].access
+    address = access.address_of(request.remote or "",
+                                request.headers.getall("X-Forwarded-For", []))
+    access.admit(key or None, address, request.headers.get("Origin"), texts)
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
@@ -435,7 +438,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
 
     def detect() -> web.Response:
         fields = _libre_fields(request, body)
-        _admit(request, fields.get("api_key"))
+        _admit(request, fields.get("api_key"), fields.get("q"))
         return _json(libre.detect_text(fields, service.detector, service.pairs.first.limits))
 
     return await asyncio.to_thread(detect)
@@ -453,7 +456,7 @@ async def _parse(request: web.Request) -> web.Response:
 
     def prepare():
         data = read_json_object(body)
-        _admit(request, data.pop("api_key", None))
+        _admit(request, data.pop("api_key", None), data.get("text"))
         job = parse_job(data, served.model())
         words = [sentence_words(line) for line in job.lines]
         return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words

@@ -24,6 +24,7 @@ import email.policy
 import json
 import urllib.parse
 
+from vtx.serve.access import Access
 from vtx.serve.documents import Document, html_document, text_document
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
@@ -346,11 +347,14 @@ def _text(hypotheses: list, rank: int) -> str:
     return hypotheses[min(rank, len(hypotheses) - 1)].text if hypotheses else ""
 
 
-def frontend_settings(pairs: Pairs, keys: bool) -> dict:
-    """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen."""
+def frontend_settings(pairs: Pairs, access: Access) -> dict:
+    """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen,
+    `access`'s keys and --char-limit (-1: none)."""
     pairs.told()
     pair = pairs.first.pair
-    return {"charLimit": -1, "frontendTimeout": 500, "apiKeys": keys, "keyRequired": keys,
+    keys = access.keys is not None
+    return {"charLimit": access.char_limit or -1, "frontendTimeout": 500, "apiKeys": keys,
+            "keyRequired": keys,
             "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
                          "target": {"code": pair.target, "name": language_name(pair.target)}}}
