@@ -35,4 +35,4 @@ fi
 # subprocesses starting TensorFlow), so on two cores two processes finish well before one.
 # `bash tests/run.sh -n 0` runs it in one process; -n N in N (the last -n given wins).
 # --durations: the slowest tests, for whoever keeps the suite within its time.
-exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider -n 2 --durations=15 "$@"
+exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider -n 2 --durations=30 "$@"
