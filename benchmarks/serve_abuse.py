@@ -1,12 +1,16 @@
 """Honest clients of `vtx serve` beside hostile ones, against the same honest clients alone.
 
-One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default). First `--clients`
-honest clients (`serve_load.py`'s: requests of 1-5 lines of `--input`, one after the other) for
-`--duration` seconds alone: the clean run. Then the same honest clients for as long beside
-`--hostile` hostile clients, each sending one kind of abuse (round robin over the kinds) every
-`--hostile-interval` seconds (1 by default, more often than an honest client under this load
-sends; 0: as fast as it is answered, a flood, which no server on 2 cores serves honest clients
-through without a rate limit in front of it):
+One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default, as en-de). First
+`--clients` honest clients (`serve_load.py`'s: requests of 1-5 lines of `--input`, one after the
+other) for `--duration` seconds alone: the clean run. Then the same honest clients for as long
+beside `--hostile` hostile clients (by default one of each kind of `--mix`), each sending one
+kind of abuse (round robin over the kinds) every `--hostile-interval` seconds (1 by default,
+more often than an honest client under this load sends; 0: as fast as it is answered, a flood,
+which no server on 2 cores serves honest clients through without a rate limit in front of it).
+Each client, honest or hostile, connects from its own loopback address (127.0.0.N, 127.0.1.N),
+as clients of a real server come from their own.
+
+`--mix v1`, to POST /v1/translate:
 
 - whitespace: a line of 450,000 spaces (about 3 pieces), with a 2,500-term glossary;
 - glossary: a request glossary of 25,000 pairs over a line of 100,000 spaces;
@@ -16,6 +20,15 @@ through without a rate limit in front of it):
 - slow: a body of 10,000 bytes sent a byte a second;
 - malformed: lone surrogates, a 5,000-digit integer, 10,000-deep nesting, in turn;
 - foreign: a POST from another site's Origin, and one as text/plain.
+
+`--mix libre`, to LibreTranslate's routes (`--mix both`: the two mixes, the default):
+
+- libre-markup: `format: html` of 300,000 tags (900 KB, no text to translate);
+- libre-alternatives: 64 texts with `alternatives: 15`, which the limits allow (beam 16);
+- libre-detect: POST /detect of 64 texts of 10,000 letters;
+- libre-form: a URL-encoded form of 100,000 fields (q repeated), near the body limit;
+- libre-shapes: `alternatives` of null, [], {}, [1] and a 5,000-digit number, a multipart part of
+  an unknown charset, a nested multipart/mixed part, in turn.
 
 A prober asks GET /health every 50 ms throughout. Prints, for each run, the honest clients'
 lines/s and p50/p99 latency and /health's worst latency, the ratios (abused over clean), what
@@ -43,9 +56,13 @@ from pathlib import Path
 from serve_load import DEFAULT_CHECKPOINT, DEFAULT_INPUT, percentile, read_lines, rss_mib
 from translate_speed import append_csv, commit, cpu_model, csv_header_error
 
-KINDS = ("whitespace", "glossary", "constraints", "cost", "churn", "slow", "malformed",
-         "foreign")
-CSV_COLUMNS = ("machine", "checkpoint", "clients", "hostile", "hostile_interval_s", "seconds",
+MIXES = {"v1": ("whitespace", "glossary", "constraints", "cost", "churn", "slow", "malformed",
+                 "foreign"),
+         "libre": ("libre-markup", "libre-alternatives", "libre-detect", "libre-form",
+                   "libre-shapes")}
+MIXES["both"] = MIXES["v1"] + MIXES["libre"]
+CSV_COLUMNS = ("machine", "checkpoint", "mix", "clients", "hostile", "hostile_interval_s",
+               "seconds",
                "clean_lines_per_s",
                "abused_lines_per_s", "throughput_ratio", "clean_p50_s", "clean_p99_s",
                "abused_p50_s", "abused_p99_s", "p99_ratio", "clean_health_worst_ms",
@@ -53,9 +70,15 @@ CSV_COLUMNS = ("machine", "checkpoint", "clients", "hostile", "hostile_interval_
                "hostile_answers", "commit", "date", "command")
 
 
-def hostile_body(kind: str, rng: random.Random, turn: int) -> tuple[bytes, dict]:
-    """The body and headers of one hostile request of `kind` (not "slow")."""
+LIBRE = {"source": "en", "target": "de"}
+SHAPES = ("null", "[]", "{}", "[1]", "9" * 5000)
+
+
+def hostile_request(kind: str, rng: random.Random, turn: int) -> tuple[str, bytes, dict]:
+    """The route, body and headers of one hostile request of `kind` (not "slow")."""
     json_type = {"Content-Type": "application/json"}
+    if kind.startswith("libre-"):
+        return libre_request(kind, turn)
     if kind == "whitespace":
         body = {"text": [" " * 450_000 + "man"],
                 "glossary": [[f"term{i}", f"Wort{i}"] for i in range(2_500)]}
@@ -73,21 +96,48 @@ def hostile_body(kind: str, rng: random.Random, turn: int) -> tuple[bytes, dict]
                 {"text": ["A dog runs."], "sampling": True, "seed": rng.randrange(1 << 30),
                  "temperature": round(rng.uniform(0.5, 1.5), 6)})
     elif kind == "malformed":
-        return [b'{"text": ["\\ud800"]}', b'{"text": ["a"], "lenpen": ' + b"9" * 5000 + b"}",
+        return "/v1/translate", [b'{"text": ["\\ud800"]}', b'{"text": ["a"], "lenpen": ' + b"9" * 5000 + b"}",
                 b"[" * 10_000 + b"]" * 10_000][turn % 3], json_type
     else:  # foreign
         headers = ({"Content-Type": "text/plain"} if turn % 2 else
                    {**json_type, "Origin": "http://evil.example.com"})
-        return json.dumps({"text": ["A man."]}).encode(), headers
-    return json.dumps(body).encode(), json_type
+        return "/v1/translate", json.dumps({"text": ["A man."]}).encode(), headers
+    return "/v1/translate", json.dumps(body).encode(), json_type
 
 
-async def slow_body(url: str, stop: asyncio.Event) -> int:
-    """A POST whose 10,000-byte body comes a byte a second; the status answered (0: none)."""
+def libre_request(kind: str, turn: int) -> tuple[str, bytes, dict]:
+    """The route, body and headers of one hostile request of a `--mix libre` kind."""
+    json_type = {"Content-Type": "application/json"}
+    if kind == "libre-markup":
+        body = {**LIBRE, "q": "<a>" * 300_000, "format": "html"}
+    elif kind == "libre-alternatives":
+        body = {**LIBRE, "q": ["A man is riding a bike."] * 64, "alternatives": 15}
+    elif kind == "libre-detect":
+        return "/detect", json.dumps({"q": ["a" * 10_000] * 64}).encode(), json_type
+    elif kind == "libre-form":
+        return "/translate", ("source=en&target=de&" + "&".join(["q=a"] * 100_000)).encode(), \
+            {"Content-Type": "application/x-www-form-urlencoded"}
+    elif turn % 7 < 5:  # libre-shapes
+        return "/translate", (json.dumps({**LIBRE, "q": "A man."})[:-1]
+                              + f', "alternatives": {SHAPES[turn % 7]}}}').encode(), json_type
+    else:
+        part = ('Content-Type: text/plain; charset="x-unknown"\r\n' if turn % 7 == 5 else
+                "Content-Type: multipart/mixed; boundary=inner\r\n")
+        body = ('--b\r\nContent-Disposition: form-data; name="q"\r\n' + part
+                + "\r\nA man.\r\n--b--\r\n").encode()
+        return "/translate?source=en&target=de", body, \
+            {"Content-Type": "multipart/form-data; boundary=b"}
+    return "/translate", json.dumps(body).encode(), json_type
+
+
+async def slow_body(url: str, stop: asyncio.Event, local: str) -> int:
+    """A POST from address `local` whose 10,000-byte body comes a byte a second; the status
+    answered (0: none)."""
     from urllib.parse import urlsplit
 
     address = urlsplit(url)
-    reader, writer = await asyncio.open_connection(address.hostname, address.port)
+    reader, writer = await asyncio.open_connection(address.hostname, address.port,
+                                                   local_addr=(local, 0))
     writer.write(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                  b"application/json\r\nContent-Length: 10000\r\n\r\n{")
     status = 0
@@ -107,41 +157,63 @@ async def slow_body(url: str, stop: asyncio.Event) -> int:
     return status
 
 
-async def hostile(session, url: str, kind: str, rng: random.Random, stop: asyncio.Event,
+async def hostile(local: str, url: str, kind: str, rng: random.Random, stop: asyncio.Event,
                   answers: collections.Counter, interval: float) -> None:
-    """Requests of one kind of abuse, one each `interval` seconds (or once the last is
-    answered), until `stop`."""
+    """Requests of one kind of abuse from address `local`, one each `interval` seconds (or once
+    the last is answered), until `stop`."""
     turn = 0
-    while not stop.is_set():
-        started = time.monotonic()
-        if kind == "slow":
-            status = await slow_body(url, stop)
-        else:
-            body, headers = hostile_body(kind, rng, turn)
-            async with session.post(url + "/v1/translate", data=body, headers=headers) as reply:
-                await reply.read()
-                status = reply.status
-        answers[f"{kind} {status}"] += 1
-        turn += 1
-        try:
-            await asyncio.wait_for(stop.wait(), max(0.0, interval - (time.monotonic() - started)))
-        except asyncio.TimeoutError:
-            pass
+    async with client_session(local) as session:
+        while not stop.is_set():
+            started = time.monotonic()
+            answers[await hostile_turn(session, local, url, kind, rng, stop, turn)] += 1
+            turn += 1
+            try:
+                await asyncio.wait_for(stop.wait(),
+                                       max(0.0, interval - (time.monotonic() - started)))
+            except asyncio.TimeoutError:
+                pass
 
 
-async def honest(session, url: str, lines: list[str], rng: random.Random, stop: asyncio.Event,
-                 served: list) -> None:
-    """`serve_load.py`'s client: requests of 1-5 consecutive lines until `stop`."""
-    while not stop.is_set():
-        count = rng.randint(1, 5)
-        start = rng.randrange(len(lines) - count + 1)
-        sent = time.monotonic()
-        async with session.post(url + "/v1/translate",
-                                json={"text": lines[start:start + count]}) as reply:
-            body = await reply.json()
-        if reply.status != 200:
-            raise RuntimeError(f"an honest request was answered {reply.status}: {body}")
-        served.append((time.monotonic() - sent, len(body["translations"])))
+def client_session(local: str):
+    """An aiohttp session whose connections come from address `local`."""
+    import aiohttp
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, local_addr=(local, 0)),
+                                 timeout=aiohttp.ClientTimeout(total=None))
+
+
+async def hostile_turn(session, local: str, url: str, kind: str, rng: random.Random,
+                       stop: asyncio.Event, turn: int) -> str:
+    """One hostile request of `kind`: "KIND STATUS"."""
+    if kind == "slow":
+        return f"{kind} {await slow_body(url, stop, local)}"
+    route, body, headers = hostile_request(kind, rng, turn)
+    async with session.post(url + route, data=body, headers=headers) as reply:
+        await reply.read()
+        return f"{kind} {reply.status}"
+
+
+async def honest(local: str, url: str, lines: list[str], rng: random.Random,
+                 stop: asyncio.Event, served: list) -> None:
+    """`serve_load.py`'s client from address `local`: requests of 1-5 consecutive lines until
+    `stop`."""
+    async with client_session(local) as session:
+        while not stop.is_set():
+            await honest_turn(session, url, lines, rng, served)
+
+
+async def honest_turn(session, url: str, lines: list[str], rng: random.Random,
+                      served: list) -> None:
+    """One honest request, its latency and lines told to `served`."""
+    count = rng.randint(1, 5)
+    start = rng.randrange(len(lines) - count + 1)
+    sent = time.monotonic()
+    async with session.post(url + "/v1/translate",
+                            json={"text": lines[start:start + count]}) as reply:
+        body = await reply.json()
+    if reply.status != 200:
+        raise RuntimeError(f"an honest request was answered {reply.status}: {body}")
+    served.append((time.monotonic() - sent, len(body["translations"])))
 
 
 async def probe(session, url: str, stop: asyncio.Event, waits: list) -> None:
@@ -156,16 +228,14 @@ async def probe(session, url: str, stop: asyncio.Event, waits: list) -> None:
 
 async def run(url: str, pid: int, lines: list[str], args, hostile_count: int) -> dict:
     """One run: the honest clients (and `hostile_count` hostile ones) for args.duration s."""
-    import aiohttp
-
     served, waits, rss, answers = [], [], [], collections.Counter()
     stop = asyncio.Event()
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=None)) as session:
-        tasks = [asyncio.create_task(honest(session, url, lines, random.Random(args.seed + i),
-                                            stop, served)) for i in range(args.clients)]
-        tasks += [asyncio.create_task(hostile(session, url, KINDS[i % len(KINDS)],
+    kinds = MIXES[args.mix]
+    async with client_session("127.0.0.1") as session:
+        tasks = [asyncio.create_task(honest(address(0, i), url, lines,
+                                            random.Random(args.seed + i), stop, served))
+                 for i in range(args.clients)]
+        tasks += [asyncio.create_task(hostile(address(1, i), url, kinds[i % len(kinds)],
                                               random.Random(args.seed + 1000 + i), stop,
                                               answers, args.hostile_interval))
                   for i in range(hostile_count)]
@@ -187,18 +257,28 @@ async def run(url: str, pid: int, lines: list[str], args, hostile_count: int) ->
             "hostile_answers": dict(sorted(answers.items()))}
 
 
+def address(group: int, index: int) -> str:
+    """The loopback address of client `index` of `group` (0: honest, 1: hostile)."""
+    return f"127.0.{group * 64 + index // 250}.{2 + index % 250}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--hostile", type=int, default=8)
+    parser.add_argument("--mix", choices=sorted(MIXES), default="both",
+                        help="the hostile requests' kinds (module docstring)")
+    parser.add_argument("--hostile", type=int,
+                        help="hostile clients (default: one of each kind of --mix)")
     parser.add_argument("--hostile-interval", type=float, default=1.0,
                         help="seconds between a hostile client's requests (0: a flood)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of each run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, help="append the run's row to this CSV")
     args = parser.parse_args(argv)
+    if args.hostile is None:
+        args.hostile = len(MIXES[args.mix])
     if args.csv and (error := csv_header_error(args.csv, CSV_COLUMNS)):
         parser.error(error)
 
@@ -208,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     command = f"python benchmarks/serve_abuse.py {shlex.join(given)}"
     print(f"machine: {cpu_model()}\ncommand: {command}")
-    server = ServerProcess("--checkpoint", args.checkpoint, "--max-queue",
+    server = ServerProcess("--checkpoint", args.checkpoint, "--source-lang", "en",
+                           "--target-lang", "de", "--max-queue",
                            max(1024, 5 * (args.clients + args.hostile)), "--read-timeout", 5)
     try:
         for body in ({"text": lines[:5]}, {"text": ["A man."], "constraints": [["Mann"]]},
@@ -220,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         code = server.stop()
     rss = clean["rss_mib"] + abused["rss_mib"]
     summary = {
-        "machine": cpu_model(), "checkpoint": args.checkpoint.name, "clients": args.clients,
+        "machine": cpu_model(), "checkpoint": args.checkpoint.name, "mix": args.mix,
+        "clients": args.clients,
         "hostile": args.hostile, "hostile_interval_s": args.hostile_interval,
         "seconds": args.duration, "clean": clean, "abused": abused,
         "throughput_ratio": round(abused["lines_per_s"] / clean["lines_per_s"], 3),
@@ -238,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server RSS (MiB): start {summary['rss_start_mib']}, end {summary['rss_end_mib']}, "
           f"max {summary['rss_max_mib']}; exit code on SIGTERM {code}")
     if args.csv:
-        row = {**{key: summary[key] for key in ("machine", "checkpoint", "clients", "hostile",
+        row = {**{key: summary[key] for key in ("machine", "checkpoint", "mix", "clients",
+                                                 "hostile",
                                                  "hostile_interval_s", "seconds",
                                                  "throughput_ratio", "p99_ratio",
                                                  "rss_start_mib", "rss_end_mib",

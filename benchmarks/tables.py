@@ -257,7 +257,7 @@ def serve_abuse(rows: list[Row]) -> Lines:
                              f"{row['clean_p50_s']} / {row['clean_p99_s']}",
                              f"{row['clean_health_worst_ms']} ms",
                              f"{number(row['rss_start_mib'])} (start)"]))
-        body.append(([row], [f"beside {row['hostile']} hostile clients",
+        body.append(([row], [f"beside {row['hostile']} hostile clients ({row['mix']} mix)",
                              f"{number(row['abused_lines_per_s'], 1)} "
                              f"(**{row['throughput_ratio']}** of alone)",
                              f"{row['abused_p50_s']} / {row['abused_p99_s']} (p99 "

@@ -17,7 +17,8 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "alignment_layer": "--alignment-layer",
          "glossary_path": "--glossary", "max_line_chars": "--max-line-chars",
          "max_constraints": "--max-constraints", "max_glossary_pairs": "--max-glossary-pairs",
-         "max_term_chars": "--max-term-chars", "max_request_cost": "--max-request-cost",
+         "max_term_chars": "--max-term-chars", "max_html_tags": "--max-html-tags",
+         "max_request_cost": "--max-request-cost",
          "max_queue_cost": "--max-queue-cost", "request_timeout_s": "--request-timeout",
          "read_timeout_s": "--read-timeout", "max_connections": "--max-connections",
          "drain_s": "--drain-seconds", "allowed_hosts": "--allowed-host",
@@ -126,6 +127,9 @@ class ServeCommand(TensorFlowCommand):
               show_default=True, help="Pairs a request's own glossary may hold.")
 @click.option("--max-term-chars", type=click.IntRange(min=1), default=256, show_default=True,
               help="Characters a request's glossary term may hold.")
+@click.option("--max-html-tags", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Markup ('<' characters) a LibreTranslate request's html texts may hold "
+                   "together: what bounds the time their reading takes.")
 @click.option("--max-request-cost", type=click.IntRange(min=1), default=None,
               help="The most hypothesis tokens a request's search may take: for each line, the "
                    "beam (or samples) times its output limit; more gets 400.  [default: "
@@ -145,7 +149,8 @@ class ServeCommand(TensorFlowCommand):
               show_default=True,
               help="Seconds a client has to send a request's headers, and then its body (408).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Connections open at once; one more is answered 503 and closed.")
+              help="Connections open at once; one more closes the one idle longest (for a "
+                   "second at least), or when none is, is answered 503 and closed.")
 @click.option("--drain-seconds", type=FiniteFloat(min=0, min_open=True), default=30.0,
               show_default=True,
               help="On SIGTERM or SIGINT, how long the requests in flight are answered before "
@@ -205,7 +210,7 @@ class ServeCommand(TensorFlowCommand):
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
           max_len_b, stop, nbest, max_tokens, batch_wait_ms, search_threads, max_beam, max_lines,
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
-          max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
+          max_html_tags, max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
           char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
@@ -247,7 +252,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
         limits = Limits(max_beam=max_beam, max_lines=max_lines, max_line_tokens=max_line_tokens,
                         max_line_chars=max_line_chars, max_constraints=max_constraints,
                         max_glossary_pairs=max_glossary_pairs, max_term_chars=max_term_chars,
-                        max_request_cost=max_request_cost, max_queue=max_queue,
+                        max_html_tags=max_html_tags, max_request_cost=max_request_cost, max_queue=max_queue,
                         max_queue_cost=max_queue_cost, batch_wait_ms=batch_wait_ms,
                         search_threads=search_threads,
                         request_timeout_s=request_timeout)

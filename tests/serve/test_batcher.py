@@ -67,6 +67,28 @@ def test_a_large_job_takes_turns_with_the_jobs_behind_it(translator):
         [[h.text for h in r] for r in alone]
 
 
+def test_a_client_of_many_requests_takes_no_more_turns_than_one_of_few(translator):
+    # Each of the heavy client's jobs fills a turn of 40 source pieces (3 lines of 12); queued
+    # first, in turn order they would all be searched before the light clients' lines.
+    heavy = [(f"heavy{i}", job(translator, ["A man is riding a bike through the park."] * 3))
+             for i in range(6)]
+    light = [(f"light{i}", job(translator, ["A girl."])) for i in range(3)]
+    batcher = Batcher(Translators(translator), max_tokens=40, wait_s=0, max_queue=64)
+    told = Told()
+    told.expected = len(heavy) + len(light)
+    for name, queued in heavy:
+        batcher.submit(queued, told.done(name), client="address 10.0.0.1")
+    for index, (name, queued) in enumerate(light):
+        batcher.submit(queued, told.done(name), client=f"address 10.0.1.{index}")
+    batcher.start()
+    assert told.all_told.wait(600)
+    batcher.close()
+    batcher.join()
+    # The heavy client's first turn, then one shared by the light clients' lines.
+    assert set(told.order[:4]) == {"heavy0", "light0", "light1", "light2"}, told.order
+    assert set(told.order[4:]) == {f"heavy{i}" for i in range(1, 6)}
+
+
 def test_a_failing_search_fails_only_the_job_at_fault(translator):
     prefixed = Translator(translator.models, translator.vocab,
                           dataclasses.replace(translator.options, prefix=True))

@@ -167,18 +167,38 @@ def test_a_slow_body_gets_408_and_a_slow_header_is_closed(server):
         assert sock.recv(65536) == b"" and time.monotonic() - started < 20
 
 
-def test_connections_past_the_cap_get_503(server):
+def test_a_connection_past_the_cap_closes_the_idlest_or_gets_503_when_none_idles(server):
     address = urlsplit(server.url)
-    held = [socket.create_connection((address.hostname, address.port)) for _ in range(24)]
+    # 24 connections that never send a request: the cap's worth, all idle.
+    idle = [socket.create_connection((address.hostname, address.port), timeout=30)
+            for _ in range(24)]
     try:
+        time.sleep(1.2)
+        answers = [raw(server.url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                   b"Connection: close\r\n\r\n") for _ in range(3)]
+        assert all(a.startswith(b"HTTP/1.1 200") for a in answers), answers
+        assert idle[0].recv(100) == b""  # the idlest were closed for them
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.5)
+    # 24 connections in their handlers (their bodies still coming): no room for one more.
+    busy = [socket.create_connection((address.hostname, address.port), timeout=30)
+            for _ in range(24)]
+    try:
+        for sock in busy:
+            sock.sendall(post("/v1/translate", b"")[:-2].replace(
+                b"Content-Length: 0", b"Content-Length: 100") + b"\r\n{")
         time.sleep(0.5)
         answer = raw(server.url, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503") and b"--max-connections" in answer
     finally:
-        for sock in held:
+        for sock in busy:
             sock.close()
-    time.sleep(0.5)
-    assert request(server.url + "/health")[0] == 200
+    closed = time.monotonic()  # their bodies' --read-timeout ends them (408)
+    while request(server.url + "/health")[0] != 200:
+        assert time.monotonic() - closed < 10, "the busy connections were never let go"
+        time.sleep(0.2)
 
 
 def test_info_says_every_limit(server):

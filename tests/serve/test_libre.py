@@ -308,6 +308,9 @@ def test_a_request_s_glossary_constrains_as_vtx_translate_s(server, trained_chec
      "field \"q's sentences\": 9 lines, over the server's limit of 8"),
     ({"q": [""] * 9, "source": "en", "target": "de"}, {}, 400,
      "q holds 9 texts, over the server's limit of 8 (--max-lines)"),
+    ({"q": ["<b>A man.</b>" * 2500] * 2 + ["<p>"], "source": "en", "target": "de",
+      "format": "html"}, {}, 400,
+     "q's html holds 10001 tags ('<'), over the server's limit of 10000 (--max-html-tags)"),
     # A form is what a web page of another site can post: its Origin is refused.
     (form({"q": "A man.", "source": "en", "target": "de"}),
      {**FORM, "Origin": "http://evil.example"}, 403, "Origin 'http://evil.example' is another"),

@@ -188,9 +188,10 @@ class Access:
         return forwarded_address(peer, forwarded_for, self.trusted_proxies)
 
     def admit(self, key: str | None, address: str, origin: str | None = None,
-              texts: object = None) -> None:
+              texts: object = None) -> str:
         """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its
-        Origin header), whose texts are `texts` (`request_size`), through, or refuse it.
+        Origin header), whose texts are `texts` (`request_size`), through, or refuse it; the
+        client it counts as: "key KEY" for a key the server holds, else "address ADDRESS".
 
         Raises:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
@@ -210,6 +211,7 @@ class Access:
             if self.flood and refusal.status in (403, 429):
                 self.flood.report(client, self.store)
             raise
+        return client
 
     def _check(self, key: str | None, known: bool, client: str, origin: str | None,
                texts: object) -> None:

@@ -44,7 +44,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -57,6 +57,7 @@ from vtx.precision import DecodingPrecision
 from vtx.serve import libre
 from vtx.serve.access import Access, origin_matches
 from vtx.serve.batcher import Batcher
+from vtx.serve.checks import CheckPool
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
@@ -67,6 +68,7 @@ MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 # The routes that take a form as well as JSON (as LibreTranslate's do).
 FORM_ROUTES = ("/translate", "/detect")
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +76,8 @@ class Transport:
     """What a connection may take of the server (`vtx serve`'s flags of the same names)."""
 
     read_timeout_s: float = 15.0  # to send a request's headers, and then its body (408)
-    max_connections: int = 256  # open at once; more are answered 503 and closed
+    # open at once; one more closes the longest idle (none: it is answered 503 and closed)
+    max_connections: int = 256
     drain_s: float = 30.0  # a stop answers the requests in flight for this long at most
     allowed_hosts: tuple[str, ...] = ()  # Host names served beside loopback names and IPs
     # Origins (`access.origin_matches` patterns) whose pages may call every route (CORS)
@@ -103,6 +106,8 @@ class Service:
     access: Access = dataclasses.field(default_factory=Access)
     # POST /detect and source "auto": among the served languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
+    # where request bodies are read and checked, each client's in its turn
+    checks: CheckPool = dataclasses.field(default_factory=CheckPool)
 
     def batchers(self) -> list[Batcher]:
         return [served.batcher for served in self.pairs.served]
@@ -130,6 +135,41 @@ class Service:
 SERVICE = web.AppKey("service", Service)  # the app's Service, as its routes read it
 
 
+class Connections:
+    """The server's connections that are not in a request's handler, and since when: those a
+    connection past the cap may take the place of (an idle keep-alive, a client that never
+    ends its headers), rather than be refused."""
+
+    def __init__(self):
+        self._idle: dict[asyncio.BaseTransport, float] = {}  # transport: time.monotonic()
+
+    def opened(self, transport: asyncio.BaseTransport) -> None:
+        self._idle[transport] = time.monotonic()
+
+    def busy(self, transport: asyncio.BaseTransport | None) -> None:
+        self._idle.pop(transport, None)
+
+    def idle(self, transport: asyncio.BaseTransport | None) -> None:
+        if transport is not None and not transport.is_closing():
+            self._idle[transport] = time.monotonic()
+
+    def close_idlest(self, idle_s: float = 1.0) -> bool:
+        """Close the connection idle longest, if for `idle_s` seconds at least; whether one
+        was closed (the closed ones forgotten)."""
+        self._idle = {t: since for t, since in self._idle.items() if not t.is_closing()}
+        if not self._idle:
+            return False
+        transport = min(self._idle, key=self._idle.__getitem__)
+        if time.monotonic() - self._idle.pop(transport) < idle_s:
+            self._idle[transport] = 0.0  # kept, still the idlest
+            return False
+        transport.close()
+        return True
+
+
+CONNECTIONS = web.AppKey("connections", Connections)
+
+
 def _get(answer: Callable[[], web.StreamResponse]):
     """A route's handler whose answer takes nothing of the request."""
 
@@ -150,6 +190,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
                                        _guard(service.transport)],
                           client_max_size=MAX_BODY_BYTES)
     app[SERVICE] = service
+    app[CONNECTIONS] = Connections()
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
     app.router.add_get("/", _get(lambda: web.Response(text=page, content_type="text/html",
                                                       charset="utf-8")))
@@ -178,6 +219,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
         deadline = time.monotonic() + service.transport.drain_s + 5
         for batcher in service.batchers():
             await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
+        service.checks.close()
 
     async def cors(request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
@@ -245,44 +287,54 @@ def _guard(transport: Transport):
 
     @web.middleware
     async def middleware(request: web.Request, handler):
-        host = request.host or ""
-        name = _host_name(host)
-        if not _allowed_host(name, transport.allowed_hosts):
-            raise RequestError(f"Host {host[:80]!r} is not this server's: it serves "
-                               f"{_served_hosts(transport.allowed_hosts)}; to serve this name "
-                               f"too (a reverse proxy's, a Docker service's), start it with "
-                               f"--allowed-host {name[:80]}", 421)
-        refusal = request.match_info.http_exception  # 404, 405: said before the body
-        origin = request.headers.get("Origin")
-        cors = origin is not None and origin_matches(origin, transport.cors_origins)
-        if cors and request.method == "OPTIONS" and isinstance(refusal, web.HTTPMethodNotAllowed):
-            return web.Response(status=204, headers={  # a preflight (Fetch standard, CORS)
-                "Access-Control-Allow-Methods": ", ".join(sorted(refusal.allowed_methods)),
-                "Access-Control-Allow-Headers": "Authorization, Content-Type",
-                "Access-Control-Max-Age": "86400"})
-        if refusal is not None:
-            raise refusal
-        if request.method == "POST":
-            forms = request.path in FORM_ROUTES
-            # A bodiless POST sends its fields in the query string (as deep-translator does).
-            if request.content_type != "application/json" and not (forms and (
-                    request.content_type in libre.FORM_TYPES or not request.body_exists)):
-                also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
-                raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
-                                   f"'application/json'{also}", 415)
-            if origin is not None and not (cors or _same_origin(origin, host)):
-                raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
-                                   f"answers POSTs from its own page, --cors-origin pages "
-                                   f"and clients that are not web pages", 403)
-            try:
-                await asyncio.wait_for(request.read(), transport.read_timeout_s)
-            except asyncio.TimeoutError:
-                raise RequestError(f"the body was not received within "
-                                   f"{transport.read_timeout_s:g} s (--read-timeout)",
-                                   408, {"Connection": "close"}) from None
-        return await handler(request)
+        connections = request.app[CONNECTIONS]
+        connections.busy(request.transport)
+        try:
+            return await _guarded(request, handler, transport)
+        finally:
+            connections.idle(request.transport)
 
     return middleware
+
+
+async def _guarded(request: web.Request, handler, transport: Transport) -> web.StreamResponse:
+    """`_guard`'s checks of `request`, then its `handler`'s answer."""
+    host = request.host or ""
+    name = _host_name(host)
+    if not _allowed_host(name, transport.allowed_hosts):
+        raise RequestError(f"Host {host[:80]!r} is not this server's: it serves "
+                           f"{_served_hosts(transport.allowed_hosts)}; to serve this name "
+                           f"too (a reverse proxy's, a Docker service's), start it with "
+                           f"--allowed-host {name[:80]}", 421)
+    refusal = request.match_info.http_exception  # 404, 405: said before the body
+    origin = request.headers.get("Origin")
+    cors = origin is not None and origin_matches(origin, transport.cors_origins)
+    if cors and request.method == "OPTIONS" and isinstance(refusal, web.HTTPMethodNotAllowed):
+        return web.Response(status=204, headers={  # a preflight (Fetch standard, CORS)
+            "Access-Control-Allow-Methods": ", ".join(sorted(refusal.allowed_methods)),
+            "Access-Control-Allow-Headers": "Authorization, Content-Type",
+            "Access-Control-Max-Age": "86400"})
+    if refusal is not None:
+        raise refusal
+    if request.method == "POST":
+        forms = request.path in FORM_ROUTES
+        # A bodiless POST sends its fields in the query string (as deep-translator does).
+        if request.content_type != "application/json" and not (forms and (
+                request.content_type in libre.FORM_TYPES or not request.body_exists)):
+            also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
+            raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
+                               f"'application/json'{also}", 415)
+        if origin is not None and not (cors or _same_origin(origin, host)):
+            raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
+                               f"answers POSTs from its own page, --cors-origin pages "
+                               f"and clients that are not web pages", 403)
+        try:
+            await asyncio.wait_for(request.read(), transport.read_timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestError(f"the body was not received within "
+                               f"{transport.read_timeout_s:g} s (--read-timeout)",
+                               408, {"Connection": "close"}) from None
+    return await handler(request)
 
 
 def _host_name(host: str) -> str:
@@ -321,9 +373,10 @@ def _same_origin(origin: str, host: str) -> bool:
     return origin.lower() in (f"http://{host}".lower(), f"https://{host}".lower())
 
 
-async def _search(served: Served, job) -> list:
-    """The hypotheses of `job`'s lines from `served`'s batcher; the job dropped if the client
-    goes or its deadline (--request-timeout) passes (504)."""
+async def _search(served: Served, job, client: str) -> list:
+    """The hypotheses of `job`'s lines from `served`'s batcher, in `client`'s share of its
+    turns; the job dropped if the client goes or its deadline (--request-timeout) passes
+    (504)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -341,7 +394,7 @@ async def _search(served: Served, job) -> list:
         except RuntimeError:  # the loop is closed: nobody waits
             pass
 
-    pending = served.batcher.submit(job, done)
+    pending = served.batcher.submit(job, done, client)
     timeout = served.limits.request_timeout_s
     try:
         return await asyncio.wait_for(future, timeout)
@@ -367,16 +420,16 @@ async def _translate(request: web.Request) -> web.Response:
     service: Service = request.app[SERVICE]
     body = await request.read()
 
-    def check() -> tuple[Served, Job]:
+    def check() -> tuple[str, Served, Job]:
         data = read_json_object(body)
-        _admit(request, data.pop("api_key", None), data.get("text"))
+        client = _admit(request, data.pop("api_key", None), data.get("text"))
         served = service.pairs.find_fields(data)
         # Its routing fields, taken out, listed among the fields an unknown one is told.
         data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
-        return served, job_of(data, served.model())
+        return client, served, job_of(data, served.model())
 
-    served, job = await asyncio.to_thread(check)
-    results = await _search(served, job)
+    client, served, job = await _checked(request, check)
+    results = await _search(served, job, client)
     return await asyncio.to_thread(_translations, served, job, results)
 
 
@@ -397,20 +450,34 @@ async def _libre_translate(request: web.Request) -> web.Response:
     service.pairs.told()
     body = await request.read()
 
-    def check() -> libre.Translation:
+    def check() -> tuple[str, libre.Translation]:
         fields = _libre_fields(request, body)
-        _admit(request, fields.get("api_key"), fields.get("q"))
-        return libre.translation(fields, service.pairs, service.detector)
+        client = _admit(request, fields.get("api_key"), fields.get("q"))
+        return client, libre.translation(fields, service.pairs, service.detector)
 
-    translation = await asyncio.to_thread(check)
-    results = await _search(translation.served, translation.job) if translation.job else []
+    client, translation = await _checked(request, check)
+    results = await _search(translation.served, translation.job, client) \
+        if translation.job else []
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
-def _admit(request: web.Request, key, texts) -> None:
+def _address(request: web.Request) -> str:
+    """The address `request` counts as (`Access.address_of`)."""
+    return request.app[SERVICE].access.address_of(
+        request.remote or "", request.headers.getall("X-Forwarded-For", []))
+
+
+async def _checked(request: web.Request, check: Callable[[], T]) -> T:
+    """`check()` (what reads and checks `request`'s body) in its client's turn of the
+    server's check pool."""
+    return await request.app[SERVICE].checks.run(_address(request), check)
+
+
+def _admit(request: web.Request, key, texts) -> str:
     """Let a request of `texts` (its field 'q' or 'text', as sent) through the server's api
     keys and limits (`Access.admit`): its key is `key` (its field 'api_key', a string), else an
-    `Authorization: Bearer KEY` header's.
+    `Authorization: Bearer KEY` header's. Returns the client it counts as (its known key, or
+    its address).
 
     Raises:
         RequestError: a key that is no string (400), or see `Access.admit`.
@@ -420,10 +487,8 @@ def _admit(request: web.Request, key, texts) -> None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if not key and scheme.lower() == "bearer":
         key = token.strip()
-    access = request.app[SERVICE].access
-    address = access.address_of(request.remote or "",
-                                request.headers.getall("X-Forwarded-For", []))
-    access.admit(key or None, address, request.headers.get("Origin"), texts)
+    return request.app[SERVICE].access.admit(key or None, _address(request),
+                                             request.headers.get("Origin"), texts)
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
@@ -441,7 +506,7 @@ async def _libre_detect(request: web.Request) -> web.Response:
         _admit(request, fields.get("api_key"), fields.get("q"))
         return _json(libre.detect_text(fields, service.detector, service.pairs.first.limits))
 
-    return await asyncio.to_thread(detect)
+    return await _checked(request, detect)
 
 
 async def _parse(request: web.Request) -> web.Response:
@@ -456,13 +521,13 @@ async def _parse(request: web.Request) -> web.Response:
 
     def prepare():
         data = read_json_object(body)
-        _admit(request, data.pop("api_key", None), data.get("text"))
+        client = _admit(request, data.pop("api_key", None), data.get("text"))
         job = parse_job(data, served.model())
         words = [sentence_words(line) for line in job.lines]
-        return dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
+        return client, dataclasses.replace(job, lines=[" ".join(w) for w in words]), words
 
-    job, words = await asyncio.to_thread(prepare)
-    results = await _search(served, job)
+    client, job, words = await _checked(request, prepare)
+    results = await _search(served, job, client)
     return await asyncio.to_thread(_trees, job, words, results)
 
 
@@ -550,6 +615,12 @@ class _HalfOpen(RequestHandler):
     after its request (`shutdown(SHUT_WR)`, as `nc -N` does)."""
 
     __slots__ = ()
+    connections: Connections | None = None  # told of each connection made (`_Site`)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.connections is not None:
+            self.connections.opened(transport)
 
     def eof_received(self) -> bool:
         # Kept open (True) unless idle: waiting for a request with none received (aiohttp's
@@ -559,8 +630,9 @@ class _HalfOpen(RequestHandler):
 
 
 class _Site(web.BaseSite):
-    """A TCP site whose connections past `Transport.max_connections` are answered 503 and
-    closed, and kept open after the client's end of sending (`_HalfOpen`)."""
+    """A TCP site whose connections past `Transport.max_connections` take the place of the
+    longest idle (`Connections`), or are answered 503 and closed when none has been idle for a
+    second; they are kept open after the client's end of sending (`_HalfOpen`)."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int, transport: Transport):
         super().__init__(runner)
@@ -573,12 +645,16 @@ class _Site(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         server = self._runner.server
+        connections = self._runner.app[CONNECTIONS]
+        handler_class = type("_SiteHandler", (_HalfOpen,),
+                             {"__slots__": (), "connections": connections})
 
         def connection():
-            if len(server.connections) >= self._transport.max_connections:
+            if len(server.connections) >= self._transport.max_connections \
+                    and not connections.close_idlest():
                 return _Refused()
             handler = server()
-            handler.__class__ = _HalfOpen
+            handler.__class__ = handler_class
             return handler
 
         self._server = await asyncio.get_running_loop().create_server(

@@ -11,6 +11,11 @@ A turn's lines are sorted by length into vtx's padded batches (`decoding.padded_
 searched one after the other, each job told its hypotheses as soon as its last line is searched.
 `searchers` threads take turns at once (`--search-threads`): while one waits on a search's
 operations, the other's turn has the cores its host work leaves idle.
+Turns are shared among clients (a request's key, or its address: `vtx.serve.access`), not
+among requests: the next turn is led by the oldest job of the client whose searches have cost
+least so far (start-time fair queueing over the cost of `vtx.serve.requests`, a client coming
+back starting at the least cost of those waiting), so a client whose requests cost much, or who
+sends many, takes no more of the search than any other while others wait.
 Each line keeps its index in its own request as its line id, so that a request's hypotheses are
 those `vtx translate` gives for its lines alone, whatever shares the batch (sampling's per-line
 seeds included; scores agree to the rounding of a batch's matrix products). A job whose client
@@ -72,6 +77,7 @@ class Pending:
     job: Job
     done: Done
     arrived: float  # time.monotonic(); 0 once a turn took some of its lines
+    client: str = ""  # whose turns it takes: its key, or its address
     taken: int = 0  # its lines [0, taken) are searched or being searched
     results: list = dataclasses.field(default_factory=list)
     dropped: bool = False  # its client went away or its deadline passed: tell it nothing
@@ -120,6 +126,9 @@ class Batcher:
         self.max_queue_cost, self.turn_rows = max_queue_cost, turn_rows
         self.metrics.search_traces = translators.traces
         self._pending: list[Pending] = []
+        # The cost each client's searches took (`_take`), of those over the least of the
+        # clients waiting: the others' would start there anyway.
+        self._served: dict[str, int] = {}
         self._changed = threading.Condition()
         self._closing = False
         self._drain_until = float("inf")  # time.monotonic() past which a stop drops the queue
@@ -139,8 +148,9 @@ class Batcher:
     def _queued_cost(self) -> int:
         return sum(sum(p.job.line_costs[p.taken:]) for p in self._pending)
 
-    def submit(self, job: Job, done: Done) -> Pending:
-        """Queue `job`; `done` is called on the search's thread with its hypotheses per line.
+    def submit(self, job: Job, done: Done, client: str = "") -> Pending:
+        """Queue `job` of `client` (its key or address: whose share of the turns it takes);
+        `done` is called on the search's thread with its hypotheses per line.
 
         Raises:
             RequestError: 503 (with Retry-After) when the queue is full or the server stops.
@@ -158,7 +168,7 @@ class Batcher:
                 raise RequestError(f"the queue is full: searches of cost {cost} wait, at most "
                                    f"{self.max_queue_cost} (--max-queue-cost); retry later",
                                    503, {"Retry-After": "1"})
-            pending = Pending(job, done, time.monotonic())
+            pending = Pending(job, done, time.monotonic(), client)
             self._pending.append(pending)
             self._changed.notify()
         return pending
@@ -203,7 +213,7 @@ class Batcher:
                         return None
                     self._changed.wait()
                     continue
-                head = self._pending[0]
+                head = self._next()
                 same = [p for p in self._pending if p.job.options == head.job.options]
                 # A job a turn has served waits no more (its `arrived` is 0).
                 left = min(p.arrived for p in same) + self.wait_s - time.monotonic()
@@ -212,12 +222,29 @@ class Batcher:
                         >= self.max_tokens):
                     break
                 self._changed.wait(left)
-            turn = self._fill(same)
+            # The leader first, then the jobs of the clients served least (in queue order).
+            turn = self._fill(sorted(same, key=lambda p: (p is not head,
+                                                          self._served.get(p.client, 0))))
             taken = [pending for pending, _, _ in turn.parts]
+            for pending, start, stop in turn.parts:
+                self._served[pending.client] = (self._served.get(pending.client, 0)
+                                                + sum(pending.job.line_costs[start:stop]))
             # Round robin: jobs with lines left go behind those this turn did not serve.
             self._pending = ([p for p in self._pending if p not in taken]
                              + [p for p in taken if p.waiting])
+            if not self._pending:  # nobody waited for another: no share to keep
+                self._served.clear()
             return turn
+
+    def _next(self) -> Pending:
+        """The job that leads the next turn (the lock held, some job waiting): the oldest of
+        the client whose searches cost least; a client not waiting has its cost forgotten once
+        it is no more than the least of the waiting clients' (coming back, it starts there)."""
+        waiting = {pending.client for pending in self._pending}
+        least = min(self._served.get(client, 0) for client in waiting)
+        self._served = {client: cost - least for client, cost in self._served.items()
+                        if cost > least or client in waiting}
+        return min(self._pending, key=lambda p: self._served.get(p.client, 0))
 
     def _fill(self, jobs: list[Pending]) -> Turn:
         """A turn of the waiting lines of `jobs` (of one search's settings), oldest first,

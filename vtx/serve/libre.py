@@ -167,6 +167,8 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     alternatives = _alternatives(fields, limits)
     served, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
+    if text_format == "html":
+        _check_markup(texts, limits)
     # A text in the target language already, or of no letter, is answered as it is.
     searched = [served is not None and _has_letters(text) and (
         detected is None or pairs.code(detected[index]["language"]) != target)
@@ -222,6 +224,14 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
         raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
                            f"the texts of each language in a request of their own")
     return next(iter(found.values()), None), detected
+
+
+def _check_markup(texts: list[str], limits: Limits) -> None:
+    """Refuse html texts of more markup ('<') than --max-html-tags (what their reading costs)."""
+    tags = sum(text.count("<") for text in texts)
+    if tags > limits.max_html_tags:
+        raise RequestError(f"Invalid request: q's html holds {tags} tags ('<'), over the "
+                           f"server's limit of {limits.max_html_tags} (--max-html-tags)")
 
 
 def _has_letters(text: str) -> bool:

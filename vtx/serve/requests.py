@@ -46,6 +46,7 @@ class Limits:
     max_constraints: int = 32  # constraint phrases a line (given and from glossaries)
     max_glossary_pairs: int = 1000  # pairs of a request's own glossary
     max_term_chars: int = 256  # characters of a glossary term
+    max_html_tags: int = 10_000  # markup ('<') of a request's html texts together
     # The cost a request may have; None: that of --max-lines lines of --max-line-tokens pieces
     # searched with the server's default beam.
     max_request_cost: int | None = None
@@ -58,7 +59,7 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_beam", "max_lines", "max_line_tokens", "max_line_chars",
                      "max_constraints", "max_glossary_pairs", "max_term_chars",
-                     "max_request_cost", "max_queue", "max_queue_cost", "search_threads"):
+                     "max_html_tags", "max_request_cost", "max_queue", "max_queue_cost", "search_threads"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ArgumentError("{" + name + "} must be >= 1, got {value}",
                                     value=getattr(self, name))
