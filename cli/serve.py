@@ -49,6 +49,19 @@ def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
     return models
 
 
+def _suggestions(ctx, param, path: str | None):
+    """Click callback of --suggestions: the file opened for appending (None: no flag)."""
+    from vtx.serve.suggestions import Suggestions
+
+    if path is None:
+        return None
+    try:
+        return Suggestions(path)
+    except OSError as error:
+        raise click.BadParameter(f"{path!r}: cannot append to it ({error.strerror})",
+                                 param=param) from None
+
+
 ENV_PREFIX = "VTX_SERVE_"
 
 
@@ -176,10 +189,11 @@ class ServeCommand(TensorFlowCommand):
               "/languages) answer with it and --target-lang only.")
 @click.option("--target-lang", help="The model's target language, e.g. 'de' (with --source-lang).")
 @click.option("--api-keys", "api_keys_path", type=click.Path(exists=True, dir_okay=False),
-              help="A file of api keys, one a line: the routes that translate, detect or parse "
-                   "then answer 403 to a request without one. A request sends it as its "
-                   "'api_key' field or an 'Authorization: Bearer KEY' header. A key's line may "
-                   "give its own limits: 'KEY req_limit=120 char_limit=5000' (0: none).")
+              help="A file of api keys, one a line: the routes that translate, detect, parse "
+                   "or take suggestions then answer 403 to a request without one. A request "
+                   "sends it as its 'api_key' field or an 'Authorization: Bearer KEY' header. "
+                   "A key's line may give its own limits: 'KEY req_limit=120 char_limit=5000' "
+                   "(0: none).")
 @click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
               help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
                    "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "
@@ -187,8 +201,9 @@ class ServeCommand(TensorFlowCommand):
                    "it guards nothing. Repeat for several.")
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Texts a minute each api key of --api-keys, or each address, may send to "
-                   "the routes that translate, detect or parse (429 past it). A request costs "
-                   "its number of texts (of 'q' or 'text'), at least 1; 0: no limit.")
+                   "the routes that translate, detect, parse or take suggestions (429 past "
+                   "it). A request costs its number of texts (of 'q' or 'text'), at least 1; "
+                   "0: no limit.")
 @click.option("--char-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Characters a request's texts may hold together (LibreTranslate's "
                    "--char-limit; 400 past it, and /frontend/settings says it); 0: no limit.")
@@ -205,6 +220,12 @@ class ServeCommand(TensorFlowCommand):
               help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
                    "counts as the address its X-Forwarded-For names (the right-most that is no "
                    "trusted proxy); from anyone else the header is ignored. Repeat for several.")
+@click.option("--suggestions", type=click.Path(dir_okay=False), metavar="FILE",
+              callback=_suggestions,
+              help="Append each suggestion of LibreTranslate's POST /suggest to FILE, a JSON "
+                   "line of q, s, source, target and time (nothing of its sender); without it, "
+                   "/suggest answers 403. The file grows to 64 MiB at most (then 507); "
+                   "q and s each of --max-line-chars at most; keys and limits as /translate.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
@@ -214,12 +235,13 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
           char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
-          jit, precision, quantize):
+          suggestions, jit, precision, quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
-    /metrics, a page at /, and LibreTranslate's API (POST /translate, /detect, GET /languages,
-    /frontend/settings); one model (--checkpoint) or several language pairs (--model). Stops
-    on SIGTERM once the requests in flight are answered (--drain-seconds at most). Listens on
-    loopback by default: put it behind a reverse proxy for anything else (docs/serving.md)."""
+    /metrics, /spec, a page at /, and LibreTranslate's API (POST /translate, /detect, /suggest,
+    GET /languages, /frontend/settings); one model (--checkpoint) or several language pairs
+    (--model). Stops on SIGTERM once the requests in flight are answered (--drain-seconds at
+    most). Listens on loopback by default: put it behind a reverse proxy for anything else
+    (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
@@ -271,7 +293,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                                 log=lambda message: click.echo(message, err=True),
                                 named=(lambda pair: f"--model {pair.name}={{}}")
                                 if pair_models else lambda pair: "--checkpoint {}",
-                                precision=chosen)
+                                precision=chosen, suggestions=suggestions)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

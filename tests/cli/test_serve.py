@@ -39,6 +39,9 @@ def test_each_flag_may_come_from_the_environment_and_the_command_line_wins(train
                                 "(from VTX_SERVE_MAX_BEAM='0')"),
     ("VTX_SERVE_MODEL", "en-de", "Invalid value for '--model': 'en-de': give PAIR=PATH, e.g. "
                                  "en-de=run/ (from VTX_SERVE_MODEL='en-de')"),
+    ("VTX_SERVE_SUGGESTIONS", "/no/such/dir/s.jsonl", "Invalid value for '--suggestions': "
+     "'/no/such/dir/s.jsonl': cannot append to it (No such file or directory) (from "
+     "VTX_SERVE_SUGGESTIONS="),
 ])
 def test_a_refused_environment_value_names_its_variable(variable, value, message):
     result = CliRunner().invoke(main, ["serve"], env={variable: value})

@@ -24,11 +24,18 @@ FLOAT32 = ("--precision", "float32")
 
 
 @pytest.fixture(scope="module")
-def server(trained_checkpoint, tmp_path_factory):
+def suggestions(tmp_path_factory):
+    """The --suggestions file of `server` (not made yet)."""
+    return tmp_path_factory.mktemp("suggestions") / "suggestions.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(trained_checkpoint, tmp_path_factory, suggestions):
     keys = tmp_path_factory.mktemp("keys") / "api_keys.txt"
     keys.write_text(f"# the test's client\n{KEY}\n")
     process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
                             "--target-lang", "de", "--api-keys", keys, "--batch-wait-ms", 1,
+                            "--suggestions", suggestions,
                             "--max-lines", 8, "--max-queue", 64, "--max-beam", 4, *FLOAT32,
                             "--keyless-origin", "http://127.0.0.1:*", "--cors-origin",
                             "moz-extension://*", "--cors-origin", "chrome-extension://*")
@@ -408,6 +415,7 @@ def test_frontend_settings_name_the_pair(server):
     assert settings["language"] == {"source": {"code": "en", "name": "English"},
                                     "target": {"code": "de", "name": "German"}}
     assert settings["apiKeys"] is True and settings["keyRequired"] is True
+    assert settings["suggestions"] is True  # --suggestions
 
 
 def test_an_address_past_req_limit_gets_429_and_a_server_without_languages_says_so(
@@ -443,8 +451,7 @@ def open_server(trained_checkpoint):
 
 
 # LibreTranslate 1.9.6's API tests (libretranslate/tests/test_api/), sent over HTTP as its
-# Flask test client sends them; its pair en-es is this server's en-de. Its two tests of /spec
-# are left out: vtx has no /spec (docs/serving.md lists the difference).
+# Flask test client sends them; its pair en-es is this server's en-de.
 TRANSLATE = {"q": "Hello", "source": "en", "target": "de", "format": "text"}
 LIBRETRANSLATE_API_TESTS = {
     "test_api_detect_language": ("POST", "/detect", {"data": {"q": "Hello"}}, 200,
@@ -470,6 +477,8 @@ LIBRETRANSLATE_API_TESTS = {
     "test_api_translate_missing_parameter": (
         "POST", "/translate", {"data": {**TRANSLATE, "q": None}}, 400,
         lambda reply: reply["error"] == "Invalid request: missing q parameter"),
+    "test_api_get_spec": ("GET", "/spec", {}, 200, lambda reply: reply["swagger"] == "2.0"),
+    "test_api_get_spec_must_fail_bad_request_type": ("POST", "/spec", {}, 405, None),
 }
 
 
@@ -481,3 +490,71 @@ def test_libretranslate_s_own_api_tests_pass(open_server, name):
     reply = requests.request(method, open_server.url + path, timeout=300, **sent)
     assert reply.status_code == status, reply.text
     assert check is None or check(reply.json()), reply.text
+
+
+SUGGESTION = {"q": "A man.", "s": "Ein Mann.", "source": "en", "target": "de"}
+
+
+def test_suggest_is_disabled_without_the_flag(open_server):
+    status, _, reply = request(open_server.url + "/suggest", SUGGESTION)
+    assert (status, reply) == (403, {"error": "Suggestions are disabled on this server."})
+    assert request(open_server.url + "/frontend/settings")[2]["suggestions"] is False
+
+
+def test_suggestions_are_appended_as_json_lines_behind_the_keys(server, suggestions):
+    url = server.url + "/suggest"
+    assert request(url, SUGGESTION)[0] == 403  # no key
+    for headers in ({}, {"Authorization": f"Bearer {KEY}"}):
+        status, _, reply = request(url, {**SUGGESTION, "api_key": KEY} if not headers
+                                   else SUGGESTION, headers=headers)
+        assert (status, reply) == (200, {"success": True})
+    status, _, reply = request(url, form({**SUGGESTION, "q": "Zwei Hunde.", "s": "Two dogs.",
+                                          "source": "de", "target": "en", "api_key": KEY}),
+                               headers=FORM)
+    assert (status, reply) == (200, {"success": True})
+    for body, reason in (({**SUGGESTION, "s": 5}, "field 's': expected a string, got 5"),
+                         ({**SUGGESTION, "s": ""}, "Invalid request: missing s parameter"),
+                         ({**SUGGESTION, "target": "fr"}, '"fr" is not supported'),
+                         ({**SUGGESTION, "q": "a" * 10_001}, "field 'q': 10001 characters")):
+        status, _, reply = request(url, {**body, "api_key": KEY})
+        assert status == 400 and reply["error"].startswith(reason), reply
+    lines = [json.loads(line) for line in suggestions.read_text(encoding="utf-8").splitlines()]
+    assert [{k: v for k, v in line.items() if k != "time"} for line in lines] == [
+        SUGGESTION, SUGGESTION, {"q": "Zwei Hunde.", "s": "Two dogs.", "source": "de",
+                                 "target": "en"}]
+    assert all(set(line) == {*SUGGESTION, "time"} and line["time"].endswith("Z")
+               for line in lines)
+
+
+# A request that holds every required field of a route, each of its kind.
+REQUIRED = {"/translate": {"q": "A man.", "source": "en", "target": "de"},
+            "/detect": {"q": "A man."}, "/suggest": SUGGESTION,
+            "/v1/translate": {"text": ["A man."]}}
+
+
+def test_spec_declares_every_route_and_the_fields_the_routes_read(server):
+    status, _, spec = request(server.url + "/spec")
+    assert status == 200 and spec["swagger"] == "2.0"
+    assert {(path, method) for path, methods in spec["paths"].items() for method in methods} == {
+        ("/", "get"), ("/v1/translate", "post"), ("/v1/parse", "post"), ("/v1/info", "get"),
+        ("/translate", "post"), ("/detect", "post"), ("/suggest", "post"),
+        ("/languages", "get"), ("/frontend/settings", "get"), ("/health", "get"),
+        ("/metrics", "get"), ("/spec", "get")}
+    for path, fields in REQUIRED.items():
+        parameters = spec["paths"][path]["post"]["parameters"]
+        if parameters[0]["in"] == "body":
+            schema = parameters[0]["schema"]
+            required, names = schema["required"], list(schema["properties"])
+        else:
+            required = [p["name"] for p in parameters if p["required"]]
+            names = [p["name"] for p in parameters]
+        assert sorted(required) == sorted(fields), path
+        # Each required field missing gets 400 naming it; all of them, an answer.
+        for name in required:
+            body = {key: value for key, value in fields.items() if key != name}
+            status, _, reply = request(server.url + path, {**body, "api_key": KEY})
+            assert status == 400 and name in reply["error"], (path, name, reply)
+        assert request(server.url + path, {**fields, "api_key": KEY})[0] == 200, path
+        if path == "/v1/translate":  # the fields it takes are the spec's
+            reply = request(server.url + path, {**fields, "api_key": KEY, "x": 1})[2]
+            assert reply["error"].split("the fields are: ")[1].split(", ") == names

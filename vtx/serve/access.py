@@ -1,6 +1,6 @@
-"""Who may use the routes of `vtx serve` that translate, detect or parse, and how often: api
-keys (`--api-keys FILE`) and a rate limit (`--req-limit`, texts a minute), as
-LibreTranslate's flags of those names, and the origins whose requests need no key
+"""Who may use the routes of `vtx serve` that translate, detect, parse or take suggestions,
+and how often: api keys (`--api-keys FILE`) and a rate limit (`--req-limit`, texts a minute),
+as LibreTranslate's flags of those names, and the origins whose requests need no key
 (`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
 The limit counts each known key's requests apart, and all others by the address they come

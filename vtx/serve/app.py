@@ -22,13 +22,15 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
                         -> {"trees": [{"id", "source", "tree"}]}  (a parsing model only)
     GET /v1/info        the model, vocabulary, default settings and limits; under "pairs",
                         those of each language pair served (`vtx.serve.pairs`)
-    POST /translate, POST /detect, GET /languages, GET /frontend/settings
+    POST /translate, POST /detect, POST /suggest, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): fields from the query string
                         and a JSON or form body
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
-The routes that translate, detect or parse take api keys and a rate limit (`vtx.serve.access`):
-a key as the field "api_key" or an `Authorization: Bearer` header.
+    GET /spec           the routes and their fields, Swagger 2.0 (`vtx.serve.spec`)
+The routes that translate, detect, parse or take suggestions take api keys and a rate limit
+(`vtx.serve.access`): a key as the field "api_key" or an `Authorization: Bearer` header. Every
+route is declared in `ROUTES`, which the app registers and GET /spec says.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import Callable, Sequence, TypeVar
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
+from vtx import __version__
 from vtx.errors import ArgumentError
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.glossary import Glossary
@@ -61,13 +64,31 @@ from vtx.serve.checks import CheckPool
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
-from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, RequestError, check_body,
-                                check_field, job_of, parse_job, read_json_object)
+from vtx.serve.requests import (PARSE_FIELDS, TRANSLATE_FIELDS, Job, Limits, RequestError,
+                                check_body, check_field, job_of, parse_job, read_json_object)
+from vtx.serve.spec import Route, swagger
+from vtx.serve.suggestions import Suggestions
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+API_KEY = dataclasses.replace(libre.API_KEY, where="json")  # /v1's, from its JSON only
+V1_TRANSLATE = Route("POST", "/v1/translate", "Translate lines with vtx's search settings",
+                     "{translations: [{id, source, hypotheses}]}",
+                     (*TRANSLATE_FIELDS, *ROUTE_FIELDS, API_KEY))
+ROUTES = (
+    Route("GET", "/", "A page to try the server", "HTML", produces="text/html"),
+    V1_TRANSLATE,
+    Route("POST", "/v1/parse", "Parse sentences (a parsing model only)",
+          "{trees: [{id, source, tree}]}", (*PARSE_FIELDS, API_KEY)),
+    Route("GET", "/v1/info", "The models, settings and limits",
+          "{model, vocabulary, settings, limits, pairs}"),
+    *libre.ROUTES,
+    Route("GET", "/health", "Whether the server is up", "{status: ok}"),
+    Route("GET", "/metrics", "Prometheus counters", "Prometheus text", produces="text/plain"),
+    Route("GET", "/spec", "This document", "Swagger 2.0"))
 # The routes that take a form as well as JSON (as LibreTranslate's do).
-FORM_ROUTES = ("/translate", "/detect")
+FORM_ROUTES = tuple(route.path for route in ROUTES
+                    if any(field.where == "form" for field in route.fields))
 T = TypeVar("T")
 
 
@@ -108,6 +129,7 @@ class Service:
     detector: Detector = dataclasses.field(default_factory=Detector)
     # where request bodies are read and checked, each client's in its turn
     checks: CheckPool = dataclasses.field(default_factory=CheckPool)
+    suggestions: Suggestions | None = None  # where POST /suggest appends; None: it answers 403
 
     def batchers(self) -> list[Batcher]:
         return [served.batcher for served in self.pairs.served]
@@ -192,20 +214,25 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     app[SERVICE] = service
     app[CONNECTIONS] = Connections()
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
-    app.router.add_get("/", _get(lambda: web.Response(text=page, content_type="text/html",
-                                                      charset="utf-8")))
-    app.router.add_get("/health", _get(lambda: web.json_response({"status": "ok"})))
-    app.router.add_get("/metrics", _get(lambda: web.Response(
-        body=service.metrics.text().encode(),
-        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})))
-    app.router.add_get("/v1/info", _get(lambda: web.json_response(service.info())))
-    app.router.add_post("/v1/translate", _translate)
-    app.router.add_post("/v1/parse", _parse)
-    app.router.add_post("/translate", _libre_translate)
-    app.router.add_post("/detect", _libre_detect)
-    app.router.add_get("/languages", _get(lambda: web.json_response(service.languages())))
-    app.router.add_get("/frontend/settings", _get(lambda: web.json_response(
-        libre.frontend_settings(service.pairs, service.access))))
+    spec = swagger(ROUTES, __version__)
+    handlers = {
+        "/": _get(lambda: web.Response(text=page, content_type="text/html", charset="utf-8")),
+        "/health": _get(lambda: web.json_response({"status": "ok"})),
+        "/metrics": _get(lambda: web.Response(
+            body=service.metrics.text().encode(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})),
+        "/v1/info": _get(lambda: web.json_response(service.info())),
+        "/v1/translate": _translate, "/v1/parse": _parse,
+        "/translate": _libre_translate, "/detect": _libre_detect, "/suggest": _suggest,
+        "/languages": _get(lambda: web.json_response(service.languages())),
+        "/frontend/settings": _get(lambda: web.json_response(libre.frontend_settings(
+            service.pairs, service.access, service.suggestions is not None))),
+        "/spec": _get(lambda: web.json_response(spec))}
+    for route in ROUTES:  # each route of the declaration, and no other
+        add = app.router.add_get if route.method == "GET" else app.router.add_post
+        add(route.path, handlers.pop(route.path))
+    if handlers:
+        raise ValueError(f"handlers of routes not in ROUTES: {', '.join(handlers)}")
 
     async def start(app):
         for batcher in service.batchers():
@@ -425,7 +452,7 @@ async def _translate(request: web.Request) -> web.Response:
         client = _admit(request, data.pop("api_key", None), data.get("text"))
         served = service.pairs.find_fields(data)
         # Its routing fields, taken out, listed among the fields an unknown one is told.
-        data = check_body(data, {**TRANSLATE_FIELDS, **ROUTE_FIELDS}, served.limits)
+        data = check_body(data, V1_TRANSLATE.fields, served.limits)
         return client, served, job_of(data, served.model())
 
     client, served, job = await _checked(request, check)
@@ -483,7 +510,7 @@ def _admit(request: web.Request, key, texts) -> str:
         RequestError: a key that is no string (400), or see `Access.admit`.
     """
     if key is not None:
-        check_field("api_key", key, "a string")
+        check_field(API_KEY.name, key, API_KEY.kind)
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if not key and scheme.lower() == "bearer":
         key = token.strip()
@@ -507,6 +534,21 @@ async def _libre_detect(request: web.Request) -> web.Response:
         return _json(libre.detect_text(fields, service.detector, service.pairs.first.limits))
 
     return await _checked(request, detect)
+
+
+async def _suggest(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    if service.suggestions is None:  # LibreTranslate's words
+        raise RequestError("Suggestions are disabled on this server.", 403)
+    body = await request.read()
+
+    def suggest() -> web.Response:
+        fields = _libre_fields(request, body)
+        _admit(request, fields.get("api_key"), fields.get("q"))
+        service.suggestions.add(libre.suggestion(fields, service.pairs))
+        return _json({"success": True})
+
+    return await _checked(request, suggest)
 
 
 async def _parse(request: web.Request) -> web.Response:
@@ -556,14 +598,15 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   access: Access | None = None,
                   log: Callable[[str], None] = lambda message: None,
                   named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}",
-                  precision: DecodingPrecision = DecodingPrecision()) -> Service:
+                  precision: DecodingPrecision = DecodingPrecision(),
+                  suggestions: Suggestions | None = None) -> Service:
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
     (`vtx.inference.glossary`); `access`: the api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
-    and quantization the models are built in.
+    and quantization the models are built in; `suggestions`: where POST /suggest appends.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
@@ -595,7 +638,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     pairs = Pairs(served)
     metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),
-                   Detector(tuple(pairs.languages())))
+                   Detector(tuple(pairs.languages())), suggestions)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

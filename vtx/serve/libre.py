@@ -7,8 +7,13 @@ into a `Job` of the server's batcher, and its answers.
                      own)} -> {translatedText: text or [texts], alternatives: [...] (with n > 0),
                      detectedLanguage: {confidence, language} (with "auto"), or a list of them}
     POST /detect     {q: text or [texts], api_key} -> [{confidence, language}]
+    POST /suggest    {q, s (its better translation), source, target, api_key} ->
+                     {success: true}, the suggestion appended to --suggestions FILE
     GET /languages   [{code, name, targets}]
     GET /frontend/settings
+
+Each route and its fields are declared once, in `ROUTES`: the fields are read by them
+(`read_value`), and GET /spec says them.
 
 A text is cut into its sentences (`vtx.serve.documents`), each one line of the job, so that a
 long text is searched in the shared batches as a file of lines is; the request's limits
@@ -28,14 +33,47 @@ from vtx.serve.access import Access
 from vtx.serve.documents import Document, html_document, text_document
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
-from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, Model, RequestError,
-                                check_field, job_of, read_json_object, shown)
+from vtx.serve.requests import (Job, Limits, Model, RequestError, check_chars, check_field,
+                                job_of, read_json_object, shown)
+from vtx.serve.spec import Field, Route
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 # The field of a refusal about one of the job's lines.
 SENTENCES_FIELD = "q's sentences"
 # Texts shorter than this are detected with the request's other texts (as LibreTranslate does).
 SHORT_TEXT = 40
+
+API_KEY = Field("api_key", "a string", "an api key of --api-keys (or an 'Authorization: Bearer "
+                "KEY' header)")
+TEXTS = "a string or a list of strings"
+TRANSLATE = Route("POST", "/translate", "Translate text", "{translatedText, alternatives, "
+                  "detectedLanguage}: of each text where q is a list", (
+    Field("q", TEXTS, "the text to translate (in JSON, a list of texts)", required=True),
+    Field("source", "a string", "the source language's code, or auto to detect it",
+          required=True),
+    Field("target", "a string", "the target language's code", required=True),
+    Field("format", "a string", "the format of q", default="text", choices=("text", "html")),
+    Field("alternatives", "an integer", "alternative translations wanted", default=0),
+    API_KEY,
+    Field("glossary", "a list of [source, target] pairs", "vtx's own: term pairs the "
+          "translation keeps (in a form, as JSON text)")), tag="libretranslate")
+DETECT = Route("POST", "/detect", "Detect the language of text", "[{confidence, language}], "
+               "likeliest first", (
+    Field("q", TEXTS, "the text (in JSON, a list of texts, detected together)", required=True),
+    API_KEY), tag="libretranslate")
+SUGGEST = Route("POST", "/suggest", "Suggest a better translation (with --suggestions)",
+                "{success: true}; 403 where suggestions are disabled", (
+    Field("q", "a string", "the original text", required=True),
+    Field("s", "a string", "the suggested translation", required=True),
+    Field("source", "a string", "the language of q", required=True),
+    Field("target", "a string", "the language of s", required=True),
+    API_KEY), tag="libretranslate")
+ROUTES = (TRANSLATE, DETECT, SUGGEST,
+          Route("GET", "/languages", "The languages served", "[{code, name, targets}]",
+                tag="libretranslate"),
+          Route("GET", "/frontend/settings", "LibreTranslate's settings of its page",
+                "{charLimit, apiKeys, keyRequired, suggestions, language, ...}",
+                tag="libretranslate"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +136,7 @@ def read_fields(body: bytes, content_type: str, query: str = "") -> Fields:
 
 
 # LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
-FORM_FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "glossary")
+FORM_FIELDS = frozenset(name for route in ROUTES for name in route.names())
 
 
 def _form_fields(form: str, where: str) -> dict:
@@ -156,15 +194,15 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
             text's sentences over a limit (see `vtx.serve.requests.job_of`).
     """
     limits = pairs.first.limits  # every pair's are the server's
-    texts, batch = _texts(fields, limits)
+    texts, batch = _texts(fields, TRANSLATE.field("q"), limits)
     # The served codes they name (zh-Hans: zh, pt-BR: pt where that is served).
-    source, target = (code if code.lower() == "auto" else pairs.code(code)
-                      for code in (_code(fields, name) for name in ("source", "target")))
-    text_format = fields.get("format") or "text"
-    check_field("format", text_format, "a string")
-    if text_format not in ("text", "html"):
-        raise RequestError(f"{shown(text_format)} format is not supported (text or html)")
-    alternatives = _alternatives(fields, limits)
+    source, target = (code if code.lower() == "auto" else pairs.code(code) for code in (
+        read_value(fields, TRANSLATE.field(name)) for name in ("source", "target")))
+    format_field = TRANSLATE.field("format")
+    # An empty format is text, as LibreTranslate takes it.
+    text_format = read_value(fields, format_field) if fields.get("format") \
+        else format_field.default
+    alternatives = _alternatives(read_value(fields, TRANSLATE.field("alternatives")), limits)
     served, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
     if text_format == "html":
@@ -175,8 +213,7 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
         for index, text in enumerate(texts)]
     documents = [read(text, served.pair.source) if search else Document([text], [])
                  for text, search in zip(texts, searched)]
-    glossary = _glossary(fields.get("glossary"), "glossary" in fields.texts) \
-        if "glossary" in fields else None
+    glossary = read_value(fields, TRANSLATE.field("glossary"))
     lines = [line for document in documents for line in document.lines]
     job = _job(lines, alternatives, glossary, served.model()) if lines else None
     return Translation(documents, served, job, batch, alternatives, detected)
@@ -238,56 +275,56 @@ def _has_letters(text: str) -> bool:
     return any(character.isalpha() for character in text)
 
 
-def _texts(fields: Fields, limits: Limits) -> tuple[list[str], bool]:
-    """The texts of q, and whether q is a list of them (of --max-lines at most)."""
-    q = fields.get("q")
-    if not q:
-        raise RequestError("Invalid request: missing q parameter")
+def read_value(fields: Fields, field: Field):
+    """`field`'s value in `fields`, of its kind, or its default where it is absent: an
+    integer's digits as a string (a form's, or JSON's as LibreTranslate takes them) are the
+    integer, a form's list is its JSON text.
+
+    Raises:
+        RequestError: a required field missing or empty (in LibreTranslate's words), a value
+            not of its kind or not one of its choices (naming the field and the value).
+    """
+    value = fields.get(field.name)
+    if field.required and not value:
+        raise RequestError(f"Invalid request: missing {field.name} parameter")
+    if field.name not in fields:
+        return field.default
+    if field.kind == "an integer" and isinstance(value, str) and value.isascii() \
+            and value.isdigit() and len(value) < 10:
+        value = int(value)
+    elif field.kind.startswith("a list") and field.name in fields.texts:
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise RequestError(f"field {field.name!r}: expected {field.kind} as JSON text, got "
+                               f"{shown(value)}") from None
+    check_field(field.name, value, field.kind)
+    if field.choices and value not in field.choices:
+        raise RequestError(f"{shown(value)} {field.name} is not supported "
+                           f"({' or '.join(field.choices)})")
+    return value
+
+
+def _texts(fields: Fields, field: Field, limits: Limits) -> tuple[list[str], bool]:
+    """The texts of q (`field`), and whether q is a list of them (of --max-lines at most)."""
+    q = read_value(fields, field)
     if isinstance(q, list):
-        check_field("q", q, "a list of strings")
         if len(q) > limits.max_lines:
             raise RequestError(f"Invalid request: q holds {len(q)} texts, over the server's "
                                f"limit of {limits.max_lines} (--max-lines)")
         return q, True
-    check_field("q", q, "a list of strings" if not isinstance(q, str) else "a string")
     # A form's line breaks as LF only (as LibreTranslate does).
     return ["\n".join(q.splitlines()) if "q" in fields.texts else q], False
 
 
-def _code(fields: Fields, name: str) -> str:
-    value = fields.get(name)
-    if not value:
-        raise RequestError(f"Invalid request: missing {name} parameter")
-    check_field(name, value, "a string")
-    return value
-
-
-def _alternatives(fields: Fields, limits: Limits) -> int:
-    """The field 'alternatives': an integer, or a string of its digits (a form's, or JSON's as
-    LibreTranslate takes it)."""
-    value = fields.get("alternatives", 0)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
-        count = int(value)
-    else:
-        count = value if isinstance(value, int) and not isinstance(value, bool) else None
-    if count is None or count < 0:
+def _alternatives(count: int, limits: Limits) -> int:
+    if count < 0:
         raise RequestError(f"Invalid request: alternatives must be an integer >= 0, got "
-                           f"{shown(value)}")
+                           f"{shown(count)}")
     if count + 1 > limits.max_beam:
         raise RequestError(f"Invalid request: alternatives ({shown(count)}) exceeds the "
                            f"server's limit of {limits.max_beam - 1} (--max-beam less one)")
     return count
-
-
-def _glossary(value, as_text: bool) -> list:
-    if as_text:  # a form's glossary: its pairs as JSON text
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            raise RequestError(f"field 'glossary': expected JSON [[source, target], ...], "
-                               f"got {shown(value)}") from None
-    check_field("glossary", value, TRANSLATE_FIELDS["glossary"])
-    return value
 
 
 def _detect(texts: list[str], detector: Detector, target: str) -> list[dict]:
@@ -321,7 +358,7 @@ def detect_text(fields: Fields, detector: Detector, limits: Limits) -> list[dict
         RequestError: q is missing, not a string or a list of them, or of more texts than
             --max-lines.
     """
-    texts, batch = _texts(fields, limits)
+    texts, batch = _texts(fields, DETECT.field("q"), limits)
     if not batch:
         return detection(detector, texts[0], 3)
     found: dict[str, list[tuple[float, int]]] = {}
@@ -357,14 +394,34 @@ def _text(hypotheses: list, rank: int) -> str:
     return hypotheses[min(rank, len(hypotheses) - 1)].text if hypotheses else ""
 
 
-def frontend_settings(pairs: Pairs, access: Access) -> dict:
+def suggestion(fields: Fields, pairs: Pairs) -> dict:
+    """The record of a POST /suggest's `fields`: q, s, and the served codes of source and
+    target.
+
+    Raises:
+        RequestError: a field missing or not a string, q or s over --max-line-chars, a language
+            not served (in LibreTranslate's words).
+    """
+    pairs.told()
+    record = {name: read_value(fields, SUGGEST.field(name))
+              for name in ("q", "s", "source", "target")}
+    for name in ("q", "s"):
+        check_chars(record[name], pairs.first.limits.max_line_chars, name, "--max-line-chars")
+    for name in ("source", "target"):
+        record[name] = pairs.code(record[name])
+        if record[name] not in pairs.languages():
+            raise RequestError(f"{shown(record[name])} is not supported")
+    return record
+
+
+def frontend_settings(pairs: Pairs, access: Access, suggestions: bool) -> dict:
     """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen,
-    `access`'s keys and --char-limit (-1: none)."""
+    `access`'s keys and --char-limit (-1: none), and whether POST /suggest takes suggestions."""
     pairs.told()
     pair = pairs.first.pair
     keys = access.keys is not None
     return {"charLimit": access.char_limit or -1, "frontendTimeout": 500, "apiKeys": keys,
             "keyRequired": keys,
-            "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+            "suggestions": suggestions, "filesTranslation": False, "supportedFilesFormat": [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
                          "target": {"code": pair.target, "name": language_name(pair.target)}}}

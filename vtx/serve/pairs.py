@@ -27,10 +27,14 @@ from vtx.serve.batcher import Batcher, Translators
 from vtx.serve.language import LanguagePair, language_name, pair_of, served_code
 from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Limits, Model, RequestError, check_field
+from vtx.serve.spec import Field
 
-# The fields of POST /v1/translate that choose its pair (`Pairs.find_fields`), as
-# `vtx.serve.requests.TRANSLATE_FIELDS` says a field's type.
-ROUTE_FIELDS = {"model": "a string", "source": "a string", "target": "a string"}
+# The fields of POST /v1/translate that choose its pair (`Pairs.find_fields`).
+ROUTE_FIELDS = (
+    Field("model", "a string", "the pair, e.g. en-de (with one model, optional)", where="json"),
+    Field("source", "a string", "the source language (with target, instead of model)",
+          where="json"),
+    Field("target", "a string", "the target language", where="json"))
 
 
 @dataclasses.dataclass
@@ -216,9 +220,11 @@ class Pairs:
                 "source"/"target" that disagree, no pair given to a server of several, or a
                 pair not served.
         """
-        fields = {name: data.pop(name) for name in ROUTE_FIELDS if name in data}
-        for name, value in fields.items():
-            check_field(name, value, ROUTE_FIELDS[name])
+        fields = {field.name: data.pop(field.name) for field in ROUTE_FIELDS
+                  if field.name in data}
+        for field in ROUTE_FIELDS:
+            if field.name in fields:
+                check_field(field.name, fields[field.name], field.kind)
         if not fields and len(self.served) == 1:
             return self.first
         source, target = fields.get("source"), fields.get("target")

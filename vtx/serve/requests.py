@@ -17,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 from vtx.errors import ArgumentError, DataError
 from vtx.inference.decoding import DecodeOptions, SamplingOptions
 from vtx.inference.glossary import Glossary
+from vtx.serve.spec import Field
 
 SHOWN = 80  # characters of an offending value a refusal quotes
 
@@ -137,37 +138,56 @@ class Model:
                         list[list[str]]] | None = None
 
 
-# The request's fields -> their JSON type's name, as a refusal says it.
-TRANSLATE_FIELDS = {"text": "a list of strings", "beam": "an integer", "nbest": "an integer",
-                    "lenpen": "a number", "sampling": "a boolean", "sampling_topk": "an integer",
-                    "sampling_topp": "a number", "temperature": "a number", "seed": "an integer",
-                    "prefix": "a list of strings", "constraints": "a list of lists of strings",
-                    "alignment": "a boolean", "glossary": "a list of [source, target] pairs"}
-PARSE_FIELDS = {"text": "a list of strings", "beam": "an integer", "lenpen": "a number"}
+# The fields of POST /v1/translate (beside the pair's, `vtx.serve.pairs.ROUTE_FIELDS`).
+TEXT = Field("text", "a list of strings", "the lines, each a sentence", required=True,
+             where="json")
+TRANSLATE_FIELDS = (
+    TEXT,
+    Field("beam", "an integer", "beam size (default: --beam)", where="json"),
+    Field("nbest", "an integer", "hypotheses a line (default: --nbest)", where="json"),
+    Field("lenpen", "a number", "length penalty (default: --lenpen)", where="json"),
+    Field("sampling", "a boolean", "draw nbest samples instead of the beam", where="json"),
+    Field("sampling_topk", "an integer", "sample among the k likeliest tokens", where="json"),
+    Field("sampling_topp", "a number", "sample among the tokens of this much probability",
+          where="json"),
+    Field("temperature", "a number", "the sampling temperature", where="json"),
+    Field("seed", "an integer", "the sampling seed", where="json"),
+    Field("prefix", "a list of strings", "a target prefix per line", where="json"),
+    Field("constraints", "a list of lists of strings", "the phrases each line's output holds",
+          where="json"),
+    Field("alignment", "a boolean", "each hypothesis's source alignment", where="json"),
+    Field("glossary", "a list of [source, target] pairs", "terms kept as given, over the "
+          "server's --glossary", where="json"))
+PARSE_FIELDS = (Field("text", "a list of strings", "whitespace-tokenized sentences",
+                      required=True, where="json"),
+                *(field for field in TRANSLATE_FIELDS if field.name in ("beam", "lenpen")))
 SAMPLING_FIELDS = ("sampling_topk", "sampling_topp", "temperature", "seed")
 
 
-def check_body(data: dict, fields: dict[str, str], limits: Limits | None = None) -> dict:
-    """`data`, a request's JSON object, its fields among `fields` and of their types, every
+def check_body(data: dict, fields: Sequence[Field], limits: Limits | None = None) -> dict:
+    """`data`, a request's JSON object, its fields among `fields` and of their kinds, every
     string of it UTF-8 (no lone surrogate); with `limits`, its lists' lengths checked first
     (`check_counts`), so that a list too long costs no look at its items.
 
     Raises:
         RequestError: an unknown field, a list too long, a value of the wrong type or a
-            string that is no UTF-8 (naming the field and the value).
+            string that is no UTF-8 (naming the field and the value), a required field
+            missing.
     """
+    kinds = {field.name: field.kind for field in fields}
     for name in data:
-        if name not in fields:
+        if name not in kinds:
             quoted = repr(name[:SHOWN]) + ("..." if len(name) > SHOWN else "")
             raise RequestError(f"unknown field {quoted}; the fields are: "
-                               f"{', '.join(fields)}")
+                               f"{', '.join(kinds)}")
     if limits is not None:
         check_counts(data, limits)
     for name, value in data.items():
-        check_field(name, value, fields[name])
-    if "text" not in data:
-        raise RequestError("field 'text' is missing: give the lines to translate, a list of "
-                           "strings")
+        check_field(name, value, kinds[name])
+    for field in fields:
+        if field.required and field.name not in data:
+            raise RequestError(f"field {field.name!r} is missing: give {field.description}, "
+                               f"{field.kind}")
     return data
 
 
@@ -215,7 +235,7 @@ def read_json_object(body: bytes) -> dict:
 
 
 def check_field(name: str, value, kind: str) -> None:
-    """Refuse a field's JSON value that is not of `kind` (a type's name in `TRANSLATE_FIELDS`)
+    """Refuse a field's JSON value that is not of `kind` (a type's name, `vtx.serve.spec.SCHEMAS`)
     or holds a string that is no UTF-8.
 
     Raises:
@@ -248,6 +268,7 @@ def _of_type(value, kind: str) -> bool:
                                and math.isfinite(value)),
             "a boolean": lambda: isinstance(value, bool),
             "a string": lambda: isinstance(value, str),
+            "a string or a list of strings": lambda: isinstance(value, str) or strings(value),
             "a list of strings": lambda: strings(value),
             "a list of lists of strings": lambda: isinstance(value, list)
             and all(strings(x) for x in value),
@@ -282,13 +303,14 @@ def check_lines(lines: list[str], limits: Limits, field: str = "text") -> None:
         raise RequestError(f"field {field!r}: {len(lines)} lines, over the server's limit of "
                            f"{limits.max_lines} a request (--max-lines)")
     for index, line in enumerate(lines):
-        _check_chars(line, limits.max_line_chars, f"{field}[{index}]", "--max-line-chars")
+        check_chars(line, limits.max_line_chars, f"{field}[{index}]", "--max-line-chars")
         if "\n" in line or "\r" in line:
             raise RequestError(f"field '{field}[{index}]': {shown(line)} holds a line break; "
                                f"give each line as its own string")
 
 
-def _check_chars(text: str, limit: int, where: str, flag: str) -> None:
+def check_chars(text: str, limit: int, where: str, flag: str) -> None:
+    """Refuse `text` (of the field `where`) of more characters than `limit` (`flag`'s)."""
     if len(text) > limit:
         raise RequestError(f"field {where!r}: {len(text)} characters ({shown(text, 40)}), "
                            f"over the server's limit of {limit} ({flag})")
@@ -370,17 +392,17 @@ def _check_phrases(data: dict, limits: Limits, count: int) -> None:
                                f"server's limit of {limits.max_constraints} a line "
                                f"(--max-constraints)")
         for phrase in phrases:
-            _check_chars(phrase, limits.max_line_chars, f"constraints[{index}]",
+            check_chars(phrase, limits.max_line_chars, f"constraints[{index}]",
                          "--max-line-chars")
     for index, prefix in enumerate(per_line(data, "prefix", count) or []):
-        _check_chars(prefix, limits.max_line_chars, f"prefix[{index}]", "--max-line-chars")
+        check_chars(prefix, limits.max_line_chars, f"prefix[{index}]", "--max-line-chars")
     pairs = data.get("glossary", [])
     if len(pairs) > limits.max_glossary_pairs:
         raise RequestError(f"field 'glossary': {len(pairs)} pairs, over the server's limit of "
                            f"{limits.max_glossary_pairs} (--max-glossary-pairs)")
     for index, pair in enumerate(pairs):
         for term in pair:
-            _check_chars(term, limits.max_term_chars, f"glossary[{index}]", "--max-term-chars")
+            check_chars(term, limits.max_term_chars, f"glossary[{index}]", "--max-term-chars")
 
 
 def _fit_phrases(phrases: list[list[str]] | None, prefixes: list[str] | None,
@@ -421,7 +443,7 @@ def _costs(tokens: list[int], options: DecodeOptions, model: Model) -> list[int]
 
 
 def job_of(data: dict, model: Model, field: str = "text") -> Job:
-    """The job of a translate request's fields (`TRANSLATE_FIELDS`, each of its type), its
+    """The job of a translate request's fields (`TRANSLATE_FIELDS`, each of its kind), its
     lines in `data["text"]`, which a refusal names `field`. With the server's glossary or the
     request's own (whose pairs win), `model.constrain` gives each line's phrases.
 
