@@ -25,6 +25,10 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
     POST /translate, POST /detect, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): fields from the query string
                         and a JSON or form body
+    POST /translate_file, GET /download_file/<name>
+                        LibreTranslate's file translation: a multipart form's file
+                        (`vtx.serve.files`), its translation kept for --file-ttl seconds
+                        (`vtx.serve.file_store`), read and written on threads of their own
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
 The routes that translate, detect or parse take api keys and a rate limit (`vtx.serve.access`):
@@ -34,6 +38,7 @@ a key as the field "api_key" or an `Authorization: Bearer` header.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import gc
 import ipaddress
@@ -43,6 +48,7 @@ import signal
 import sys
 import time
 import traceback
+import urllib.parse
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -57,6 +63,7 @@ from vtx.precision import DecodingPrecision
 from vtx.serve import libre
 from vtx.serve.access import Access, origin_matches
 from vtx.serve.batcher import Batcher
+from vtx.serve.file_store import FileSettings, FileStore, TranslatedFile
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
@@ -67,6 +74,8 @@ MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 # The routes that take a form as well as JSON (as LibreTranslate's do).
 FORM_ROUTES = ("/translate", "/detect")
+FILE_ROUTE = "/translate_file"  # a multipart form only, of a body up to --max-file-bytes
+FILE_THREADS = 2  # threads reading and writing files, apart from the requests' checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +112,10 @@ class Service:
     access: Access = dataclasses.field(default_factory=Access)
     # POST /detect and source "auto": among the served languages, or all it knows
     detector: Detector = dataclasses.field(default_factory=Detector)
+    files: FileSettings = FileSettings()  # what /translate_file takes and keeps
+
+    def __post_init__(self) -> None:
+        self.file_store = FileStore(self.files)
 
     def batchers(self) -> list[Batcher]:
         return [served.batcher for served in self.pairs.served]
@@ -115,7 +128,9 @@ class Service:
         return {"model": first["model"], "vocabulary": first["vocabulary"],
                 "settings": first["settings"],
                 "limits": {**first["limits"], **dataclasses.asdict(self.transport),
-                           "max_body_bytes": MAX_BODY_BYTES},
+                           "max_body_bytes": MAX_BODY_BYTES,
+                           "max_file_bytes": self.files.max_file_bytes,
+                           "file_ttl_s": self.files.ttl_s},
                 "pairs": pairs}
 
     def languages(self) -> list[dict]:
@@ -147,7 +162,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     """The aiohttp application of `service`; its batcher starts with the app and stops with it
     (queued jobs searched for the drain's time first). `log` is told each 500's traceback."""
     app = web.Application(middlewares=[_errors(service.metrics, log),
-                                       _guard(service.transport)],
+                                       _guard(service.transport, service.files)],
                           client_max_size=MAX_BODY_BYTES)
     app[SERVICE] = service
     page = (Path(__file__).parent / "page.html").read_text(encoding="utf-8")
@@ -164,7 +179,10 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     app.router.add_post("/detect", _libre_detect)
     app.router.add_get("/languages", _get(lambda: web.json_response(service.languages())))
     app.router.add_get("/frontend/settings", _get(lambda: web.json_response(
-        libre.frontend_settings(service.pairs, service.access))))
+        libre.frontend_settings(service.pairs, service.access, service.files))))
+    app.router.add_post(FILE_ROUTE, _translate_file)
+    app.router.add_get("/download_file/{name}", _download_file)
+    app[FILE_WORK] = _FileWork(service.files.max_pending)
 
     async def start(app):
         for batcher in service.batchers():
@@ -178,6 +196,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
         deadline = time.monotonic() + service.transport.drain_s + 5
         for batcher in service.batchers():
             await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
+        app[FILE_WORK].executor.shutdown(wait=False, cancel_futures=True)
 
     async def cors(request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
@@ -238,10 +257,11 @@ def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseExcept
     log(f"vtx serve: internal error answering {request.method} {request.path[:80]}:\n{trace}")
 
 
-def _guard(transport: Transport):
+def _guard(transport: Transport, files: FileSettings):
     """Middleware: the Host, then the route (404, 405; a CORS preflight of a --cors-origin
     answered), then on a POST the Content-Type and the Origin checked (see the module
-    docstring), and the body read within the read timeout (408)."""
+    docstring), and the body read within the read timeout (408): up to `MAX_BODY_BYTES`, or
+    a file's (`files`) on `FILE_ROUTE`."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
@@ -262,7 +282,12 @@ def _guard(transport: Transport):
                 "Access-Control-Max-Age": "86400"})
         if refusal is not None:
             raise refusal
-        if request.method == "POST":
+        if request.method == "POST" and request.path == FILE_ROUTE:
+            if request.content_type != "multipart/form-data":
+                raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
+                                   f"'multipart/form-data'", 415)
+            request = request.clone(client_max_size=files.max_body_bytes)
+        elif request.method == "POST":
             forms = request.path in FORM_ROUTES
             # A bodiless POST sends its fields in the query string (as deep-translator does).
             if request.content_type != "application/json" and not (forms and (
@@ -270,6 +295,7 @@ def _guard(transport: Transport):
                 also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                    f"'application/json'{also}", 415)
+        if request.method == "POST":
             if origin is not None and not (cors or _same_origin(origin, host)):
                 raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
                                    f"answers POSTs from its own page, --cors-origin pages "
@@ -444,6 +470,73 @@ async def _libre_detect(request: web.Request) -> web.Response:
     return await asyncio.to_thread(detect)
 
 
+class _FileWork:
+    """The threads that read and write /translate_file's files (so that a large file keeps
+    neither the event loop nor the requests' checks waiting), and how many files they hold
+    at once: `max_pending`, one more gets 503."""
+
+    def __init__(self, max_pending: int):
+        self.executor = concurrent.futures.ThreadPoolExecutor(FILE_THREADS, "vtx-files")
+        self.max_pending, self.pending = max_pending, 0
+
+    async def run(self, work: Callable):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, work)
+
+
+FILE_WORK = web.AppKey("file_work", _FileWork)
+
+
+async def _translate_file(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    if not service.files.enabled:
+        raise RequestError("Files translation are disabled on this server.", 403)
+    service.pairs.told()
+    work = request.app[FILE_WORK]
+    if work.pending >= work.max_pending:
+        raise RequestError(f"{work.pending} files are being translated, the server's most at "
+                           f"once; retry", 503, {"Retry-After": "1"})
+    work.pending += 1
+    try:
+        body = await request.read()
+
+        def check() -> libre.FileTranslation:
+            fields, upload = libre.read_upload(body, request.headers.get("Content-Type", ""),
+                                               request.rel_url.raw_query_string)
+            upload = libre.upload_of(fields, upload)
+            return libre.file_translation(
+                fields, upload, service.files.max_file_bytes, service.pairs, service.detector,
+                lambda texts: _admit(request, fields.get("api_key"), texts))
+
+        translation = await work.run(check)
+        results = await _search(translation.served, translation.job) if translation.job else []
+        data = await work.run(lambda: libre.translated_file(translation, results))
+    finally:
+        work.pending -= 1
+    name = service.file_store.put(TranslatedFile(data, translation.filename,
+                                                 translation.content_type))
+    quoted = urllib.parse.quote(translation.filename, safe="")
+    return _json({"translatedFileUrl": f"{request.scheme}://{request.host}/download_file/"
+                                       f"{name}.{quoted}"})
+
+
+async def _download_file(request: web.Request) -> web.Response:
+    """GET /download_file/<name>: a translated file, named by its token (and, after a '.',
+    the file's name, as LibreTranslate's URLs are)."""
+    service: Service = request.app[SERVICE]
+    if not service.files.enabled:
+        raise RequestError("Files translation are disabled on this server.", 400)
+    file = service.file_store.get(request.match_info["name"].partition(".")[0])
+    if file is None:
+        raise RequestError(f"no translated file {request.match_info['name'][:80]!r}: it has "
+                           f"expired (--file-ttl {service.files.ttl_s:g} s) or never was", 404)
+    ascii_name = file.filename.encode("ascii", "replace").decode().replace("?", "_") \
+        .replace('"', "_")
+    return web.Response(body=file.data, headers={
+        "Content-Type": file.content_type,
+        "Content-Disposition": f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''"
+                               f"{urllib.parse.quote(file.filename, safe='')}"})
+
+
 async def _parse(request: web.Request) -> web.Response:
     from vtx.inference.parse import sentence_words
 
@@ -491,14 +584,15 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   access: Access | None = None,
                   log: Callable[[str], None] = lambda message: None,
                   named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}",
-                  precision: DecodingPrecision = DecodingPrecision()) -> Service:
+                  precision: DecodingPrecision = DecodingPrecision(),
+                  files: FileSettings = FileSettings()) -> Service:
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
     (`vtx.inference.glossary`); `access`: the api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
-    and quantization the models are built in.
+    and quantization the models are built in; `files`: what /translate_file takes and keeps.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
@@ -530,7 +624,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     pairs = Pairs(served)
     metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),
-                   Detector(tuple(pairs.languages())))
+                   Detector(tuple(pairs.languages())), files)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

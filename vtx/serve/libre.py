@@ -23,9 +23,12 @@ import email.parser
 import email.policy
 import json
 import urllib.parse
+from typing import Callable
 
 from vtx.serve.access import Access
 from vtx.serve.documents import Document, html_document, text_document
+from vtx.serve.file_store import FileSettings
+from vtx.serve.files import FORMATS, FileDocument, Upload, base_name, read_file
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
 from vtx.serve.requests import (TRANSLATE_FIELDS, Job, Limits, Model, RequestError,
@@ -116,9 +119,24 @@ def _form_fields(form: str, where: str) -> dict:
     return fields
 
 
-def _multipart_fields(body: bytes, content_type: str) -> dict:
+def read_upload(body: bytes, content_type: str, query: str = "") -> tuple[Fields, Upload | None]:
+    """The fields of a POST /translate_file (`read_fields`: a multipart form and the query
+    string) and its part `file`, if sent.
+
+    Raises:
+        RequestError: see `read_fields`; a file part as another field than 'file'.
+    """
+    files: dict = {}
+    fields = _form_fields(query, "the query string")
+    own = _multipart_fields(body, content_type, files)
+    upload = files.get("file")
+    return Fields({**own, **fields}, frozenset({*own, *fields})), upload
+
+
+def _multipart_fields(body: bytes, content_type: str, files: dict | None = None) -> dict:
     """A multipart form's text fields, each part in its declared charset or else UTF-8 (RFC
-    7578, 4.4: PHP's curl and browsers declare none)."""
+    7578, 4.4: PHP's curl and browsers declare none); its part 'file', a file, put into
+    `files` if given (as an `Upload`)."""
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
     if not message.is_multipart():
@@ -131,6 +149,10 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
         if part.is_multipart():
             raise RequestError(f"form field {shown(name)} is a {part.get_content_type()} part; "
                                f"send each field as text")
+        if files is not None and name == "file":
+            files.setdefault(name, Upload(base_name(part.get_filename() or ""),
+                                          part.get_payload(decode=True) or b""))
+            continue
         if part.get_content_maintype() != "text" or part.get_filename() is not None:
             raise RequestError(f"form field {shown(name)} is a file; send text")
         charset = part.get_content_charset() or "utf-8"
@@ -180,15 +202,16 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     return Translation(documents, served, job, batch, alternatives, detected)
 
 
-def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model) -> Job:
+def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model,
+         field: str = SENTENCES_FIELD) -> Job:
     """The job searching `lines` for `alternatives` more hypotheses (the beam raised to hold
-    them), constrained by the request's `glossary`."""
+    them), constrained by the request's `glossary`; a refusal names a line of `field`."""
     data = {"text": lines, "nbest": alternatives + 1}
     if alternatives + 1 > model.defaults.beam:
         data["beam"] = alternatives + 1
     if glossary is not None:
         data["glossary"] = glossary
-    return job_of(data, model, SENTENCES_FIELD)
+    return job_of(data, model, field)
 
 
 def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
@@ -347,14 +370,89 @@ def _text(hypotheses: list, rank: int) -> str:
     return hypotheses[min(rank, len(hypotheses) - 1)].text if hypotheses else ""
 
 
-def frontend_settings(pairs: Pairs, access: Access) -> dict:
+def frontend_settings(pairs: Pairs, access: Access, files: FileSettings) -> dict:
     """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen,
-    `access`'s keys and --char-limit (-1: none)."""
+    `access`'s keys and --char-limit (-1: none), the file formats translated (none with
+    --disable-files-translation)."""
     pairs.told()
     pair = pairs.first.pair
     keys = access.keys is not None
     return {"charLimit": access.char_limit or -1, "frontendTimeout": 500, "apiKeys": keys,
-            "keyRequired": keys,
-            "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+            "keyRequired": keys, "suggestions": False, "filesTranslation": files.enabled,
+            "supportedFilesFormat": list(FORMATS) if files.enabled else [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
                          "target": {"code": pair.target, "name": language_name(pair.target)}}}
+
+
+# The field of a refusal about one of a file's sentences.
+FILE_SENTENCES_FIELD = "file's sentences"
+DETECTED_CHARACTERS = 4096  # of a file's text, detected with source "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileTranslation:
+    """A checked POST /translate_file: its file read, the job of its sentences (None: none to
+    search, as in a file in the target language), and the name it is downloaded as."""
+
+    document: FileDocument
+    served: Served | None
+    job: Job | None
+    filename: str  # the upload's name with the target code: report.docx -> report_de.docx
+    content_type: str
+
+
+def upload_of(fields: Fields, upload: Upload | None) -> Upload:
+    """The file of a POST /translate_file, checked as LibreTranslate checks it.
+
+    Raises:
+        RequestError: in LibreTranslate's words: a missing file, source or target, a file of
+            no name, or of an extension not in `FORMATS`.
+    """
+    if upload is None:
+        raise RequestError("Invalid request: missing file parameter")
+    for name in ("source", "target"):
+        _code(fields, name)
+    if not upload.filename:
+        raise RequestError("Invalid request: empty file")
+    if upload.extension not in FORMATS:
+        raise RequestError("Invalid request: file format not supported")
+    return upload
+
+
+def file_translation(fields: Fields, upload: Upload, max_file_bytes: int, pairs: Pairs,
+                     detector: Detector, admit: Callable[[list[str]], None]) -> FileTranslation:
+    """The checked request of POST /translate_file: `upload` (`upload_of`'s) read into its
+    texts (`read_file`), which `admit` lets through or refuses (as /translate's `q`), and
+    their sentences into one job.
+
+    Raises:
+        RequestError: see `translation`'s language checks, `read_file`, `job_of`; `admit`'s.
+    """
+    source, target = (code if code.lower() == "auto" else pairs.code(code)
+                      for code in (_code(fields, name) for name in ("source", "target")))
+    auto = source.lower() == "auto"
+    document = read_file(upload, pairs.first.pair.source if auto else source, max_file_bytes)
+    # With "auto", the file's language is its text's start's.
+    probe = [" ".join(document.texts)[:DETECTED_CHARACTERS]] if auto else []
+    served, _ = _pair(source, target, probe, pairs, detector)
+    language = served.pair.source if served is not None else target
+    if auto and language != pairs.first.pair.source:  # cut into that language's sentences
+        document = read_file(upload, language, max_file_bytes)
+    admit(document.texts)
+    lines = [line for part in document.documents for line in part.lines]
+    job = _job(lines, 0, None, served.model(), FILE_SENTENCES_FIELD) \
+        if lines and served is not None else None
+    stem = upload.filename[:-len(upload.extension)]
+    return FileTranslation(document, served, job, f"{stem}_{target}{upload.extension}",
+                           FORMATS[upload.extension][0])
+
+
+def translated_file(request: FileTranslation, results: list) -> bytes:
+    """The file of `request` with each sentence replaced by its best hypothesis of `results`."""
+    translated, start = [], 0
+    for document in request.document.documents:
+        hypotheses = results[start:start + len(document.sentences)]
+        start += len(document.sentences)
+        translated.append(document.translated_parts([_text(h, 0) for h in hypotheses])
+                          if request.job is not None else document.parts)
+    return request.document.write(translated)
