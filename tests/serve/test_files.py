@@ -120,6 +120,12 @@ def test_a_docx_s_runs_keep_their_bold_and_a_paragraph_of_no_letter_is_kept():
         [(SENTENCES[0].upper() + " ", None), (SENTENCES[1].upper(), True)], [("2024", None)]]
 
 
+def test_an_office_file_s_texts_are_its_paragraphs_of_letters():
+    # What the rate limit counts it as (`Access.admit`): one text a paragraph.
+    assert read_file(Upload("a.docx", docx_file()), "en", 10 << 20).texts == [
+        f"{SENTENCES[0]} {SENTENCES[1]}", SENTENCES[2], SENTENCES[2]]
+
+
 def test_an_odt_keeps_its_mimetype_first_and_uncompressed():
     first = zipfile.ZipFile(io.BytesIO(shouted(Upload("a.odt", odt_file())))).infolist()[0]
     assert (first.filename, first.compress_type) == ("mimetype", zipfile.ZIP_STORED)
@@ -166,6 +172,9 @@ def test_a_file_over_the_limits_is_refused():
     with pytest.raises(RequestError, match=r"unpacks to 20000 bytes, over the server's limit "
                                            r"of 10000 \(10 times --max-file-bytes\)"):
         read_file(Upload("a.docx", zipped({"media/a.bin": b"\0" * 20_000})), "en", 1000)
+    with pytest.raises(RequestError, match="holds 88 characters, more than a request's "
+                                           "sentences may"):
+        read_file(Upload("a.docx", docx_file()), "en", 1 << 20, max_chars=25)
     with pytest.raises(RequestError, match="is no .docx file"):
         read_file(Upload("a.docx", b"not a zip"), "en", 1000)
     with pytest.raises(RequestError, match="is no UTF-8 text"):

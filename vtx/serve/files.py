@@ -102,25 +102,29 @@ def base_name(filename: str) -> str:
     return "".join(character for character in name if character.isprintable()).strip()
 
 
-def read_file(upload: Upload, language: str, max_file_bytes: int) -> FileDocument:
-    """`upload` (of a `FORMATS` extension), its texts in `language`, as a document.
+def read_file(upload: Upload, language: str, max_file_bytes: int,
+              max_chars: int | None = None) -> FileDocument:
+    """`upload` (of a `FORMATS` extension), its texts in `language`, as a document; texts of
+    more than `max_chars` characters together are refused before they are cut into sentences.
 
     Raises:
         RequestError: a file over `max_file_bytes` (--max-file-bytes), text that is no UTF-8,
-            an office file that is no zip of XML or past a zip limit (module docstring).
+            an office file that is no zip of XML or past a zip limit (module docstring), too
+            many characters.
     """
     if len(upload.data) > max_file_bytes:
         raise RequestError(f"Invalid request: the file's {len(upload.data)} bytes are over the "
                            f"server's limit of {max_file_bytes} (--max-file-bytes)")
     office = FORMATS[upload.extension][1]
     if office is not None:
-        return _office_document(upload, office, language, max_file_bytes)
+        return _office_document(upload, office, language, max_file_bytes, max_chars)
     bom = "\ufeff" if upload.data.startswith(b"\xef\xbb\xbf") else ""
     try:
         text = upload.data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise RequestError(f"Invalid request: {upload.filename[:80]!r} is no UTF-8 text") \
             from None
+    _check_chars(len(text), max_chars)
     read = html_document if upload.extension == ".html" else text_document
     return FileDocument([read(text, language)],
                         lambda translated: (bom + "".join(translated[0])).encode("utf-8"))
@@ -158,8 +162,15 @@ def open_zip(upload: Upload, max_file_bytes: int) -> zipfile.ZipFile:
     return package
 
 
+def _check_chars(characters: int, max_chars: int | None) -> None:
+    if max_chars is not None and characters > max_chars:
+        raise RequestError(f"Invalid request: the file's text holds {characters} characters, "
+                           f"more than a request's sentences may ({max_chars}: --max-lines "
+                           f"times --max-line-chars)")
+
+
 def _office_document(upload: Upload, office: OfficeFormat, language: str,
-                     max_file_bytes: int) -> FileDocument:
+                     max_file_bytes: int, max_chars: int | None) -> FileDocument:
     """An office file's paragraphs of letters as documents; the others, and every part but its
     text's, kept as they are."""
     package = open_zip(upload, max_file_bytes)
@@ -175,7 +186,9 @@ def _office_document(upload: Upload, office: OfficeFormat, language: str,
     except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError) as error:
         raise RequestError(f"Invalid request: {upload.filename[:80]!r}: {error}"[:240]) \
             from None
-    documents = [text_document("".join(_texts(slots)), language) for slots in paragraphs]
+    texts = ["".join(_texts(slots)) for slots in paragraphs]
+    _check_chars(sum(map(len, texts)), max_chars)
+    documents = [text_document(text, language) for text in texts]
 
     def write(translated: list[list[str]]) -> bytes:
         for slots, document, parts in zip(paragraphs, documents, translated, strict=True):

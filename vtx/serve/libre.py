@@ -431,13 +431,16 @@ def file_translation(fields: Fields, upload: Upload, max_file_bytes: int, pairs:
     source, target = (code if code.lower() == "auto" else pairs.code(code)
                       for code in (_code(fields, name) for name in ("source", "target")))
     auto = source.lower() == "auto"
-    document = read_file(upload, pairs.first.pair.source if auto else source, max_file_bytes)
+    limits = pairs.first.limits
+    read = lambda language: read_file(upload, language, max_file_bytes,
+                                      limits.max_lines * limits.max_line_chars)
+    document = read(pairs.first.pair.source if auto else source)
     # With "auto", the file's language is its text's start's.
     probe = [" ".join(document.texts)[:DETECTED_CHARACTERS]] if auto else []
     served, _ = _pair(source, target, probe, pairs, detector)
     language = served.pair.source if served is not None else target
     if auto and language != pairs.first.pair.source:  # cut into that language's sentences
-        document = read_file(upload, language, max_file_bytes)
+        document = read(language)
     admit(document.texts)
     lines = [line for part in document.documents for line in part.lines]
     job = _job(lines, 0, None, served.model(), FILE_SENTENCES_FIELD) \
