@@ -16,6 +16,7 @@ import zipfile
 import pytest
 
 from tests.serve.test_files import FILES, contents, replaced
+from tests.serve.test_hostile import health_during
 from tests.serve.test_server import translate_jsonl
 from vtx.serve.files import FORMATS
 from vtx.serve.process import ServerProcess, request
@@ -595,3 +596,23 @@ def test_a_translated_file_is_gone_after_its_ttl(open_server):
     assert gone.status_code == 404 and "--file-ttl 3 s" in gone.json()["error"]
     assert requests.get(open_server.url + "/download_file/made-up", timeout=60).status_code \
         == 404
+
+
+def test_health_answers_while_a_large_file_is_read(server):
+    import random
+
+    # 150,000 paragraphs of digits (no letter: kept): seconds of reading and writing, under
+    # --max-file-bytes and the zip's limits.
+    digits = random.Random(0)
+    paragraphs = "".join(f"<w:p><w:r><w:t>{digits.randrange(10 ** 12)}</w:t></w:r></w:p>"
+                         for _ in range(150_000))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        package.writestr("word/document.xml", f'<w:document xmlns:w="http://schemas.'
+                         f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{paragraphs}'
+                         f'</w:body></w:document>')
+    (status, reply), waits, seconds = health_during(
+        server.url, lambda: translate_file(server.url, "a.docx", out.getvalue(),
+                                           {"api_key": KEY}))
+    assert status == 200, reply
+    assert waits and max(waits) < max(1.0, seconds / 4), waits

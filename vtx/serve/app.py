@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import gc
 import ipaddress
@@ -282,10 +283,15 @@ def _guard(transport: Transport, files: FileSettings):
                 "Access-Control-Max-Age": "86400"})
         if refusal is not None:
             raise refusal
+        held = contextlib.nullcontext()
         if request.method == "POST" and request.path == FILE_ROUTE:
+            if not files.enabled:
+                raise RequestError("Files translation are disabled on this server.", 403)
             if request.content_type != "multipart/form-data":
                 raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                    f"'multipart/form-data'", 415)
+            # Its larger body read only while the files held at once are few.
+            held = request.app[FILE_WORK].held()
             request = request.clone(client_max_size=files.max_body_bytes)
         elif request.method == "POST":
             forms = request.path in FORM_ROUTES
@@ -300,13 +306,15 @@ def _guard(transport: Transport, files: FileSettings):
                 raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
                                    f"answers POSTs from its own page, --cors-origin pages "
                                    f"and clients that are not web pages", 403)
-            try:
-                await asyncio.wait_for(request.read(), transport.read_timeout_s)
-            except asyncio.TimeoutError:
-                raise RequestError(f"the body was not received within "
-                                   f"{transport.read_timeout_s:g} s (--read-timeout)",
-                                   408, {"Connection": "close"}) from None
-        return await handler(request)
+        with held:
+            if request.method == "POST":
+                try:
+                    await asyncio.wait_for(request.read(), transport.read_timeout_s)
+                except asyncio.TimeoutError:
+                    raise RequestError(f"the body was not received within "
+                                       f"{transport.read_timeout_s:g} s (--read-timeout)",
+                                       408, {"Connection": "close"}) from None
+            return await handler(request)
 
     return middleware
 
@@ -433,10 +441,10 @@ async def _libre_translate(request: web.Request) -> web.Response:
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
 
 
-def _admit(request: web.Request, key, texts) -> None:
+def _admit(request: web.Request, key, texts, charged: bool = True) -> None:
     """Let a request of `texts` (its field 'q' or 'text', as sent) through the server's api
-    keys and limits (`Access.admit`): its key is `key` (its field 'api_key', a string), else an
-    `Authorization: Bearer KEY` header's.
+    keys and limits (`Access.admit`; not `charged`: its key only): its key is `key` (its field
+    'api_key', a string), else an `Authorization: Bearer KEY` header's.
 
     Raises:
         RequestError: a key that is no string (400), or see `Access.admit`.
@@ -449,7 +457,7 @@ def _admit(request: web.Request, key, texts) -> None:
     access = request.app[SERVICE].access
     address = access.address_of(request.remote or "",
                                 request.headers.getall("X-Forwarded-For", []))
-    access.admit(key or None, address, request.headers.get("Origin"), texts)
+    access.admit(key or None, address, request.headers.get("Origin"), texts, charged)
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
@@ -472,8 +480,8 @@ async def _libre_detect(request: web.Request) -> web.Response:
 
 class _FileWork:
     """The threads that read and write /translate_file's files (so that a large file keeps
-    neither the event loop nor the requests' checks waiting), and how many files they hold
-    at once: `max_pending`, one more gets 503."""
+    neither the event loop nor the requests' checks waiting), and how many files the server
+    holds at once, from their bodies' first byte: `max_pending`, one more gets 503."""
 
     def __init__(self, max_pending: int):
         self.executor = concurrent.futures.ThreadPoolExecutor(FILE_THREADS, "vtx-files")
@@ -482,36 +490,44 @@ class _FileWork:
     async def run(self, work: Callable):
         return await asyncio.get_running_loop().run_in_executor(self.executor, work)
 
+    @contextlib.contextmanager
+    def held(self):
+        """Count a file held while in the block (on the event loop: no lock needed).
+
+        Raises:
+            RequestError: 503 with Retry-After, `max_pending` files held already.
+        """
+        if self.pending >= self.max_pending:
+            raise RequestError(f"{self.pending} files are being translated, the server's most "
+                               f"at once; retry", 503, {"Retry-After": "1"})
+        self.pending += 1
+        try:
+            yield
+        finally:
+            self.pending -= 1
+
 
 FILE_WORK = web.AppKey("file_work", _FileWork)
 
 
 async def _translate_file(request: web.Request) -> web.Response:
     service: Service = request.app[SERVICE]
-    if not service.files.enabled:
-        raise RequestError("Files translation are disabled on this server.", 403)
     service.pairs.told()
-    work = request.app[FILE_WORK]
-    if work.pending >= work.max_pending:
-        raise RequestError(f"{work.pending} files are being translated, the server's most at "
-                           f"once; retry", 503, {"Retry-After": "1"})
-    work.pending += 1
-    try:
-        body = await request.read()
+    work = request.app[FILE_WORK]  # the guard holds the file's place in it
+    body = await request.read()
 
-        def check() -> libre.FileTranslation:
-            fields, upload = libre.read_upload(body, request.headers.get("Content-Type", ""),
-                                               request.rel_url.raw_query_string)
-            upload = libre.upload_of(fields, upload)
-            return libre.file_translation(
-                fields, upload, service.files.max_file_bytes, service.pairs, service.detector,
-                lambda texts: _admit(request, fields.get("api_key"), texts))
+    def check() -> libre.FileTranslation:
+        fields, upload = libre.read_upload(body, request.headers.get("Content-Type", ""),
+                                           request.rel_url.raw_query_string)
+        _admit(request, fields.get("api_key"), None, charged=False)  # before it is read
+        upload = libre.upload_of(fields, upload)
+        return libre.file_translation(
+            fields, upload, service.files.max_file_bytes, service.pairs, service.detector,
+            lambda texts: _admit(request, fields.get("api_key"), texts))
 
-        translation = await work.run(check)
-        results = await _search(translation.served, translation.job) if translation.job else []
-        data = await work.run(lambda: libre.translated_file(translation, results))
-    finally:
-        work.pending -= 1
+    translation = await work.run(check)
+    results = await _search(translation.served, translation.job) if translation.job else []
+    data = await work.run(lambda: libre.translated_file(translation, results))
     name = service.file_store.put(TranslatedFile(data, translation.filename,
                                                  translation.content_type))
     quoted = urllib.parse.quote(translation.filename, safe="")
