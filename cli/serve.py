@@ -22,7 +22,8 @@ FLAGS = {**SEARCH_FLAGS, "max_beam": "--max-beam", "max_lines": "--max-lines",
          "max_queue_cost": "--max-queue-cost", "request_timeout_s": "--request-timeout",
          "read_timeout_s": "--read-timeout", "max_connections": "--max-connections",
          "drain_s": "--drain-seconds", "allowed_hosts": "--allowed-host",
-         "source_lang": "--source-lang", "target_lang": "--target-lang"}
+         "source_lang": "--source-lang", "target_lang": "--target-lang",
+         "max_file_bytes": "--max-file-bytes", "ttl_s": "--file-ttl"}
 
 
 def _pair_models(ctx, param, values: tuple[str, ...]) -> dict:
@@ -226,6 +227,16 @@ class ServeCommand(TensorFlowCommand):
                    "line of q, s, source, target and time (nothing of its sender); without it, "
                    "/suggest answers 403. The file grows to 64 MiB at most (then 507); "
                    "q and s each of --max-line-chars at most; keys and limits as /translate.")
+@click.option("--max-file-bytes", type=click.IntRange(min=1), default=10 << 20,
+              show_default=True,
+              help="Bytes a file sent to POST /translate_file may hold (400 past it); an office "
+                   "file may unpack to 10 times as many.")
+@click.option("--file-ttl", type=FiniteFloat(min=0, min_open=True), default=600.0,
+              show_default=True,
+              help="Seconds a translated file may be fetched from GET /download_file; it is "
+                   "kept in memory until then (404 after).")
+@click.option("--disable-files-translation", is_flag=True,
+              help="Answer POST /translate_file 403, as LibreTranslate's flag of that name.")
 @click.option("--jit/--no-jit", default=None, help=JIT_HELP.format("search"))
 @precision_options
 def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula, max_len_a,
@@ -235,19 +246,21 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
           glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
           char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
-          suggestions, jit, precision, quantize):
+          suggestions, max_file_bytes, file_ttl, disable_files_translation, jit, precision,
+          quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
     /metrics, /spec, a page at /, and LibreTranslate's API (POST /translate, /detect, /suggest,
-    GET /languages, /frontend/settings); one model (--checkpoint) or several language pairs
-    (--model). Stops on SIGTERM once the requests in flight are answered (--drain-seconds at
-    most). Listens on loopback by default: put it behind a reverse proxy for anything else
-    (docs/serving.md)."""
+    /translate_file, GET /languages, /frontend/settings, /download_file); one model
+    (--checkpoint) or several language pairs (--model). Stops on SIGTERM once the requests in
+    flight are answered (--drain-seconds at most). Listens on loopback by default: put it
+    behind a reverse proxy for anything else (docs/serving.md)."""
     from vtx.inference.decoding import DecodeOptions
     from vtx.inference.jit import resolve_jit
     from vtx.inference.threads import share_cores
     from vtx.serve.access import Access, Flood, read_api_keys, read_proxies
     from vtx.serve.limit_store import open_store
     from vtx.serve.app import Transport, build_service, serve as run
+    from vtx.serve.file_store import FileSettings
     from vtx.serve.language import LanguagePair
     from vtx.serve.requests import Limits
 
@@ -293,7 +306,9 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                                 log=lambda message: click.echo(message, err=True),
                                 named=(lambda pair: f"--model {pair.name}={{}}")
                                 if pair_models else lambda pair: "--checkpoint {}",
-                                precision=chosen, suggestions=suggestions)
+                                precision=chosen, suggestions=suggestions,
+                                files=FileSettings(not disable_files_translation,
+                                                   max_file_bytes, file_ttl))
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

@@ -61,6 +61,19 @@ def test_each_known_key_and_address_gets_its_requests_a_minute_then_429():
         access.admit(None, "10.0.0.1", "http://page.example")
 
 
+def test_a_key_checked_before_its_texts_are_known_costs_nothing():
+    access = Access({"key-1": KeyLimits()}, per_minute=1, char_limit=3)
+    for _ in range(3):
+        access.admit("key-1", "10.0.0.1", charged=False)
+    with pytest.raises(RequestError) as refused:
+        access.admit("key-2", "10.0.0.1", charged=False)
+    assert refused.value.status == 403
+    access.admit("key-1", "10.0.0.1", texts=["abc"])  # the minute's one text
+    with pytest.raises(RequestError) as refused:
+        access.admit("key-1", "10.0.0.1", texts=["abc"])
+    assert refused.value.status == 429
+
+
 def test_a_made_up_key_buys_no_bucket_of_its_own():
     access = Access(per_minute=2)  # no keys file: every key is made up
     access.admit("made-up-1", "10.0.0.1")

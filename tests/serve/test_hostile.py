@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -56,21 +57,28 @@ def test_health_answers_while_a_request_s_glossary_is_matched(server):
     # seconds of checking for one request, had it a regular expression of every term.
     terms = [[f"term{i}", f"Wort{i}"] for i in range(25_000)]
     body = {"text": [" " * 300_000 + "term7"], "glossary": terms}
-    with ThreadPoolExecutor(1) as pool:
-        started = time.monotonic()
-        heavy = pool.submit(request, server.url + "/v1/translate", body)
-        time.sleep(0.3)
-        waits = []
-        while not heavy.done() and len(waits) < 20:
-            asked = time.monotonic()
-            assert request(server.url + "/health")[0] == 200
-            waits.append(time.monotonic() - asked)
-        status, _, reply = heavy.result()
+    (status, _, reply), waits, seconds = health_during(
+        server.url, lambda: request(server.url + "/v1/translate", body))
     assert status == 200, reply
     assert "Wort7" in reply["translations"][0]["hypotheses"][0]["text"]
     # On the event loop, each /health waited for the whole check (seconds); now none waits
     # for more than a small part of the request.
-    assert waits and max(waits) < max(1.0, (time.monotonic() - started) / 4), waits
+    assert waits and max(waits) < max(1.0, seconds / 4), waits
+
+
+def health_during(url: str, heavy: Callable[[], object]) -> tuple[object, list[float], float]:
+    """(what `heavy` returns, the seconds each GET /health of `url` took while it ran, the
+    seconds it took)."""
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        running = pool.submit(heavy)
+        time.sleep(0.3)
+        waits = []
+        while not running.done() and len(waits) < 20:
+            asked = time.monotonic()
+            assert request(url + "/health")[0] == 200
+            waits.append(time.monotonic() - asked)
+        return running.result(), waits, time.monotonic() - started
 
 
 @pytest.mark.parametrize("body, reason", [

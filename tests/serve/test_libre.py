@@ -4,15 +4,21 @@ Nextcloud's sources send them. Their translations are `vtx translate`'s of the s
 both searched in float32 (in bfloat16 a line's output may depend on its batch partners)."""
 
 import html
+import io
 import json
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 
 import pytest
 
+from tests.serve.test_files import FILES, contents, replaced
+from tests.serve.test_hostile import health_during
 from tests.serve.test_server import translate_jsonl
+from vtx.serve.files import FORMATS
 from vtx.serve.process import ServerProcess, request
 from vtx.serve.requests import shown
 
@@ -419,9 +425,13 @@ def test_frontend_settings_name_the_pair(server):
 
 
 def test_an_address_past_req_limit_gets_429_and_a_server_without_languages_says_so(
-        trained_checkpoint):
+        trained_checkpoint, monkeypatch):
+    # Its files translation turned off from the environment, as a compose file would.
+    monkeypatch.setenv("VTX_SERVE_DISABLE_FILES_TRANSLATION", "1")
     process = ServerProcess("--checkpoint", trained_checkpoint, "--req-limit", 2)
     try:
+        assert translate_file(process.url, "a.txt", b"A man.") == (
+            403, {"error": "Files translation are disabled on this server."})
         for path in ("/languages", "/frontend/settings"):
             status, _, reply = request(process.url + path)
             assert status == 404 and "--source-lang and --target-lang" in reply["error"]
@@ -440,11 +450,14 @@ def test_an_address_past_req_limit_gets_429_and_a_server_without_languages_says_
         assert process.stop() == 0
 
 
+FILE_TTL = 3  # seconds the open server keeps a translated file
+
+
 @pytest.fixture(scope="module")
 def open_server(trained_checkpoint):
     """A server of no api keys, as LibreTranslate's own tests start theirs."""
     process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
-                            "--target-lang", "de", "--batch-wait-ms", 1)
+                            "--target-lang", "de", "--batch-wait-ms", 1, "--file-ttl", FILE_TTL)
     yield process
     if process.process.poll() is None:
         process.process.kill()
@@ -538,7 +551,8 @@ def test_spec_declares_every_route_and_the_fields_the_routes_read(server):
     assert {(path, method) for path, methods in spec["paths"].items() for method in methods} == {
         ("/", "get"), ("/v1/translate", "post"), ("/v1/parse", "post"), ("/v1/info", "get"),
         ("/translate", "post"), ("/detect", "post"), ("/suggest", "post"),
-        ("/languages", "get"), ("/frontend/settings", "get"), ("/health", "get"),
+        ("/translate_file", "post"), ("/download_file/{name}", "get"), ("/languages", "get"),
+        ("/frontend/settings", "get"), ("/health", "get"),
         ("/metrics", "get"), ("/spec", "get")}
     for path, fields in REQUIRED.items():
         parameters = spec["paths"][path]["post"]["parameters"]
@@ -558,3 +572,128 @@ def test_spec_declares_every_route_and_the_fields_the_routes_read(server):
         if path == "/v1/translate":  # the fields it takes are the spec's
             reply = request(server.url + path, {**fields, "api_key": KEY, "x": 1})[2]
             assert reply["error"].split("the fields are: ")[1].split(", ") == names
+
+
+def translate_file(url: str, name: str, data: bytes, fields: dict | None = None,
+                   **sent) -> tuple[int, dict]:
+    """POST /translate_file of `data` named `name`, en to de, as LibreTranslate's page sends it
+    (a multipart form, by `requests`)."""
+    import requests
+
+    reply = requests.post(url + "/translate_file", files={"file": (name, data)}, timeout=300,
+                          data={"source": "en", "target": "de", **(fields or {})}, **sent)
+    return reply.status_code, reply.json()
+
+
+@pytest.mark.parametrize("extension", FILES)
+def test_a_file_is_translated_as_translate_translates_its_sentences(server, offline, extension):
+    import requests
+
+    data = FILES[extension]()
+    status, reply = translate_file(server.url, "report" + extension, data, {"api_key": KEY})
+    assert status == 200 and list(reply) == ["translatedFileUrl"], reply
+    url = reply["translatedFileUrl"]  # of the Host the request named; no path of the server
+    assert url.startswith(server.url + "/download_file/") and url.endswith(
+        ".report_de" + extension)
+    download = requests.get(url, timeout=60)
+    assert download.status_code == 200
+    assert download.headers["Content-Type"] == FORMATS[extension][0]
+    assert download.headers["Content-Disposition"].startswith(
+        f'attachment; filename="report_de{extension}"')
+    escape = (lambda text: html.escape(text, quote=False)) if extension == ".html" else str
+    translations = {sentence: escape(text) for sentence, text in zip(SENTENCES, offline)}
+    assert contents(extension, download.content) == replaced(contents(extension, data),
+                                                             translations)
+
+
+def multipart_fields(**fields) -> dict:
+    """`requests`' `files` of form fields that are no file."""
+    return {name: (None, value) for name, value in fields.items()}
+
+
+def test_a_bad_file_request_gets_libretranslate_s_error(server):
+    import requests
+
+    zip_bomb = io.BytesIO()
+    with zipfile.ZipFile(zip_bomb, "w", zipfile.ZIP_DEFLATED) as package:
+        package.writestr("word/document.xml", b"\0" * (50 << 20))
+    for name, data, reason in [
+            ("a.pdf", b"%PDF", "Invalid request: file format not supported"),
+            ("a", b"x", "Invalid request: file format not supported"),
+            ("", b"x", "Invalid request: empty file"),
+            ("a.docx", zip_bomb.getvalue(), "times, over the server's limit of 100"),
+            ("a.txt", b"a" * ((10 << 20) + 1), "over the server's limit of 10485760 "
+                                                "(--max-file-bytes)"),
+            ("a.txt", b"A man. " * 9, "field \"file's sentences\": 9 lines, over the server's "
+                                      "limit of 8")]:
+        status, reply = translate_file(server.url, name, data, {"api_key": KEY})
+        assert status == 400 and reason in reply["error"], (name, reply)
+    for files, reason in [(multipart_fields(source="en", target="de"), "missing file parameter"),
+                          ({"file": ("a.txt", b"A man."), **multipart_fields(source="en")},
+                           "missing target parameter")]:
+        reply = requests.post(server.url + "/translate_file", timeout=60,
+                              files={**files, **multipart_fields(api_key=KEY)})
+        assert reply.status_code == 400 and reason in reply.json()["error"], reply.text
+    status, _, reply = request(server.url + "/translate_file", {"file": "a"})
+    assert status == 415 and "'multipart/form-data'" in reply["error"]
+
+
+def test_api_keys_guard_translate_file(server):
+    for fields, error in [({}, "this server asks for an api key"),
+                          ({"api_key": "not-a-key"}, "invalid api key")]:
+        status, reply = translate_file(server.url, "a.txt", b"A man.", fields)
+        assert status == 403 and error in reply["error"], reply
+    status, reply = translate_file(server.url, "a.txt", b"A man.",
+                                   headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 200, reply
+
+
+def test_a_sent_name_s_folders_are_dropped(server):
+    import requests
+
+    status, reply = translate_file(server.url, "../../etc/cron.d/a.txt", b"A man.",
+                                   {"api_key": KEY})
+    assert status == 200 and ".." not in reply["translatedFileUrl"]
+    download = requests.get(reply["translatedFileUrl"], timeout=60)
+    assert download.headers["Content-Disposition"].startswith('attachment; filename="a_de.txt"')
+
+
+def test_frontend_settings_list_the_file_formats(server):
+    settings = request(server.url + "/frontend/settings")[2]
+    assert settings["filesTranslation"] is True
+    assert settings["supportedFilesFormat"] == [".txt", ".html", ".docx", ".pptx", ".odt",
+                                                ".odp"]
+
+
+def test_a_translated_file_is_gone_after_its_ttl(open_server):
+    import requests
+
+    status, reply = translate_file(open_server.url, "a.txt", b"A man.")
+    assert status == 200, reply
+    started = time.monotonic()
+    assert requests.get(reply["translatedFileUrl"], timeout=60).status_code == 200
+    time.sleep(max(0.0, FILE_TTL + 0.5 - (time.monotonic() - started)))
+    gone = requests.get(reply["translatedFileUrl"], timeout=60)
+    assert gone.status_code == 404 and "--file-ttl 3 s" in gone.json()["error"]
+    assert requests.get(open_server.url + "/download_file/made-up", timeout=60).status_code \
+        == 404
+
+
+def test_health_answers_while_a_large_file_is_read(server):
+    import random
+
+    # 150,000 paragraphs of digits (no letter: kept): seconds of reading and writing, under
+    # --max-file-bytes and the zip's limits.
+    digits = random.Random(0)
+    paragraphs = "".join(f"<w:p><w:r><w:t>{digits.randrange(10 ** 12)}</w:t></w:r></w:p>"
+                         for _ in range(150_000))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as package:
+        package.writestr("word/document.xml", f'<w:document xmlns:w="http://schemas.'
+                         f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{paragraphs}'
+                         f'</w:body></w:document>')
+    (status, reply), waits, seconds = health_during(
+        server.url, lambda: translate_file(server.url, "a.docx", out.getvalue(),
+                                           {"api_key": KEY}))
+    assert status == 200, reply
+    assert waits and max(waits) < max(1.0, seconds / 4), waits

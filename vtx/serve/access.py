@@ -188,10 +188,12 @@ class Access:
         return forwarded_address(peer, forwarded_for, self.trusted_proxies)
 
     def admit(self, key: str | None, address: str, origin: str | None = None,
-              texts: object = None) -> str:
+              texts: object = None, charged: bool = True) -> str:
         """Let a request of `key` (its api key) from `address`, sent by a page of `origin` (its
-        Origin header), whose texts are `texts` (`request_size`), through, or refuse it; the
-        client it counts as: "key KEY" for a key the server holds, else "address ADDRESS".
+        Origin header), whose texts are `texts` (`request_size`), through, or refuse it; not
+        `charged`: its key and ban only, before its texts are known (a file's, before it is
+        read). Returns the client it counts as: "key KEY" for a key the server holds, else
+        "address ADDRESS".
 
         Raises:
             RequestError: 403 for an unknown key, or a missing one while keys are asked and
@@ -206,7 +208,7 @@ class Access:
         if self.flood:
             self.flood.check([f"address {address}", client], self.store)
         try:
-            self._check(key, known, client, origin, texts)
+            self._check(key, known, client, origin, texts, charged)
         except RequestError as refusal:
             if self.flood and refusal.status in (403, 429):
                 self.flood.report(client, self.store)
@@ -214,7 +216,7 @@ class Access:
         return client
 
     def _check(self, key: str | None, known: bool, client: str, origin: str | None,
-               texts: object) -> None:
+               texts: object, charged: bool) -> None:
         """`admit`'s checks of a request of `key` (`known` to the server) of `client`."""
         if self.keys is not None and not known:
             if key:
@@ -222,6 +224,8 @@ class Access:
             if not (origin and origin_matches(origin, self.keyless_origins)):
                 raise RequestError("this server asks for an api key: send it as 'api_key' or "
                                    "as a header 'Authorization: Bearer KEY'", 403)
+        if not charged:
+            return
         own = self.keys[key] if known else KeyLimits()
         char_limit, char_flag = _chosen(own.char_limit, self.char_limit, "char_limit")
         per_minute, rate_flag = _chosen(own.req_limit, self.per_minute, "req_limit")

@@ -25,6 +25,10 @@ API (JSON; every refusal is `{"error": "one line"}` with a 4xx, or 503 and Retry
     POST /translate, POST /detect, POST /suggest, GET /languages, GET /frontend/settings
                         LibreTranslate's API (`vtx.serve.libre`): fields from the query string
                         and a JSON or form body
+    POST /translate_file, GET /download_file/<name>
+                        LibreTranslate's file translation: a multipart form's file
+                        (`vtx.serve.files`), its translation kept for --file-ttl seconds
+                        (`vtx.serve.file_store`), read and written on threads of their own
     GET /health         {"status": "ok"}
     GET /metrics        Prometheus text
     GET /spec           the routes and their fields, Swagger 2.0 (`vtx.serve.spec`)
@@ -36,6 +40,8 @@ route is declared in `ROUTES`, which the app registers and GET /spec says.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import dataclasses
 import gc
 import ipaddress
@@ -45,6 +51,7 @@ import signal
 import sys
 import time
 import traceback
+import urllib.parse
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
@@ -61,6 +68,7 @@ from vtx.serve import libre
 from vtx.serve.access import Access, origin_matches
 from vtx.serve.batcher import Batcher
 from vtx.serve.checks import CheckPool
+from vtx.serve.file_store import FileSettings, FileStore, TranslatedFile
 from vtx.serve.language import Detector, LanguagePair, language_name
 from vtx.serve.metrics import Metrics
 from vtx.serve.pairs import ROUTE_FIELDS, Pairs, Served, load_served
@@ -90,6 +98,8 @@ ROUTES = (
 FORM_ROUTES = tuple(route.path for route in ROUTES
                     if any(field.where == "form" for field in route.fields))
 T = TypeVar("T")
+FILE_ROUTE = "/translate_file"  # a multipart form only, of a body up to --max-file-bytes
+FILE_THREADS = 2  # threads reading and writing files, apart from the requests' checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +140,10 @@ class Service:
     # where request bodies are read and checked, each client's in its turn
     checks: CheckPool = dataclasses.field(default_factory=CheckPool)
     suggestions: Suggestions | None = None  # where POST /suggest appends; None: it answers 403
+    files: FileSettings = FileSettings()  # what /translate_file takes and keeps
+
+    def __post_init__(self) -> None:
+        self.file_store = FileStore(self.files)
 
     def batchers(self) -> list[Batcher]:
         return [served.batcher for served in self.pairs.served]
@@ -142,7 +156,9 @@ class Service:
         return {"model": first["model"], "vocabulary": first["vocabulary"],
                 "settings": first["settings"],
                 "limits": {**first["limits"], **dataclasses.asdict(self.transport),
-                           "max_body_bytes": MAX_BODY_BYTES},
+                           "max_body_bytes": MAX_BODY_BYTES,
+                           "max_file_bytes": self.files.max_file_bytes,
+                           "file_ttl_s": self.files.ttl_s},
                 "pairs": pairs}
 
     def languages(self) -> list[dict]:
@@ -209,7 +225,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
     """The aiohttp application of `service`; its batcher starts with the app and stops with it
     (queued jobs searched for the drain's time first). `log` is told each 500's traceback."""
     app = web.Application(middlewares=[_errors(service.metrics, log),
-                                       _guard(service.transport)],
+                                       _guard(service.transport, service.files)],
                           client_max_size=MAX_BODY_BYTES)
     app[SERVICE] = service
     app[CONNECTIONS] = Connections()
@@ -224,15 +240,17 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
         "/v1/info": _get(lambda: web.json_response(service.info())),
         "/v1/translate": _translate, "/v1/parse": _parse,
         "/translate": _libre_translate, "/detect": _libre_detect, "/suggest": _suggest,
+        FILE_ROUTE: _translate_file, "/download_file/{name}": _download_file,
         "/languages": _get(lambda: web.json_response(service.languages())),
         "/frontend/settings": _get(lambda: web.json_response(libre.frontend_settings(
-            service.pairs, service.access, service.suggestions is not None))),
+            service.pairs, service.access, service.suggestions is not None, service.files))),
         "/spec": _get(lambda: web.json_response(spec))}
     for route in ROUTES:  # each route of the declaration, and no other
         add = app.router.add_get if route.method == "GET" else app.router.add_post
         add(route.path, handlers.pop(route.path))
     if handlers:
         raise ValueError(f"handlers of routes not in ROUTES: {', '.join(handlers)}")
+    app[FILE_WORK] = _FileWork(service.files.max_pending)
 
     async def start(app):
         for batcher in service.batchers():
@@ -247,6 +265,7 @@ def make_app(service: Service, log: Callable[[str], None] = _stderr) -> web.Appl
         for batcher in service.batchers():
             await asyncio.to_thread(batcher.join, max(0.0, deadline - time.monotonic()))
         service.checks.close()
+        app[FILE_WORK].executor.shutdown(wait=False, cancel_futures=True)
 
     async def cors(request: web.Request, response: web.StreamResponse) -> None:
         origin = request.headers.get("Origin")
@@ -307,24 +326,26 @@ def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseExcept
     log(f"vtx serve: internal error answering {request.method} {request.path[:80]}:\n{trace}")
 
 
-def _guard(transport: Transport):
+def _guard(transport: Transport, files: FileSettings):
     """Middleware: the Host, then the route (404, 405; a CORS preflight of a --cors-origin
     answered), then on a POST the Content-Type and the Origin checked (see the module
-    docstring), and the body read within the read timeout (408)."""
+    docstring), and the body read within the read timeout (408): up to `MAX_BODY_BYTES`, or
+    a file's (`files`) on `FILE_ROUTE`."""
 
     @web.middleware
     async def middleware(request: web.Request, handler):
         connections = request.app[CONNECTIONS]
         connections.busy(request.transport)
         try:
-            return await _guarded(request, handler, transport)
+            return await _guarded(request, handler, transport, files)
         finally:
             connections.idle(request.transport)
 
     return middleware
 
 
-async def _guarded(request: web.Request, handler, transport: Transport) -> web.StreamResponse:
+async def _guarded(request: web.Request, handler, transport: Transport,
+                   files: FileSettings) -> web.StreamResponse:
     """`_guard`'s checks of `request`, then its `handler`'s answer."""
     host = request.host or ""
     name = _host_name(host)
@@ -343,7 +364,17 @@ async def _guarded(request: web.Request, handler, transport: Transport) -> web.S
             "Access-Control-Max-Age": "86400"})
     if refusal is not None:
         raise refusal
-    if request.method == "POST":
+    held = contextlib.nullcontext()
+    if request.method == "POST" and request.path == FILE_ROUTE:
+        if not files.enabled:
+            raise RequestError("Files translation are disabled on this server.", 403)
+        if request.content_type != "multipart/form-data":
+            raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
+                               f"'multipart/form-data'", 415)
+        # Its larger body read only while the files held at once are few.
+        held = request.app[FILE_WORK].held()
+        request = request.clone(client_max_size=files.max_body_bytes)
+    elif request.method == "POST":
         forms = request.path in FORM_ROUTES
         # A bodiless POST sends its fields in the query string (as deep-translator does).
         if request.content_type != "application/json" and not (forms and (
@@ -351,17 +382,20 @@ async def _guarded(request: web.Request, handler, transport: Transport) -> web.S
             also = f" or {' or '.join(map(repr, libre.FORM_TYPES))}" if forms else ""
             raise RequestError(f"Content-Type {request.content_type[:80]!r}: send "
                                f"'application/json'{also}", 415)
-        if origin is not None and not (cors or _same_origin(origin, host)):
-            raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
-                               f"answers POSTs from its own page, --cors-origin pages "
-                               f"and clients that are not web pages", 403)
-        try:
-            await asyncio.wait_for(request.read(), transport.read_timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestError(f"the body was not received within "
-                               f"{transport.read_timeout_s:g} s (--read-timeout)",
-                               408, {"Connection": "close"}) from None
-    return await handler(request)
+    if request.method == "POST" and origin is not None and not (
+            cors or _same_origin(origin, host)):
+        raise RequestError(f"Origin {origin[:80]!r} is another site's: this server "
+                           f"answers POSTs from its own page, --cors-origin pages "
+                           f"and clients that are not web pages", 403)
+    with held:
+        if request.method == "POST":
+            try:
+                await asyncio.wait_for(request.read(), transport.read_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(f"the body was not received within "
+                                   f"{transport.read_timeout_s:g} s (--read-timeout)",
+                                   408, {"Connection": "close"}) from None
+        return await handler(request)
 
 
 def _host_name(host: str) -> str:
@@ -500,11 +534,11 @@ async def _checked(request: web.Request, check: Callable[[], T]) -> T:
     return await request.app[SERVICE].checks.run(_address(request), check)
 
 
-def _admit(request: web.Request, key, texts) -> str:
+def _admit(request: web.Request, key, texts, charged: bool = True) -> str:
     """Let a request of `texts` (its field 'q' or 'text', as sent) through the server's api
-    keys and limits (`Access.admit`): its key is `key` (its field 'api_key', a string), else an
-    `Authorization: Bearer KEY` header's. Returns the client it counts as (its known key, or
-    its address).
+    keys and limits (`Access.admit`; not `charged`: its key only): its key is `key` (its field
+    'api_key', a string), else an `Authorization: Bearer KEY` header's. Returns the client it
+    counts as (its known key, or its address).
 
     Raises:
         RequestError: a key that is no string (400), or see `Access.admit`.
@@ -515,7 +549,7 @@ def _admit(request: web.Request, key, texts) -> str:
     if not key and scheme.lower() == "bearer":
         key = token.strip()
     return request.app[SERVICE].access.admit(key or None, _address(request),
-                                             request.headers.get("Origin"), texts)
+                                             request.headers.get("Origin"), texts, charged)
 
 
 def _libre_fields(request: web.Request, body: bytes) -> libre.Fields:
@@ -549,6 +583,83 @@ async def _suggest(request: web.Request) -> web.Response:
         return _json({"success": True})
 
     return await _checked(request, suggest)
+
+
+class _FileWork:
+    """The threads that read and write /translate_file's files (so that a large file keeps
+    neither the event loop nor the requests' checks waiting), and how many files the server
+    holds at once, from their bodies' first byte: `max_pending`, one more gets 503."""
+
+    def __init__(self, max_pending: int):
+        self.executor = concurrent.futures.ThreadPoolExecutor(FILE_THREADS, "vtx-files")
+        self.max_pending, self.pending = max_pending, 0
+
+    async def run(self, work: Callable):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, work)
+
+    @contextlib.contextmanager
+    def held(self):
+        """Count a file held while in the block (on the event loop: no lock needed).
+
+        Raises:
+            RequestError: 503 with Retry-After, `max_pending` files held already.
+        """
+        if self.pending >= self.max_pending:
+            raise RequestError(f"{self.pending} files are being translated, the server's most "
+                               f"at once; retry", 503, {"Retry-After": "1"})
+        self.pending += 1
+        try:
+            yield
+        finally:
+            self.pending -= 1
+
+
+FILE_WORK = web.AppKey("file_work", _FileWork)
+
+
+async def _translate_file(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    service.pairs.told()
+    work = request.app[FILE_WORK]  # the guard holds the file's place in it
+    body = await request.read()
+
+    def check() -> tuple[str, libre.FileTranslation]:
+        fields, upload = libre.read_upload(body, request.headers.get("Content-Type", ""),
+                                           request.rel_url.raw_query_string)
+        # its key before it is read, its texts after
+        client = _admit(request, fields.get("api_key"), None, charged=False)
+        upload = libre.upload_of(fields, upload)
+        return client, libre.file_translation(
+            fields, upload, service.files.max_file_bytes, service.pairs, service.detector,
+            lambda texts: _admit(request, fields.get("api_key"), texts))
+
+    client, translation = await work.run(check)
+    results = (await _search(translation.served, translation.job, client)
+               if translation.job else [])
+    data = await work.run(lambda: libre.translated_file(translation, results))
+    name = service.file_store.put(TranslatedFile(data, translation.filename,
+                                                 translation.content_type))
+    quoted = urllib.parse.quote(translation.filename, safe="")
+    return _json({"translatedFileUrl": f"{request.scheme}://{request.host}/download_file/"
+                                       f"{name}.{quoted}"})
+
+
+async def _download_file(request: web.Request) -> web.Response:
+    """GET /download_file/<name>: a translated file, named by its token (and, after a '.',
+    the file's name, as LibreTranslate's URLs are)."""
+    service: Service = request.app[SERVICE]
+    if not service.files.enabled:
+        raise RequestError("Files translation are disabled on this server.", 400)
+    file = service.file_store.get(request.match_info["name"].partition(".")[0])
+    if file is None:
+        raise RequestError(f"no translated file {request.match_info['name'][:80]!r}: it has "
+                           f"expired (--file-ttl {service.files.ttl_s:g} s) or never was", 404)
+    ascii_name = file.filename.encode("ascii", "replace").decode().replace("?", "_") \
+        .replace('"', "_")
+    return web.Response(body=file.data, headers={
+        "Content-Type": file.content_type,
+        "Content-Disposition": f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''"
+                               f"{urllib.parse.quote(file.filename, safe='')}"})
 
 
 async def _parse(request: web.Request) -> web.Response:
@@ -599,14 +710,16 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   log: Callable[[str], None] = lambda message: None,
                   named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}",
                   precision: DecodingPrecision = DecodingPrecision(),
-                  suggestions: Suggestions | None = None) -> Service:
+                  suggestions: Suggestions | None = None,
+                  files: FileSettings = FileSettings()) -> Service:
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
     (`vtx.inference.glossary`); `access`: the api keys and rate limit;
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
-    and quantization the models are built in; `suggestions`: where POST /suggest appends.
+    and quantization the models are built in; `suggestions`: where POST /suggest appends;
+    `files`: what /translate_file takes and keeps.
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
@@ -638,7 +751,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     pairs = Pairs(served)
     metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),
-                   Detector(tuple(pairs.languages())), suggestions)
+                   Detector(tuple(pairs.languages())), suggestions=suggestions, files=files)
 
 
 def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,

@@ -38,10 +38,15 @@ class Document:
 
     def translated(self, translations: list[str]) -> str:
         """The document with its sentences (`lines`) replaced by `translations`."""
+        return "".join(self.translated_parts(translations))
+
+    def translated_parts(self, translations: list[str]) -> list[str]:
+        """`parts` with the sentences replaced by `translations` (a file's paragraph puts each
+        part back into the run of text it started in: `vtx.serve.files`)."""
         parts = list(self.parts)
         for index, translation in zip(self.sentences, translations, strict=True):
             parts[index] = html.escape(translation, quote=False) if self.markup else translation
-        return "".join(parts)
+        return parts
 
 
 def text_document(text: str, language: str) -> Document:

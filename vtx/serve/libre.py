@@ -28,9 +28,12 @@ import email.parser
 import email.policy
 import json
 import urllib.parse
+from typing import Callable
 
 from vtx.serve.access import Access
 from vtx.serve.documents import Document, html_document, text_document
+from vtx.serve.file_store import FileSettings
+from vtx.serve.files import FORMATS, FileDocument, Upload, base_name, read_file
 from vtx.serve.language import Detector, language_name
 from vtx.serve.pairs import Pairs, Served
 from vtx.serve.requests import (Job, Limits, Model, RequestError, check_chars, check_field,
@@ -68,7 +71,19 @@ SUGGEST = Route("POST", "/suggest", "Suggest a better translation (with --sugges
     Field("source", "a string", "the language of q", required=True),
     Field("target", "a string", "the language of s", required=True),
     API_KEY), tag="libretranslate")
-ROUTES = (TRANSLATE, DETECT, SUGGEST,
+TRANSLATE_FILE = Route(
+    "POST", "/translate_file", "Translate a file: .txt, .html, .docx, .pptx, .odt, .odp",
+    "{translatedFileUrl}: GET it within --file-ttl", (
+        Field("file", "a file", "the file to translate", required=True),
+        Field("source", "a string", "the source language's code, or auto to detect it",
+              required=True),
+        Field("target", "a string", "the target language's code", required=True),
+        API_KEY), tag="libretranslate")
+ROUTES = (TRANSLATE, DETECT, SUGGEST, TRANSLATE_FILE,
+          Route("GET", "/download_file/{name}", "A translated file of POST /translate_file",
+                "the file, as an attachment; 404 past --file-ttl",
+                (Field("name", "a string", "the name of translatedFileUrl", where="path"),),
+                tag="libretranslate"),
           Route("GET", "/languages", "The languages served", "[{code, name, targets}]",
                 tag="libretranslate"),
           Route("GET", "/frontend/settings", "LibreTranslate's settings of its page",
@@ -136,7 +151,8 @@ def read_fields(body: bytes, content_type: str, query: str = "") -> Fields:
 
 
 # LibreTranslate's fields and vtx's glossary; others are passed over, as LibreTranslate does.
-FORM_FIELDS = frozenset(name for route in ROUTES for name in route.names())
+FORM_FIELDS = frozenset(field.name for route in ROUTES for field in route.fields
+                        if field.where != "path")
 
 
 def _form_fields(form: str, where: str) -> dict:
@@ -154,9 +170,24 @@ def _form_fields(form: str, where: str) -> dict:
     return fields
 
 
-def _multipart_fields(body: bytes, content_type: str) -> dict:
+def read_upload(body: bytes, content_type: str, query: str = "") -> tuple[Fields, Upload | None]:
+    """The fields of a POST /translate_file (`read_fields`: a multipart form and the query
+    string) and its part `file`, if sent.
+
+    Raises:
+        RequestError: see `read_fields`; a file part as another field than 'file'.
+    """
+    files: dict = {}
+    fields = _form_fields(query, "the query string")
+    own = _multipart_fields(body, content_type, files)
+    upload = files.get("file")
+    return Fields({**own, **fields}, frozenset({*own, *fields})), upload
+
+
+def _multipart_fields(body: bytes, content_type: str, files: dict | None = None) -> dict:
     """A multipart form's text fields, each part in its declared charset or else UTF-8 (RFC
-    7578, 4.4: PHP's curl and browsers declare none)."""
+    7578, 4.4: PHP's curl and browsers declare none); its part 'file', a file, put into
+    `files` if given (as an `Upload`)."""
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body)
     if not message.is_multipart():
@@ -169,6 +200,10 @@ def _multipart_fields(body: bytes, content_type: str) -> dict:
         if part.is_multipart():
             raise RequestError(f"form field {shown(name)} is a {part.get_content_type()} part; "
                                f"send each field as text")
+        if files is not None and name == "file":
+            files.setdefault(name, Upload(base_name(part.get_filename() or ""),
+                                          part.get_payload(decode=True) or b""))
+            continue
         if part.get_content_maintype() != "text" or part.get_filename() is not None:
             raise RequestError(f"form field {shown(name)} is a file; send text")
         charset = part.get_content_charset() or "utf-8"
@@ -219,15 +254,16 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     return Translation(documents, served, job, batch, alternatives, detected)
 
 
-def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model) -> Job:
+def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model,
+         field: str = SENTENCES_FIELD) -> Job:
     """The job searching `lines` for `alternatives` more hypotheses (the beam raised to hold
-    them), constrained by the request's `glossary`."""
+    them), constrained by the request's `glossary`; a refusal names a line of `field`."""
     data = {"text": lines, "nbest": alternatives + 1}
     if alternatives + 1 > model.defaults.beam:
         data["beam"] = alternatives + 1
     if glossary is not None:
         data["glossary"] = glossary
-    return job_of(data, model, SENTENCES_FIELD)
+    return job_of(data, model, field)
 
 
 def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
@@ -414,14 +450,94 @@ def suggestion(fields: Fields, pairs: Pairs) -> dict:
     return record
 
 
-def frontend_settings(pairs: Pairs, access: Access, suggestions: bool) -> dict:
+def frontend_settings(pairs: Pairs, access: Access, suggestions: bool,
+                      files: FileSettings) -> dict:
     """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen,
-    `access`'s keys and --char-limit (-1: none), and whether POST /suggest takes suggestions."""
+    `access`'s keys and --char-limit (-1: none), whether POST /suggest takes suggestions, the
+    file formats translated (none with --disable-files-translation)."""
     pairs.told()
     pair = pairs.first.pair
     keys = access.keys is not None
     return {"charLimit": access.char_limit or -1, "frontendTimeout": 500, "apiKeys": keys,
-            "keyRequired": keys,
-            "suggestions": suggestions, "filesTranslation": False, "supportedFilesFormat": [],
+            "keyRequired": keys, "suggestions": suggestions, "filesTranslation": files.enabled,
+            "supportedFilesFormat": list(FORMATS) if files.enabled else [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
                          "target": {"code": pair.target, "name": language_name(pair.target)}}}
+
+
+# The field of a refusal about one of a file's sentences.
+FILE_SENTENCES_FIELD = "file's sentences"
+DETECTED_CHARACTERS = 4096  # of a file's text, detected with source "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileTranslation:
+    """A checked POST /translate_file: its file read, the job of its sentences (None: none to
+    search, as in a file in the target language), and the name it is downloaded as."""
+
+    document: FileDocument
+    served: Served | None
+    job: Job | None
+    filename: str  # the upload's name with the target code: report.docx -> report_de.docx
+    content_type: str
+
+
+def upload_of(fields: Fields, upload: Upload | None) -> Upload:
+    """The file of a POST /translate_file, checked as LibreTranslate checks it.
+
+    Raises:
+        RequestError: in LibreTranslate's words: a missing file, source or target, a file of
+            no name, or of an extension not in `FORMATS`.
+    """
+    if upload is None:
+        raise RequestError("Invalid request: missing file parameter")
+    for name in ("source", "target"):
+        read_value(fields, TRANSLATE_FILE.field(name))
+    if not upload.filename:
+        raise RequestError("Invalid request: empty file")
+    if upload.extension not in FORMATS:
+        raise RequestError("Invalid request: file format not supported")
+    return upload
+
+
+def file_translation(fields: Fields, upload: Upload, max_file_bytes: int, pairs: Pairs,
+                     detector: Detector, admit: Callable[[list[str]], None]) -> FileTranslation:
+    """The checked request of POST /translate_file: `upload` (`upload_of`'s) read into its
+    texts (`read_file`), which `admit` lets through or refuses (as /translate's `q`), and
+    their sentences into one job.
+
+    Raises:
+        RequestError: see `translation`'s language checks, `read_file`, `job_of`; `admit`'s.
+    """
+    source, target = (code if code.lower() == "auto" else pairs.code(code)
+                      for code in (read_value(fields, TRANSLATE_FILE.field(name))
+                                   for name in ("source", "target")))
+    auto = source.lower() == "auto"
+    limits = pairs.first.limits
+    read = lambda language: read_file(upload, language, max_file_bytes,
+                                      limits.max_lines * limits.max_line_chars)
+    document = read(pairs.first.pair.source if auto else source)
+    # With "auto", the file's language is its text's start's.
+    probe = [" ".join(document.texts)[:DETECTED_CHARACTERS]] if auto else []
+    served, _ = _pair(source, target, probe, pairs, detector)
+    language = served.pair.source if served is not None else target
+    if auto and language != pairs.first.pair.source:  # cut into that language's sentences
+        document = read(language)
+    admit(document.texts)
+    lines = [line for part in document.documents for line in part.lines]
+    job = _job(lines, 0, None, served.model(), FILE_SENTENCES_FIELD) \
+        if lines and served is not None else None
+    stem = upload.filename[:-len(upload.extension)]
+    return FileTranslation(document, served, job, f"{stem}_{target}{upload.extension}",
+                           FORMATS[upload.extension][0])
+
+
+def translated_file(request: FileTranslation, results: list) -> bytes:
+    """The file of `request` with each sentence replaced by its best hypothesis of `results`."""
+    translated, start = [], 0
+    for document in request.document.documents:
+        hypotheses = results[start:start + len(document.sentences)]
+        start += len(document.sentences)
+        translated.append(document.translated_parts([_text(h, 0) for h in hypotheses])
+                          if request.job is not None else document.parts)
+    return request.document.write(translated)

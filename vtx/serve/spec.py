@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 # Where a field is read: "form", LibreTranslate's `request.values` (the query string, a form or
-# a JSON body: Swagger's formData); "json", a field of a JSON body's object (Swagger's body).
-WHERE = ("form", "json")
+# a JSON body: Swagger's formData); "json", a field of a JSON body's object (Swagger's body);
+# "path", a part of the route's path ({name}).
+WHERE = ("form", "json", "path")
 
 # Each kind's JSON Schema (Swagger 2.0 has no oneOf: a text or a list of them says it in words).
 SCHEMAS = {
@@ -26,6 +27,7 @@ SCHEMAS = {
     "a list of [source, target] pairs": {"type": "array", "items": {
         "type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}},
     "a string or a list of strings": {"type": "string"},
+    "a file": {"type": "file"},  # a multipart form's part
 }
 ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
 
@@ -82,7 +84,10 @@ def swagger(routes: tuple[Route, ...], version: str) -> dict:
 def _operation(route: Route) -> dict:
     form = [field for field in route.fields if field.where == "form"]
     body = [field for field in route.fields if field.where == "json"]
-    parameters = [_form_parameter(field) for field in form]
+    parameters = [{"in": "path", "name": field.name, "required": True, "type": "string",
+                   "description": field.description}
+                  for field in route.fields if field.where == "path"]
+    parameters += [_form_parameter(field) for field in form]
     if body:
         parameters.append({"in": "body", "name": "body", "required": True, "schema": {
             "type": "object", "additionalProperties": False,
@@ -96,6 +101,8 @@ def _operation(route: Route) -> dict:
                                            "schema": {"$ref": "#/definitions/error-response"}}}}
     if body:
         operation["consumes"] = ["application/json"]
+    elif any(field.kind == "a file" for field in form):
+        operation["consumes"] = ["multipart/form-data"]
     elif form:
         operation["consumes"] = ["application/x-www-form-urlencoded", "multipart/form-data",
                                  "application/json"]
@@ -115,6 +122,8 @@ def _form_parameter(field: Field) -> dict:
     """A formData parameter: a form sends a list as JSON text (a text or a list of them: the
     text)."""
     schema = _schema(field)
+    if schema["type"] == "file":
+        return {"in": "formData", "name": field.name, "required": field.required, **schema}
     if schema["type"] == "array":
         schema = {key: value for key, value in schema.items()
                   if key in ("description", "default", "enum")}
