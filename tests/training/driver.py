@@ -1,7 +1,7 @@
 """Runs a small training job in its own process (logical CPU devices must be set before TF starts).
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
-        [--dropout P] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
+        [--dropout P] [--layers L] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
         [--prefetch K] [--show-placement] [--jit] [--ema-decay D [--ema-start-step N]]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
@@ -22,6 +22,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--update-freq", type=int, default=1)
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--layers", type=int, default=2,
+                        help="encoder and decoder layers of the tiny model")
     parser.add_argument("--max-minutes", type=float, default=0.0)
     parser.add_argument("--cooldown", type=float, default=0.0)
     parser.add_argument("--save-every", type=int, default=0)
@@ -61,7 +63,8 @@ def main() -> None:
     from vtx.training.distribute import make_strategy
     from vtx.training.trainer import Trainer
 
-    model_config = config.preset("tiny", vocab_size=24, dropout=args.dropout)
+    model_config = config.preset("tiny", vocab_size=24, dropout=args.dropout,
+                                 num_layers=args.layers)
     # Adam divides by sqrt(v) + epsilon: at the paper's 1e-9, a parameter whose true gradient is 0
     # (an attention key bias, which the softmax ignores) moves a whole learning-rate step on
     # float32 round-off, and round-off differs with the summation order of 1 vs 8 replicas.
