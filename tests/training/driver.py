@@ -1,7 +1,8 @@
 """Runs a small training job in its own process (logical CPU devices must be set before TF starts).
 
     python -m tests.training.driver SAVE_DIR --max-steps N [--devices K] [--update-freq U]
-        [--dropout P] [--layers L] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP] [--pack]
+        [--dropout P] [--layers L] [--save-every S] [--step-sleep SECONDS] [--sigterm-at STEP]
+        [--pack]
         [--prefetch K] [--show-placement] [--jit] [--ema-decay D [--ema-start-step N]]
         [--precision P [--cpu-flags "F ..."] [--bf16-speedup X]] [--scores "S1,S2,..."]
 
