@@ -89,6 +89,20 @@ def test_a_client_of_many_requests_takes_no_more_turns_than_one_of_few(translato
     assert set(told.order[4:]) == {f"heavy{i}" for i in range(1, 6)}
 
 
+def test_a_client_owes_what_it_cost_after_the_queue_was_empty(translator):
+    # The heavy client's job alone takes a turn, and the queue is empty; its next job, queued
+    # before a light client's, waits for it: the heavy one cost more.
+    batcher = Batcher(Translators(translator), max_tokens=40, wait_s=0, max_queue=64)
+    long = ["A man is riding a bike through the park."] * 3
+    batcher.submit(job(translator, long), lambda _: None, client="address 10.0.0.1")
+    assert [part[0].client for part in batcher._take().parts] == ["address 10.0.0.1"]
+    assert batcher.queued_lines() == 0
+    batcher.submit(job(translator, long), lambda _: None, client="address 10.0.0.1")
+    batcher.submit(job(translator, ["A girl."]), lambda _: None, client="address 10.0.1.1")
+    assert [part[0].client for part in batcher._take().parts] == ["address 10.0.1.1",
+                                                                  "address 10.0.0.1"]
+
+
 def test_a_failing_search_fails_only_the_job_at_fault(translator):
     prefixed = Translator(translator.models, translator.vocab,
                           dataclasses.replace(translator.options, prefix=True))

@@ -12,10 +12,13 @@ searched one after the other, each job told its hypotheses as soon as its last l
 `searchers` threads take turns at once (`--search-threads`): while one waits on a search's
 operations, the other's turn has the cores its host work leaves idle.
 Turns are shared among clients (a request's key, or its address: `vtx.serve.access`), not
-among requests: the next turn is led by the oldest job of the client whose searches have cost
-least so far (start-time fair queueing over the cost of `vtx.serve.requests`, a client coming
-back starting at the least cost of those waiting), so a client whose requests cost much, or who
-sends many, takes no more of the search than any other while others wait.
+among requests, by start-time fair queueing over the cost of `vtx.serve.requests`: each client's
+searches end at a tag on a virtual clock (its last tag, or the clock where that is past, plus
+what its lines cost), and the next turn is led by the oldest job of the client of the least tag,
+the clock moving to it. A client that cost much owes it when it comes back, however long the
+queue was empty; one that was away gets no credit for it. So a client whose requests cost much,
+or who sends many, takes no more of the search than any other while others wait, and all of it
+while none does.
 Each line keeps its index in its own request as its line id, so that a request's hypotheses are
 those `vtx translate` gives for its lines alone, whatever shares the batch (sampling's per-line
 seeds included; scores agree to the rounding of a batch's matrix products). A job whose client
@@ -126,9 +129,10 @@ class Batcher:
         self.max_queue_cost, self.turn_rows = max_queue_cost, turn_rows
         self.metrics.search_traces = translators.traces
         self._pending: list[Pending] = []
-        # The cost each client's searches took (`_take`), of those over the least of the
-        # clients waiting: the others' would start there anyway.
-        self._served: dict[str, int] = {}
+        # Each client's tag: where its searches so far end on the virtual clock `_clock` (the
+        # start of the latest turn's leader); only tags past the clock are kept.
+        self._tags: dict[str, int] = {}
+        self._clock = 0
         self._changed = threading.Condition()
         self._closing = False
         self._drain_until = float("inf")  # time.monotonic() past which a stop drops the queue
@@ -223,28 +227,28 @@ class Batcher:
                     break
                 self._changed.wait(left)
             # The leader first, then the jobs of the clients served least (in queue order).
-            turn = self._fill(sorted(same, key=lambda p: (p is not head,
-                                                          self._served.get(p.client, 0))))
+            turn = self._fill(sorted(same, key=lambda p: (p is not head, self._tag(p.client))))
             taken = [pending for pending, _, _ in turn.parts]
             for pending, start, stop in turn.parts:
-                self._served[pending.client] = (self._served.get(pending.client, 0)
-                                                + sum(pending.job.line_costs[start:stop]))
+                self._tags[pending.client] = (self._tag(pending.client)
+                                              + sum(pending.job.line_costs[start:stop]))
             # Round robin: jobs with lines left go behind those this turn did not serve.
             self._pending = ([p for p in self._pending if p not in taken]
                              + [p for p in taken if p.waiting])
-            if not self._pending:  # nobody waited for another: no share to keep
-                self._served.clear()
             return turn
+
+    def _tag(self, client: str) -> int:
+        """Where `client`'s next search starts on the virtual clock (the lock held)."""
+        return max(self._tags.get(client, 0), self._clock)
 
     def _next(self) -> Pending:
         """The job that leads the next turn (the lock held, some job waiting): the oldest of
-        the client whose searches cost least; a client not waiting has its cost forgotten once
-        it is no more than the least of the waiting clients' (coming back, it starts there)."""
-        waiting = {pending.client for pending in self._pending}
-        least = min(self._served.get(client, 0) for client in waiting)
-        self._served = {client: cost - least for client, cost in self._served.items()
-                        if cost > least or client in waiting}
-        return min(self._pending, key=lambda p: self._served.get(p.client, 0))
+        the client of the least tag; the clock moves to that tag, and the tags it reaches are
+        forgotten (their clients would start at the clock anyway)."""
+        head = min(self._pending, key=lambda p: self._tag(p.client))
+        self._clock = self._tag(head.client)
+        self._tags = {client: tag for client, tag in self._tags.items() if tag > self._clock}
+        return head
 
     def _fill(self, jobs: list[Pending]) -> Turn:
         """A turn of the waiting lines of `jobs` (of one search's settings), oldest first,
