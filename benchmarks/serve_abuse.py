@@ -1,9 +1,11 @@
 """Honest clients of `vtx serve` beside hostile ones, against the same honest clients alone.
 
-One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default, as en-de). First
+One `vtx serve` process on 127.0.0.1 (the tiny fixture model by default, as en-de).
 `--clients` honest clients (`serve_load.py`'s: requests of 1-5 lines of `--input`, one after the
-other) for `--duration` seconds alone: the clean run. Then the same honest clients for as long
-beside `--hostile` hostile clients (by default one of each kind of `--mix`), each sending one
+other) for `--duration` seconds alone: the clean run; and the same honest clients for as long
+beside `--hostile` hostile clients: the abused run; the two cut in `--rounds` parts taken in turn
+(clean, abused, clean, ...), so that a change in the machine's speed falls on both. The hostile
+clients (by default one of each kind of `--mix`), each sending one
 kind of abuse (round robin over the kinds) every `--hostile-interval` seconds (1 by default,
 more often than an honest client under this load sends; 0: as fast as it is answered, a flood,
 which no server on 2 cores serves honest clients through without a rate limit in front of it).
@@ -30,14 +32,15 @@ as clients of a real server come from their own.
 - libre-shapes: `alternatives` of null, [], {}, [1] and a 5,000-digit number, a multipart part of
   an unknown charset, a nested multipart/mixed part, in turn.
 
-A prober asks GET /health every 50 ms throughout. Prints, for each run, the honest clients'
+A prober, a process of its own, asks GET /health every 50 ms throughout. Prints, for each run, the honest clients'
 lines/s and p50/p99 latency and /health's worst latency, the ratios (abused over clean), what
 the hostile requests were answered, and the server's RSS; a last line `RESULT {json}`, and with
 `--csv FILE` the row. Targets (docs/benchmarks.md): honest lines/s >= 0.9 and p99 <= 1.5 of
 the clean run's, /health worst < 100 ms, RSS bounded. Run it alone on a quiet machine.
 
 Usage: python benchmarks/serve_abuse.py [--checkpoint PATH] [--input FILE] [--clients 32]
-       [--hostile 8] [--hostile-interval 1] [--duration 60] [--seed 0] [--csv FILE]
+       [--mix both | --kinds KIND,...] [--hostile N] [--hostile-interval 1] [--duration 60]
+       [--rounds 3] [--seed 0] [--csv FILE]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import asyncio
 import collections
 import datetime
 import json
+import os
 import random
 import shlex
 import sys
@@ -62,7 +66,7 @@ MIXES = {"v1": ("whitespace", "glossary", "constraints", "cost", "churn", "slow"
                    "libre-shapes")}
 MIXES["both"] = MIXES["v1"] + MIXES["libre"]
 CSV_COLUMNS = ("machine", "checkpoint", "mix", "clients", "hostile", "hostile_interval_s",
-               "seconds",
+               "seconds", "rounds",
                "clean_lines_per_s",
                "abused_lines_per_s", "throughput_ratio", "clean_p50_s", "clean_p99_s",
                "abused_p50_s", "abused_p99_s", "p99_ratio", "clean_health_worst_ms",
@@ -216,50 +220,99 @@ async def honest_turn(session, url: str, lines: list[str], rng: random.Random,
     served.append((time.monotonic() - sent, len(body["translations"])))
 
 
-async def probe(session, url: str, stop: asyncio.Event, waits: list) -> None:
-    """GET /health every 50 ms: how long each took."""
-    while not stop.is_set():
-        asked = time.monotonic()
-        async with session.get(url + "/health") as reply:
-            await reply.read()
-        waits.append(time.monotonic() - asked)
-        await asyncio.sleep(0.05)
+# The prober, a process of its own: the clients' work in this one (building and reading
+# bodies of a megabyte) would otherwise count as the server's wait.
+PROBE = """
+import http.client, json, sys, time
+from urllib.parse import urlsplit
+address, end, waits = urlsplit(sys.argv[1]), time.monotonic() + float(sys.argv[2]), []
+connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+while time.monotonic() < end:
+    asked = time.monotonic()
+    connection.request("GET", "/health")
+    connection.getresponse().read()
+    waits.append(time.monotonic() - asked)
+    time.sleep(0.05)
+print(json.dumps(waits))
+"""
+
+
+async def probe(url: str, seconds: float) -> list[float]:
+    """GET /health every 50 ms for `seconds`, from a process of its own: how long each took."""
+    prober = await asyncio.create_subprocess_exec(sys.executable, "-c", PROBE, url,
+                                                  str(seconds), stdout=asyncio.subprocess.PIPE)
+    out, _ = await prober.communicate()
+    if prober.returncode != 0:
+        raise RuntimeError(f"the /health prober failed (exit code {prober.returncode})")
+    return json.loads(out)
 
 
 async def run(url: str, pid: int, lines: list[str], args, hostile_count: int) -> dict:
-    """One run: the honest clients (and `hostile_count` hostile ones) for args.duration s."""
-    served, waits, rss, answers = [], [], [], collections.Counter()
+    """One part of a run: the honest clients (and `hostile_count` hostile ones) for
+    args.duration / args.rounds seconds."""
+    served, rss, answers = [], [], collections.Counter()
     stop = asyncio.Event()
-    kinds = MIXES[args.mix]
-    async with client_session("127.0.0.1") as session:
-        tasks = [asyncio.create_task(honest(address(0, i), url, lines,
-                                            random.Random(args.seed + i), stop, served))
-                 for i in range(args.clients)]
-        tasks += [asyncio.create_task(hostile(address(1, i), url, kinds[i % len(kinds)],
-                                              random.Random(args.seed + 1000 + i), stop,
-                                              answers, args.hostile_interval))
-                  for i in range(hostile_count)]
-        tasks.append(asyncio.create_task(probe(session, url, stop, waits)))
-        started = time.monotonic()
-        while time.monotonic() - started < args.duration:
-            rss.append(rss_mib(pid))
-            await asyncio.sleep(1.0)
-        stop.set()
-        elapsed = time.monotonic() - started
-        await asyncio.gather(*tasks)
+    kinds = args.kinds or MIXES[args.mix]
+    seconds = args.duration / args.rounds
+    tasks = [asyncio.create_task(honest(address(0, i), url, lines, random.Random(args.seed + i),
+                                        stop, served))
+             for i in range(args.clients)]
+    tasks += [asyncio.create_task(hostile(address(1, i), url, kinds[i % len(kinds)],
+                                          random.Random(args.seed + 1000 + i), stop, answers,
+                                          args.hostile_interval))
+              for i in range(hostile_count)]
+    prober = asyncio.create_task(probe(url, seconds))
+    started, cpu = time.monotonic(), (cpu_seconds(pid), time.process_time())
+    while time.monotonic() - started < seconds:
+        rss.append(rss_mib(pid))
+        await asyncio.sleep(1.0)
+    stop.set()
+    elapsed = time.monotonic() - started
+    server_cpu, client_cpu = cpu_seconds(pid) - cpu[0], time.process_time() - cpu[1]
+    await asyncio.gather(*tasks)
+    waits = await prober
+    return {"seconds": elapsed, "served": served, "waits": waits,
+            "rss_mib": [round(m, 1) for m in rss if m is not None],
+            "server_cpu_s": server_cpu, "client_cpu_s": client_cpu, "answers": answers}
+
+
+def joined(parts: list[dict]) -> dict:
+    """The figures of a run's parts (`run`'s) together."""
+    served = [item for part in parts for item in part["served"]]
+    waits = [wait for part in parts for wait in part["waits"]]
     latencies = [latency for latency, _ in served]
-    return {"lines_per_s": round(sum(count for _, count in served) / elapsed, 2),
+    answers = sum((part["answers"] for part in parts), collections.Counter())
+    return {"lines_per_s": round(sum(count for _, count in served)
+                                 / sum(part["seconds"] for part in parts), 2),
             "requests": len(served),
             "p50_s": round(percentile(latencies, 0.5), 4),
             "p99_s": round(percentile(latencies, 0.99), 4),
             "health_worst_ms": round(1000 * max(waits), 1), "health_probes": len(waits),
-            "rss_mib": [round(m, 1) for m in rss if m is not None],
+            "rss_mib": [mib for part in parts for mib in part["rss_mib"]],
+            "server_cpu_s": round(sum(part["server_cpu_s"] for part in parts), 1),
+            "client_cpu_s": round(sum(part["client_cpu_s"] for part in parts), 1),
             "hostile_answers": dict(sorted(answers.items()))}
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds process `pid` has used (user and system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def address(group: int, index: int) -> str:
     """The loopback address of client `index` of `group` (0: honest, 1: hostile)."""
     return f"127.0.{group * 64 + index // 250}.{2 + index % 250}"
+
+
+def kind_list(value: str) -> tuple[str, ...]:
+    """`--kinds`' kinds, each one of MIXES["both"]."""
+    kinds = tuple(kind.strip() for kind in value.split(",") if kind.strip())
+    unknown = [kind for kind in kinds if kind not in MIXES["both"]]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"unknown kind {(unknown or [value])[0]!r}: the kinds are {', '.join(MIXES['both'])}")
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,16 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--mix", choices=sorted(MIXES), default="both",
                         help="the hostile requests' kinds (module docstring)")
+    parser.add_argument("--kinds", type=kind_list,
+                        help="comma-separated kinds, in place of --mix's (module docstring)")
     parser.add_argument("--hostile", type=int,
                         help="hostile clients (default: one of each kind of --mix)")
     parser.add_argument("--hostile-interval", type=float, default=1.0,
                         help="seconds between a hostile client's requests (0: a flood)")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of each run")
+    parser.add_argument("--duration", type=float, default=60.0,
+                        help="seconds of each run (clean, abused)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="parts each run is cut in, clean and abused in turn, so that a "
+                             "machine's drift falls on both alike")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, help="append the run's row to this CSV")
     args = parser.parse_args(argv)
     if args.hostile is None:
-        args.hostile = len(MIXES[args.mix])
+        args.hostile = len(args.kinds or MIXES[args.mix])
     if args.csv and (error := csv_header_error(args.csv, CSV_COLUMNS)):
         parser.error(error)
 
@@ -295,16 +354,22 @@ def main(argv: list[str] | None = None) -> int:
         for body in ({"text": lines[:5]}, {"text": ["A man."], "constraints": [["Mann"]]},
                      {"text": ["A man."], "sampling": True}):
             request(server.url + "/v1/translate", body)  # traces the searches
-        clean = asyncio.run(run(server.url, server.process.pid, lines, args, 0))
-        abused = asyncio.run(run(server.url, server.process.pid, lines, args, args.hostile))
+        parts: dict[str, list[dict]] = {"clean": [], "abused": []}
+        for _ in range(args.rounds):
+            for name, hostile_count in (("clean", 0), ("abused", args.hostile)):
+                parts[name].append(asyncio.run(run(server.url, server.process.pid, lines, args,
+                                                   hostile_count)))
+        clean, abused = joined(parts["clean"]), joined(parts["abused"])
     finally:
         code = server.stop()
-    rss = clean["rss_mib"] + abused["rss_mib"]
+    rss = [mib for pair in zip(parts["clean"], parts["abused"]) for part in pair
+           for mib in part["rss_mib"]]  # in time order
     summary = {
-        "machine": cpu_model(), "checkpoint": args.checkpoint.name, "mix": args.mix,
+        "machine": cpu_model(), "checkpoint": args.checkpoint.name,
+        "mix": ",".join(args.kinds) if args.kinds else args.mix,
         "clients": args.clients,
         "hostile": args.hostile, "hostile_interval_s": args.hostile_interval,
-        "seconds": args.duration, "clean": clean, "abused": abused,
+        "seconds": args.duration, "rounds": args.rounds, "clean": clean, "abused": abused,
         "throughput_ratio": round(abused["lines_per_s"] / clean["lines_per_s"], 3),
         "p99_ratio": round(abused["p99_s"] / clean["p99_s"], 3),
         "rss_start_mib": rss[0], "rss_end_mib": rss[-1], "rss_max_mib": max(rss),
@@ -312,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in (("clean", clean), ("abused", abused)):
         print(f"{name}: honest {result['lines_per_s']} lines/s ({result['requests']} requests), "
               f"p50 {result['p50_s']} s, p99 {result['p99_s']} s; /health worst "
-              f"{result['health_worst_ms']} ms of {result['health_probes']} probes")
+              f"{result['health_worst_ms']} ms of {result['health_probes']} probes; CPU s: server "
+              f"{result['server_cpu_s']}, this script {result['client_cpu_s']}")
     print(f"abused / clean: throughput {summary['throughput_ratio']} (target >= 0.9), p99 "
           f"{summary['p99_ratio']} (target <= 1.5)")
     print("hostile requests answered: " + ", ".join(f"{key}: {count}" for key, count
@@ -322,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         row = {**{key: summary[key] for key in ("machine", "checkpoint", "mix", "clients",
                                                  "hostile",
-                                                 "hostile_interval_s", "seconds",
+                                                 "hostile_interval_s", "seconds", "rounds",
                                                  "throughput_ratio", "p99_ratio",
                                                  "rss_start_mib", "rss_end_mib",
                                                  "rss_max_mib")},

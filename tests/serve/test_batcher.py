@@ -1,13 +1,16 @@
 """The batcher of `vtx serve` with the tests' trained model: turns, fairness and failures."""
 
 import dataclasses
+import gc
 import threading
+import time
 
 import pytest
 
 from vtx.inference.decoding import DecodeOptions
 from vtx.inference.loading import load_models
 from vtx.inference.translator import Translator
+from vtx.serve import batcher as batcher_module
 from vtx.serve.batcher import Batcher, Translators
 from vtx.serve.requests import Job
 
@@ -101,6 +104,49 @@ def test_a_client_owes_what_it_cost_after_the_queue_was_empty(translator):
     batcher.submit(job(translator, ["A girl."]), lambda _: None, client="address 10.0.1.1")
     assert [part[0].client for part in batcher._take().parts] == ["address 10.0.1.1",
                                                                   "address 10.0.0.1"]
+
+
+def test_a_client_answered_a_moment_ago_is_waited_for_before_one_far_ahead(translator,
+                                                                          monkeypatch):
+    # A light client whose next request comes as soon as its last is answered, beside a heavy
+    # one whose tag is far ahead: a free search thread waits for the light client while its
+    # turn runs and a moment after, then serves the heavy client when it does not come.
+    monkeypatch.setattr(batcher_module, "ANTICIPATE_S", 1.0)
+    batcher = Batcher(Translators(translator), max_tokens=400, wait_s=0, max_queue=64)
+    heavy, light = "address 10.0.0.1", "address 10.0.1.1"
+    # The heavy client's searches of their own settings: no turn of the light one's takes them.
+    beam4 = dataclasses.replace(translator.options, beam=4)
+    long = ["A man is riding a bike through the park."] * 12
+    batcher.submit(job(translator, long, beam4), lambda _: None, client=heavy)
+    batcher._ended(batcher._take())
+    batcher.submit(job(translator, ["A girl."]), lambda _: None, client=light)
+    light_turn = batcher._take()
+    batcher.submit(job(translator, long, beam4), lambda _: None, client=heavy)
+    taken = []
+    waiting = threading.Thread(target=lambda: taken.append(batcher._take()))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # the light client's turn runs
+    batcher._ended(light_turn)
+    batcher.submit(job(translator, ["A girl."]), lambda _: None, client=light)
+    waiting.join(30)
+    assert [part[0].client for part in taken[0].parts] == [light]
+    batcher._ended(taken[0])
+    started = time.monotonic()
+    assert [part[0].client for part in batcher._take().parts] == [heavy]
+    assert time.monotonic() - started >= 0.9  # the light client did not come back
+
+
+def test_a_new_trace_is_kept_out_of_the_cycle_collector(translator):
+    # A search of settings not traced before (beam 3) makes a trace that lives as long as the
+    # server: frozen, so that no full collection walks it again.
+    gc.collect()
+    frozen = gc.get_freeze_count()
+    beam3 = dataclasses.replace(translator.options, beam=3)
+    batcher = Batcher(Translators(translator), max_tokens=40, wait_s=0, max_queue=64)
+    run(batcher, Told(), [("new", job(translator, ["A girl."], beam3))])
+    assert gc.get_freeze_count() > frozen
+    gc.unfreeze()
 
 
 def test_a_failing_search_fails_only_the_job_at_fault(translator):

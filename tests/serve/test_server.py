@@ -276,3 +276,44 @@ def test_a_bug_s_500_is_said_in_json_and_its_traceback_logged(trained_checkpoint
     [message] = logged
     assert message.startswith("vtx serve: internal error answering GET /bug:\nTraceback")
     assert "1 / 0" in message and message.endswith("ZeroDivisionError: division by zero")
+
+
+def test_a_refused_request_s_body_is_freed_without_the_cycle_collector(trained_checkpoint):
+    # A refusal raised in a check thread and awaited through futures: its traceback's frames
+    # hold the parsed body in a cycle, which only a full collection (holding the event loop
+    # for a tenth of a second with a served model's objects) would free.
+    import asyncio
+    import gc
+
+    import aiohttp
+    from aiohttp import web
+
+    from vtx.inference.decoding import DecodeOptions
+    from vtx.serve.app import build_service, make_app
+    from vtx.serve.requests import Limits
+
+    app = make_app(build_service({None: [trained_checkpoint]}, DecodeOptions(), Limits()),
+                   print)
+    body = {"text": ["A man."], "glossary": [[f"t{i}", f"W{i}"] for i in range(25_000)]}
+
+    async def post() -> int:
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"http://127.0.0.1:{runner.addresses[0][1]}"
+                                        "/v1/translate", json=body) as reply:
+                    await reply.read()
+                    return reply.status
+        finally:
+            await runner.cleanup()
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert asyncio.run(post()) == 400  # over --max-glossary-pairs
+        collected = gc.collect()
+    finally:
+        gc.enable()
+    assert collected < 5_000, collected  # the body alone: 25,000 lists

@@ -79,6 +79,7 @@ from vtx.serve.suggestions import Suggestions
 
 MAX_BODY_BYTES = 1 << 20  # aiohttp answers 413 above it
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+SWITCH_INTERVAL_S = 0.001  # sys.setswitchinterval while serving (`serve`)
 API_KEY = dataclasses.replace(libre.API_KEY, where="json")  # /v1's, from its JSON only
 V1_TRANSLATE = Route("POST", "/v1/translate", "Translate lines with vtx's search settings",
                      "{translations: [{id, source, hypotheses}]}",
@@ -289,36 +290,62 @@ def _errors(metrics: Metrics, log: Callable[[str], None]):
         started = time.monotonic()
         try:
             response = await handler(request)
-        except RequestError as error:
-            if error.status == 500:  # the search failed: its cause is a bug
-                _log_bug(log, request, error.__cause__ or error)
-            response = web.json_response({"error": str(error)}, status=error.status,
-                                         headers=error.headers)
-        except web.HTTPNotFound:
-            response = web.json_response({"error": f"no such route: {request.path[:80]}"},
-                                         status=404)
-        except web.HTTPMethodNotAllowed as error:
-            response = web.json_response({"error": f"{request.method} {request.path}: use "
-                                                   f"{', '.join(sorted(error.allowed_methods))}"},
-                                         status=405, headers={"Allow": ",".join(
-                                             sorted(error.allowed_methods))})
-        except web.HTTPException as error:  # 413: aiohttp's text says the sizes
-            if error.status < 400:
-                raise
-            response = web.json_response({"error": error.text or error.reason},
-                                         status=error.status)
         except (asyncio.CancelledError, ConnectionError):
             raise
-        except Exception as error:  # a bug: said, not hidden in a plain-text page
-            _log_bug(log, request, error)
-            response = web.json_response({"error": f"internal error: "
-                                                   f"{type(error).__name__}"}, status=500)
-        route = request.match_info.route.resource
-        name = route.canonical if route is not None else "other"
-        metrics.observe_request(name, response.status, time.monotonic() - started)
-        return response
+        except Exception as error:
+            response = _answer_of(error, request, log)
+            _untraced(error)
+        return _observed(metrics, request, response, started)
 
     return middleware
+
+
+def _answer_of(error: Exception, request: web.Request,
+               log: Callable[[str], None]) -> web.Response:
+    """The JSON answer of `error`, raised answering `request` (`_errors`); a bug's traceback
+    told to `log`. Raises `error` again for an aiohttp answer below 400."""
+    if isinstance(error, RequestError):
+        if error.status == 500:  # the search failed: its cause is a bug
+            _log_bug(log, request, error.__cause__ or error)
+        return web.json_response({"error": str(error)}, status=error.status,
+                                 headers=error.headers)
+    if isinstance(error, web.HTTPNotFound):
+        return web.json_response({"error": f"no such route: {request.path[:80]}"}, status=404)
+    if isinstance(error, web.HTTPMethodNotAllowed):
+        allowed = sorted(error.allowed_methods)
+        return web.json_response({"error": f"{request.method} {request.path}: use "
+                                           f"{', '.join(allowed)}"},
+                                 status=405, headers={"Allow": ",".join(allowed)})
+    if isinstance(error, web.HTTPException):  # 413: aiohttp's text says the sizes
+        if error.status < 400:
+            raise error
+        return web.json_response({"error": error.text or error.reason}, status=error.status)
+    _log_bug(log, request, error)  # a bug: said, not hidden in a plain-text page
+    return web.json_response({"error": f"internal error: {type(error).__name__}"},
+                             status=500)
+
+
+def _observed(metrics: Metrics, request: web.Request, response: web.StreamResponse,
+              started: float) -> web.StreamResponse:
+    """`response` to `request`, counted by route and status."""
+    route = request.match_info.route.resource
+    name = route.canonical if route is not None else "other"
+    metrics.observe_request(name, response.status, time.monotonic() - started)
+    return response
+
+
+def _untraced(error: BaseException) -> None:
+    """Drop the tracebacks of `error` and of the errors it came from: their frames (one that
+    caught an error and raised it again holds it) make cycles that would keep a refused
+    request's body, parsed, until a full collection of the cycle collector, which then holds
+    the interpreter's lock (the event loop's too) for a tenth of a second."""
+    chain, seen = [error], set()
+    while chain:
+        error = chain.pop()
+        if error is not None and id(error) not in seen:
+            seen.add(id(error))
+            error.__traceback__ = None
+            chain += [error.__cause__, error.__context__]
 
 
 def _log_bug(log: Callable[[str], None], request: web.Request, error: BaseException) -> None:
@@ -763,6 +790,10 @@ def serve(service: Service, host: str = "127.0.0.1", port: int = 8080,
     # full collection of the cycle collector would walk, holding the interpreter's lock (the
     # event loop's too) for a large part of a second: kept out of the collections from now.
     gc.freeze()
+    # The event loop shares the interpreter's lock with the search and check threads: each
+    # holds it up to the switch interval when the loop asks (5 ms by default, so that with a
+    # few threads running a request to /health waits tens of milliseconds at each step).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     asyncio.run(_serve(make_app(service, log), service.transport, host, port, log))
 
 

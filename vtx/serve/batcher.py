@@ -16,9 +16,13 @@ among requests, by start-time fair queueing over the cost of `vtx.serve.requests
 searches end at a tag on a virtual clock (its last tag, or the clock where that is past, plus
 what its lines cost), and the next turn is led by the oldest job of the client of the least tag,
 the clock moving to it. A client that cost much owes it when it comes back, however long the
-queue was empty; one that was away gets no credit for it. So a client whose requests cost much,
-or who sends many, takes no more of the search than any other while others wait, and all of it
-while none does.
+queue was empty; one that was away gets no credit for it. A client whose turn is being searched,
+or ended less than ANTICIPATE_S ago, is waited for (that long at most) before a turn is led by a
+client whose tag is past its by more than AHEAD_COSTS of its last requests: clients that send
+their next request as soon as the last is answered are away for a moment after every answer,
+and a search thread free in that moment would otherwise hand it to whoever else waits. So a
+client whose requests cost much, or who sends many, takes no more of the search than any other
+while others want it, and all of it while none does.
 Each line keeps its index in its own request as its line id, so that a request's hypotheses are
 those `vtx translate` gives for its lines alone, whatever shares the batch (sampling's per-line
 seeds included; scores agree to the rounding of a batch's matrix products). A job whose client
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import threading
 import time
 from typing import Callable
@@ -40,6 +45,14 @@ from vtx.serve.metrics import Metrics
 from vtx.serve.requests import Job, RequestError
 
 Done = Callable[[list[list[Hypothesis]] | BaseException], None]
+
+# How long a client is waited for after its turn ends (module docstring): its next request's
+# way through the server's loop and checks, under load, on loopback or a local network.
+ANTICIPATE_S = 0.1
+# How far ahead a client's tag must be, in its rival's last turn's costs, for a turn it would
+# lead to wait for the rival: clients of like requests (1 to 5 lines, say) pass each other by
+# less.
+AHEAD_COSTS = 16
 
 
 class Translators:
@@ -133,6 +146,11 @@ class Batcher:
         # start of the latest turn's leader); only tags past the clock are kept.
         self._tags: dict[str, int] = {}
         self._clock = 0
+        # The clients of the turns being searched (how many each) and of those ended less than
+        # ANTICIPATE_S ago: when the last ended (inf while one runs), the cost of its last part.
+        self._running: collections.Counter[str] = collections.Counter()
+        self._recent: dict[str, tuple[float, int]] = {}
+        self._frozen_traces = translators.traces()
         self._changed = threading.Condition()
         self._closing = False
         self._drain_until = float("inf")  # time.monotonic() past which a stop drops the queue
@@ -202,7 +220,27 @@ class Batcher:
 
     def _run(self) -> None:
         while (turn := self._take()) is not None:
-            self._search(turn)
+            try:
+                self._search(turn)
+            finally:
+                self._ended(turn)
+            if (traces := self.translators.traces()) != self._frozen_traces:
+                # A new trace's hundred thousand objects live as long as the server: kept out
+                # of the cycle collector's full collections, each of which would walk them
+                # holding the interpreter's lock (`app.serve` does so for the models).
+                self._frozen_traces = traces
+                gc.freeze()
+
+    def _ended(self, turn: Turn) -> None:
+        """Note that `turn`'s search ended: its clients are waited for a moment."""
+        now = time.monotonic()
+        with self._changed:
+            for client in {pending.client for pending, _, _ in turn.parts}:
+                self._running[client] -= 1
+                if self._running[client] <= 0:
+                    del self._running[client]
+                    self._recent[client] = (now, self._recent.get(client, (now, 0))[1])
+            self._changed.notify_all()
 
     def _take(self) -> Turn | None:
         """The next turn (None: closed, and nothing left or the drain over), waiting for the
@@ -217,7 +255,12 @@ class Batcher:
                         return None
                     self._changed.wait()
                     continue
-                head = self._next()
+                head = min(self._pending, key=lambda p: self._tag(p.client))
+                rival_s = 0.0 if self._closing else self._anticipation(head)
+                if rival_s > 0:
+                    self._changed.wait(None if rival_s == float("inf") else rival_s)
+                    continue
+                self._advance(head)
                 same = [p for p in self._pending if p.job.options == head.job.options]
                 # A job a turn has served waits no more (its `arrived` is 0).
                 left = min(p.arrived for p in same) + self.wait_s - time.monotonic()
@@ -229,9 +272,13 @@ class Batcher:
             # The leader first, then the jobs of the clients served least (in queue order).
             turn = self._fill(sorted(same, key=lambda p: (p is not head, self._tag(p.client))))
             taken = [pending for pending, _, _ in turn.parts]
+            costs: collections.Counter[str] = collections.Counter()
             for pending, start, stop in turn.parts:
-                self._tags[pending.client] = (self._tag(pending.client)
-                                              + sum(pending.job.line_costs[start:stop]))
+                costs[pending.client] += sum(pending.job.line_costs[start:stop])
+            for client, cost in costs.items():
+                self._tags[client] = self._tag(client) + cost
+                self._running[client] += 1
+                self._recent[client] = (float("inf"), cost)
             # Round robin: jobs with lines left go behind those this turn did not serve.
             self._pending = ([p for p in self._pending if p not in taken]
                              + [p for p in taken if p.waiting])
@@ -241,14 +288,27 @@ class Batcher:
         """Where `client`'s next search starts on the virtual clock (the lock held)."""
         return max(self._tags.get(client, 0), self._clock)
 
-    def _next(self) -> Pending:
-        """The job that leads the next turn (the lock held, some job waiting): the oldest of
-        the client of the least tag; the clock moves to that tag, and the tags it reaches are
-        forgotten (their clients would start at the clock anyway)."""
-        head = min(self._pending, key=lambda p: self._tag(p.client))
+    def _anticipation(self, head: Pending) -> float:
+        """Seconds to wait for a client before `head` (the oldest job of the least tag among
+        those waiting) leads a turn (module docstring): 0 for none, inf until a turn ends or
+        a job comes (the lock held). Forgets the clients waited for long enough."""
+        now, ahead = time.monotonic(), self._tag(head.client)
+        waiting = {pending.client for pending in self._pending}
+        wait = 0.0
+        for client, (ended, cost) in list(self._recent.items()):
+            left = ended + ANTICIPATE_S - now
+            if left <= 0:
+                del self._recent[client]
+            elif client not in waiting and self._tag(client) + AHEAD_COSTS * cost < ahead:
+                wait = left if wait == 0 else min(wait, left)
+        return wait
+
+    def _advance(self, head: Pending) -> None:
+        """Move the clock to the tag of `head`'s client, which leads the next turn (the lock
+        held); the tags it reaches are forgotten (their clients would start at the clock
+        anyway)."""
         self._clock = self._tag(head.client)
         self._tags = {client: tag for client, tag in self._tags.items() if tag > self._clock}
-        return head
 
     def _fill(self, jobs: list[Pending]) -> Turn:
         """A turn of the waiting lines of `jobs` (of one search's settings), oldest first,
