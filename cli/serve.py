@@ -195,6 +195,11 @@ class ServeCommand(TensorFlowCommand):
                    "sends it as its 'api_key' field or an 'Authorization: Bearer KEY' header. "
                    "A key's line may give its own limits: 'KEY req_limit=120 char_limit=5000' "
                    "(0: none).")
+@click.option("--api-keys-optional", "keys_optional", is_flag=True,
+              help="With --api-keys, let a request without a key through, as LibreTranslate "
+                   "does by default: it counts as its address under --req-limit and "
+                   "--char-limit, and /frontend/settings says keyRequired false. A key it sends "
+                   "must still be one of the file's (403).")
 @click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
               help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
                    "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "
@@ -244,8 +249,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_html_tags, max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
-          glossary_path, source_lang, target_lang, api_keys_path, keyless_origins, req_limit,
-          char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
+          glossary_path, source_lang, target_lang, api_keys_path, keys_optional, keyless_origins,
+          req_limit, char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
           suggestions, max_file_bytes, file_ttl, disable_files_translation, jit, precision,
           quantize):
     """Serve translations over HTTP: POST /v1/translate, /v1/parse, GET /v1/info, /health,
@@ -273,9 +278,11 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
     if pair_models and source_lang:
         raise click.UsageError("--source-lang and --target-lang are --checkpoint's: --model "
                                "names each pair's languages")
-    if keyless_origins and not api_keys_path:
-        raise click.UsageError("--keyless-origin spares the key that --api-keys asks for: give "
-                               "--api-keys FILE too")
+    for given, flag in ((keyless_origins, "--keyless-origin"),
+                        (keys_optional, "--api-keys-optional")):
+        if given and not api_keys_path:
+            raise click.UsageError(f"{flag} spares the key that --api-keys asks for: give "
+                                   "--api-keys FILE too")
     xla = resolve_jit(jit)
     threads_line = share_cores(search_threads, "vtx serve")
     chosen = announce_decoding(precision, quantize, xla, "search")
@@ -298,7 +305,8 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
             LanguagePair(source_lang, target_lang) if source_lang else None: checkpoint}
         flood = Flood(req_flood_threshold, req_flood_ban) if req_flood_threshold else None
         access = Access(read_api_keys(api_keys_path) if api_keys_path else None, req_limit,
-                        tuple(keyless_origins), trusted_proxies=read_proxies(trusted_proxies),
+                        tuple(keyless_origins), keys_optional,
+                        trusted_proxies=read_proxies(trusted_proxies),
                         char_limit=char_limit, flood=flood, store=open_store(req_limit_storage))
         service = build_service(models, options, limits, alignment_layer, ema,
                                 warn=lambda message: click.echo(f"warning: {message}", err=True),

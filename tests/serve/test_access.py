@@ -44,6 +44,20 @@ def test_a_missing_key_from_a_keyless_origin_is_let_through():
         assert refused.value.status == 403
 
 
+def test_with_keys_optional_a_keyless_request_counts_as_its_address_and_a_made_up_key_403():
+    now = [0.0]
+    access = Access({"key-1": KeyLimits(req_limit=5)}, per_minute=1, keys_optional=True,
+                    store=MemoryStore(clock=lambda: now[0]))
+    assert access.admit(None, "10.0.0.1") == "address 10.0.0.1"
+    with pytest.raises(RequestError) as refused:
+        access.admit(None, "10.0.0.1")  # --req-limit 1: the address's bucket is empty
+    assert refused.value.status == 429
+    assert access.admit("key-1", "10.0.0.1") == "key key-1"  # the key's own 5 a minute
+    with pytest.raises(RequestError) as refused:
+        access.admit("key-2", "10.0.0.2")
+    assert (refused.value.status, str(refused.value)) == (403, "invalid api key")
+
+
 def test_each_known_key_and_address_gets_its_requests_a_minute_then_429():
     now = [0.0]
     access = Access({"key-1": KeyLimits()}, per_minute=2, store=MemoryStore(clock=lambda: now[0]),

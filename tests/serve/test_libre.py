@@ -450,6 +450,27 @@ def test_an_address_past_req_limit_gets_429_and_a_server_without_languages_says_
         assert process.stop() == 0
 
 
+def test_with_api_keys_optional_a_keyless_client_translates_under_req_limit(
+        trained_checkpoint, tmp_path, monkeypatch):
+    # As LibreTranslate with --api-keys: a key is asked of no one, a made-up one is refused.
+    keys = tmp_path / "api_keys.txt"
+    keys.write_text(f"{KEY} req_limit=10\n")
+    monkeypatch.setenv("VTX_SERVE_API_KEYS_OPTIONAL", "1")  # as a compose file would
+    process = ServerProcess("--checkpoint", trained_checkpoint, "--source-lang", "en",
+                            "--target-lang", "de", "--api-keys", keys, "--req-limit", 2)
+    try:
+        settings = request(process.url + "/frontend/settings")[2]
+        assert (settings["apiKeys"], settings["keyRequired"]) == (True, False)
+        body = {"q": "A man.", "source": "en", "target": "de"}
+        assert [request(process.url + "/translate", body)[0] for _ in range(3)] == [
+            200, 200, 429]
+        assert request(process.url + "/translate", {**body, "api_key": KEY})[0] == 200
+        assert request(process.url + "/translate", {**body, "api_key": "made-up"})[2] == {
+            "error": "invalid api key"}
+    finally:
+        assert process.stop() == 0
+
+
 FILE_TTL = 3  # seconds the open server keeps a translated file
 
 

@@ -1,6 +1,7 @@
 """Who may use the routes of `vtx serve` that translate, detect, parse or take suggestions,
 and how often: api keys (`--api-keys FILE`) and a rate limit (`--req-limit`, texts a minute),
-as LibreTranslate's flags of those names, and the origins whose requests need no key
+as LibreTranslate's flags of those names; whether a request may come without one
+(`--api-keys-optional`, LibreTranslate's default), and the origins whose requests need none
 (`--keyless-origin`, LibreTranslate's `--require-api-key-origin`).
 
 The limit counts each known key's requests apart, and all others by the address they come
@@ -164,13 +165,14 @@ class Flood:
 
 @dataclasses.dataclass
 class Access:
-    """The api keys and their own limits (None: no keys asked), the origins whose requests need
-    none, the texts a minute each client may send (0: no limit), a client being its key if the
+    """The api keys and their own limits (None: no keys asked), whether a request without one is
+    let through (as its address), the origins whose requests need none, the texts a minute each client may send (0: no limit), a client being its key if the
     server holds it, else its address, and the characters a request may hold (0: no limit)."""
 
     keys: Mapping[str, KeyLimits] | None = None
     per_minute: int = 0  # --req-limit: texts a minute, a request costing `request_size`'s
     keyless_origins: tuple[str, ...] = ()  # `origin_matches` patterns
+    keys_optional: bool = False  # --api-keys-optional: a keyless request counts as its address
     trusted_proxies: tuple[IPNetwork, ...] = ()  # whose X-Forwarded-For names the client
     char_limit: int = 0  # --char-limit: characters of a request's texts together
     flood: Flood | None = None  # None: no bans
@@ -196,8 +198,8 @@ class Access:
         "address ADDRESS".
 
         Raises:
-            RequestError: 403 for an unknown key, or a missing one while keys are asked and
-                `origin` is no keyless origin; 400 for more characters than its char limit,
+            RequestError: 403 for an unknown key, or a missing one while keys are asked, not
+                optional, and `origin` is no keyless origin; 400 for more characters than its char limit,
                 or a cost more than its requests a minute ever allow; 429 (with Retry-After)
                 for a client past its rate; 403 (with Retry-After) for a client banned by
                 `flood`, whose 403 and 429 refusals it counts. A key's limits are its own where
@@ -221,7 +223,8 @@ class Access:
         if self.keys is not None and not known:
             if key:
                 raise RequestError("invalid api key", 403)
-            if not (origin and origin_matches(origin, self.keyless_origins)):
+            if not (self.keys_optional
+                    or origin and origin_matches(origin, self.keyless_origins)):
                 raise RequestError("this server asks for an api key: send it as 'api_key' or "
                                    "as a header 'Authorization: Bearer KEY'", 403)
         if not charged:

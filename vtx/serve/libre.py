@@ -453,13 +453,14 @@ def suggestion(fields: Fields, pairs: Pairs) -> dict:
 def frontend_settings(pairs: Pairs, access: Access, suggestions: bool,
                       files: FileSettings) -> dict:
     """GET /frontend/settings, in LibreTranslate's shape: the first pair's languages chosen,
-    `access`'s keys and --char-limit (-1: none), whether POST /suggest takes suggestions, the
+    whether `access` holds keys and asks
+    for one (not with --api-keys-optional), its --char-limit (-1: none), whether POST /suggest takes suggestions, the
     file formats translated (none with --disable-files-translation)."""
     pairs.told()
     pair = pairs.first.pair
     keys = access.keys is not None
     return {"charLimit": access.char_limit or -1, "frontendTimeout": 500, "apiKeys": keys,
-            "keyRequired": keys, "suggestions": suggestions, "filesTranslation": files.enabled,
+            "keyRequired": keys and not access.keys_optional, "suggestions": suggestions, "filesTranslation": files.enabled,
             "supportedFilesFormat": list(FORMATS) if files.enabled else [],
             "language": {"source": {"code": pair.source, "name": language_name(pair.source)},
                          "target": {"code": pair.target, "name": language_name(pair.target)}}}
