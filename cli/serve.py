@@ -185,6 +185,11 @@ class ServeCommand(TensorFlowCommand):
               help="A glossary for every request, `source term<TAB>target term` a line (as "
                    "`vtx translate --glossary`); a request's \"glossary\" pairs win over it. "
                    "A server of one pair only.")
+@click.option("--pivot/--no-pivot", default=True, show_default=True,
+              help="Translate through a middle language where two --model pairs chain and "
+                   "none joins the two (LibreTranslate routes). With de-en and en-fr, German "
+                   "into French is each sentence's best English translated on; GET "
+                   "/languages lists such targets, their middle language under 'pivots'.")
 @click.option("--source-lang", help="The --checkpoint model's source language, an ISO 639 "
               "code such as 'en': the LibreTranslate routes (POST /translate, /detect, GET "
               "/languages) answer with it and --target-lang only.")
@@ -249,7 +254,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
           max_line_tokens, max_line_chars, max_constraints, max_glossary_pairs, max_term_chars,
           max_html_tags, max_request_cost, max_queue, max_queue_cost, request_timeout, read_timeout,
           max_connections, drain_seconds, allowed_hosts, cors_origins, alignment_layer,
-          glossary_path, source_lang, target_lang, api_keys_path, keys_optional, keyless_origins,
+          glossary_path, pivot, source_lang, target_lang, api_keys_path, keys_optional, keyless_origins,
           req_limit, char_limit, req_flood_threshold, req_flood_ban, req_limit_storage, trusted_proxies,
           suggestions, max_file_bytes, file_ttl, disable_files_translation, jit, precision,
           quantize):
@@ -316,7 +321,7 @@ def serve(checkpoint, pair_models, ema, host, port, beam, lenpen, lenpen_formula
                                 if pair_models else lambda pair: "--checkpoint {}",
                                 precision=chosen, suggestions=suggestions,
                                 files=FileSettings(not disable_files_translation,
-                                                   max_file_bytes, file_ttl))
+                                                   max_file_bytes, file_ttl), pivot=pivot)
     except (OSError, ValueError, MemoryError) as error:
         raise library_error(error, FLAGS) from error
     run(service, host, port, log=lambda message: click.echo(message, err=True))

@@ -1,14 +1,15 @@
 """Several language pairs in one `vtx serve`: requests routed by source and target, each pair
 answering as `vtx translate` of its model (or ensemble), and the `--model` flag's refusals.
 
-The tests' one model stands for both pairs: en-de is it alone, de-en an ensemble of it twice
-(its file, and its save directory); which pair searched a request, /metrics says
-(`vtx_pair_lines_total`).
+The tests' one model stands for every pair: en-de and de-fr are it alone, de-en an ensemble
+of it twice (its file, and its save directory); which pair searched a request, /metrics says
+(`vtx_pair_lines_total`). en into fr goes through de (`--pivot`).
 """
 
 import pytest
 from click.testing import CliRunner
 
+from tests.serve.test_libre import translate_file
 from tests.serve.test_server import assert_same_records, translate_jsonl
 from vtx.serve.process import ServerProcess, request
 from vtx_cli.main import main
@@ -21,7 +22,8 @@ GERMAN = "Zwei Hunde spielen im Schnee und ein Mann fährt Fahrrad."
 def server(trained_checkpoint):
     process = ServerProcess("--model", f"en-de={trained_checkpoint}", "--model",
                             f"de-en={trained_checkpoint}", "--model",
-                            f"de-en={trained_checkpoint.parent}", "--batch-wait-ms", 1,
+                            f"de-en={trained_checkpoint.parent}", "--model",
+                            f"de-fr={trained_checkpoint}", "--batch-wait-ms", 1,
                             "--max-beam", 4)
     yield process
     if process.process.poll() is None:
@@ -60,9 +62,12 @@ def pair_lines(server) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("fields, reason", [
-    ({}, "this server translates several pairs: give field 'model' (one of en-de, de-en)"),
+    ({}, "this server translates several pairs: give field 'model' (one of en-de, de-en, "
+         "de-fr)"),
     ({"model": "fr-de"}, "source 'fr' and target 'de': this server translates 'en' (English) "
-                         "into 'de' (German), 'de' (German) into 'en' (English) only"),
+                         "into 'de' (German), 'de' (German) into 'en' (English), 'de' "
+                         "(German) into 'fr' (French) only"),
+    ({"model": "en-fr"}, "source 'en' and target 'fr'"),  # /v1 translates by one pair only
     ({"model": "english"}, "field 'model': 'english' is no language pair"),
     ({"model": "en-de", "source": "de"}, "disagree"),
     ({"source": "en"}, "give field 'model'"),
@@ -77,11 +82,13 @@ def test_an_unknown_or_missing_pair_gets_400_listing_the_served_ones(server, fie
 def test_languages_info_and_the_log_list_every_pair(server):
     status, _, languages = request(server.url + "/languages")
     assert status == 200
-    assert languages == [{"code": "en", "name": "English", "targets": ["de"]},
-                         {"code": "de", "name": "German", "targets": ["en"]}]
+    assert languages == [
+        {"code": "en", "name": "English", "targets": ["de", "fr"], "pivots": {"fr": "de"}},
+        {"code": "de", "name": "German", "targets": ["en", "fr"]},
+        {"code": "fr", "name": "French", "targets": []}]
     info = request(server.url + "/v1/info")[2]
-    assert [(p["pair"], p["model"]["ensemble"]) for p in info["pairs"]] == [("en-de", 1),
-                                                                          ("de-en", 2)]
+    assert [(p["pair"], p["model"]["ensemble"]) for p in info["pairs"]] == [
+        ("en-de", 1), ("de-en", 2), ("de-fr", 1)]
     assert info["pairs"][1]["limits"]["max_beam"] == 4 and info["limits"]["max_connections"]
     settings = request(server.url + "/frontend/settings")[2]
     assert settings["language"]["source"]["code"] == "en"
@@ -110,8 +117,50 @@ def test_libretranslatepy_chooses_each_pair_and_auto_detects_among_them(server, 
     assert (status, reply["translatedText"]) == (200, GERMAN)
     assert reply["detectedLanguage"]["language"] == "de"
     status, _, reply = request(server.url + "/translate", {"q": "A man.", "source": "en",
-                                                           "target": "fr"})
-    assert (status, reply) == (400, {"error": "fr is not supported"})  # LibreTranslate's words
+                                                           "target": "es"})
+    assert (status, reply) == (400, {"error": "es is not supported"})  # LibreTranslate's words
+    status, _, reply = request(server.url + "/translate", {"q": "A man.", "source": "fr",
+                                                           "target": "en"})
+    assert status == 400 and reply["error"].startswith(
+        "English (en) is not available as a target language from French (fr)")
+
+
+def test_through_a_middle_language_each_sentence_s_best_is_translated_on(
+        server, offline, trained_checkpoint, tmp_path):
+    # en into fr: en-de's best translation of each sentence, then de-fr's of it.
+    german = [record["hypotheses"][0]["text"] for record in offline["en-de"][:2]]
+    french = translate_jsonl(trained_checkpoint, tmp_path, german, "--nbest", 2)
+    status, _, reply = request(server.url + "/translate", {
+        "q": SENTENCES, "source": "en", "target": "fr", "alternatives": 1})
+    assert status == 200, reply
+    assert reply["translatedText"] == [r["hypotheses"][0]["text"] for r in french]
+    assert reply["alternatives"] == [
+        [h["text"] for h in r["hypotheses"][1:] if h["text"] != r["hypotheses"][0]["text"]]
+        for r in french]
+    # A file too: its sentences through de.
+    status, reply = translate_file(server.url, "a.txt", SENTENCES[0].encode(), {"target": "fr"})
+    assert status == 200 and reply["translatedFileUrl"].endswith(".a_fr.txt"), reply
+    _, _, text = request(reply["translatedFileUrl"], raw=True)
+    assert text == french[0]["hypotheses"][0]["text"]
+    status, _, reply = request(server.url + "/translate", {
+        "q": SENTENCES[0], "source": "en", "target": "fr", "glossary": [["man", "homme"]]})
+    assert status == 400 and "goes through de (two pairs)" in reply["error"], reply
+
+
+def test_pairs_chain_through_the_first_middle_language_unless_pivots_are_off():
+    from types import SimpleNamespace
+
+    from vtx.serve.language import LanguagePair
+    from vtx.serve.pairs import Pairs
+
+    served = [SimpleNamespace(pair=LanguagePair(*codes)) for codes in (
+        ("de", "en"), ("de", "it"), ("it", "fr"), ("en", "fr"), ("en", "es"))]
+    pairs = Pairs(served)
+    assert pairs.chain("de", "fr") == (served[0], served[3])  # --model order: en first
+    assert pairs.chain("de", "en") is None  # a pair of its own
+    assert pairs.chain("es", "fr") is None
+    assert pairs.targets("de") == (["en", "it", "fr", "es"], {"fr": "en", "es": "en"})
+    assert Pairs(served, pivot=False).chain("de", "fr") is None
 
 
 @pytest.mark.parametrize("value, reason", [

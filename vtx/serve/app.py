@@ -164,11 +164,15 @@ class Service:
 
     def languages(self) -> list[dict]:
         """GET /languages of LibreTranslate: each language served with the codes it translates
-        into."""
+        into, and under "pivots" (where there are some), those reached through a middle
+        language: {target: middle}."""
         self.pairs.told()
-        return [{"code": code, "name": language_name(code),
-                 "targets": [s.pair.target for s in self.pairs.served
-                             if s.pair.source == code]} for code in self.pairs.languages()]
+        languages = []
+        for code in self.pairs.languages():
+            targets, pivots = self.pairs.targets(code)
+            languages.append({"code": code, "name": language_name(code), "targets": targets,
+                              **({"pivots": pivots} if pivots else {})})
+        return languages
 
 
 SERVICE = web.AppKey("service", Service)  # the app's Service, as its routes read it
@@ -544,9 +548,22 @@ async def _libre_translate(request: web.Request) -> web.Response:
         return client, libre.translation(fields, service.pairs, service.detector)
 
     client, translation = await _checked(request, check)
-    results = await _search(translation.served, translation.job, client) \
-        if translation.job else []
+    results = await _search_route(request, translation, client)
     return await asyncio.to_thread(lambda: _json(libre.answer(translation, results)))
+
+
+async def _search_route(request: web.Request, route: libre.Translation | libre.FileTranslation,
+                        client: str) -> list:
+    """Each line's hypotheses of a LibreTranslate request's `route`: its job searched by its
+    pair, then, through a middle language, the best of each searched by the pivot's second
+    pair (`libre.pivot_job`, checked in `client`'s turn)."""
+    if route.job is None:
+        return []
+    results = await _search(route.served, route.job, client)
+    if route.then is None:
+        return results
+    job = await _checked(request, lambda: libre.pivot_job(route, results))
+    return await _search(route.then, job, client)
 
 
 def _address(request: web.Request) -> str:
@@ -661,8 +678,7 @@ async def _translate_file(request: web.Request) -> web.Response:
             lambda texts: _admit(request, fields.get("api_key"), texts))
 
     client, translation = await work.run(check)
-    results = (await _search(translation.served, translation.job, client)
-               if translation.job else [])
+    results = await _search_route(request, translation, client)
     data = await work.run(lambda: libre.translated_file(translation, results))
     name = service.file_store.put(TranslatedFile(data, translation.filename,
                                                  translation.content_type))
@@ -738,7 +754,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
                   named: Callable[[LanguagePair | None], str] = lambda pair: "--checkpoint {}",
                   precision: DecodingPrecision = DecodingPrecision(),
                   suggestions: Suggestions | None = None,
-                  files: FileSettings = FileSettings()) -> Service:
+                  files: FileSettings = FileSettings(), pivot: bool = True) -> Service:
     """Load each language pair's model (or ensemble) of `models` (pair -> checkpoints; one
     entry of pair None: a model whose languages were not told) and make their service; with
     `glossary_path`, a glossary for every request of a server of one pair
@@ -746,7 +762,8 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     `log` is told what each pair loaded; `named(pair)`: how a refusal names one of the pair's
     checkpoints (a `str.format` template of its flag and value); `precision`: the dtype policy
     and quantization the models are built in; `suggestions`: where POST /suggest appends;
-    `files`: what /translate_file takes and keeps.
+    `files`: what /translate_file takes and keeps; `pivot`: whether the LibreTranslate routes
+    translate through a middle language two pairs chain (`Pairs.chain`).
 
     Raises:
         OSError, ValueError: an unreadable checkpoint or glossary (named), or a pair's
@@ -775,7 +792,7 @@ def build_service(models: dict[LanguagePair | None, Sequence[str | Path]],
     if glossary is not None:
         glossary.check_targets(lambda text: len(served[0].translator.vocab.encode(text)),
                                str(glossary_path))
-    pairs = Pairs(served)
+    pairs = Pairs(served, pivot)
     metrics.by_pair = pairs.counts
     return Service(pairs, metrics, transport, access or Access(),
                    Detector(tuple(pairs.languages())), suggestions=suggestions, files=files)

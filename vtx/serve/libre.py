@@ -84,7 +84,9 @@ ROUTES = (TRANSLATE, DETECT, SUGGEST, TRANSLATE_FILE,
                 "the file, as an attachment; 404 past --file-ttl",
                 (Field("name", "a string", "the name of translatedFileUrl", where="path"),),
                 tag="libretranslate"),
-          Route("GET", "/languages", "The languages served", "[{code, name, targets}]",
+          Route("GET", "/languages", "The languages served",
+                "[{code, name, targets, pivots}]: pivots, where there are some, {target: the "
+                "middle language translated through}",
                 tag="libretranslate"),
           Route("GET", "/frontend/settings", "LibreTranslate's settings of its page",
                 "{charLimit, apiKeys, keyRequired, suggestions, language, ...}",
@@ -101,6 +103,7 @@ class Translation:
     batch: bool  # q was a list: the answer's fields are lists
     alternatives: int
     detected: list[dict] | None  # with source "auto": each text's {confidence, language}
+    then: Served | None = None  # through a middle language: the pair from it into the target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +241,7 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     text_format = read_value(fields, format_field) if fields.get("format") \
         else format_field.default
     alternatives = _alternatives(read_value(fields, TRANSLATE.field("alternatives")), limits)
-    served, detected = _pair(source, target, texts, pairs, detector)
+    served, then, detected = _pair(source, target, texts, pairs, detector)
     read = html_document if text_format == "html" else text_document
     if text_format == "html":
         _check_markup(texts, limits)
@@ -249,9 +252,27 @@ def translation(fields: Fields, pairs: Pairs, detector: Detector) -> Translation
     documents = [read(text, served.pair.source) if search else Document([text], [])
                  for text, search in zip(texts, searched)]
     glossary = read_value(fields, TRANSLATE.field("glossary"))
+    if glossary is not None and then is not None:
+        raise RequestError(f"field 'glossary': {served.pair.source} into {target} goes "
+                           f"through {served.pair.target} (two pairs), where a glossary's "
+                           f"terms cannot be kept; send it without one")
     lines = [line for document in documents for line in document.lines]
-    job = _job(lines, alternatives, glossary, served.model()) if lines else None
-    return Translation(documents, served, job, batch, alternatives, detected)
+    # Through a middle language the first pair's best translation only is translated on.
+    job = _job(lines, 0 if then else alternatives, glossary, served.model()) if lines \
+        else None
+    return Translation(documents, served, job, batch, alternatives, detected, then)
+
+
+def pivot_job(request: Translation | FileTranslation, results: list) -> Job:
+    """The job of a request through a middle language: the best translation of each line by
+    its first pair (`results`), searched by the second for the request's alternatives.
+
+    Raises:
+        RequestError: a translation over the second pair's limits (naming it).
+    """
+    middle = request.served.pair.target
+    return _job([_text(hypotheses, 0) for hypotheses in results], request.alternatives, None,
+                request.then.model(), f"q's sentences translated into {middle} (the pivot)")
 
 
 def _job(lines: list[str], alternatives: int, glossary: list | None, model: Model,
@@ -266,11 +287,12 @@ def _job(lines: list[str], alternatives: int, glossary: list | None, model: Mode
     return job_of(data, model, field)
 
 
-def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
-          detector: Detector) -> tuple[Served | None, list[dict] | None]:
+def _pair(source: str, target: str, texts: list[str], pairs: Pairs, detector: Detector
+          ) -> tuple[Served | None, Served | None, list[dict] | None]:
     """The pair that translates `texts` from `source` (a code or "auto") into `target` (None:
-    no text needs one), and with "auto", each text's detected language (one of no letter:
-    `target`, at confidence 0).
+    no text needs one), the pair that then translates its output into `target` where the
+    first reaches it through a middle language (`Pairs.chain`; else None), and with "auto",
+    each text's detected language (one of no letter: `target`, at confidence 0).
 
     Raises:
         RequestError: a language not served, or a pair not served, in LibreTranslate's words
@@ -284,19 +306,36 @@ def _pair(source: str, target: str, texts: list[str], pairs: Pairs,
             raise RequestError(f"{code} is not supported")
     if not auto and source != target:
         try:
-            return pairs.find(source, target), None
+            return *_route(pairs, source, target), None
         except RequestError:
             raise RequestError(f"{language_name(target)} ({target}) is not available as a "
                                f"target language from {language_name(source)} ({source}): "
                                f"this server translates {pairs.described()} only") from None
     detected = _detect(texts, detector, target) if auto else None
     codes = [item["language"] for item in detected] if auto else [source]
-    found = {code: pairs.find(code, target, f"detected {code!r} for source 'auto'")
+    found = {code: _route(pairs, code, target, f"detected {code!r} for source 'auto'")
              for code in dict.fromkeys(codes) if pairs.code(code) != target}
     if len(found) > 1:
         raise RequestError(f"q's texts are detected in {', '.join(map(repr, found))}: send "
                            f"the texts of each language in a request of their own")
-    return next(iter(found.values()), None), detected
+    return *next(iter(found.values()), (None, None)), detected
+
+
+def _route(pairs: Pairs, source: str, target: str, said: str | None = None
+           ) -> tuple[Served, Served | None]:
+    """The pair from `source` into `target`, or else the two that chain through a middle
+    language (`Pairs.chain`); `said`: as `Pairs.find`'s.
+
+    Raises:
+        RequestError: neither (`Pairs.find`'s refusal).
+    """
+    try:
+        return pairs.find(source, target, said), None
+    except RequestError:
+        chained = pairs.chain(pairs.code(source), pairs.code(target))
+        if chained is None:
+            raise
+        return chained
 
 
 def _check_markup(texts: list[str], limits: Limits) -> None:
@@ -481,6 +520,8 @@ class FileTranslation:
     job: Job | None
     filename: str  # the upload's name with the target code: report.docx -> report_de.docx
     content_type: str
+    then: Served | None = None  # as Translation's
+    alternatives: int = 0
 
 
 def upload_of(fields: Fields, upload: Upload | None) -> Upload:
@@ -520,7 +561,7 @@ def file_translation(fields: Fields, upload: Upload, max_file_bytes: int, pairs:
     document = read(pairs.first.pair.source if auto else source)
     # With "auto", the file's language is its text's start's.
     probe = [" ".join(document.texts)[:DETECTED_CHARACTERS]] if auto else []
-    served, _ = _pair(source, target, probe, pairs, detector)
+    served, then, _ = _pair(source, target, probe, pairs, detector)
     language = served.pair.source if served is not None else target
     if auto and language != pairs.first.pair.source:  # cut into that language's sentences
         document = read(language)
@@ -530,7 +571,7 @@ def file_translation(fields: Fields, upload: Upload, max_file_bytes: int, pairs:
         if lines and served is not None else None
     stem = upload.filename[:-len(upload.extension)]
     return FileTranslation(document, served, job, f"{stem}_{target}{upload.extension}",
-                           FORMATS[upload.extension][0])
+                           FORMATS[upload.extension][0], then)
 
 
 def translated_file(request: FileTranslation, results: list) -> bytes:

@@ -159,10 +159,12 @@ def _resident_bytes() -> int:
 
 
 class Pairs:
-    """The served models, and which one a request's languages ask for."""
+    """The served models, and which one (or, through a middle language, which two: `chain`) a
+    request's languages ask for."""
 
-    def __init__(self, served: Sequence[Served]):
+    def __init__(self, served: Sequence[Served], pivot: bool = True):
         self.served = list(served)
+        self.pivot = pivot  # --pivot: two pairs that chain translate what neither does alone
 
     @property
     def first(self) -> Served:
@@ -210,6 +212,32 @@ class Pairs:
                 return served
         raise RequestError(f"{said or f'source {source!r}'} and target {target!r}: this server "
                            f"translates {self.described()} only")
+
+    def chain(self, source: str, target: str) -> tuple[Served, Served] | None:
+        """The two pairs that translate `source` into `target` (served codes) through a middle
+        language, where no pair does it alone and pivots are on: the first pair from `source`
+        (in --model order) whose target some pair translates into `target`. None: none."""
+        if not self.pivot or any((s.pair.source, s.pair.target) == (source, target)
+                                 for s in self.served if s.pair):
+            return None
+        for first in self.served:
+            if first.pair and first.pair.source == source:
+                for then in self.served:
+                    if then.pair and (then.pair.source, then.pair.target) == (
+                            first.pair.target, target):
+                        return first, then
+        return None
+
+    def targets(self, source: str) -> tuple[list[str], dict[str, str]]:
+        """The languages `source` translates into: those of its own pairs first, then those
+        reached through a middle language (`chain`), and {target: middle} of the latter."""
+        direct = [s.pair.target for s in self.served if s.pair and s.pair.source == source]
+        middles = {}
+        for code in self.languages():
+            chained = self.chain(source, code) if code != source else None
+            if chained and code not in direct:
+                middles[code] = chained[0].pair.target
+        return direct + list(middles), middles
 
     def find_fields(self, data: dict) -> Served:
         """The model a POST /v1/translate body asks for, by "model" ("en-de") or "source" and
