@@ -131,3 +131,12 @@ def opus_mt_folder(shared_data, tmp_path_factory) -> Path:
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+def import_folder(folder: Path, tmp_path_factory) -> Path:
+    """`vtx import` of `folder`: the checkpoint written."""
+    from tests.export.conftest import invoke
+
+    checkpoint = tmp_path_factory.mktemp("imported") / f"{folder.name}.npz"
+    invoke("import", folder, "--output", checkpoint)
+    return checkpoint

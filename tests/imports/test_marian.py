@@ -9,6 +9,7 @@ import pytest
 
 from tests.export.conftest import invoke
 from tests.export.test_transformers import multi30k_lines
+from tests.imports.conftest import import_folder
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -18,9 +19,7 @@ LINES = 100
 
 @pytest.fixture(scope="module")
 def imported(opus_mt_folder, tmp_path_factory):
-    checkpoint = tmp_path_factory.mktemp("imported") / "opus-mt-en-de.npz"
-    invoke("import", opus_mt_folder, "--output", checkpoint)
-    return checkpoint
+    return import_folder(opus_mt_folder, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
