@@ -133,13 +133,14 @@ def edit_config(folder, **changes):
     path.write_text(json.dumps(values))
 
 
-def refused(folder, tmp_path, message):
+def refused(folder, tmp_path, message, *options):
     from click.testing import CliRunner
 
     from vtx_cli.main import main
 
     output = tmp_path / "out.npz"
-    result = CliRunner().invoke(main, ["import", str(folder), "--output", str(output)])
+    result = CliRunner().invoke(main, ["import", str(folder), "--output", str(output),
+                                       *options])
     assert result.exit_code == 1, result.output
     assert message in result.output, result.output
     assert not output.exists()
@@ -197,6 +198,25 @@ def test_weights_are_read_without_unpickling_where_safetensors_exist(opus_mt_fol
     from_pickle = read_weights(folder)
     assert all(np.array_equal(from_pickle[name], array)
                for name, array in from_safetensors.items())
+
+
+def test_a_pickled_only_folder_is_refused_where_safetensors_are_required(opus_mt_folder,
+                                                                         tmp_path):
+    from vtx.imports.marian import read_weights
+
+    folder = copied(opus_mt_folder, tmp_path)
+    tensors = read_weights(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({name: torch.from_numpy(array) for name, array in tensors.items()},
+               folder / "pytorch_model.bin")
+    refused(folder, tmp_path, f"{folder / 'pytorch_model.bin'}: the folder's weights are a "
+                              f"PyTorch pickle only, no model.safetensors, and "
+                              f"--require-safetensors reads no pickle; nothing was written",
+            "--require-safetensors")
+    invoke("import", folder, "--output", tmp_path / "from-pickle.npz")  # read without the flag
+    (folder / "pytorch_model.bin").unlink()
+    (folder / "model.safetensors").write_bytes(b"")  # safetensors alone: read, not refused
+    refused(folder, tmp_path, "model.safetensors: does not read", "--require-safetensors")
 
 
 def test_an_imported_model_is_refused_by_exports_that_map_the_papers_model(imported, tmp_path):
