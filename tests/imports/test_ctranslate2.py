@@ -14,7 +14,6 @@ import shutil
 import pytest
 
 from tests.export.test_transformers import multi30k_lines
-from tests.imports.conftest import import_folder
 from tests.imports.test_marian import LIMIT, LINES, vtx_hypotheses
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -36,8 +35,8 @@ def zero_start_folder(opus_mt_folder, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def imported(zero_start_folder, tmp_path_factory):
-    return import_folder(zero_start_folder, tmp_path_factory)
+def folder(zero_start_folder):
+    return zero_start_folder
 
 
 @pytest.fixture(scope="module")

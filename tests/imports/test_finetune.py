@@ -9,10 +9,14 @@ from click.testing import CliRunner
 
 from tests.export.conftest import invoke
 from tests.imports.conftest import multi30k
-from tests.imports.test_marian import imported  # noqa: F401 -- the module's fixture
 
 pytest.importorskip("transformers")
 PAIRS = {"train": (200, 3000), "valid": (20, 0)}  # (pairs, first line) of Multi30k's files
+
+
+@pytest.fixture(scope="module")
+def folder(opus_mt_folder):
+    return opus_mt_folder
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +32,14 @@ def user_text(shared_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def user_data(imported, user_text, tmp_path_factory):  # noqa: F811
+def user_data(imported, user_text, tmp_path_factory):
     data = tmp_path_factory.mktemp("user_data") / "data"
     invoke("preprocess", "-s", "en", "-t", "de", "--trainpref", user_text / "train",
            "--validpref", user_text / "valid", "--destdir", data, "--vocab-from", imported)
     return data
 
 
-def test_the_data_reads_as_the_imported_vocabulary_reads_text(imported, user_data,  # noqa: F811
+def test_the_data_reads_as_the_imported_vocabulary_reads_text(imported, user_data,
                                                               user_text):
     from vtx import checkpoints
     from vtx.data import pipeline
@@ -53,7 +57,7 @@ def test_the_data_reads_as_the_imported_vocabulary_reads_text(imported, user_dat
 
 
 def test_finetuning_an_imported_model_keeps_its_model_and_translates(
-        imported, user_data, user_text, tmp_path):  # noqa: F811
+        imported, user_data, user_text, tmp_path):
     from vtx import checkpoints
 
     save = tmp_path / "run"
@@ -78,7 +82,7 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_data_of_another_vocabulary_is_refused_naming_the_flag(imported, multi30k_small,  # noqa: F811
+def test_data_of_another_vocabulary_is_refused_naming_the_flag(imported, multi30k_small,
                                                                tmp_path):
     result = run("train", multi30k_small / "data", "--save-dir", tmp_path / "run",
                  "--finetune-from", imported, "--max-steps", 1)
@@ -89,7 +93,7 @@ def test_data_of_another_vocabulary_is_refused_naming_the_flag(imported, multi30
 
 
 @pytest.mark.parametrize("flag,value", [("--vocab-size", 8000), ("--model-type", "unigram")])
-def test_a_new_vocabularys_flag_is_refused_with_vocab_from(imported, user_text, tmp_path,  # noqa: F811
+def test_a_new_vocabularys_flag_is_refused_with_vocab_from(imported, user_text, tmp_path,
                                                             flag, value):
     result = run("preprocess", "-s", "en", "-t", "de", "--trainpref", user_text / "train",
                  "--destdir", tmp_path / "data", "--vocab-from", imported, flag, value)
@@ -98,7 +102,7 @@ def test_a_new_vocabularys_flag_is_refused_with_vocab_from(imported, user_text, 
     assert not (tmp_path / "data").exists()
 
 
-def test_vocab_from_a_checkpoint_without_vocabulary_is_refused(imported, user_text,  # noqa: F811
+def test_vocab_from_a_checkpoint_without_vocabulary_is_refused(imported, user_text,
                                                                tmp_path):
     from vtx import checkpoints
 
