@@ -17,8 +17,11 @@ FORMATS = ("marian",)
               help="marian: a Transformers MarianMTModel folder (config.json, "
                    "model.safetensors or pytorch_model.bin, source.spm, target.spm, "
                    "vocab.json).")
+@click.option("--require-safetensors", is_flag=True,
+              help="Refuse a folder whose weights are pytorch_model.bin alone (a pickle, read "
+                   "with torch's weights_only=True otherwise).")
 @click.option("--force", is_flag=True, help="Replace an existing --output file.")
-def import_model(directory, output, import_format, force):
+def import_model(directory, output, import_format, require_safetensors, force):
     """Read a model folder from another toolkit into a vtx checkpoint.
 
     A folder vtx cannot represent exactly is refused, naming the file, field and value; nothing
@@ -27,7 +30,8 @@ def import_model(directory, output, import_format, force):
     from vtx.imports import import_model as read_and_write
 
     try:
-        summary = read_and_write(directory, output, force=force)
+        summary = read_and_write(directory, output, force=force,
+                                 require_safetensors=require_safetensors)
     except (OSError, ValueError, MemoryError) as error:
         raise click.ClickException(str(error)) from error
     config = summary["model_config"]

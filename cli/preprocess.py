@@ -1,6 +1,7 @@
 """`vtx preprocess`: raw parallel text -> joint SentencePiece vocabulary + binarized shards."""
 
 import click
+from click.core import ParameterSource
 
 from vtx_cli.options import FiniteFloat, creatable_folder
 
@@ -28,11 +29,16 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--destdir", required=True, type=click.Path(), callback=creatable_folder,
               help="Output data directory.")
 @click.option("--vocab-size", type=int, default=37000, show_default=True,
-              help="Joint vocabulary size, special ids included (ignored with --spm-model).")
+              help="Joint vocabulary size, special ids included (ignored with --spm-model; "
+                   "refused with --vocab-from).")
 @click.option("--model-type", type=click.Choice(["bpe", "unigram"]), default="bpe",
               show_default=True, help="SentencePiece model type.")
 @click.option("--spm-model", type=click.Path(), help="Reuse this SentencePiece model "
               "(must have pad=0 unk=1 bos=2 eos=3).")
+@click.option("--vocab-from", type=click.Path(dir_okay=False), metavar="CHECKPOINT",
+              help="Reuse the vocabulary this checkpoint carries (an imported model's source "
+                   "and target SentencePiece models and id table, or a run's), to fine-tune "
+                   "it on this data: `vtx train --finetune-from CHECKPOINT`.")
 @click.option("--whole-word-symbols", type=click.Path(dir_okay=False),
               help="File of tokens, one a line, each kept as one piece where it stands as a word "
                    "(e.g. brackets.txt from `vtx prepare-parse`).")
@@ -57,14 +63,20 @@ def _summary(meta: dict) -> list[str]:
                    "epoch.")
 @click.option("--force", is_flag=True, help="Replace a non-empty --destdir.")
 def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir, vocab_size,
-               model_type, spm_model, whole_word_symbols, sample_lines, workers, max_positions,
-               max_length_ratio, shard_size, seed, keep_train_text, force):
+               model_type, spm_model, vocab_from, whole_word_symbols, sample_lines, workers,
+               max_positions, max_length_ratio, shard_size, seed, keep_train_text, force):
     """Train a joint SentencePiece vocabulary and binarize parallel text into DESTDIR."""
     from pathlib import Path
 
     from vtx.data.preprocess import PreprocessConfig, preprocess as run_preprocess
     from vtx.errors import DataError
 
+    context = click.get_current_context()
+    for name in ("vocab_size", "model_type"):
+        if vocab_from and context.get_parameter_source(name) is not ParameterSource.DEFAULT:
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} {context.params[name]} shapes a new vocabulary; "
+                                   f"--vocab-from {vocab_from} gives its checkpoint's")
     try:
         config = PreprocessConfig(
             source_lang=source_lang, target_lang=target_lang, destdir=Path(destdir),
@@ -72,6 +84,7 @@ def preprocess(source_lang, target_lang, trainpref, validpref, testpref, destdir
             testprefs=tuple(p for p in (testpref or "").split(",") if p),
             vocab_size=vocab_size, model_type=model_type,
             spm_model=Path(spm_model) if spm_model else None,
+            vocab_from=Path(vocab_from) if vocab_from else None,
             whole_word_symbols=Path(whole_word_symbols) if whole_word_symbols else None,
             sample_lines=sample_lines,
             workers=workers, max_positions=max_positions, max_length_ratio=max_length_ratio,

@@ -16,6 +16,11 @@ PIECES = 600  # each SentencePiece model's
 SIZES = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128,
              decoder_ffn_dim=128, encoder_attention_heads=4, decoder_attention_heads=4)
 UPDATES = 400
+# An opus-mt-tc-big model's differences at the same small width: 16 heads, an FFN 4 x wider than
+# d_model, ReLU (Marian's transformer-big), and a target-language token before every source.
+TC_BIG = dict(encoder_ffn_dim=256, decoder_ffn_dim=256, encoder_attention_heads=16,
+              decoder_attention_heads=16, activation_function="relu")
+TC_BIG_CODES = (">>deu<<", ">>nld<<")  # the target tokens of its vocab.json; >>deu<< is used
 
 
 def multi30k(shared_data: Path, split: str, language: str, count: int) -> list[str]:
@@ -36,27 +41,32 @@ def train_spm(lines: list[str], path: Path) -> None:
     Path(f"{path}.model").rename(path)
 
 
-def marian_vocabulary(folder: Path, sources: list[str], targets: list[str]) -> dict[str, int]:
+def marian_vocabulary(folder: Path, sources: list[str], targets: list[str],
+                      codes: tuple[str, ...] = ()) -> dict[str, int]:
     """Marian's joint vocabulary (`marian-vocab` over both sides' pieces): </s> 0, <unk> 1,
-    then the pieces the training text holds, most frequent first (ties by piece), and the pad
-    that Transformers' converter appends last. Pieces of a model that no text uses are not in
-    it (they read as <unk>)."""
+    then the pieces the training text holds, most frequent first (ties by piece), the target
+    tokens `codes` among them (a source's leading `>>xxx<<` is one piece), and the pad that
+    Transformers' converter appends last. Pieces of a model that no text uses are not in it
+    (they read as <unk>)."""
     import sentencepiece as spm
 
-    counts = Counter()
+    counts = Counter({code: 1 for code in codes})
     for model, lines in (("source.spm", sources), ("target.spm", targets)):
         processor = spm.SentencePieceProcessor(model_file=str(folder / model))
-        for pieces in processor.encode(lines, out_type=str):
-            counts.update(pieces)
+        for line in lines:
+            first = line.split(" ", 1)[0]
+            code = [first] if first in codes else []
+            counts.update(code + processor.encode(line[len(first):] if code else line,
+                                                  out_type=str))
     ordered = sorted(counts, key=lambda piece: (-counts[piece], piece))
     pieces = ["</s>", "<unk>"] + [p for p in ordered if p not in ("</s>", "<unk>")] + ["<pad>"]
     return {piece: index for index, piece in enumerate(pieces)}
 
 
-def opus_mt_config(vocab_size: int) -> dict:
-    """opus-mt-en-de's config.json fields, its sizes replaced by `SIZES`."""
+def opus_mt_config(vocab_size: int, **changes) -> dict:
+    """opus-mt-en-de's config.json fields, its sizes replaced by `SIZES`, then `changes`."""
     pad = vocab_size - 1
-    return dict(
+    return {**dict(
         activation_dropout=0.0, activation_function="swish", add_bias_logits=False,
         add_final_layer_norm=False, architectures=["MarianMTModel"], attention_dropout=0.0,
         bad_words_ids=[[pad]], bos_token_id=0, classif_dropout=0.0, classifier_dropout=0.0,
@@ -66,7 +76,8 @@ def opus_mt_config(vocab_size: int) -> dict:
         max_position_embeddings=512, model_type="marian", normalize_before=False,
         normalize_embedding=False, num_beams=4, num_hidden_layers=SIZES["encoder_layers"],
         pad_token_id=pad, scale_embedding=True, share_encoder_decoder_embeddings=True,
-        static_position_embeddings=True, use_cache=True, vocab_size=vocab_size, **SIZES)
+        static_position_embeddings=True, use_cache=True, vocab_size=vocab_size, **SIZES),
+        **changes}
 
 
 def train_briefly(model, tokenizer, sources: list[str], targets: list[str]) -> None:
@@ -106,21 +117,36 @@ def padded(rows: list[list[int]], value: int):
 def opus_mt_folder(shared_data, tmp_path_factory) -> Path:
     """The folder `save_pretrained` writes (config.json, model.safetensors, generation config)
     with MarianTokenizer's files (source.spm, target.spm, vocab.json)."""
+    return marian_folder(shared_data, tmp_path_factory.mktemp("opus_mt") / "opus-mt-en-de-small")
+
+
+@pytest.fixture(scope="session")
+def tc_big_folder(shared_data, tmp_path_factory) -> Path:
+    """As `opus_mt_folder`, of an opus-mt-tc-big configuration (`TC_BIG`), every source led by
+    `>>deu<<`."""
+    return marian_folder(shared_data, tmp_path_factory.mktemp("tc_big") / "opus-mt-tc-big-small",
+                         TC_BIG, TC_BIG_CODES)
+
+
+def marian_folder(shared_data: Path, folder: Path, changes: dict | None = None,
+                  codes: tuple[str, ...] = ()) -> Path:
+    """A MarianMT folder of opus-mt-en-de's config with `changes`, trained on Multi30k en-de
+    pairs (sources led by `codes[0]` where codes are given)."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    folder = tmp_path_factory.mktemp("opus_mt") / "opus-mt-en-de-small"
     folder.mkdir()
     sources = multi30k(shared_data, "train", "en", TRAIN_PAIRS)
     targets = multi30k(shared_data, "train", "de", TRAIN_PAIRS)
     train_spm(sources, folder / "source.spm")
     train_spm(targets, folder / "target.spm")
-    vocabulary = marian_vocabulary(folder, sources, targets)
+    sources = [f"{codes[0]} {line}" for line in sources] if codes else sources
+    vocabulary = marian_vocabulary(folder, sources, targets, codes)
     (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False),
                                        encoding="utf-8")
     tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"),
                                              str(folder / "target.spm"),
                                              str(folder / "vocab.json"))
-    config = transformers.MarianConfig(**opus_mt_config(len(vocabulary)))
+    config = transformers.MarianConfig(**opus_mt_config(len(vocabulary), **(changes or {})))
     torch.manual_seed(0)  # the initial weights
     model = transformers.MarianMTModel(config)
     with torch.no_grad():  # Marian's output layer has a bias (decoder_ff_logit_out_b)
@@ -131,3 +157,24 @@ def opus_mt_folder(shared_data, tmp_path_factory) -> Path:
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder
+
+
+@pytest.fixture(scope="module")
+def imported(folder: Path, tmp_path_factory) -> Path:
+    """`vtx import` of the module's `folder` fixture: the checkpoint written."""
+    from tests.export.conftest import invoke
+
+    checkpoint = tmp_path_factory.mktemp("imported") / f"{folder.name}.npz"
+    invoke("import", folder, "--output", checkpoint)
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def marian(folder: Path):
+    """(MarianMTModel, MarianTokenizer, id -> piece) of the module's `folder` fixture, as
+    Transformers loads it."""
+    transformers = pytest.importorskip("transformers")
+    model = transformers.MarianMTModel.from_pretrained(str(folder), local_files_only=True)
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(folder), local_files_only=True)
+    vocabulary = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    return model.eval(), tokenizer, {index: piece for piece, index in vocabulary.items()}

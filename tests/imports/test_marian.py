@@ -17,20 +17,8 @@ LINES = 100
 
 
 @pytest.fixture(scope="module")
-def imported(opus_mt_folder, tmp_path_factory):
-    checkpoint = tmp_path_factory.mktemp("imported") / "opus-mt-en-de.npz"
-    invoke("import", opus_mt_folder, "--output", checkpoint)
-    return checkpoint
-
-
-@pytest.fixture(scope="module")
-def marian(opus_mt_folder):
-    """(MarianMTModel, MarianTokenizer, id -> piece) of the folder, as Transformers loads it."""
-    model = transformers.MarianMTModel.from_pretrained(str(opus_mt_folder), local_files_only=True)
-    tokenizer = transformers.MarianTokenizer.from_pretrained(str(opus_mt_folder),
-                                                             local_files_only=True)
-    vocabulary = json.loads((opus_mt_folder / "vocab.json").read_text(encoding="utf-8"))
-    return model.eval(), tokenizer, {index: piece for piece, index in vocabulary.items()}
+def folder(opus_mt_folder):
+    return opus_mt_folder
 
 
 def vtx_hypotheses(checkpoint, lines, tmp_path, *options) -> list[dict]:
@@ -81,17 +69,25 @@ def test_vtx_translates_the_imported_model_as_transformers_generates(
     """The same tokens and log-probabilities. Where a beam's best output reached the length
     limit unfinished, the searches differ by rule, not by model: at the limit Transformers ranks
     its live beams with the finished ones, vtx (as fairseq) keeps a finished one."""
-    lines = multi30k_lines(shared_data, "en", LINES)
+    assert_translates_as_transformers(imported, marian, multi30k_lines(shared_data, "en", LINES),
+                                      tmp_path, beam)
+
+
+def assert_translates_as_transformers(imported, marian, lines, tmp_path, beam,
+                                      compared_share=0.8):
+    """`vtx translate` of `lines` by the checkpoint `imported` gives the tokens and
+    log-probabilities of `marian`'s `generate` (lines whose best beam reached the limit
+    unfinished left out; at least `compared_share` of the lines compared)."""
     penalty = ["--lenpen", "1.0", "--lenpen-formula", "fairseq", "--stop", "fairseq"]
     found = vtx_hypotheses(imported, lines, tmp_path, "--beam", beam, *penalty)
     search = dict(num_beams=beam) if beam == 1 else dict(num_beams=beam, length_penalty=1.0,
                                                          early_stopping=True)
     expected = marian_pieces(marian, lines, **search)
     # A randomly initialized model gives one output for every line; this one must not.
-    assert len({" ".join(pieces) for pieces, _ in expected}) >= 0.8 * LINES, "outputs must vary"
+    assert len({" ".join(pieces) for pieces, _ in expected}) >= 0.8 * len(lines), "must vary"
     compared = [(hypothesis, pieces) for hypothesis, (pieces, finished) in zip(found, expected)
                 if finished or beam == 1]
-    assert len(compared) >= 0.8 * LINES
+    assert len(compared) >= compared_share * len(lines)
     assert [hypothesis["tokens"] for hypothesis, _ in compared] == [p for _, p in compared]
     gaps = [np.abs(np.array(hypothesis["positional_scores"])
                    - marian_log_probs(marian, line, hypothesis["tokens"],
@@ -134,13 +130,14 @@ def edit_config(folder, **changes):
     path.write_text(json.dumps(values))
 
 
-def refused(folder, tmp_path, message):
+def refused(folder, tmp_path, message, *options):
     from click.testing import CliRunner
 
     from vtx_cli.main import main
 
     output = tmp_path / "out.npz"
-    result = CliRunner().invoke(main, ["import", str(folder), "--output", str(output)])
+    result = CliRunner().invoke(main, ["import", str(folder), "--output", str(output),
+                                       *options])
     assert result.exit_code == 1, result.output
     assert message in result.output, result.output
     assert not output.exists()
@@ -198,6 +195,25 @@ def test_weights_are_read_without_unpickling_where_safetensors_exist(opus_mt_fol
     from_pickle = read_weights(folder)
     assert all(np.array_equal(from_pickle[name], array)
                for name, array in from_safetensors.items())
+
+
+def test_a_pickled_only_folder_is_refused_where_safetensors_are_required(opus_mt_folder,
+                                                                         tmp_path):
+    from vtx.imports.marian import read_weights
+
+    folder = copied(opus_mt_folder, tmp_path)
+    tensors = read_weights(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({name: torch.from_numpy(array) for name, array in tensors.items()},
+               folder / "pytorch_model.bin")
+    refused(folder, tmp_path, f"{folder / 'pytorch_model.bin'}: the folder's weights are a "
+                              f"PyTorch pickle only, no model.safetensors, and "
+                              f"--require-safetensors reads no pickle; nothing was written",
+            "--require-safetensors")
+    invoke("import", folder, "--output", tmp_path / "from-pickle.npz")  # read without the flag
+    (folder / "pytorch_model.bin").unlink()
+    (folder / "model.safetensors").write_bytes(b"")  # safetensors alone: read, not refused
+    refused(folder, tmp_path, "model.safetensors: does not read", "--require-safetensors")
 
 
 def test_an_imported_model_is_refused_by_exports_that_map_the_papers_model(imported, tmp_path):

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from vtx.data.text import DataError, decode_line, read_parallel
+from vtx.data import vocab
 from vtx.data.vocab import Vocabulary
 from vtx.progress_lines import LineProgress
 
@@ -85,7 +86,7 @@ _VOCABULARY: Vocabulary | None = None  # one per worker process, loaded by `_loa
 
 def _load_vocabulary(model_path: Path) -> None:
     global _VOCABULARY
-    _VOCABULARY = Vocabulary(model_path)
+    _VOCABULARY = vocab.load(model_path)
 
 
 def _decode_all(lines: list[bytes], path: Path, first_line: int) -> list[str]:
@@ -106,7 +107,7 @@ def encode_chunk(chunk: Chunk) -> dict:
     """Decode, encode, filter and write one shard; return its counts (see `_empty_stats`)."""
     texts = [_decode_all(chunk.source_lines, chunk.source_path, chunk.first_line),
              _decode_all(chunk.target_lines, chunk.target_path, chunk.first_line)]
-    source, target = map(_VOCABULARY.encode_batch, texts)
+    source, target = _VOCABULARY.encode_source_batch(texts[0]), _VOCABULARY.encode_batch(texts[1])
     stats = _empty_stats()
     kept = range(len(source))
     if chunk.pair_filter is not None and not chunk.pair_filter.drop:

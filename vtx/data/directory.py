@@ -23,6 +23,7 @@ import numpy as np
 
 from vtx import manifest
 from vtx.data.preprocess import FORMAT, META_FILE
+from vtx.data import vocab
 from vtx.data.vocab import Vocabulary
 from vtx.errors import DataError
 
@@ -67,7 +68,8 @@ class DataDirectory:
 
     @property
     def vocabulary_path(self) -> Path:
-        """The SentencePiece model of the directory."""
+        """The vocabulary file of the directory (a SentencePiece model, or a pair vocabulary's
+        bytes: `vtx.data.vocab.load`)."""
         return self.path / self.meta["vocab"]["model"]
 
     @property
@@ -76,8 +78,8 @@ class DataDirectory:
         return int(self.meta["vocab"]["size"])
 
     def load_vocabulary(self) -> Vocabulary:
-        """The directory's joint vocabulary."""
-        return Vocabulary(self.vocabulary_path)
+        """The directory's vocabulary."""
+        return vocab.load(self.vocabulary_path)
 
     @property
     def splits(self) -> dict:

@@ -126,6 +126,10 @@ class PairVocabulary:
             code, text = [text[:end + 2]], text[end + 2:]
         return self._ids_of(code + self._source.encode(text, out_type=str)) + self.source_suffix
 
+    def encode_source_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many source sentences -> their ids (`encode_source`'s)."""
+        return [self.encode_source(text) for text in texts]
+
     def sample_batch(self, texts: list[str], alpha: float, nbest: int | None,
                      seed: int) -> list[list[int]]:
         """Refused: subword sampling reads one SentencePiece model's own ids.

@@ -2,6 +2,8 @@
 
 Layout of the directory (see `vtx.data.binarize` for the shard format):
     spm.model                the joint vocabulary (trained here, or a copy of `spm_model`)
+    pair_vocab.bin           instead, the pair vocabulary of `vocab_from`'s checkpoint (an
+                             imported model's: `vtx.data.pair_vocab`)
     SPLIT.NNNNN.bin/.idx     shards of each split: train, valid, test, test1, ...
     train.NNNNN.txt          with `keep_train_text`: the training shards' text, which `vtx train
                              --subword-alpha` segments anew each epoch (`vtx.data.subword`)
@@ -26,12 +28,14 @@ from vtx.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from vtx.data.binarize import Encoder, PairFilter, binarize_split, token_dtype
 from vtx.data.text import decode_line, lines_in_file, read_parallel, resolve_path
 from vtx.data.vocab import MODEL_TYPES, Vocabulary, train_sentencepiece
+from vtx.data.vocab import load as load_vocabulary
 from vtx.errors import DataError, VocabularyTooSmallError
 from vtx.progress_lines import LineProgress
 
 FORMAT = "vtx-shards-1"
 META_FILE = "meta.json"
 SPM_FILE = "spm.model"
+PAIR_VOCAB_FILE = "pair_vocab.bin"
 # SentencePiece refuses an input_sentence_size of 1 to 100 (its `--sample-lines`).
 MIN_SAMPLE_LINES = 100
 
@@ -49,6 +53,9 @@ class PreprocessConfig:
     vocab_size: int = 37000  # pieces of the joint vocabulary, special ids included
     model_type: str = "bpe"  # "bpe" (the paper) or "unigram"
     spm_model: Path | None = None  # reuse this SentencePiece model instead of training one
+    # Reuse the vocabulary this checkpoint carries (an imported model's pair vocabulary, or a
+    # vtx run's SentencePiece model): the data a `vtx train --finetune-from` of it trains on.
+    vocab_from: Path | None = None
     whole_word_symbols: Path | None = None  # file of tokens kept as single pieces, one a line
     sample_lines: int = 2_000_000  # at most this many random lines train the vocabulary
     workers: int = 1  # encoding processes
@@ -62,8 +69,15 @@ class PreprocessConfig:
     force: bool = False  # replace a non-empty destdir
 
     def __post_init__(self) -> None:
-        if self.trainpref is None and self.spm_model is None:
-            raise DataError("--trainpref is needed to train a vocabulary (or give --spm-model)")
+        if self.trainpref is None and self.trains_vocabulary:
+            raise DataError("--trainpref is needed to train a vocabulary (or give --spm-model "
+                            "or --vocab-from)")
+        if self.spm_model is not None and self.vocab_from is not None:
+            raise DataError(f"--spm-model {self.spm_model} and --vocab-from {self.vocab_from} "
+                            f"each give the vocabulary: leave one out")
+        if self.whole_word_symbols is not None and self.vocab_from is not None:
+            raise DataError("--whole-word-symbols shapes a new vocabulary; it cannot change "
+                            f"--vocab-from {self.vocab_from}")
         if not (self.trainpref or self.validpref or self.testprefs):
             raise DataError("nothing to do: give --trainpref, --validpref or --testpref")
         if self.source_lang == self.target_lang:
@@ -86,6 +100,11 @@ class PreprocessConfig:
                             f"--spm-model {self.spm_model}")
         if self.max_length_ratio < 1.0:
             raise DataError(f"--max-length-ratio must be >= 1, got {self.max_length_ratio}")
+
+    @property
+    def trains_vocabulary(self) -> bool:
+        """Whether the vocabulary is trained here (neither --spm-model nor --vocab-from)."""
+        return self.spm_model is None and self.vocab_from is None
 
     def splits(self) -> dict[str, str]:
         """Split name -> file prefix, in processing order."""
@@ -137,6 +156,7 @@ def _check_inputs_outside(destdir: Path, config: PreprocessConfig,
     inputs = [(flags.get(name, "--testpref"), path) for name, pair in files.items()
               for path in pair]
     inputs += [(flag, Path(path)) for flag, path in (("--spm-model", config.spm_model),
+               ("--vocab-from", config.vocab_from),
                ("--whole-word-symbols", config.whole_word_symbols)) if path is not None]
     folder = destdir.resolve()
     for flag, path in inputs:
@@ -204,6 +224,8 @@ def read_symbols(path: Path) -> list[str]:
 
 def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabulary:
     model_path = workdir / SPM_FILE
+    if config.vocab_from is not None:
+        return _checkpoint_vocabulary(config.vocab_from, workdir)
     if config.spm_model is not None:
         Vocabulary(config.spm_model)  # validates the file and its special ids first
         shutil.copyfile(config.spm_model, model_path)
@@ -215,6 +237,41 @@ def _vocabulary(config: PreprocessConfig, files: dict, workdir: Path) -> Vocabul
                                    config.seed, num_threads=config.workers, whole_words=symbols)
     except VocabularyTooSmallError as err:  # SentencePiece's words name its own flags
         raise DataError(_too_small_message(err, len(symbols))) from None
+
+
+def _checkpoint_vocabulary(path: Path, workdir: Path) -> Vocabulary:
+    """The vocabulary the checkpoint `path` carries, written into `workdir` (spm.model, or
+    pair_vocab.bin for a pair vocabulary) and checked against its model's embeddings.
+
+    Raises:
+        DataError: the checkpoint does not load, carries no vocabulary, or one of another size
+            than its model's ids (`--vocab-from` and the file named).
+    """
+    from vtx import checkpoints
+    from vtx.data import pair_vocab
+    from vtx.errors import CheckpointError
+
+    try:
+        checkpoint = checkpoints.load(path)
+    except (CheckpointError, OSError, ValueError) as err:
+        raise DataError(f"--vocab-from {path}: {err}") from None
+    if checkpoint.vocab is None:
+        raise DataError(f"--vocab-from {path}: the checkpoint carries no vocabulary")
+    name = PAIR_VOCAB_FILE if pair_vocab.is_pair_vocabulary(checkpoint.vocab) else SPM_FILE
+    (workdir / name).write_bytes(checkpoint.vocab)
+    vocab = load_vocabulary(workdir / name, f"the vocabulary of --vocab-from {path}")
+    size = checkpoint.meta["model_config"]["vocab_size"]
+    if vocab.size != size:
+        raise DataError(f"--vocab-from {path}: its vocabulary has {vocab.size} ids, its model "
+                        f"{size}")
+    return vocab
+
+
+def vocabulary_file(vocab: Vocabulary) -> str:
+    """The data directory's file name of `vocab` (a pair vocabulary's or SentencePiece's)."""
+    from vtx.data.pair_vocab import PairVocabulary
+
+    return PAIR_VOCAB_FILE if isinstance(vocab, PairVocabulary) else SPM_FILE
 
 
 def _too_small_message(err: VocabularyTooSmallError, num_symbols: int) -> str:
@@ -234,9 +291,9 @@ def _meta(config: PreprocessConfig, vocab: Vocabulary, files: dict, splits: dict
         "format": FORMAT,
         "source_lang": config.source_lang,
         "target_lang": config.target_lang,
-        "vocab": {"model": SPM_FILE, "size": vocab.size,
-                  "trained": config.spm_model is None,
-                  "model_type": config.model_type if config.spm_model is None else None,
+        "vocab": {"model": vocabulary_file(vocab), "size": vocab.size,
+                  "trained": config.trains_vocabulary,
+                  "model_type": config.model_type if config.trains_vocabulary else None,
                   "whole_word_symbols": (str(config.whole_word_symbols)
                                          if config.whole_word_symbols else None),
                   "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}},
@@ -284,17 +341,17 @@ def _preprocess(config: PreprocessConfig, log: Callable[[str], None]) -> dict:
         raise DataError(f"--destdir {destdir}: cannot create its parent folder ({err})") from None
     with atomic.new_directory(destdir) as workdir:
         started = time.perf_counter()
-        if config.spm_model is None:
+        if config.trains_vocabulary:
             log(f"training the vocabulary (SentencePiece {config.model_type}, "
                 f"{config.vocab_size:,} pieces) on up to {config.sample_lines:,} random lines "
                 f"of {files['train'][0].name} and {files['train'][1].name}")
         vocab = _vocabulary(config, files, workdir)
-        if config.spm_model is None:
+        if config.trains_vocabulary:
             log(f"vocabulary trained in {time.perf_counter() - started:.1f} s")
         splits = {}
         train_filter = PairFilter(config.max_positions, config.max_length_ratio)
         length_check = PairFilter(config.max_positions, config.max_length_ratio, drop=False)
-        with Encoder(workdir / SPM_FILE, config.workers) as encoder:
+        with Encoder(workdir / vocabulary_file(vocab), config.workers) as encoder:
             for name, (source, target) in files.items():
                 progress = LineProgress(log, f"{name}: encoded", lines_in_file(source),
                                         words=False)

@@ -96,6 +96,10 @@ class Vocabulary:
         processes instead)."""
         return self._processor.encode(texts, out_type=int)
 
+    def encode_source_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many source sentences -> their piece ids: `encode_batch`'s."""
+        return self.encode_batch(texts)
+
     def sample_batch(self, texts: list[str], alpha: float, nbest: int | None,
                      seed: int) -> list[list[int]]:
         """Many sentences -> a sampled segmentation of each, its piece ids (no bos/eos): subword
@@ -150,6 +154,27 @@ class Vocabulary:
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """Piece ids -> their pieces (e.g. "▁Haus")."""
         return [self._processor.id_to_piece(int(i)) for i in ids]
+
+
+def load(path: str | Path, name: str | None = None) -> "Vocabulary":
+    """The vocabulary file at `path`: a SentencePiece model, or the bytes of a
+    `vtx.data.pair_vocab.PairVocabulary` (an imported model's, `vtx preprocess --vocab-from`);
+    `name` says where it came from in messages (default: the path).
+
+    Raises:
+        DataError: as the constructors.
+    """
+    from vtx.data import pair_vocab
+
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            is_pair = pair_vocab.is_pair_vocabulary(handle.read(len(pair_vocab.MAGIC)))
+    except OSError as err:
+        raise DataError(f"cannot read the vocabulary {path}: {err}") from None
+    if is_pair:
+        return pair_vocab.PairVocabulary.from_bytes(path.read_bytes(), name or str(path))
+    return Vocabulary(path)
 
 
 def differing_pieces(first: "Vocabulary", second: "Vocabulary") -> list[tuple[int, str | None,

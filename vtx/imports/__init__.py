@@ -12,7 +12,8 @@ from pathlib import Path
 FORMATS = ("marian",)
 
 
-def import_model(directory: str | Path, output: str | Path, force: bool = False) -> dict:
+def import_model(directory: str | Path, output: str | Path, force: bool = False,
+                 require_safetensors: bool = False) -> dict:
     """Read the model folder `directory` and write it as the vtx checkpoint `output`.
 
     Args:
@@ -20,6 +21,8 @@ def import_model(directory: str | Path, output: str | Path, force: bool = False)
             source.spm, target.spm, vocab.json).
         output: the checkpoint file to write (not a numbered training checkpoint's name).
         force: replace an existing file at `output`.
+        require_safetensors: refuse a folder whose weights are pytorch_model.bin alone (a
+            pickle, read with `weights_only=True` otherwise).
 
     Returns:
         What was read: {"format", "parameters", "vocab_size", "model_config"}.
@@ -34,7 +37,7 @@ def import_model(directory: str | Path, output: str | Path, force: bool = False)
 
     with locking.output_lock(output, "--output"):  # checked and written by one process
         checkpoints.check_output(output, force)
-        checkpoint = read_marian_folder(directory)
+        checkpoint = read_marian_folder(directory, require_safetensors)
         checkpoints.save(output, checkpoint)
     config = checkpoints.model_config(checkpoint, output)
     return {"format": "marian", "parameters": config.parameter_count,

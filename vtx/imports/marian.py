@@ -130,13 +130,14 @@ def model_config(values: dict, path: Path) -> ModelConfig:
         raise _refuse(path, str(error)) from None
 
 
-def read_weights(directory: Path) -> dict[str, np.ndarray]:
+def read_weights(directory: Path, require_safetensors: bool = False) -> dict[str, np.ndarray]:
     """The float32 tensors of model.safetensors, or of pytorch_model.bin where the folder has
     no safetensors (read by `torch.load(weights_only=True)`, which unpickles tensors and plain
-    containers only, never code).
+    containers only, never code) and `require_safetensors` is False.
 
     Raises:
-        DataError: neither file, a file that does not read, or tensors not of floating point.
+        DataError: neither file, pytorch_model.bin alone where safetensors are required, a file
+            that does not read, or tensors not of floating point.
     """
     path = directory / SAFETENSORS_FILE
     if path.is_file():
@@ -148,6 +149,10 @@ def read_weights(directory: Path) -> dict[str, np.ndarray]:
         except (SafetensorError, OSError, TypeError, ValueError) as error:
             raise _refuse(path, f"does not read ({error})") from None
     elif (path := directory / PICKLED_FILE).is_file():
+        if require_safetensors:
+            raise DataError(f"{path}: the folder's weights are a PyTorch pickle only, no "
+                            f"{SAFETENSORS_FILE}, and --require-safetensors reads no pickle; "
+                            f"nothing was written")
         tensors = _read_pickled(path)
     else:
         raise DataError(f"{directory}: no {SAFETENSORS_FILE} nor {PICKLED_FILE}; nothing "
@@ -304,9 +309,10 @@ def assign_weights(model, tensors: dict[str, np.ndarray], ids: MarianIds, path: 
         raise _refuse(path, f"tensors of no vtx weight: {', '.join(left[:5])}")
 
 
-def read_marian_folder(directory: str | Path):
+def read_marian_folder(directory: str | Path, require_safetensors: bool = False):
     """A vtx checkpoint (step 0, no optimizer state, its `PairVocabulary`) of the MarianMT
-    folder `directory`.
+    folder `directory`; `require_safetensors`: refuse a folder whose weights are
+    pytorch_model.bin alone.
 
     Raises:
         DataError: a file missing or unreadable, or a model vtx cannot represent exactly (the
@@ -322,7 +328,7 @@ def read_marian_folder(directory: str | Path):
     values = read_config(directory)
     config = model_config(values, directory / CONFIG_FILE)
     check_fits_in_memory(config, str(directory))
-    tensors = read_weights(directory)
+    tensors = read_weights(directory, require_safetensors)
     weights = directory / (SAFETENSORS_FILE if (directory / SAFETENSORS_FILE).is_file()
                            else PICKLED_FILE)
     size = shared_embedding(tensors, weights).shape[0]

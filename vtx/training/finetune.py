@@ -143,7 +143,7 @@ def check_vocabulary(start: checkpoints.Checkpoint, path: str | Path,
         raise ValueError(f"--finetune-from {path} has a vocabulary of {size} ids, the data "
                          f"directory {data} one of {data.vocab_size} ({data.vocabulary_path}): "
                          f"fine-tuning needs data preprocessed with the checkpoint's vocabulary "
-                         f"(`vtx preprocess --spm-model` of its run's data directory)")
+                         f"(`vtx preprocess --vocab-from {path}`)")
     now = data.vocabulary_path.read_bytes()
     if start.vocab is None or start.vocab == now:
         return
@@ -158,4 +158,4 @@ def check_vocabulary(start: checkpoints.Checkpoint, path: str | Path,
                          f"{data.vocabulary_path}: {len(differ)} of {size} ids name other pieces "
                          f"(id {first}: {a!r} there, {b!r} here), so its embeddings would be "
                          f"read as other pieces'; preprocess the new data with the checkpoint's "
-                         f"vocabulary (`vtx preprocess --spm-model`)")
+                         f"vocabulary (`vtx preprocess --vocab-from {path}`)")
