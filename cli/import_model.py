@@ -3,11 +3,13 @@ checkpoint with its vocabulary."""
 
 import click
 
+from vtx_cli.options import TensorFlowCommand
+
 # vtx.imports.FORMATS, kept here so that --help needs no import
 FORMATS = ("marian",)
 
 
-@click.command("import")
+@click.command("import", cls=TensorFlowCommand)
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--output", required=True, type=click.Path(dir_okay=False),
               help="The checkpoint file to write (.npz), not under a numbered checkpoint's "

@@ -64,3 +64,15 @@ def test_vtx_tf_log_is_asked_by_any_value_but_0(monkeypatch):
     for value, asked in (("", False), ("0", False), ("1", True), ("all", True)):
         monkeypatch.setenv("VTX_TF_LOG", value)
         assert startup.shown() is asked
+
+
+def test_every_command_that_runs_tensorflow_holds_its_start_up_lines_back():
+    """Those that run no TensorFlow aside, and `vtx train`, which imports it itself (after its
+    XLA flag is set) through `vtx.startup`, as a TensorFlowCommand does."""
+    from vtx_cli.main import main
+    from vtx_cli.options import TensorFlowCommand
+
+    without = {"preprocess", "average-checkpoints", "score-trees", "prepare-parse", "train"}
+    assert without < set(main.commands)
+    assert [name for name, command in main.commands.items()
+            if name not in without and not isinstance(command, TensorFlowCommand)] == []
