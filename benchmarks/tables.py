@@ -5,9 +5,9 @@
 
 A page marks each table with two comments: `<!-- table: NAME COLUMN=VALUE ... -->` above it and
 `<!-- /table -->` below. NAME is an entry of TABLES (its CSV and how it lays the rows out); each
-COLUMN=VALUE keeps the CSV's rows whose COLUMN holds VALUE, COLUMN!=VALUE the others, and
+COLUMN=VALUE keeps the CSV's rows whose COLUMN holds VALUE, COLUMN!=VALUE the others,
 COLUMN~TEXT those whose COLUMN contains TEXT (quoted where it holds spaces:
-`command~"--steps-base 30"`). What lies between the two comments is this script's output: a
+`command~"--steps-base 30"`) and COLUMN!~TEXT those whose COLUMN does not. What lies between the two comments is this script's output: a
 figure lives in its CSV row, and a page only shows it. Each table ends with its rows' machine,
 commit and command, those of them its CSV has (a column where the rows differ).
 No TensorFlow: the rows are read by benchmarks/plot.py's `read_rows`.
@@ -31,15 +31,15 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # <!-- table: NAME selectors -->, the table, <!-- /table -->; `body` is what the script writes.
 BLOCK = re.compile(r"(<!-- table: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-SELECTOR = re.compile(r"(?P<column>\w+)(?P<op>!=|=|~)(?P<value>.+)", re.S)
+SELECTOR = re.compile(r"(?P<column>\w+)(?P<op>!=|!~|=|~)(?P<value>.+)", re.S)
 
 Row = dict[str, str]
 Lines = list[str]
 
 
 def select(rows: list[Row], selectors: list[str]) -> list[Row]:
-    """The rows that every COLUMN=VALUE (equal), COLUMN!=VALUE or COLUMN~TEXT (contains)
-    selector keeps.
+    """The rows that every COLUMN=VALUE (equal), COLUMN!=VALUE, COLUMN~TEXT (contains) or
+    COLUMN!~TEXT (does not contain) selector keeps.
 
     Raises:
         ValueError: a selector of another form, or one that names no column.
@@ -47,13 +47,13 @@ def select(rows: list[Row], selectors: list[str]) -> list[Row]:
     for selector in selectors:
         match = SELECTOR.fullmatch(selector)
         if not match:
-            raise ValueError(f"selector {selector!r}: not COLUMN=VALUE, COLUMN!=VALUE or "
-                             "COLUMN~TEXT")
+            raise ValueError(f"selector {selector!r}: not COLUMN=VALUE, COLUMN!=VALUE, "
+                             "COLUMN~TEXT or COLUMN!~TEXT")
         column, op, value = match["column"], match["op"], match["value"]
         if rows and column not in rows[0]:
             raise ValueError(f"selector {selector!r}: no column {column}")
         keep = {"=": lambda cell: cell == value, "!=": lambda cell: cell != value,
-                "~": lambda cell: value in cell}[op]
+                "~": lambda cell: value in cell, "!~": lambda cell: value not in cell}[op]
         rows = [row for row in rows if keep(row[column])]
     return rows
 

@@ -44,7 +44,14 @@ Figures: sentences/s and target tokens/s (SentencePiece pieces of the outputs, E
 and the wall time of each call. Run it alone on the machine (other work distorts the timings)
 and quote the machine printed on the first line.
 
-Usage: python benchmarks/translate_speed.py [--checkpoint PATH] [--input FILE] [--limit N]
+With --marian DIR a Transformers MarianMT folder (an OPUS-MT model) is read as `vtx import` reads
+it, and CTranslate2 converts the same folder with its own converter. `--fixed-length N` gives
+every line the length limit N on both sides: with `benchmarks/opus_mt_folder.py`'s folder
+(opus-mt-en-de's size and configuration, random weights, a model that never ends a line) each
+output is then N pieces, so both sides run the same number of steps.
+
+Usage: python benchmarks/translate_speed.py [--checkpoint PATH | --marian DIR] [--fixed-length N]
+       [--input FILE] [--limit N]
        [--reference FILE] [--beam 4] [--lenpen 0.6] [--stop RULE] [--max-tokens 16384,...]
        [--repeat 2] [--threads N] [--search-threads 2] [--jit | --no-jit] [--precisions float32,bfloat16]
        [--quantize none,int8] [--modes] [--profile DIR] [--ctranslate2]
@@ -462,9 +469,15 @@ def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[s
     measured = []
     with tempfile.TemporaryDirectory() as folder:
         model_dir = Path(folder) / "ct2"
-        write_ctranslate2(checkpoint, model_dir)
-        processor = sentencepiece.SentencePieceProcessor(
-            model_file=str(model_dir / SENTENCEPIECE_FILE))
+        if args.marian:
+            from ctranslate2.converters import TransformersConverter
+
+            TransformersConverter(str(args.marian)).convert(str(model_dir))
+            processor = MarianPieces(args.marian)
+        else:
+            write_ctranslate2(checkpoint, model_dir)
+            processor = sentencepiece.SentencePieceProcessor(
+                model_file=str(model_dir / SENTENCEPIECE_FILE))
         time_setting = lambda model, setting: timed_calls(lambda batch: translate_lines(
             model, processor, batch, options, max_positions, setting.max_batch_size,
             setting.batch_type), lines, args.repeat)
@@ -478,6 +491,23 @@ def compare_with_ctranslate2(args: argparse.Namespace, checkpoint, lines: list[s
     print_fastest(measured, vtx, len(lines))
     if args.csv:
         print(f"{len(measured)} rows appended to {args.csv}")
+
+
+class MarianPieces:
+    """A MarianMT folder's pieces as CTranslate2's Marian guide tokenizes them: a source's pieces
+    of source.spm then </s>; an output's pieces joined by target.spm."""
+
+    def __init__(self, folder: Path):
+        import sentencepiece
+
+        self.source, self.target = (sentencepiece.SentencePieceProcessor(
+            model_file=str(folder / name)) for name in ("source.spm", "target.spm"))
+
+    def encode(self, line: str, out_type=str) -> list[str]:
+        return self.source.encode(line, out_type=str) + ["</s>"]
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        return self.target.decode_pieces(pieces)
 
 
 def profile_call(checkpoint, vocab, options, setting: "VtxSetting", lines: list[str],
@@ -522,6 +552,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=ROOT / "tests" / "fixtures" /
                         "multi30k_tiny.npz")
+    parser.add_argument("--marian", type=Path, default=None,
+                        help="a Transformers MarianMT folder (OPUS-MT's) instead of "
+                             "--checkpoint: vtx reads it as `vtx import` does, CTranslate2 "
+                             "converts it with its own TransformersConverter")
+    parser.add_argument("--fixed-length", type=int, default=None,
+                        help="every line's length limit, on both sides (--max-len-a 0 "
+                             "--max-len-b N); with a folder of benchmarks/opus_mt_folder.py, "
+                             "whose model never ends a line, each line's output is N pieces")
     parser.add_argument("--input", type=Path, default=DATA / "multi30k" / "test_2016_flickr.en.gz")
     parser.add_argument("--limit", type=int, default=1000, help="lines of --input used")
     parser.add_argument("--beam", type=int, default=4)
@@ -594,6 +632,10 @@ def parse_args() -> argparse.Namespace:
     if args.reference is None and args.input.name.replace(".en", ".de") != args.input.name:
         german = args.input.with_name(args.input.name.replace(".en", ".de"))
         args.reference = german if german.is_file() else None
+    if args.fixed_length is not None and args.fixed_length < 1:
+        parser.error(f"--fixed-length: {args.fixed_length} is not a positive number of pieces")
+    if args.marian and not (args.marian / "config.json").is_file():
+        parser.error(f"--marian {args.marian}: no config.json there (not a MarianMT folder)")
     if args.csv and not args.ctranslate2:
         parser.error("--csv writes CTranslate2's settings: it needs --ctranslate2")
     if args.csv and (error := csv_header_error(args.csv)):
@@ -615,15 +657,23 @@ def main() -> None:
     references = read_lines(args.reference, args.limit) if args.reference else None
     penalty = "fairseq" if args.ctranslate2 else "gnmt"
     args.stop = args.stop or ("fairseq" if args.ctranslate2 else "exact")
+    lengths = {} if args.fixed_length is None else dict(max_len_a=0.0,
+                                                        max_len_b=args.fixed_length)
     options = DecodeOptions(beam=args.beam, lenpen=args.lenpen, lenpen_formula=penalty,
                             max_tokens=args.max_tokens[0], stop=args.stop, jit_compile=args.jit,
-                            search_threads=args.search_threads)
-    checkpoint = checkpoints.load(args.checkpoint)
-    vocab = checkpoint_vocabulary(checkpoint, args.checkpoint)
+                            search_threads=args.search_threads, **lengths)
+    if args.marian:
+        from vtx.imports.marian import read_marian_folder
+
+        checkpoint, model_name = read_marian_folder(args.marian), args.marian.name
+    else:
+        checkpoint, model_name = checkpoints.load(args.checkpoint), args.checkpoint.name
+    vocab = checkpoint_vocabulary(checkpoint, args.marian or args.checkpoint)
     print(f"machine: {cpu_model()}")
-    print(f"{args.checkpoint.name}: {len(lines)} lines of {args.input.name}; beam {args.beam}, "
+    limit = "" if args.fixed_length is None else f", every line's length {args.fixed_length}"
+    print(f"{model_name}: {len(lines)} lines of {args.input.name}; beam {args.beam}, "
           f"alpha {args.lenpen} ({penalty}), --stop {args.stop}, "
-          f"{'XLA' if args.jit else 'no XLA'}; {threads_line}")
+          f"{'XLA' if args.jit else 'no XLA'}{limit}; {threads_line}")
     settings = vtx_settings(resolved_precisions(args.precisions, args.jit), args.quantize,
                             args.max_tokens)
     judged, float32 = sweep_vtx(checkpoint, vocab, options, settings, lines, args.repeat,

@@ -42,12 +42,13 @@ def test_a_figure_changed_in_its_csv_makes_the_page_differ(tmp_path):
     assert "**38.85**" in rewritten and "**38.84**" not in rewritten
 
 
-def test_selectors_keep_rows_equal_to_different_from_or_containing_a_value():
+def test_selectors_keep_rows_equal_to_different_from_containing_or_lacking_a_value():
     rows = [{"machine": "AMD EPYC", "command": "run --steps 30"},
             {"machine": "Intel Xeon", "command": "run --steps 10"}]
     assert tables.select(rows, ["machine=AMD EPYC"]) == rows[:1]
     assert tables.select(rows, ["machine!=AMD EPYC"]) == rows[1:]
     assert tables.select(rows, ["command~--steps 10"]) == rows[1:]
+    assert tables.select(rows, ["command!~--steps 10"]) == rows[:1]
     assert tables.select(rows, ["machine~EPYC", "command~30"]) == rows[:1]
     with pytest.raises(ValueError, match="no column gpu"):
         tables.select(rows, ["gpu=H100"])

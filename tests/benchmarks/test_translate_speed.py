@@ -158,3 +158,56 @@ def test_the_ctranslate2_sweep_prints_a_row_per_setting_and_appends_them_to_the_
         assert 0 <= float(row["vtx_bleu"]) <= 100 and 0 <= float(row["ct2_bleu"]) <= 100
         assert 0 <= int(row["identical_lines"]) <= 4
         assert all(row[column] for column in plotted), row
+
+
+@pytest.fixture(scope="module")
+def opus_mt_tiny(tmp_path_factory) -> Path:
+    """benchmarks/opus_mt_folder.py's folder at its test size (opus-mt-en-de's configuration
+    but for its widths), written by the script as a user runs it."""
+    folder = tmp_path_factory.mktemp("opus_mt") / "opus-mt-en-de-tiny"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "opus_mt_folder.py"), str(folder),
+                    "--sizes", "tiny", "--pieces", "1000"], check=True, capture_output=True,
+                   timeout=600)
+    return folder
+
+
+def test_opus_mt_folders_model_never_ends_a_line_and_writes_german_pieces_only(opus_mt_tiny):
+    import json
+
+    import sentencepiece
+    from safetensors.numpy import load_file
+
+    bias = load_file(str(opus_mt_tiny / "model.safetensors"))["final_logits_bias"][0]
+    vocabulary = json.loads((opus_mt_tiny / "vocab.json").read_text(encoding="utf-8"))
+    config = json.loads((opus_mt_tiny / "config.json").read_text(encoding="utf-8"))
+    assert len(vocabulary) == len(bias) == config["vocab_size"] == 58101
+    assert vocabulary["<pad>"] == config["pad_token_id"] == 58100
+    target = sentencepiece.SentencePieceProcessor(model_file=str(opus_mt_tiny / "target.spm"))
+    german = {vocabulary[target.id_to_piece(i)] for i in range(target.get_piece_size())
+              if not (target.is_control(i) or target.is_unknown(i))}
+    allowed = {int(i) for i in (bias > -1e8).nonzero()[0]}
+    assert allowed == german and vocabulary["</s>"] not in allowed
+
+
+def test_a_marian_folder_is_timed_on_both_sides_at_a_fixed_length(opus_mt_tiny):
+    """vtx reads the folder as `vtx import` does, CTranslate2 converts it with its own
+    converter; at a fixed length both run the same steps and, in float32, give the same
+    lines."""
+    run = subprocess.run([sys.executable, str(SCRIPT), "--marian", str(opus_mt_tiny),
+                          "--fixed-length", "6", "--limit", "4", "--repeat", "1",
+                          "--precisions", "float32", "--ctranslate2", "--ct2-device", "cpu",
+                          "--ct2-inter-threads", "1", "--ct2-compute-types", "float32",
+                          "--ct2-batch-types", "examples", "--ct2-max-batch-sizes", "4"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("opus-mt-en-de-tiny: 4 lines of ") and
+               "every line's length 6;" in line for line in lines), run.stdout
+    rows = [line.split(" | ") for line in lines if line.startswith("| float32 | 1 |")]
+    assert len(rows) == 1 and rows[0][6] == "4/4", run.stdout
+
+
+def test_a_fixed_length_below_one_piece_is_refused():
+    run = subprocess.run([sys.executable, str(SCRIPT), "--fixed-length", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "--fixed-length: 0 is not a positive number of pieces" in run.stderr

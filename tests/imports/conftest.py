@@ -4,6 +4,7 @@ Multi30k, a vocab.json built as Marian builds its vocabulary, and weights traine
 updates in Transformers on real pairs, so that outputs vary with the input."""
 
 import gzip
+import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+_SPEC = importlib.util.spec_from_file_location(
+    "opus_mt_folder", Path(__file__).resolve().parents[2] / "benchmarks" / "opus_mt_folder.py")
+OPUS_MT_FOLDER = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(OPUS_MT_FOLDER)
 TRAIN_PAIRS = 3000
 PIECES = 600  # each SentencePiece model's
 SIZES = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128,
@@ -64,20 +69,9 @@ def marian_vocabulary(folder: Path, sources: list[str], targets: list[str],
 
 
 def opus_mt_config(vocab_size: int, **changes) -> dict:
-    """opus-mt-en-de's config.json fields, its sizes replaced by `SIZES`, then `changes`."""
-    pad = vocab_size - 1
-    return {**dict(
-        activation_dropout=0.0, activation_function="swish", add_bias_logits=False,
-        add_final_layer_norm=False, architectures=["MarianMTModel"], attention_dropout=0.0,
-        bad_words_ids=[[pad]], bos_token_id=0, classif_dropout=0.0, classifier_dropout=0.0,
-        decoder_layerdrop=0.0, decoder_start_token_id=pad, decoder_vocab_size=vocab_size,
-        dropout=0.1, encoder_layerdrop=0.0, eos_token_id=0, extra_pos_embeddings=vocab_size,
-        forced_eos_token_id=0, init_std=0.02, is_encoder_decoder=True, max_length=512,
-        max_position_embeddings=512, model_type="marian", normalize_before=False,
-        normalize_embedding=False, num_beams=4, num_hidden_layers=SIZES["encoder_layers"],
-        pad_token_id=pad, scale_embedding=True, share_encoder_decoder_embeddings=True,
-        static_position_embeddings=True, use_cache=True, vocab_size=vocab_size, **SIZES),
-        **changes}
+    """opus-mt-en-de's config.json fields (benchmarks/opus_mt_folder.py's), its sizes replaced
+    by `SIZES`, then `changes`."""
+    return {**OPUS_MT_FOLDER.opus_mt_en_de_config(SIZES, vocab_size), **changes}
 
 
 def train_briefly(model, tokenizer, sources: list[str], targets: list[str]) -> None:
