@@ -80,3 +80,14 @@ def test_a_precision_for_another_format_than_savedmodel_is_refused(trained_check
     assert result.exit_code == 1
     assert f"{flag} {value} applies to a savedmodel only" in result.output
     assert not (tmp_path / "ct2").exists()
+
+
+def test_a_blank_line_in_the_graph_is_one_that_pythons_strip_empties():
+    import tensorflow as tf
+
+    from vtx.export.savedmodel import BLANK_LINE
+
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    lines = spaces + ["".join(spaces), "", "\u200b", "\ufeff", "a", " a ", "\x00"]
+    matched = tf.strings.regex_full_match(tf.constant(lines), BLANK_LINE).numpy().tolist()
+    assert matched == [not line.strip() for line in lines]

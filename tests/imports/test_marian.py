@@ -224,6 +224,33 @@ def test_an_imported_model_is_refused_by_exports_that_map_the_papers_model(impor
 
 
 @pytest.mark.slow
+def test_a_savedmodel_of_an_imported_model_translates_as_vtx_translate(imported, shared_data,
+                                                                      tmp_path):
+    """Its pair vocabulary read in the graph: a leading target-language token, characters the
+    source model lacks, lines of no pieces but the </s> suffix (blank, a zero-width space)."""
+    import subprocess
+    import sys
+
+    from tests.export.conftest import vtx_translate
+    from tests.export.test_savedmodel import LOAD_WITHOUT_VTX
+
+    lines = multi30k_lines(shared_data, "en", 60) + [
+        "", " \u3000 ", "\u200b", ">>deu<< A dog runs.", "Zwei Männer spielen Fußball. ∂"]
+    expected = vtx_translate(imported, lines, tmp_path, "--beam", "4")
+    assert len(set(expected[:60])) >= 40, "outputs must vary"
+    assert expected[60:63] == ["", "", ""]
+    output = tmp_path / "savedmodel"
+    invoke("export", "--checkpoint", imported, "--format", "savedmodel", "--output", output,
+           "--beam", "4")
+    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
+    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(output),
+                             str(tmp_path / "lines.json")], capture_output=True, text=True,
+                            timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert json.loads(loaded.stdout.strip().splitlines()[-1]) == expected
+
+
+@pytest.mark.slow
 def test_vtx_score_gives_transformers_log_probabilities_of_references(
         imported, marian, shared_data, tmp_path):
     from click.testing import CliRunner

@@ -93,6 +93,21 @@ class PairVocabulary:
         return MAGIC + json.dumps(fields, ensure_ascii=False, sort_keys=True).encode("utf-8")
 
     @property
+    def models(self) -> tuple[bytes, bytes]:
+        """The serialized source and target SentencePiece models."""
+        return self._models
+
+    @property
+    def pieces_in_order(self) -> list[str]:
+        """The piece of each id, in id order."""
+        return list(self._pieces)
+
+    def target_model_ids(self) -> list[int]:
+        """Each id's id in the target model (its unknown piece's where it lacks the piece):
+        what `decode` joins, as a table for a graph (`vtx.export.savedmodel`)."""
+        return [self._target.piece_to_id(piece) for piece in self._pieces]
+
+    @property
     def size(self) -> int:
         """Number of ids, special ones included."""
         return len(self._pieces)

@@ -42,6 +42,8 @@ class Vocabulary:
         DataError: the file cannot be loaded, or its special ids differ from `SPECIAL_IDS`.
     """
 
+    source_suffix = ()  # ids appended to every encoded source: none (`PairVocabulary`'s may)
+
     def __init__(self, model_path: str | Path):
         self.model_path = Path(model_path)
         self._load(lambda processor: processor.Load(str(self.model_path)), str(self.model_path))

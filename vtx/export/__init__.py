@@ -67,10 +67,10 @@ def _check_precision(format: str, precision: DecodingPrecision) -> None:
 
 
 def _check_exportable(format: str, checkpoint, config) -> None:
-    """Refuse an imported model (`vtx import`) where its format cannot hold it: its vocabulary
-    (two SentencePiece models and an id table, `vtx.data.pair_vocab`) in any format, and for a
-    format whose writer maps the paper's model only (all but a SavedModel, which traces vtx's
-    own) other `vtx.config.ADDED_FIELDS`.
+    """Refuse an imported model (`vtx import`) where its format cannot hold it: all but a
+    SavedModel, which traces vtx's own model and reads its vocabulary (two SentencePiece models
+    and an id table, `vtx.data.pair_vocab`) in the graph, map the paper's model (no other
+    `vtx.config.ADDED_FIELDS`) and one SentencePiece model only.
 
     Raises:
         ValueError: naming the format, and each field with its value.
@@ -84,7 +84,8 @@ def _check_exportable(format: str, checkpoint, config) -> None:
         raise ValueError(f"a {format} export holds the paper's model (ReLU, scaled embeddings, "
                          f"interleaved positions, no logits bias); this checkpoint's has "
                          f"{settings}")
-    if checkpoint.vocab is not None and is_pair_vocabulary(checkpoint.vocab):
+    if (format != "savedmodel" and checkpoint.vocab is not None
+            and is_pair_vocabulary(checkpoint.vocab)):
         raise ValueError(f"a {format} export holds one SentencePiece model; this checkpoint's "
                          f"vocabulary (an imported model's) has a source and a target model "
                          f"and an id table")

@@ -244,8 +244,10 @@ class Translator:
         encoded = [(i, self.encode(line, line_ids[i] + 1,
                                    None if encoded is None else encoded[i]))
                    for i, line in enumerate(lines) if line.strip()]
-        wanted = [i for i, ids in encoded if ids]
-        encoded = [ids for _, ids in encoded if ids]
+        # A source of the vocabulary's suffix alone (an imported model's </s>) has no pieces.
+        encoded = [(i, ids) for i, ids in encoded if len(ids) > len(self.vocab.source_suffix)]
+        wanted = [i for i, _ in encoded]
+        encoded = [ids for _, ids in encoded]
         prefix_ids = constraint_ids = None
         if self.options.prefix:
             prefix_ids = [self._encode_prefix(prefixes[i], len(ids), line_ids[i] + 1)
