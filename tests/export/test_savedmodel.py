@@ -19,6 +19,16 @@ print(json.dumps([t.decode("utf-8") for t in output["translations"].numpy().toli
 """
 
 
+def translated_without_vtx(savedmodel, lines: list[str], tmp_path) -> list[str]:
+    """The SavedModel's translations of `lines`, loaded in a process where vtx cannot load."""
+    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
+    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(savedmodel),
+                             str(tmp_path / "lines.json")], capture_output=True, text=True,
+                            timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    return json.loads(loaded.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("settings", [["--beam", "4", "--lenpen", "0.6"],
                                       ["--beam", "3", "--lenpen", "1.5", "--lenpen-formula",
@@ -33,12 +43,7 @@ def test_savedmodel_translates_like_vtx_translate(trained_checkpoint, test_sente
            "--output", output, *settings)
     assert (output / "saved_model.pb").is_file()
     assert not list(tmp_path.glob(".savedmodel.tmp-*"))
-    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
-    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(output),
-                             str(tmp_path / "lines.json")], capture_output=True, text=True,
-                            timeout=300)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    translations = json.loads(loaded.stdout.strip().splitlines()[-1])
+    translations = translated_without_vtx(output, lines, tmp_path)
     assert translations == expected
     # No pieces, no translation: blank lines, a zero-width space, a byte-order mark (a sentence
     # was made up for the last two, which changed with the other lines of the call).
@@ -55,12 +60,7 @@ def test_an_int8_savedmodel_holds_int8_weights_and_translates_like_vtx_translate
     output = tmp_path / "savedmodel"
     invoke("export", "--checkpoint", trained_checkpoint, "--format", "savedmodel", "--output",
            output, "--quantize", "int8")
-    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
-    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(output),
-                             str(tmp_path / "lines.json")], capture_output=True, text=True,
-                            timeout=300)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert json.loads(loaded.stdout.strip().splitlines()[-1]) == expected
+    assert translated_without_vtx(output, lines, tmp_path) == expected
     import tensorflow as tf
 
     dtypes = tf.train.load_checkpoint(str(output / "variables" / "variables"))

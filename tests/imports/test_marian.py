@@ -228,11 +228,8 @@ def test_a_savedmodel_of_an_imported_model_translates_as_vtx_translate(imported,
                                                                       tmp_path):
     """Its pair vocabulary read in the graph: a leading target-language token, characters the
     source model lacks, lines of no pieces but the </s> suffix (blank, a zero-width space)."""
-    import subprocess
-    import sys
-
     from tests.export.conftest import vtx_translate
-    from tests.export.test_savedmodel import LOAD_WITHOUT_VTX
+    from tests.export.test_savedmodel import translated_without_vtx
 
     lines = multi30k_lines(shared_data, "en", 60) + [
         "", " \u3000 ", "\u200b", ">>deu<< A dog runs.", "Zwei Männer spielen Fußball. ∂"]
@@ -242,12 +239,7 @@ def test_a_savedmodel_of_an_imported_model_translates_as_vtx_translate(imported,
     output = tmp_path / "savedmodel"
     invoke("export", "--checkpoint", imported, "--format", "savedmodel", "--output", output,
            "--beam", "4")
-    (tmp_path / "lines.json").write_text(json.dumps(lines), encoding="utf-8")
-    loaded = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_VTX, str(output),
-                             str(tmp_path / "lines.json")], capture_output=True, text=True,
-                            timeout=300)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert json.loads(loaded.stdout.strip().splitlines()[-1]) == expected
+    assert translated_without_vtx(output, lines, tmp_path) == expected
 
 
 @pytest.mark.slow
