@@ -230,7 +230,9 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR_OR_CIDR",
               help="A reverse proxy's address or network, e.g. 10.0.0.0/8. A request from it "
                    "counts as the address its X-Forwarded-For names (the right-most that is no "
-                   "trusted proxy); from anyone else the header is ignored. Repeat for several.")
+                   "trusted proxy), and its X-Forwarded-Proto and X-Forwarded-Host make "
+                   "/translate_file's URLs; from anyone else those headers are ignored. Repeat "
+                   "for several.")
 @click.option("--suggestions", type=click.Path(dir_okay=False), metavar="FILE",
               callback=_suggestions,
               help="Append each suggestion of LibreTranslate's POST /suggest to FILE, a JSON "

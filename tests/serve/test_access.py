@@ -4,8 +4,8 @@ parse."""
 import pytest
 
 from vtx.errors import DataError
-from vtx.serve.access import (Access, Flood, KeyLimits, forwarded_address, read_api_keys,
-                              read_proxies, request_size)
+from vtx.serve.access import (Access, Flood, KeyLimits, forwarded_address, forwarded_origin,
+                              read_api_keys, read_proxies, request_size)
 from vtx.serve.limit_store import MemoryStore
 from vtx.serve.requests import RequestError
 
@@ -111,6 +111,20 @@ def test_x_forwarded_for_names_the_client_only_from_a_trusted_proxy():
     assert forwarded_address("10.0.0.7", ["198.51.100.1, junk"], proxies) == "10.0.0.7"
     with pytest.raises(DataError, match="--trusted-proxy 'proxy.local'"):
         read_proxies(("proxy.local",))
+
+
+def test_a_trusted_proxy_s_forwarded_scheme_and_host_make_the_server_s_urls():
+    proxies = read_proxies(("10.0.0.0/8",))
+    origin = lambda peer, protos, hosts: forwarded_origin(peer, protos, hosts, proxies, "http",
+                                                          "127.0.0.1:5000")
+    assert origin("10.0.0.7", ["https"], ["mt.example.org"]) == "https://mt.example.org"
+    assert origin("10.0.0.7", ["http, HTTPS"], ["a.example, mt.example.org:8443"]) == \
+        "https://mt.example.org:8443"  # the right-most: the value the proxy itself set
+    assert origin("192.0.2.9", ["https"], ["evil.example"]) == "http://127.0.0.1:5000"
+    assert origin("10.0.0.7", [], []) == "http://127.0.0.1:5000"
+    # What is no plain scheme or host[:port] is ignored, not written into a URL.
+    assert origin("10.0.0.7", ["javascript"], ["evil.example/x?"]) == "http://127.0.0.1:5000"
+    assert origin("10.0.0.7", ["https"], ["[::1]:8443"]) == "https://[::1]:8443"
 
 
 def test_a_request_costs_its_texts_and_its_characters_are_bounded():

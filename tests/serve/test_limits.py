@@ -16,11 +16,27 @@ def detect(server: ServerProcess, headers: dict | None = None, **fields) -> tupl
     return status, reply
 
 
-def test_x_forwarded_for_buys_a_bucket_only_from_a_trusted_proxy(trained_checkpoint, started):
-    untrusted = started(trained_checkpoint, "--req-limit", 2)
+def file_url(server: ServerProcess, headers: dict) -> str:
+    """The translatedFileUrl of a POST /translate_file sent with `headers`."""
+    import requests
+
+    reply = requests.post(server.url + "/translate_file", headers=headers, timeout=300,
+                          files={"file": ("a.txt", b"A man.")},
+                          data={"source": "en", "target": "de"})
+    assert reply.status_code == 200, reply.text
+    return reply.json()["translatedFileUrl"]
+
+
+def test_x_forwarded_headers_count_only_from_a_trusted_proxy(trained_checkpoint, started):
+    """X-Forwarded-For buys a bucket, X-Forwarded-Proto and -Host make the file URLs."""
+    untrusted = started(trained_checkpoint, "--req-limit", 3)
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "mt.example.org"}
+    assert file_url(untrusted, forwarded).startswith(untrusted.url + "/download_file/")
     forged = [detect(untrusted, {"X-Forwarded-For": f"198.51.100.{i}"})[0] for i in range(3)]
     assert forged == [200, 200, 429]  # one bucket: 127.0.0.1's
     behind = started(trained_checkpoint, "--req-limit", 2, "--trusted-proxy", "127.0.0.1")
+    url = file_url(behind, {**forwarded, "X-Forwarded-For": "198.51.100.9"})
+    assert url.startswith("https://mt.example.org/download_file/") and url.endswith(".a_de.txt")
     sent = lambda address: detect(behind, {"X-Forwarded-For": f"6.6.6.6, {address}"})[0]
     assert [sent("198.51.100.1") for _ in range(3)] == [200, 200, 429]
     assert sent("198.51.100.2") == 200

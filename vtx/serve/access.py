@@ -103,6 +103,28 @@ def forwarded_address(peer: str, forwarded_for: list[str],
     return address
 
 
+# What a URL's scheme and authority may be, as a proxy forwards them (X-Forwarded-Proto,
+# X-Forwarded-Host): a host name or address and a port, nothing a path or header could hide in.
+FORWARDED_PROTOS = ("http", "https")
+FORWARDED_HOST = re.compile(r"[A-Za-z0-9.-]+(:\d{1,5})?|\[[0-9A-Fa-f:.]+\](:\d{1,5})?")
+
+
+def forwarded_origin(peer: str, protos: list[str], hosts: list[str],
+                     proxies: tuple[IPNetwork, ...], scheme: str, host: str) -> str:
+    """`scheme://host` of the server as its client reached it: the request's own `scheme` and
+    `host` (its Host header), unless `peer` is one of `proxies`; then the scheme and host the
+    proxy says it was reached by (the right-most value of its X-Forwarded-Proto `protos` and
+    X-Forwarded-Host `hosts` headers, as werkzeug's ProxyFix reads one proxy's), each where
+    it is a plain scheme or host[:port]."""
+    if _is_proxy(peer, proxies):
+        last = lambda headers: headers and headers[-1].split(",")[-1].strip()
+        if (proto := last(protos)) and proto.lower() in FORWARDED_PROTOS:
+            scheme = proto.lower()
+        if (forwarded := last(hosts)) and FORWARDED_HOST.fullmatch(forwarded):
+            host = forwarded
+    return f"{scheme}://{host}"
+
+
 def _is_proxy(address: str, proxies: tuple[IPNetwork, ...]) -> bool:
     try:
         ip = ipaddress.ip_address(address)
@@ -188,6 +210,12 @@ class Access:
         """The address a request counts as (`forwarded_address`): its connection's `peer`, or
         for a trusted proxy's, the client its `X-Forwarded-For` headers name."""
         return forwarded_address(peer, forwarded_for, self.trusted_proxies)
+
+    def origin_of(self, peer: str, protos: list[str], hosts: list[str], scheme: str,
+                  host: str) -> str:
+        """`scheme://host` of the server as a request's client reached it
+        (`forwarded_origin`: a trusted proxy's X-Forwarded-Proto and X-Forwarded-Host)."""
+        return forwarded_origin(peer, protos, hosts, self.trusted_proxies, scheme, host)
 
     def admit(self, key: str | None, address: str, origin: str | None = None,
               texts: object = None, charged: bool = True) -> str:

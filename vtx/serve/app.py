@@ -683,8 +683,10 @@ async def _translate_file(request: web.Request) -> web.Response:
     name = service.file_store.put(TranslatedFile(data, translation.filename,
                                                  translation.content_type))
     quoted = urllib.parse.quote(translation.filename, safe="")
-    return _json({"translatedFileUrl": f"{request.scheme}://{request.host}/download_file/"
-                                       f"{name}.{quoted}"})
+    origin = service.access.origin_of(
+        request.remote or "", request.headers.getall("X-Forwarded-Proto", []),
+        request.headers.getall("X-Forwarded-Host", []), request.scheme, request.host)
+    return _json({"translatedFileUrl": f"{origin}/download_file/{name}.{quoted}"})
 
 
 async def _download_file(request: web.Request) -> web.Response:
