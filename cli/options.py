@@ -68,7 +68,7 @@ JIT_HELP = ("XLA-compile the {}; the log says whether and why."
 # --ema of translate, parse, average-checkpoints and export: the checkpoint's EMA weights.
 ema_option = click.option(
     "--ema", is_flag=True,
-    help="Use the checkpoint's EMA weights (`vtx train --ema-decay`) instead of its weights.")
+    help="The checkpoint's EMA weights (`vtx train --ema-decay`) instead of its weights.")
 
 checkpoint_option = click.option(
     "--checkpoint", required=True, type=click.Path(exists=True),
@@ -85,13 +85,12 @@ def precision_options(command):
     """--precision and --quantize of the decoding commands (`vtx.precision`)."""
     command = click.option(
         "--quantize", type=click.Choice(QUANTIZATIONS), default="none", show_default=True,
-        help="int8: the feed-forward layers and attention's output projection multiply in int8; "
-             "slower than float32 in every run measured (docs/benchmarks.md).")(command)
+        help="int8: the feed-forward layers and attention's output projection in int8; slower "
+             "than float32 wherever measured (docs/benchmarks.md).")(command)
     return click.option(
         "--precision", type=click.Choice(DECODING_PRECISIONS), default=AUTO, show_default=True,
-        help="What the layers compute in (the search's scores stay float32); auto: bfloat16 "
-             "where the CPU (AMX, avx512_bf16) or GPU multiplies faster in it, else "
-             "float32.")(command)
+        help="What the layers compute in (scores stay float32); auto: bfloat16 where the CPU "
+             "(AMX, avx512_bf16) or GPU is faster in it, else float32.")(command)
 
 
 def search_threads_option(command):
@@ -124,13 +123,13 @@ def search_options(defaults: DecodeOptions):
                      help="Beam width: hypotheses kept at each step (1: greedy search)."),
         click.option("--lenpen", type=FiniteFloat(min=0), default=defaults.lenpen,
                      show_default=True,
-                     help="Length penalty alpha, the exponent of --lenpen-formula (0: no "
-                          "penalty; a higher alpha favours longer outputs)."),
+                     help="Length penalty alpha, --lenpen-formula's exponent (0: none; a "
+                          "higher alpha favours longer outputs)."),
         click.option("--lenpen-formula", type=click.Choice(LENPEN_FORMULAS),
                      default=defaults.lenpen_formula, show_default=True,
                      help="The length penalty lp(|Y|) dividing a hypothesis's log-probability: "
-                          "gnmt ((5+|Y|)/6)^alpha as the paper; fairseq |Y|^alpha as fairseq "
-                          "and CTranslate2."),
+                          "gnmt ((5+|Y|)/6)^alpha, the paper's; fairseq |Y|^alpha, fairseq's "
+                          "and CTranslate2's."),
         click.option("--length-penalty", hidden=True, expose_value=False,
                      callback=_renamed("--lenpen-formula (gnmt or fairseq; --lenpen is its "
                                        "alpha)")),
@@ -144,8 +143,8 @@ def search_options(defaults: DecodeOptions):
         click.option("--stop", type=click.Choice(STOP_RULES), default=defaults.stop,
                      show_default=True,
                      help="When a sentence's search ends: exact, once no live hypothesis can "
-                          "beat the best finished one; fairseq, once --beam hypotheses have "
-                          "finished; never, at the length limit."),
+                          "beat the best finished; fairseq, once --beam have finished; never, "
+                          "at the length limit."),
     ]
 
     def decorate(command):

@@ -36,9 +36,9 @@ def _summary(meta: dict) -> list[str]:
 @click.option("--spm-model", type=click.Path(), help="Reuse this SentencePiece model "
               "(must have pad=0 unk=1 bos=2 eos=3).")
 @click.option("--vocab-from", type=click.Path(dir_okay=False), metavar="CHECKPOINT",
-              help="Reuse the vocabulary this checkpoint carries (an imported model's source "
-                   "and target SentencePiece models and id table, or a run's), to fine-tune "
-                   "it on this data: `vtx train --finetune-from CHECKPOINT`.")
+              help="Reuse the vocabulary this checkpoint carries (an imported model's or a "
+                   "run's), to fine-tune it on this data: `vtx train --finetune-from "
+                   "CHECKPOINT`.")
 @click.option("--whole-word-symbols", type=click.Path(dir_okay=False),
               help="File of tokens, one a line, each kept as one piece where it stands as a word "
                    "(e.g. brackets.txt from `vtx prepare-parse`).")

@@ -163,8 +163,8 @@ class ServeCommand(TensorFlowCommand):
               show_default=True,
               help="Seconds a client has to send a request's headers, and then its body (408).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Connections open at once; one more closes the one idle longest (for a "
-                   "second at least), or when none is, is answered 503 and closed.")
+              help="Connections open at once; one more closes the one idle longest (a second "
+                   "at least), or, with none idle, gets 503 and is closed.")
 @click.option("--drain-seconds", type=FiniteFloat(min=0, min_open=True), default=30.0,
               show_default=True,
               help="On SIGTERM or SIGINT, how long the requests in flight are answered before "
@@ -201,10 +201,10 @@ class ServeCommand(TensorFlowCommand):
                    "A key's line may give its own limits: 'KEY req_limit=120 char_limit=5000' "
                    "(0: none).")
 @click.option("--api-keys-optional", "keys_optional", is_flag=True,
-              help="With --api-keys, let a request without a key through, as LibreTranslate "
-                   "does by default: it counts as its address under --req-limit and "
-                   "--char-limit, and /frontend/settings says keyRequired false. A key it sends "
-                   "must still be one of the file's (403).")
+              help="With --api-keys, let a request without a key through (LibreTranslate's "
+                   "default): it counts as its address under --req-limit and --char-limit; "
+                   "/frontend/settings says keyRequired false. A key it sends must still be one "
+                   "of the file's (403).")
 @click.option("--keyless-origin", "keyless_origins", multiple=True, metavar="ORIGIN",
               help="With --api-keys, an Origin whose requests need no key (LibreTranslate's "
                    "--require-api-key-origin), e.g. the page's own http://mt.example.org; '*' "
@@ -213,8 +213,7 @@ class ServeCommand(TensorFlowCommand):
 @click.option("--req-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Texts a minute each api key of --api-keys, or each address, may send to "
                    "the routes that translate, detect, parse or take suggestions (429 past "
-                   "it). A request costs its number of texts (of 'q' or 'text'), at least 1; "
-                   "0: no limit.")
+                   "it). A request costs its texts ('q' or 'text'), at least 1; 0: no limit.")
 @click.option("--char-limit", type=click.IntRange(min=0), default=0, show_default=True,
               help="Characters a request's texts may hold together (LibreTranslate's "
                    "--char-limit; 400 past it, and /frontend/settings says it); 0: no limit.")
@@ -237,8 +236,8 @@ class ServeCommand(TensorFlowCommand):
               callback=_suggestions,
               help="Append each suggestion of LibreTranslate's POST /suggest to FILE, a JSON "
                    "line of q, s, source, target and time (nothing of its sender); without it, "
-                   "/suggest answers 403. The file grows to 64 MiB at most (then 507); "
-                   "q and s each of --max-line-chars at most; keys and limits as /translate.")
+                   "/suggest answers 403. The file grows to 64 MiB at most (then 507); q and s "
+                   "each of --max-line-chars at most.")
 @click.option("--max-file-bytes", type=click.IntRange(min=1), default=10 << 20,
               show_default=True,
               help="Bytes a file sent to POST /translate_file may hold (400 past it); an office "

@@ -151,9 +151,8 @@ def _device_names(ctx, param, value):
                    "with --jit where it costs fewer FLOPs an epoch than buckets (said at "
                    "start), else --no-pack]")
 @click.option("--prefetch", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Training batches made and placed on the devices ahead of the updates, on "
-                   "a thread of their own (0: each made on the training thread as its update "
-                   "starts).")
+              help="Training batches made and placed on the devices ahead of the updates, by "
+                   "a thread of their own (0: on the training thread, as each update starts).")
 @click.option("--devices", default=None, callback=_device_names,
               help="Comma-separated devices for MirroredStrategy, such as /gpu:0,/gpu:1.  "
                    "[default: every GPU, else the CPU]")

@@ -120,3 +120,19 @@ def test_each_headline_figure_is_stated_in_exactly_one_page():
         if holders != [home]:
             misplaced.append(f"{figure!r}: in {holders or 'no page'}, expected only in {home}")
     assert not misplaced, "\n".join(misplaced)
+
+
+# The docs a newcomer reads: the README, docs/ and each recipe's README, counted as str.split().
+MAX_DOC_WORDS = 25_000
+
+
+def test_the_docs_stay_within_25000_words():
+    pages = [ROOT / "README.md", *DOCS, *sorted(ROOT.glob("recipes/*/README.md"))]
+    words = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").split())
+             for path in pages}
+    total = sum(words.values())
+    largest = ", ".join(f"{name} {count:,}" for name, count
+                        in sorted(words.items(), key=lambda item: -item[1])[:5])
+    assert total <= MAX_DOC_WORDS, (
+        f"README.md + docs/*.md + recipes/*/README.md hold {total:,} words, past "
+        f"{MAX_DOC_WORDS:,}: say a thing once and link to it. Largest: {largest}")
