@@ -1,7 +1,10 @@
 """Shared test fixtures. The real data lives in ../shared/data beside the checkout (never copied)."""
 
+import fcntl
 import os
+import shutil
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -22,16 +25,42 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name` that `build(folder)` fills, built once per test run: the xdist workers
+    of a run share it (the first to ask builds it under a lock, the others wait for it), so
+    that a session fixture of a minute is not paid again by each worker that runs its tests.
+
+    A build that failed is retried by the next to ask, in a fresh folder.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder, done = root / name, root / f"{name}.built"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def multi30k_small(shared_data, tmp_path_factory):
     """The first 3000 Multi30k training pairs (+ val/test) preprocessed with a 1000-piece vocabulary."""
+    return built_once(tmp_path_factory, "multi30k_small",
+                      lambda root: write_multi30k_small(shared_data, root))
+
+
+def write_multi30k_small(shared_data: Path, root: Path) -> None:
+    """`multi30k_small`'s text files and data directory (root/data), written into `root`."""
     import gzip
 
     from click.testing import CliRunner
 
     from vtx_cli.main import main
 
-    root = tmp_path_factory.mktemp("multi30k_small")
     for split, count in (("train", 3000), ("val", 200), ("test_2016_flickr", 200)):
         for lang in ("en", "de"):
             with gzip.open(shared_data / "multi30k" / f"{split}.{lang}.gz", "rt") as handle:
@@ -43,7 +72,6 @@ def multi30k_small(shared_data, tmp_path_factory):
         "--testpref", str(root / "test_2016_flickr"), "--destdir", str(root / "data"),
         "--vocab-size", "1000"])
     assert result.exit_code == 0, result.output
-    return root
 
 
 TRANSLATION_MODEL = REPO_ROOT / "tests" / "fixtures" / "multi30k_tiny.npz"

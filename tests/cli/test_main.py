@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.in_process import vtx_in_process
 from tests.cli.test_train import INTERRUPTED_AT
 from tests.data.conftest import head
 
@@ -32,7 +33,8 @@ def test_console_script_help_exits_zero():
 
 
 def test_dry_run_prints_the_parameter_count():
-    result = run("train", "--arch", "base", "--vocab-size", "37000", "--dry-run")
+    result = vtx_in_process("train", "--arch", "base", "--vocab-size", "37000", "--dry-run",
+                            text=True)
     assert result.returncode == 0, result.stderr
     assert "parameters: 63082496" in result.stdout.splitlines()
 

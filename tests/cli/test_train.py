@@ -22,8 +22,8 @@ def vtx(*args, timeout=300):
     return subprocess.run([VTX, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
-def vtx_here(*args) -> subprocess.CompletedProcess:
-    return vtx_in_process(*args, text=True)
+def vtx_here(*args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return vtx_in_process(*args, stdin=stdin, text=True)
 
 
 @pytest.mark.slow
@@ -152,7 +152,7 @@ def test_missing_data_dir_or_save_dir_is_a_usage_error(tmp_path):
 
 
 def test_a_directory_that_is_not_preprocessed_is_named_in_the_error(tmp_path):
-    result = vtx("train", tmp_path, "--save-dir", tmp_path / "s", "--arch", "tiny")
+    result = vtx_here("train", tmp_path, "--save-dir", tmp_path / "s", "--arch", "tiny")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert f"Error: {tmp_path}/meta.json not found" in result.stderr
@@ -160,10 +160,10 @@ def test_a_directory_that_is_not_preprocessed_is_named_in_the_error(tmp_path):
 
 def test_changing_the_model_on_an_existing_save_dir_is_refused(multi30k_small, tmp_path):
     save = tmp_path / "run"
-    assert vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 1,
-               *SMALL).returncode == 0
-    result = vtx("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
-                 "--d-ff", 64, *SMALL)
+    assert vtx_here("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 1,
+                    *SMALL).returncode == 0
+    result = vtx_here("train", multi30k_small / "data", "--save-dir", save, "--max-steps", 2,
+                      "--d-ff", 64, *SMALL)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert (f"{save / 'config.json'} holds a different architecture (d_ff 128, expected 64); "
@@ -390,12 +390,12 @@ def test_finetune_from_takes_the_checkpoints_model_and_refuses_another_arch(mult
     assert f" parameters (fine-tuned from {start}); " in result.stderr
     saved = json.loads((tmp_path / "b" / "config.json").read_text())
     assert (saved["arch"], saved["finetuned_from"]) == (None, str(start))
-    result = vtx("train", data, "--save-dir", tmp_path / "c", "--max-steps", 1,
-                 "--finetune-from", start, "--arch", "big", *flags)
+    result = vtx_here("train", data, "--save-dir", tmp_path / "c", "--max-steps", 1,
+                      "--finetune-from", start, "--arch", "big", *flags)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert (f"Error: --arch big (num_layers 6, d_model 1024, d_ff 4096, num_heads 16) is not the "
             f"model of --finetune-from {start} (num_layers 2, d_model 64") in result.stderr
-    result = vtx("train", data, "--finetune-from", start, "--dry-run")
+    result = vtx_here("train", data, "--finetune-from", start, "--dry-run")
     assert result.returncode == 2 and "--dry-run builds a preset's model" in result.stderr
 
 
@@ -408,14 +408,14 @@ def test_ema_decay_keeps_an_average_that_translate_ema_decodes_with(multi30k_sma
     saved = checkpoints.load(checkpoints.checkpoint_path(save, 2))
     assert saved.ema is not None and saved.meta["train_config"]["ema_decay"] == 0.5
     assert any(not np.array_equal(a, b) for a, b in zip(saved.ema, saved.model))
-    result = subprocess.run([VTX, "translate", "--checkpoint", save, "--ema", "--beam", "1"],
-                            input="A dog runs.\n", capture_output=True, text=True)
+    result = vtx_here("translate", "--checkpoint", save, "--ema", "--beam", "1",
+                      stdin=b"A dog runs.\n")
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
 
 
 @pytest.mark.parametrize("flag", [["--ema-start-step", "5"], ["--validate-with-ema"]])
 def test_ema_flags_without_ema_decay_are_usage_errors(multi30k_small, tmp_path, flag):
-    result = vtx("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *flag)
+    result = vtx_here("train", multi30k_small / "data", "--save-dir", tmp_path / "run", *flag)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{flag[0]} goes with --ema-decay (the average it acts on)" in result.stderr
     assert not (tmp_path / "run").exists()

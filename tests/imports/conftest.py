@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import built_once
+
 _SPEC = importlib.util.spec_from_file_location(
     "opus_mt_folder", Path(__file__).resolve().parents[2] / "benchmarks" / "opus_mt_folder.py")
 OPUS_MT_FOLDER = importlib.util.module_from_spec(_SPEC)
@@ -110,16 +112,19 @@ def padded(rows: list[list[int]], value: int):
 @pytest.fixture(scope="session")
 def opus_mt_folder(shared_data, tmp_path_factory) -> Path:
     """The folder `save_pretrained` writes (config.json, model.safetensors, generation config)
-    with MarianTokenizer's files (source.spm, target.spm, vocab.json)."""
-    return marian_folder(shared_data, tmp_path_factory.mktemp("opus_mt") / "opus-mt-en-de-small")
+    with MarianTokenizer's files (source.spm, target.spm, vocab.json); one for all workers."""
+    name = "opus-mt-en-de-small"
+    return built_once(tmp_path_factory, "opus_mt",
+                      lambda root: marian_folder(shared_data, root / name)) / name
 
 
 @pytest.fixture(scope="session")
 def tc_big_folder(shared_data, tmp_path_factory) -> Path:
     """As `opus_mt_folder`, of an opus-mt-tc-big configuration (`TC_BIG`), every source led by
     `>>deu<<`."""
-    return marian_folder(shared_data, tmp_path_factory.mktemp("tc_big") / "opus-mt-tc-big-small",
-                         TC_BIG, TC_BIG_CODES)
+    name = "opus-mt-tc-big-small"
+    return built_once(tmp_path_factory, "tc_big", lambda root: marian_folder(
+        shared_data, root / name, TC_BIG, TC_BIG_CODES)) / name
 
 
 def marian_folder(shared_data: Path, folder: Path, changes: dict | None = None,

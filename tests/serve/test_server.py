@@ -27,9 +27,10 @@ LINES = [line for lines in REQUESTS for line in lines]
 def server(trained_checkpoint):
     vocab = checkpoint_vocabulary(checkpoints.load(trained_checkpoint), trained_checkpoint)
     tokens = sum(len(vocab.encode(line)) for line in LINES)
+    # --request-timeout past every wait below: no request leaves the queue by its deadline.
     process = ServerProcess("--checkpoint", trained_checkpoint, "--max-tokens", tokens,
                             "--batch-wait-ms", 600_000, "--max-lines", 8, "--max-queue", 8,
-                            "--max-beam", 4)
+                            "--max-beam", 4, "--request-timeout", 600)
     yield process
     if process.process.poll() is None:
         process.process.kill()
@@ -167,7 +168,11 @@ def test_info_health_and_an_unknown_route(server):
 
 
 def test_a_request_whose_client_disconnects_leaves_the_queue(server):
+    """The client resets its connection (a close with SO_LINGER 0; a kernel also resets one
+    closed with data unread). A plain close reads as the half-close that `nc -N` sends before
+    reading its answer, so such a request stays queued until its --request-timeout."""
     import socket
+    import struct
     from urllib.parse import urlsplit
 
     body = json.dumps({"text": ["A girl."]}).encode()
@@ -177,7 +182,9 @@ def test_a_request_whose_client_disconnects_leaves_the_queue(server):
                            b"application/json\r\nContent-Length: %d\r\n\r\n%s"
                            % (len(body), body))
         server.wait_for_metric("vtx_queue_lines", 1)  # fewer pieces than --max-tokens: held
-    server.wait_for_metric("vtx_queue_lines", 0)
+        # Linger on, 0 s: the close resets the connection.
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    server.wait_for_metric("vtx_queue_lines", 0, timeout=30)  # well before --request-timeout
 
 
 def test_a_full_queue_gets_503_and_sigterm_answers_what_is_queued_then_exits_0(server):
