@@ -109,19 +109,27 @@ TABLE_HEADER = ("| compute_type | inter_threads | batch_type | max_batch_size | 
 
 
 def cpu_name() -> str:
+    """The CPU's model name, its family and model (a VM's name may be generic: "AMD EPYC") and
+    its bfloat16 units, e.g. "AMD EPYC (family 25 model 17, avx512_bf16)"."""
     try:
         output = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in output.splitlines()
+        name = next(line.split(":", 1)[1].strip() for line in output.splitlines()
                     if line.startswith("Model name"))
     except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
+        name = platform.processor() or "unknown CPU"
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    fields = dict(line.split(":", 1) for line in info.split("\n\n")[0].splitlines()
+                  if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = fields.get("flags", "").split()
+    units = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in flags] or ["no bf16"]
+    family = (f"family {fields['cpu family']} model {fields.get('model', '?')}, "
+              if "cpu family" in fields else "")
+    return f"{name} ({family}{', '.join(units)})"
 
 
 def cpu_model() -> str:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return f"{cpu_name()}, {os.cpu_count()} cores, " \
-           f"{'with' if 'avx512_bf16' in flags else 'without'} avx512_bf16; " \
-           f"load average {os.getloadavg()[0]:.2f}"
+    return f"{cpu_name()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}"
 
 
 def gpu_name() -> str:
