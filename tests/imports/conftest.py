@@ -24,9 +24,14 @@ SIZES = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=128
              decoder_ffn_dim=128, encoder_attention_heads=4, decoder_attention_heads=4)
 UPDATES = 400
 # An opus-mt-tc-big model's differences at the same small width: 16 heads, an FFN 4 x wider than
-# d_model, ReLU (Marian's transformer-big), and a target-language token before every source.
+# d_model, ReLU (Marian's transformer-big), 1024 positions, a target-language token before every
+# source, and its </s> amid the pieces.
 TC_BIG = dict(encoder_ffn_dim=256, decoder_ffn_dim=256, encoder_attention_heads=16,
-              decoder_attention_heads=16, activation_function="relu")
+              decoder_attention_heads=16, activation_function="relu",
+              max_position_embeddings=1024)
+# Its </s> lies amid the pieces, not at 0 (opus-mt-tc-big-fr-en: eos_token_id 43311 of 53017,
+# pad 53016 last): the id `marian_folder` gives it, as a share of the vocabulary.
+TC_BIG_EOS_AT = 0.8
 TC_BIG_CODES = (">>deu<<", ">>nld<<")  # the target tokens of its vocab.json; >>deu<< is used
 
 
@@ -124,13 +129,14 @@ def tc_big_folder(shared_data, tmp_path_factory) -> Path:
     `>>deu<<`."""
     name = "opus-mt-tc-big-small"
     return built_once(tmp_path_factory, "tc_big", lambda root: marian_folder(
-        shared_data, root / name, TC_BIG, TC_BIG_CODES)) / name
+        shared_data, root / name, TC_BIG, TC_BIG_CODES, TC_BIG_EOS_AT)) / name
 
 
 def marian_folder(shared_data: Path, folder: Path, changes: dict | None = None,
-                  codes: tuple[str, ...] = ()) -> Path:
+                  codes: tuple[str, ...] = (), eos_at: float = 0.0) -> Path:
     """A MarianMT folder of opus-mt-en-de's config with `changes`, trained on Multi30k en-de
-    pairs (sources led by `codes[0]` where codes are given)."""
+    pairs (sources led by `codes[0]` where codes are given), its </s> moved to the id at the
+    share `eos_at` of its vocabulary (0: opus-mt-en-de's 0)."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     folder.mkdir()
@@ -140,12 +146,18 @@ def marian_folder(shared_data: Path, folder: Path, changes: dict | None = None,
     train_spm(targets, folder / "target.spm")
     sources = [f"{codes[0]} {line}" for line in sources] if codes else sources
     vocabulary = marian_vocabulary(folder, sources, targets, codes)
+    if eos_at:
+        pieces = sorted(vocabulary, key=vocabulary.get)
+        pieces.insert(int(eos_at * len(pieces)), pieces.pop(vocabulary["</s>"]))
+        vocabulary = {piece: index for index, piece in enumerate(pieces)}
+    eos = vocabulary["</s>"]
+    changes = {**(changes or {}), "eos_token_id": eos, "forced_eos_token_id": eos}
     (folder / "vocab.json").write_text(json.dumps(vocabulary, ensure_ascii=False),
                                        encoding="utf-8")
     tokenizer = transformers.MarianTokenizer(str(folder / "source.spm"),
                                              str(folder / "target.spm"),
                                              str(folder / "vocab.json"))
-    config = transformers.MarianConfig(**opus_mt_config(len(vocabulary), **(changes or {})))
+    config = transformers.MarianConfig(**opus_mt_config(len(vocabulary), **changes))
     torch.manual_seed(0)  # the initial weights
     model = transformers.MarianMTModel(config)
     with torch.no_grad():  # Marian's output layer has a bias (decoder_ff_logit_out_b)

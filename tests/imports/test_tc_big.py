@@ -1,5 +1,6 @@
 """`vtx import` of an opus-mt-tc-big-shaped MarianMT folder (16 heads, a wider FFN, ReLU, a
-`>>deu<<` target token before every source): vtx translates it as Transformers does."""
+`>>deu<<` target token before every source, </s> amid the ids): vtx translates it as
+Transformers does."""
 
 import pytest
 
@@ -31,7 +32,9 @@ def test_the_target_token_is_one_piece_of_the_source_as_marian_tokenizer_reads_i
     from vtx.config import ModelConfig
     from vtx.inference.loading import checkpoint_vocabulary
 
-    _, tokenizer, by_id = marian
+    model, tokenizer, by_id = marian
+    eos = model.config.eos_token_id  # amid the pieces, as opus-mt-tc-big-fr-en's 43311
+    assert by_id[eos] == "</s>" and 1 < eos < model.config.pad_token_id
     vocab = checkpoint_vocabulary(checkpoints.load(imported), imported)
     assert tokenizer.supported_language_codes == [">>deu<<", ">>nld<<"]
     for line in multi30k_lines(shared_data, "en", 20):
