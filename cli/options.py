@@ -85,8 +85,8 @@ def precision_options(command):
     """--precision and --quantize of the decoding commands (`vtx.precision`)."""
     command = click.option(
         "--quantize", type=click.Choice(QUANTIZATIONS), default="none", show_default=True,
-        help="int8: the feed-forward layers and attention's output projection in int8; slower "
-             "than float32 wherever measured (docs/benchmarks.md).")(command)
+        help="int8: the feed-forward layers and attention's output projection in int8; its "
+             "speed against float32 per CPU kind: docs/benchmarks.md.")(command)
     return click.option(
         "--precision", type=click.Choice(DECODING_PRECISIONS), default=AUTO, show_default=True,
         help="What the layers compute in (scores stay float32); auto: bfloat16 where the CPU "
